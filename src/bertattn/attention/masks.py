@@ -1,0 +1,180 @@
+"""Every accepted mask form, turned into one canonical form.
+
+Polarity lives here and nowhere else:
+
+=====================  ===========================  ===========================
+argument               shape                        meaning of a value
+=====================  ===========================  ===========================
+``mask``               broadcastable to             nonzero / True = attend
+                       ``(B, H, Lq, Lk)``           (the article's convention)
+``key_padding_mask``   ``(B, Lk)``                  nonzero / True = real token
+                                                    (Hugging Face polarity)
+``attn_bias``          broadcastable to             added to the scores
+                       ``(B, H, Lq, Lk)``
+=====================  ===========================  ===========================
+
+The canonical form, :class:`PreparedMask`, is one additive float bias (``-inf`` where a key is
+masked) and, when some query row has no key left at all, a boolean ``live_rows`` tensor. Such a
+"dead" row has its bias reset to zero (so no backend ever sees a row of ``-inf`` and makes NaN,
+forward or backward) and its result is multiplied by ``live_rows`` afterwards, which gives zero
+weights and a zero context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["PreparedMask", "prepare_mask", "score_dtype"]
+
+
+@dataclass(frozen=True)
+class PreparedMask:
+    """A mask in canonical form, ready for any backend.
+
+    Attributes:
+        bias: additive float bias, shape ``(B|1, H|1, Lq|1, Lk)``, ``-inf`` where masked;
+            ``None`` when nothing is masked or biased.
+        live_rows: bool, shape ``(B|1, H|1, Lq|1, 1)``, False for a query row with no key to
+            attend to; ``None`` when every row has at least one key.
+    """
+
+    bias: Tensor | None = None
+    live_rows: Tensor | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.bias is None and self.live_rows is None
+
+
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype scores and softmax are computed in: float32 for half inputs, else ``dtype``."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _shape(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def _check_broadcast(name: str, t: Tensor, target: tuple[int, int, int, int]) -> None:
+    b, h, lq, lk = target
+    if t.dim() > 4:
+        raise ValueError(
+            f"{name} has {t.dim()} dimensions {_shape(t)}; expected at most 4, broadcastable to "
+            f"(batch, heads, query_len, key_len) = ({b}, {h}, {lq}, {lk})."
+        )
+    try:
+        out = torch.broadcast_shapes(tuple(t.shape), target)
+    except RuntimeError:
+        out = None
+    if out != target:
+        raise ValueError(
+            f"{name} of shape {_shape(t)} cannot broadcast to (batch, heads, query_len, key_len) "
+            f"= ({b}, {h}, {lq}, {lk}). Give it a shape such as ({lq}, {lk}), ({b}, 1, {lq}, {lk}) "
+            f"or ({b}, 1, 1, {lk}); for a per-token padding mask of shape ({b}, {lk}) use "
+            f"key_padding_mask=."
+        )
+
+
+def _check_mask_dtype(name: str, t: Tensor) -> None:
+    if t.is_complex():
+        raise ValueError(
+            f"{name} has dtype {t.dtype}; expected bool, an integer or a real float dtype "
+            f"(nonzero / True = keep). Convert it with .bool()."
+        )
+
+
+def _keep_from_mask(
+    mask: Tensor | None, target: tuple[int, int, int, int], device: torch.device
+) -> Tensor | None:
+    """The article's ``mask`` (nonzero = attend) as a bool tensor, shape-checked."""
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}.")
+    _check_mask_dtype("mask", mask)
+    b, _, lq, lk = target
+    if mask.dim() == 2 and b > 1 and tuple(mask.shape) == (b, lk) and b != lq:
+        raise ValueError(
+            f"mask of shape {_shape(mask)} looks like a per-token padding mask (batch, key_len); "
+            f"a 2-D mask is read as (query_len, key_len) = ({lq}, {lk}), so it would be misread. "
+            f"Pass it as key_padding_mask= (1 = real token), or as mask[:, None, None, :]."
+        )
+    _check_broadcast("mask", mask, target)
+    return (mask != 0).to(device)
+
+
+def _keep_from_padding(
+    key_padding_mask: Tensor | None, target: tuple[int, int, int, int], device: torch.device
+) -> Tensor | None:
+    """``key_padding_mask`` (B, Lk), nonzero = real token, as bool ``(B, 1, 1, Lk)``."""
+    if key_padding_mask is None:
+        return None
+    if not isinstance(key_padding_mask, Tensor):
+        raise ValueError(
+            f"key_padding_mask must be a torch.Tensor or None, "
+            f"got {type(key_padding_mask).__name__}."
+        )
+    _check_mask_dtype("key_padding_mask", key_padding_mask)
+    b, _, _, lk = target
+    if tuple(key_padding_mask.shape) != (b, lk):
+        raise ValueError(
+            f"key_padding_mask has shape {_shape(key_padding_mask)}; expected (batch, key_len) = "
+            f"({b}, {lk}) with 1 / True for a real token and 0 / False for padding."
+        )
+    return (key_padding_mask != 0).to(device)[:, None, None, :]  # (B, 1, 1, Lk)
+
+
+def prepare_mask(
+    mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    attn_bias: Tensor | None = None,
+    *,
+    batch: int,
+    heads: int,
+    query_len: int,
+    key_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> PreparedMask:
+    """Validate every mask argument and fold them into one :class:`PreparedMask`.
+
+    ``dtype`` is the dtype of the attention inputs; the bias is made in :func:`score_dtype`
+    of it (float32 for half inputs) so the math backend can add it at full precision.
+
+    Raises:
+        ValueError: a mask that cannot broadcast, a ``(B, L)`` padding mask passed as ``mask``,
+            a complex mask, a non-float ``attn_bias``, ``key_padding_mask`` of the wrong shape.
+    """
+    target = (batch, heads, query_len, key_len)
+    keep = _keep_from_mask(mask, target, device)
+    pad_keep = _keep_from_padding(key_padding_mask, target, device)
+    if pad_keep is not None:
+        keep = pad_keep if keep is None else keep & pad_keep
+
+    bias_dtype = score_dtype(dtype)
+    bias: Tensor | None = None
+    if attn_bias is not None:
+        if not isinstance(attn_bias, Tensor) or not attn_bias.is_floating_point():
+            got = attn_bias.dtype if isinstance(attn_bias, Tensor) else type(attn_bias).__name__
+            raise ValueError(
+                f"attn_bias must be a floating-point tensor added to the scores, got {got}. "
+                f"For a keep/drop mask use mask= (True = attend) instead."
+            )
+        _check_broadcast("attn_bias", attn_bias, target)
+        bias = attn_bias.to(device=device, dtype=bias_dtype)
+
+    if keep is None and bias is None:
+        return PreparedMask()
+    if keep is not None:  # bias is None here only if attn_bias was not given
+        zeros = torch.zeros((), dtype=bias_dtype, device=device)
+        neg_inf = torch.full((), float("-inf"), dtype=bias_dtype, device=device)
+        fill = torch.where(keep, zeros, neg_inf)
+        bias = fill if bias is None else bias + fill
+
+    live = (bias != float("-inf")).any(dim=-1, keepdim=True)  # (B|1, H|1, Lq|1, 1)
+    if bool(live.all()):
+        return PreparedMask(bias=bias)
+    return PreparedMask(bias=bias.masked_fill(~live, 0.0), live_rows=live)

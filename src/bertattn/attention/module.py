@@ -1,0 +1,343 @@
+"""``MultiHeadAttention``: the article's module with its API and weights, made correct and fast.
+
+Data flow of one call (B batch, Lq / Lk query / key length, E embed_dim, H heads, D = E // H)::
+
+    x (B, Lq, E) --fused QKV GEMM--> (B, Lq, 3E) --split heads--> q, k, v (B, H, L, D)
+        --backend(q, k, v, bias)--> context (B, H, Lq, D) --merge heads--> (B, Lq, E)
+        --out_linear--> output (B, Lq, E)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .backends import get_backend
+from .dispatch import Dispatch, choose_backend, record
+from .masks import PreparedMask, prepare_mask
+
+__all__ = ["MultiHeadAttention"]
+
+
+def _shape(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with the article's API: ``forward(x, mask) -> (output, attention)``.
+
+    Args:
+        embed_dim: model width E; must be divisible by ``num_heads``.
+        num_heads: number of heads H.
+        dropout: dropout probability on the attention probabilities (training only).
+        bias: whether the four projections have a bias.
+        backend: ``"auto"`` or a registered backend name (``"math"``, ``"sdpa"``, ...).
+
+    The parameters are ``q_linear``, ``k_linear``, ``v_linear`` and ``out_linear`` as in the
+    article, so ``load_state_dict(article_module.state_dict(), strict=True)`` works. For
+    self-attention the three input projections run as one GEMM: their weights share one
+    contiguous ``(3E, E)`` storage, so the fused weight costs no copy and no extra memory.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.1,
+        *,
+        bias: bool = True,
+        backend: str = "auto",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(embed_dim, int) or not isinstance(num_heads, int):
+            raise ValueError(
+                f"embed_dim and num_heads must be ints, got {embed_dim!r} and {num_heads!r}."
+            )
+        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads != 0:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads}); "
+                f"choose e.g. embed_dim={max(num_heads, 1) * max(embed_dim // max(num_heads, 1), 1)}."
+            )
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
+        if backend != "auto":
+            get_backend(backend)  # raises with the list of valid names
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.backend = backend
+        factory = {"device": device, "dtype": dtype}
+        self.q_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.k_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.v_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.out_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.dropout = nn.Dropout(dropout)
+        self.last_dispatch: Dispatch | None = None
+        self._packed_weight: Tensor | None = None
+        self._packed_bias: Tensor | None = None
+        self._pack_qkv()
+
+    # ------------------------------------------------------------------ fused QKV storage
+    def _qkv_linears(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
+        return self.q_linear, self.k_linear, self.v_linear
+
+    @torch.no_grad()
+    def _pack_qkv(self) -> None:
+        """Move the q/k/v weights (and biases) into one contiguous ``(3E, E)`` storage."""
+        lins = self._qkv_linears()
+        weight = torch.cat([lin.weight for lin in lins])  # (3E, E)
+        for i, lin in enumerate(lins):
+            lin.weight.data = weight[i * self.embed_dim : (i + 1) * self.embed_dim]
+        self._packed_weight = weight
+        self._packed_bias = None
+        if lins[0].bias is not None:
+            bias = torch.cat([lin.bias for lin in lins])  # (3E,)
+            for i, lin in enumerate(lins):
+                lin.bias.data = bias[i * self.embed_dim : (i + 1) * self.embed_dim]
+            self._packed_bias = bias
+
+    def _still_packed(self) -> bool:
+        w = self._packed_weight
+        if w is None:
+            return False
+        for i, lin in enumerate(self._qkv_linears()):
+            part = w[i * self.embed_dim : (i + 1) * self.embed_dim]
+            if lin.weight.data_ptr() != part.data_ptr() or lin.weight.dtype != w.dtype:
+                return False
+            if lin.bias is not None:
+                b = self._packed_bias
+                if b is None or lin.bias.data_ptr() != b[i * self.embed_dim].data_ptr():
+                    return False
+        return True
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, recurse)
+        self._pack_qkv()  # .to() / .half() / .cuda() gave new storages: pack them again
+        return out
+
+    def _load_from_state_dict(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        super()._load_from_state_dict(*args, **kwargs)
+        if not self._still_packed():  # load_state_dict(assign=True) replaced the tensors
+            self._pack_qkv()
+
+    def qkv_weight(self) -> tuple[Tensor, Tensor | None]:
+        """The fused ``(3E, E)`` weight and ``(3E,)`` bias of the q, k, v projections.
+
+        Without autograd this is the shared storage itself (no copy); with autograd, or when a
+        parameter was replaced behind the module's back, a ``torch.cat`` that gradients flow
+        through.
+        """
+        lins = self._qkv_linears()
+        needs_graph = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        if not needs_graph and not torch.compiler.is_compiling() and self._still_packed():
+            return self._packed_weight, self._packed_bias  # type: ignore[return-value]
+        weight = torch.cat([lin.weight for lin in lins])
+        bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
+        return weight, bias
+
+    # ------------------------------------------------------------------ checks
+    def _check_input(self, name: str, t: Tensor, batched: bool) -> None:
+        if not isinstance(t, Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+        want = 3 if batched else 2
+        if t.dim() != want:
+            form = "(batch, seq_len, embed_dim)" if batched else "(seq_len, embed_dim)"
+            raise ValueError(
+                f"{name} has shape {_shape(t)}; expected {want}-D {form} like x "
+                f"with embed_dim={self.embed_dim}."
+            )
+        if t.size(-1) != self.embed_dim:
+            raise ValueError(
+                f"{name} has width {t.size(-1)} (shape {_shape(t)}); this module was built with "
+                f"embed_dim={self.embed_dim}. Project it to {self.embed_dim} first."
+            )
+        w = self.out_linear.weight
+        if t.dtype != w.dtype:
+            raise ValueError(
+                f"{name} has dtype {t.dtype} but the module's weights are {w.dtype}; call "
+                f"module.to({t.dtype}) or pass {name}.to({w.dtype})."
+            )
+        if t.device != w.device:
+            raise ValueError(
+                f"{name} is on {t.device} but the module is on {w.device}; move one of them."
+            )
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        key_value: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        attn_bias: Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``x`` to itself (or to ``key_value``).
+
+        Args:
+            x: ``(B, Lq, E)``, or unbatched ``(Lq, E)``.
+            mask: broadcastable to ``(B, H, Lq, Lk)``; nonzero / True = attend (the article).
+            key_value: ``(B, Lk, E)`` for cross-attention; defaults to ``x``.
+            key_padding_mask: ``(B, Lk)``; 1 / True = real token, 0 / False = padding.
+            attn_bias: float, broadcastable to ``(B, H, Lq, Lk)``, added to the scores.
+            need_weights: return the ``(B, H, Lq, Lk)`` attention (forces the math backend
+                under ``auto``); False lets a fused backend run in O(L) memory.
+
+        Returns:
+            ``(output, attention)``: output ``(B, Lq, E)``; attention ``(B, H, Lq, Lk)`` or
+            None. A query row with no key to attend to gets zero weights and zero context.
+        """
+        if not isinstance(x, Tensor):
+            raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}.")
+        unbatched = x.dim() == 2
+        self._check_input("x", x, batched=not unbatched)
+        if key_value is not None:
+            self._check_input("key_value", key_value, batched=not unbatched)
+        if unbatched:
+            x = x.unsqueeze(0)
+            key_value = None if key_value is None else key_value.unsqueeze(0)
+            if isinstance(key_padding_mask, Tensor) and key_padding_mask.dim() == 1:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        if key_value is not None and key_value.size(0) != x.size(0):
+            raise ValueError(
+                f"key_value has batch size {key_value.size(0)} but x has {x.size(0)}; "
+                f"they must match."
+            )
+        batch, q_len, _ = x.shape
+        k_len = q_len if key_value is None else key_value.size(1)
+        prepared = prepare_mask(
+            mask,
+            key_padding_mask,
+            attn_bias,
+            batch=batch,
+            heads=self.num_heads,
+            query_len=q_len,
+            key_len=k_len,
+            dtype=x.dtype,
+            device=x.device,
+        )
+        out, weights = self.attend(x, prepared, key_value=key_value, need_weights=need_weights)
+        if unbatched:
+            out = out.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
+        return out, weights
+
+    def project_qkv(self, x: Tensor, key_value: Tensor | None = None) -> tuple[Tensor, ...]:
+        """Q, K, V split into heads, each ``(B, H, L, D)``; one GEMM for self-attention."""
+        b, lq, _ = x.shape
+        h, d, e = self.num_heads, self.head_dim, self.embed_dim
+        weight, bias = self.qkv_weight()
+        if key_value is None:
+            qkv = F.linear(x, weight, bias)  # (B, L, 3E)
+            qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
+            return tuple(qkv.unbind(0))
+        lk = key_value.size(1)
+        q = F.linear(x, weight[:e], None if bias is None else bias[:e])  # (B, Lq, E)
+        q = q.view(b, lq, h, d).transpose(1, 2)  # (B, H, Lq, D)
+        kv = F.linear(key_value, weight[e:], None if bias is None else bias[e:])  # (B, Lk, 2E)
+        kv = kv.view(b, lk, 2, h, d).permute(2, 0, 3, 1, 4)  # (2, B, H, Lk, D)
+        return (q, *kv.unbind(0))
+
+    def attend(
+        self,
+        x: Tensor,
+        prepared: PreparedMask,
+        *,
+        key_value: Tensor | None = None,
+        need_weights: bool = False,
+        backend: str | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The core of :meth:`forward` for callers that prepared the mask once (an encoder).
+
+        ``x`` is ``(B, Lq, E)`` and already checked; ``prepared`` comes from
+        :func:`bertattn.attention.masks.prepare_mask`. ``backend`` overrides ``self.backend``.
+        """
+        requested = self.backend if backend is None else backend
+        name, reason = choose_backend(requested, need_weights=need_weights)
+        spec = get_backend(name)
+        if need_weights and not spec.returns_weights:
+            raise ValueError(
+                f"backend {name!r} does not return attention weights; pass need_weights=False, "
+                f"or use backend='math' (or 'auto', which picks math when weights are needed)."
+            )
+        q, k, v = self.project_qkv(x, key_value)
+        dropout_p = self.dropout.p if self.training else 0.0
+        context, weights = spec.fn(
+            q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights
+        )  # (B, H, Lq, D), (B, H, Lq, Lk) | None
+        live = prepared.live_rows
+        if live is not None:  # rows with no key at all: zero weights, zero context
+            context = context.masked_fill(~live, 0.0)
+            weights = None if weights is None else weights.masked_fill(~live, 0.0)
+        b, h, lq, d = context.shape
+        context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)
+        output = self.out_linear(context)  # (B, Lq, E)
+        decision = Dispatch(
+            requested, name, reason, tuple(q.shape), str(q.dtype).replace("torch.", "")
+        )
+        self.last_dispatch = decision
+        record(decision)
+        return output, weights
+
+    # ------------------------------------------------------------------ interop
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention, *, backend: str = "auto") -> MultiHeadAttention:
+        """Copy a ``torch.nn.MultiheadAttention``'s weights into a new (batch-first) module.
+
+        The result always takes ``(B, L, E)`` input: for a source built with
+        ``batch_first=False`` transpose your ``(L, B, E)`` tensors. Remember that torch's
+        ``key_padding_mask`` is True for padding, bertattn's is True for a real token.
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise ValueError(
+                f"from_torch expects torch.nn.MultiheadAttention, got {type(m).__name__}."
+            )
+        if not m._qkv_same_embed_dim:
+            raise ValueError(
+                f"from_torch supports kdim == vdim == embed_dim only; got kdim={m.kdim}, "
+                f"vdim={m.vdim}, embed_dim={m.embed_dim}."
+            )
+        if m.bias_k is not None or m.add_zero_attn:
+            raise ValueError(
+                "from_torch does not support add_bias_kv=True or add_zero_attn=True: they add "
+                "a key that bertattn's MultiHeadAttention does not have."
+            )
+        w = m.in_proj_weight
+        new = cls(
+            m.embed_dim,
+            m.num_heads,
+            m.dropout,
+            bias=m.in_proj_bias is not None,
+            backend=backend,
+            device=w.device,
+            dtype=w.dtype,
+        )
+        e = m.embed_dim
+        state = {
+            "q_linear.weight": w[:e],
+            "k_linear.weight": w[e : 2 * e],
+            "v_linear.weight": w[2 * e :],
+            "out_linear.weight": m.out_proj.weight,
+        }
+        if m.in_proj_bias is not None:
+            b = m.in_proj_bias
+            state.update(
+                {
+                    "q_linear.bias": b[:e],
+                    "k_linear.bias": b[e : 2 * e],
+                    "v_linear.bias": b[2 * e :],
+                    "out_linear.bias": m.out_proj.bias,
+                }
+            )
+        new.load_state_dict({k: v.detach() for k, v in state.items()}, strict=True)
+        return new
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+            f"dropout={self.dropout.p}, backend={self.backend!r}"
+        )
