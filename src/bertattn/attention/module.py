@@ -59,7 +59,7 @@ class MultiHeadAttention(nn.Module):
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads}); "
-                f"choose e.g. embed_dim={max(num_heads, 1) * max(embed_dim // max(num_heads, 1), 1)}."
+                f"for example embed_dim=64 * num_heads."
             )
         if not 0.0 <= float(dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
