@@ -12,10 +12,12 @@ from .attention import (
     prepare_mask,
     register_backend,
 )
+from .maps import AttentionMaps
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionMaps",
     "BACKENDS",
     "Dispatch",
     "DispatchLog",
