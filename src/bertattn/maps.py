@@ -55,7 +55,7 @@ class AttentionMaps:
                 f"layer_ids has {len(self.layer_ids)} entries for {len(self.layers)} layers."
             )
         heads = None
-        for i, a in zip(self.layer_ids, self.layers):
+        for i, a in zip(self.layer_ids, self.layers, strict=True):
             if a.ndim != 3 or a.shape[1] != n or a.shape[2] != n:
                 raise ValueError(
                     f"layer {i} weights have shape {tuple(a.shape)}; expected (heads, {n}, {n}) "
