@@ -1,0 +1,1 @@
+"""Benchmarks for bertattn (run with `make bench`)."""
