@@ -10,6 +10,13 @@ Each backend takes per-head queries, keys and values and a canonical additive bi
         context: (B, H, Lq, D)
         weights: (B, H, Lq, Lk) or None
 
+A backend with ``layout="packed"`` (``varlen``) works on the real tokens of a padded batch
+instead, with no bias at all::
+
+    fn(q, k, v, packed, *, dropout_p) -> context
+        q, k, v, context: (T, H, D)     T real tokens, sequence after sequence
+        packed:           PackedBatch   (cu_seqlens, max_seqlen; see padding.py)
+
 Backends never see a query row made only of ``-inf``: :mod:`bertattn.attention.masks` resets
 such rows and the module zeroes them afterwards, identically for every backend.
 """
@@ -17,14 +24,16 @@ such rows and the module zeroes them afterwards, identically for every backend.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import score_dtype
+from .padding import PackedBatch
 
 __all__ = ["AttentionBackend", "BackendSpec", "BACKENDS", "register_backend", "get_backend"]
 
@@ -47,10 +56,11 @@ class BackendSpec:
     """A registered backend and what it can do (used by ``auto`` and by error messages)."""
 
     name: str
-    fn: AttentionBackend
+    fn: AttentionBackend | Callable[..., Any]
     returns_weights: bool
     memory: str
     description: str
+    layout: str = "padded"  # "padded": (B, H, L, D) + bias; "packed": (T, H, D) + PackedBatch
 
 
 def math_attention(
@@ -99,6 +109,42 @@ def sdpa_attention(
     return context, None
 
 
+def _cuda_varlen(q: Tensor) -> Callable[..., Tensor] | None:
+    """torch's flash varlen kernel, where it can run (CUDA, half precision)."""
+    if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:  # torch < 2.9
+        return None
+    return varlen_attn
+
+
+def varlen_attention(
+    q: Tensor, k: Tensor, v: Tensor, packed: PackedBatch, *, dropout_p: float
+) -> Tensor:
+    """Attention per sequence on packed tokens: no compute, no memory spent on padding.
+
+    On CUDA in half precision (and without dropout) torch's flash varlen kernel runs all
+    sequences in one launch. Elsewhere each sequence gets one fused SDPA call on its own
+    ``(1, H, l, D)`` view; on CPU that beats one padded call as soon as lengths differ
+    (benchmarks/README.md has the numbers).
+    """
+    kernel = _cuda_varlen(q) if dropout_p == 0.0 else None
+    if kernel is not None:
+        cu = packed.cu_seqlens
+        return kernel(q, k, v, cu, cu, packed.max_seqlen, packed.max_seqlen)
+    out = torch.empty_like(q)  # (T, H, D)
+    offs = packed.offsets
+    for start, end in zip(offs[:-1], offs[1:], strict=True):
+        if end == start:
+            continue  # an empty sequence has no query to answer
+        qs, ks, vs = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1,H,l,D)
+        o = F.scaled_dot_product_attention(qs, ks, vs, dropout_p=dropout_p)  # (1, H, l, D)
+        out[start:end] = o[0].transpose(0, 1)
+    return out
+
+
 BACKENDS: dict[str, BackendSpec] = {}
 
 
@@ -123,4 +169,14 @@ register_backend(
 )
 register_backend(
     BackendSpec("sdpa", sdpa_attention, False, "O(L)", "torch scaled_dot_product_attention (fused)")
+)
+register_backend(
+    BackendSpec(
+        "varlen",
+        varlen_attention,
+        False,
+        "O(tokens)",
+        "packed real tokens, one fused call per sequence (CUDA: flash varlen)",
+        layout="packed",
+    )
 )

@@ -74,10 +74,30 @@ def record(decision: Dispatch) -> None:
         logger.debug("%s", decision)
 
 
-def choose_backend(requested: str, *, need_weights: bool) -> tuple[str, str]:
-    """The ``auto`` rule: ``(backend, reason)``; an explicit request is kept as it is."""
+#: ``auto`` packs a padded batch (backend ``varlen``) when at least this share of it is padding.
+#: Chosen from measurements (benchmarks/README.md): packing costs two gathers per encoder
+#: forward, so it pays almost as soon as lengths differ.
+VARLEN_MIN_PAD_FRACTION = 0.05
+
+
+def choose_backend(
+    requested: str, *, need_weights: bool, pad_fraction: float | None = None
+) -> tuple[str, str]:
+    """The ``auto`` rule: ``(backend, reason)``; an explicit request is kept as it is.
+
+    ``pad_fraction`` is given only by callers that can pack their batch (an encoder with a
+    key padding mask and no other mask): the share of the padded batch that is padding.
+    """
     if requested != "auto":
         return requested, "asked for explicitly"
     if need_weights:
         return "math", "attention weights requested (need_weights=True); only math returns them"
-    return "sdpa", "no weights needed: fused scaled_dot_product_attention"
+    if pad_fraction is not None and pad_fraction >= VARLEN_MIN_PAD_FRACTION:
+        return "varlen", (
+            f"{pad_fraction:.0%} of the batch is padding (>= {VARLEN_MIN_PAD_FRACTION:.0%}): "
+            f"packed real tokens, no compute on padding"
+        )
+    why = "no weights needed: fused scaled_dot_product_attention"
+    if pad_fraction is not None:
+        why += f" ({pad_fraction:.0%} padding is below {VARLEN_MIN_PAD_FRACTION:.0%}: not packed)"
+    return "sdpa", why

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from .backends import get_backend
 from .dispatch import Dispatch, choose_backend, record
 from .masks import PreparedMask, prepare_mask
+from .padding import PackedBatch, pack_padding_mask, pad, unpad
 
 __all__ = ["MultiHeadAttention"]
 
@@ -209,18 +210,31 @@ class MultiHeadAttention(nn.Module):
             )
         batch, q_len, _ = x.shape
         k_len = q_len if key_value is None else key_value.size(1)
-        prepared = prepare_mask(
-            mask,
-            key_padding_mask,
-            attn_bias,
-            batch=batch,
-            heads=self.num_heads,
-            query_len=q_len,
-            key_len=k_len,
-            dtype=x.dtype,
-            device=x.device,
-        )
-        out, weights = self.attend(x, prepared, key_value=key_value, need_weights=need_weights)
+        name, reason = choose_backend(self.backend, need_weights=need_weights)
+        if get_backend(name).layout == "packed":
+            out, weights = self._forward_packed(
+                x,
+                key_padding_mask,
+                name,
+                reason,
+                extra=(("mask", mask), ("attn_bias", attn_bias), ("key_value", key_value)),
+                need_weights=need_weights,
+            )
+        else:
+            prepared = prepare_mask(
+                mask,
+                key_padding_mask,
+                attn_bias,
+                batch=batch,
+                heads=self.num_heads,
+                query_len=q_len,
+                key_len=k_len,
+                dtype=x.dtype,
+                device=x.device,
+            )
+            out, weights = self._attend_padded(
+                x, prepared, key_value, need_weights, self.backend, name, reason
+            )
         if unbatched:
             out = out.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
@@ -250,14 +264,39 @@ class MultiHeadAttention(nn.Module):
         key_value: Tensor | None = None,
         need_weights: bool = False,
         backend: str | None = None,
+        pad_fraction: float | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The core of :meth:`forward` for callers that prepared the mask once (an encoder).
 
         ``x`` is ``(B, Lq, E)`` and already checked; ``prepared`` comes from
         :func:`bertattn.attention.masks.prepare_mask`. ``backend`` overrides ``self.backend``.
+        A packed backend cannot run here (it needs :meth:`attend_packed`).
         """
         requested = self.backend if backend is None else backend
         name, reason = choose_backend(requested, need_weights=need_weights)
+        if get_backend(name).layout == "packed":
+            raise ValueError(
+                f"backend {name!r} works on packed tokens: call attend_packed(x_packed, packed), "
+                f"or forward(x, key_padding_mask=...), which packs for you."
+            )
+        return self._attend_padded(x, prepared, key_value, need_weights, requested, name, reason)
+
+    def _record(self, requested: str, name: str, reason: str, q: Tensor) -> None:
+        dtype_name = str(q.dtype).replace("torch.", "")
+        decision = Dispatch(requested, name, reason, tuple(q.shape), dtype_name)
+        self.last_dispatch = decision
+        record(decision)
+
+    def _attend_padded(
+        self,
+        x: Tensor,
+        prepared: PreparedMask,
+        key_value: Tensor | None,
+        need_weights: bool,
+        requested: str,
+        name: str,
+        reason: str,
+    ) -> tuple[Tensor, Tensor | None]:
         spec = get_backend(name)
         if need_weights and not spec.returns_weights:
             raise ValueError(
@@ -276,12 +315,73 @@ class MultiHeadAttention(nn.Module):
         b, h, lq, d = context.shape
         context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)
         output = self.out_linear(context)  # (B, Lq, E)
-        decision = Dispatch(
-            requested, name, reason, tuple(q.shape), str(q.dtype).replace("torch.", "")
-        )
-        self.last_dispatch = decision
-        record(decision)
+        self._record(requested, name, reason, q)
         return output, weights
+
+    def attend_packed(
+        self,
+        x: Tensor,
+        packed: PackedBatch,
+        *,
+        backend: str = "varlen",
+        reason: str = "asked for explicitly",
+        requested: str | None = None,
+    ) -> Tensor:
+        """Self-attention over packed real tokens: ``x`` ``(T, E)`` -> ``(T, E)``.
+
+        ``packed`` comes from :func:`bertattn.attention.padding.pack_padding_mask`; each
+        sequence attends only to its own tokens.
+        """
+        spec = get_backend(backend)
+        if spec.layout != "packed":
+            raise ValueError(f"backend {backend!r} is not a packed backend; use attend().")
+        t = x.size(0)
+        h, d = self.num_heads, self.head_dim
+        weight, bias = self.qkv_weight()
+        qkv = F.linear(x, weight, bias).view(t, 3, h, d)  # (T, 3, H, D)
+        q, k, v = qkv.unbind(1)  # (T, H, D) each
+        dropout_p = self.dropout.p if self.training else 0.0
+        context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)
+        output = self.out_linear(context.reshape(t, h * d))  # (T, E)
+        self._record(requested or backend, backend, reason, q)
+        return output
+
+    def _forward_packed(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None,
+        name: str,
+        reason: str,
+        *,
+        extra: tuple[tuple[str, Tensor | None], ...],
+        need_weights: bool,
+    ) -> tuple[Tensor, None]:
+        given = [arg for arg, value in extra if value is not None]
+        if given or need_weights:
+            what = ", ".join(given + (["need_weights=True"] if need_weights else []))
+            raise ValueError(
+                f"backend {name!r} takes self-attention with key_padding_mask only, got {what}; "
+                f"use backend='sdpa' (or 'auto') for other masks, or 'math' for weights."
+            )
+        b, length, _ = x.shape
+        if key_padding_mask is None:
+            key_padding_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
+        prepare_mask(  # validates shape and dtype; the packed path needs nothing else from it
+            None,
+            key_padding_mask,
+            None,
+            batch=b,
+            heads=1,
+            query_len=1,
+            key_len=length,
+            dtype=x.dtype,
+            device=x.device,
+        )
+        packed = pack_padding_mask(key_padding_mask.to(x.device))
+        out = self.attend_packed(
+            unpad(x, packed), packed, backend=name, reason=reason, requested=self.backend
+        )  # (T, E)
+        return pad(out, packed), None  # (B, L, E); zeros at padding positions
 
     # ------------------------------------------------------------------ interop
     @classmethod
