@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # so tests can import benchmarks.article_mha (the article's class)
+if str(ROOT) not in sys.path:  # so tests can import the benchmarks package
     sys.path.insert(0, str(ROOT))
 
 

@@ -1,7 +1,8 @@
-"""The article's ``MultiHeadAttention``, rewritten faithfully (see ../shared/seed/).
+"""The article's ``MultiHeadAttention``, rewritten faithfully (the seed article).
 
-It is the oracle of the tests and a peer in the benchmarks. The only change from the printed
-code is the parse error fixed: the comment "# 应用 mask（如有）" swallowed the line
+It is the oracle of the tests and a peer in the benchmarks (``bertattn bench``); it is kept
+inside the package so that ``bertattn bench`` runs from an installed copy too. The only change
+from the printed code is the parse error fixed: the comment "# 应用 mask（如有）" swallowed the line
 ``if mask is not None:``; here that ``if`` is on its own line. Everything else, including the
 ``-1e9`` fill and the dropout on the returned attention, is kept as the article has it.
 """
