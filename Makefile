@@ -30,3 +30,6 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
