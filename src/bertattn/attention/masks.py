@@ -58,6 +58,11 @@ def _shape(t: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
+def _tracing() -> bool:
+    """Under torch.compile / export / ONNX tracing: stay branch-free on tensor values."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
 def _check_broadcast(name: str, t: Tensor, target: tuple[int, int, int, int]) -> None:
     b, h, lq, lk = target
     if t.dim() > 4:
@@ -175,6 +180,6 @@ def prepare_mask(
         bias = fill if bias is None else bias + fill
 
     live = (bias != float("-inf")).any(dim=-1, keepdim=True)  # (B|1, H|1, Lq|1, 1)
-    if bool(live.all()):
+    if not _tracing() and bool(live.all()):  # eager: skip the zeroing when no row is dead
         return PreparedMask(bias=bias)
     return PreparedMask(bias=bias.masked_fill(~live, 0.0), live_rows=live)

@@ -282,6 +282,8 @@ class MultiHeadAttention(nn.Module):
         return self._attend_padded(x, prepared, key_value, need_weights, requested, name, reason)
 
     def _record(self, requested: str, name: str, reason: str, q: Tensor) -> None:
+        if torch.compiler.is_compiling():  # a compiled graph replays one fixed decision
+            return
         dtype_name = str(q.dtype).replace("torch.", "")
         decision = Dispatch(requested, name, reason, tuple(q.shape), dtype_name)
         self.last_dispatch = decision
