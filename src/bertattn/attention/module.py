@@ -80,6 +80,7 @@ class MultiHeadAttention(nn.Module):
         self._packed_weight: Tensor | None = None
         self._packed_bias: Tensor | None = None
         self._pack_qkv()
+        self.register_load_state_dict_post_hook(MultiHeadAttention._repack_after_load)
 
     # ------------------------------------------------------------------ fused QKV storage
     def _qkv_linears(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
@@ -119,10 +120,12 @@ class MultiHeadAttention(nn.Module):
         self._pack_qkv()  # .to() / .half() / .cuda() gave new storages: pack them again
         return out
 
-    def _load_from_state_dict(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        super()._load_from_state_dict(*args, **kwargs)
-        if not self._still_packed():  # load_state_dict(assign=True) replaced the tensors
-            self._pack_qkv()
+    @staticmethod
+    def _repack_after_load(module: MultiHeadAttention, incompatible_keys: object) -> None:
+        # a post-hook, not _load_from_state_dict: that runs before the children (q_linear, ...)
+        # load, so it cannot see load_state_dict(assign=True) replacing their tensors
+        if not module._still_packed():
+            module._pack_qkv()
 
     def qkv_weight(self) -> tuple[Tensor, Tensor | None]:
         """The fused ``(3E, E)`` weight and ``(3E,)`` bias of the q, k, v projections.
