@@ -8,15 +8,20 @@ import torch
 from torch import Tensor
 
 import bertattn
-from benchmarks.article_mha import ArticleMultiHeadAttention
+from bertattn.bench.article import ArticleMultiHeadAttention
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
+def padded_backends() -> list[str]:
+    """Registered backends that take any mask on (B, H, L, D) (``varlen`` has its own tests)."""
+    return [n for n, spec in bertattn.BACKENDS.items() if spec.layout == "padded"]
+
+
 def backend_names() -> list[str]:
-    """Every registered backend, then ``auto``."""
-    return [*bertattn.BACKENDS, "auto"]
+    """Every padded-layout backend, then ``auto``."""
+    return [*padded_backends(), "auto"]
 
 
 def returns_weights(backend: str) -> bool:

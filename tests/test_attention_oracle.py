@@ -8,7 +8,7 @@ from attention_helpers import article_pair, backend_names, causal, keep_mask, re
 from torch import nn
 
 import bertattn
-from benchmarks.article_mha import ArticleMultiHeadAttention
+from bertattn.bench.article import ArticleMultiHeadAttention
 
 B, L, E, H = 3, 7, 16, 4
 ATOL = 1e-6

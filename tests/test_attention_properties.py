@@ -10,7 +10,14 @@ is one rounding unit of the result: on these tiny shapes math's error is often a
 from __future__ import annotations
 
 import torch
-from attention_helpers import DTYPES, max_err, returns_weights, upcast
+from attention_helpers import (
+    DTYPES,
+    backend_names,
+    max_err,
+    padded_backends,
+    returns_weights,
+    upcast,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +87,7 @@ def test_backends_agree_with_math_and_never_nan(problem) -> None:
             math_out[dead], m.out_linear.bias.expand(int(dead.sum()), -1), atol=0, rtol=0
         )
         base = max_err(math_out, ref_out)
-        for backend in [*bertattn.BACKENDS, "auto"]:
+        for backend in backend_names():
             m.backend = backend
             need = returns_weights(backend)
             out, w = m(x, need_weights=need, **kw)
@@ -101,7 +108,7 @@ def test_backends_agree_with_math_and_never_nan(problem) -> None:
 @given(problems())
 def test_backward_is_finite_everywhere(problem) -> None:
     m, x, kw, dtype = _build(problem)
-    for backend in bertattn.BACKENDS:
+    for backend in padded_backends():
         m.backend = backend
         m.zero_grad(set_to_none=True)
         xg = x.clone().requires_grad_(True)
