@@ -155,9 +155,7 @@ class Bert:
         settings = read_sentence_settings(folder)
         model = BertModel.from_pretrained(settings.model_dir, dtype=dtype, backend=backend)
         tokenizer = BertTokenizer.from_folder(settings.model_dir)
-        name = folder.parent.name if path is None else str(path)
-        if path is None:
-            name = "sentence-transformers/all-MiniLM-L6-v2"
+        name = "sentence-transformers/all-MiniLM-L6-v2" if path is None else str(path)
         return cls(
             model,
             tokenizer,
