@@ -12,6 +12,7 @@ from .attention import (
     prepare_mask,
     register_backend,
 )
+from .bert import Bert, BertConfig, BertModel
 from .maps import AttentionMaps
 
 __version__ = "0.1.0"
@@ -19,6 +20,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionMaps",
     "BACKENDS",
+    "Bert",
+    "BertConfig",
+    "BertModel",
     "Dispatch",
     "DispatchLog",
     "MultiHeadAttention",

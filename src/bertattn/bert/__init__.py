@@ -1,0 +1,8 @@
+"""A BERT encoder on bertattn's attention: config, model, checkpoints, tokenizer, pipeline."""
+
+from .config import BertConfig
+from .model import BertModel, BertModelOutput
+from .pipeline import Bert
+from .tokenizer import BertTokenizer
+
+__all__ = ["Bert", "BertConfig", "BertModel", "BertModelOutput", "BertTokenizer"]

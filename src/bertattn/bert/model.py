@@ -1,0 +1,257 @@
+"""A BERT encoder built on :class:`bertattn.MultiHeadAttention`. Read top to bottom:
+
+    input_ids (B, L) --embeddings--> hidden (B, L, E)
+        --N x [attention + residual + LayerNorm, MLP + residual + LayerNorm]--> (B, L, E)
+        --pooler (dense + tanh on [CLS])--> (B, E)
+
+B batch, L sequence length, E hidden_size, H heads, I intermediate_size.
+The padding mask is prepared once per forward and shared by every layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
+from .config import BertConfig
+
+__all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertEmbeddings"]
+
+
+def activation(name: str):  # type: ignore[no-untyped-def]
+    """The function behind a Hugging Face ``hidden_act`` name."""
+    if name == "gelu":
+        return F.gelu  # exact (erf) GELU, as in the original BERT
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    if name in ("silu", "swish"):
+        return F.silu
+    raise ValueError(f"unsupported hidden_act {name!r}")
+
+
+@dataclass
+class BertModelOutput:
+    """``last_hidden_state (B, L, E)``, ``pooler_output (B, E)`` (None for a model without a
+    pooler), ``attentions``: one ``(B, H, L, L)`` per layer (None for a layer not asked for), or
+    None when no attention was asked for."""
+
+    last_hidden_state: Tensor
+    pooler_output: Tensor | None
+    attentions: tuple[Tensor | None, ...] | None = None
+
+
+class BertEmbeddings(nn.Module):
+    """word + position + token type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        e = config.hidden_size
+        self.word = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, e)
+        self.token_type = nn.Embedding(config.type_vocab_size, e)
+        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
+        _, seq_len = input_ids.shape
+        positions = torch.arange(seq_len, device=input_ids.device)  # (L,)
+        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
+        return self.dropout(self.norm(x))  # (B, L, E)
+
+
+class BertMLP(nn.Module):
+    """The feed-forward block: E -> I -> E."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = activation(config.hidden_act)
+        self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.fc_out(self.act(self.fc_in(x))))  # (B, L, I) -> (B, L, E)
+
+
+class BertLayer(nn.Module):
+    """One post-LayerNorm transformer block, as in the original BERT."""
+
+    def __init__(self, config: BertConfig, backend: str = "auto") -> None:
+        super().__init__()
+        e = config.hidden_size
+        self.attn = MultiHeadAttention(
+            e, config.num_attention_heads, config.attention_probs_dropout_prob, backend=backend
+        )
+        self.attn_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.attn_norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
+        self.mlp = BertMLP(config)
+        self.mlp_norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
+
+    def forward(
+        self, x: Tensor, mask: PreparedMask, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        a, weights = self.attn.attend(x, mask, need_weights=need_weights)  # (B, L, E)
+        x = self.attn_norm(x + self.attn_dropout(a))  # (B, L, E)
+        x = self.mlp_norm(x + self.mlp(x))  # (B, L, E)
+        return x, weights  # weights: (B, H, L, L) | None
+
+
+class BertEncoder(nn.Module):
+    """The stack of layers. One entry point, so a padding-free (varlen) path can replace the
+    loop without touching the layers: ``forward(hidden, mask, output_attentions)``."""
+
+    def __init__(self, config: BertConfig, backend: str = "auto") -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            BertLayer(config, backend) for _ in range(config.num_hidden_layers)
+        )
+
+    def forward(
+        self, hidden: Tensor, mask: PreparedMask, output_attentions: frozenset[int] = frozenset()
+    ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+        attentions: list[Tensor | None] = []
+        for i, layer in enumerate(self.layers):
+            hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
+            attentions.append(weights)
+        return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
+
+
+class BertPooler(nn.Module):
+    """dense + tanh on the first ([CLS]) token."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, E)
+
+
+class BertModel(nn.Module):
+    """A BERT encoder whose self-attention is :class:`bertattn.MultiHeadAttention`.
+
+    Args:
+        config: the hyper-parameters.
+        backend: attention backend for every layer (``"auto"``, ``"math"``, ``"sdpa"``, ...).
+        add_pooling_layer: False for checkpoints without a pooler (e.g. ``BertForMaskedLM``).
+    """
+
+    def __init__(
+        self, config: BertConfig, *, backend: str = "auto", add_pooling_layer: bool = True
+    ) -> None:
+        super().__init__()
+        if not isinstance(config, BertConfig):
+            raise ValueError(f"config must be a BertConfig, got {type(config).__name__}.")
+        if backend != "auto":
+            get_backend(backend)  # raises with the valid names
+        self.config = config
+        self.backend = backend
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config, backend)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.name_or_path = ""
+
+    @property
+    def device(self) -> torch.device:
+        return self.embeddings.word.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embeddings.word.weight.dtype
+
+    def _layers_for_weights(self, output_attentions: bool | Sequence[int]) -> frozenset[int]:
+        """``output_attentions`` (a bool or layer indices) as a set of layer indices."""
+        n = self.config.num_hidden_layers
+        if isinstance(output_attentions, bool):
+            chosen = frozenset(range(n)) if output_attentions else frozenset()
+        elif isinstance(output_attentions, Sequence) and not isinstance(output_attentions, str):
+            chosen = frozenset()
+            for i in output_attentions:
+                if isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n:
+                    raise ValueError(
+                        f"output_attentions: layer index {i!r} is out of range; this model has "
+                        f"{n} layers, valid indices are 0..{n - 1} (or -{n}..-1)."
+                    )
+                chosen |= {i % n}
+        else:
+            raise ValueError(
+                f"output_attentions must be a bool or a sequence of layer indices, got "
+                f"{type(output_attentions).__name__}."
+            )
+        if chosen and self.backend != "auto" and not get_backend(self.backend).returns_weights:
+            raise ValueError(
+                f"attention weights were asked for, but this model runs backend "
+                f"{self.backend!r}, which does not return them; build it with backend='auto' "
+                f"(math for the asked layers only) or backend='math'."
+            )
+        return chosen
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_attentions: bool | Sequence[int] = False,
+    ) -> BertModelOutput:
+        """Encode a batch.
+
+        Args:
+            input_ids: ``(B, L)`` token ids.
+            attention_mask: ``(B, L)``, 1 = real token, 0 = padding (Hugging Face polarity).
+            token_type_ids: ``(B, L)`` segment ids; zeros when None.
+            output_attentions: True for every layer's weights, or the layer indices wanted
+                (only those run the weight-returning math path).
+        """
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            got = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids)
+            raise ValueError(f"input_ids must be a (batch, seq_len) tensor, got {got}.")
+        b, seq_len = input_ids.shape
+        if seq_len > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {seq_len} exceeds max_position_embeddings "
+                f"({self.config.max_position_embeddings}); truncate the input."
+            )
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if t is not None and tuple(t.shape) != (b, seq_len):
+                raise ValueError(
+                    f"{name} has shape {tuple(t.shape)}; expected {(b, seq_len)} like input_ids."
+                )
+        want = self._layers_for_weights(output_attentions)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+
+        hidden = self.embeddings(input_ids, token_type_ids)  # (B, L, E)
+        mask = prepare_mask(  # once per forward, shared by every layer
+            key_padding_mask=attention_mask,
+            batch=b,
+            heads=self.config.num_attention_heads,
+            query_len=seq_len,
+            key_len=seq_len,
+            dtype=hidden.dtype,
+            device=hidden.device,
+        )
+        hidden, attentions = self.encoder(hidden, mask, want)  # (B, L, E)
+        pooled = None if self.pooler is None else self.pooler(hidden)  # (B, E)
+        return BertModelOutput(hidden, pooled, attentions if want else None)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        *,
+        dtype: torch.dtype | str | None = None,
+        backend: str = "auto",
+    ) -> BertModel:
+        """Load a Hugging Face BERT folder (or a cached hub name); see
+        :func:`bertattn.bert.checkpoint.load_pretrained`."""
+        from .checkpoint import load_pretrained
+
+        return load_pretrained(cls, path, dtype=dtype, backend=backend)

@@ -1,0 +1,165 @@
+"""`bertattn encode` end to end, as a subprocess (`python -m bertattn encode ...`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertattn import Bert
+from bertattn.bert.encode_job import read_texts, write_embeddings_atomic
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+LONG = " ".join(["supercalifragilistic expialidocious"] * 200)  # far over 256 tokens
+LINES = ["The first line.", "", "A second, longer line about attention heads.", LONG, "ok"]
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def _run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bertattn", "encode", *args],
+        input=stdin,
+        capture_output=True,
+        env=_env(),
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return Bert.load()
+
+
+def test_text_file_to_npy_and_jsonl(tmp_path, bert):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.npy"
+    proc = _run(str(src), "-o", str(out), "--batch-size", "2")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "5 texts (1 empty, 1 truncated to 256 tokens)" in err
+    got = np.load(out)
+    assert got.dtype == np.float32 and got.shape == (5, 384)
+    with pytest.warns(UserWarning, match="1 of 5 inputs were longer than max_length=256"):
+        want = bert.encode(LINES)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+    out_jsonl = tmp_path / "out.jsonl"
+    proc = _run(str(src), "-o", str(out_jsonl), "--pooling", "cls", "--no-normalize", "-q")
+    assert proc.returncode == 0, proc.stderr.decode()
+    rows = [json.loads(line) for line in out_jsonl.read_text().splitlines()]
+    assert [r["index"] for r in rows] == list(range(5))
+    with pytest.warns(UserWarning, match="truncated"):
+        want = bert.encode(LINES, pooling="cls", normalize=False)
+    np.testing.assert_allclose(np.array([r["embedding"] for r in rows]), want, rtol=1e-6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.jsonl", "out.npy"]
+
+
+def test_jsonl_input_with_field_from_stdin(tmp_path, bert):
+    texts = ["alpha beta", "", "gamma"]
+    data = "".join(json.dumps({"id": i, "body": t}) + "\n" for i, t in enumerate(texts))
+    out = tmp_path / "o.npy"
+    proc = _run("-", "-o", str(out), "--field", "body", "--max-length", "8", stdin=data.encode())
+    assert proc.returncode == 0, proc.stderr.decode()
+    np.testing.assert_allclose(np.load(out), bert.encode(texts, max_length=8), atol=1e-5)
+    src = tmp_path / "in.jsonl"
+    src.write_text(data)
+    proc = _run(str(src), "-o", str(out))  # .jsonl input: field 'text' by default
+    assert proc.returncode == 2
+    assert "line 1: no field 'text' (found: id, body); choose it with --field" in (
+        proc.stderr.decode()
+    )
+
+
+def test_invalid_utf8(tmp_path):
+    src = tmp_path / "bad.txt"
+    src.write_bytes(b"fine\nalso fine\nbroken \xff\xfe here\n")
+    out = tmp_path / "out.npy"
+    proc = _run(str(src), "-o", str(out))
+    err = proc.stderr.decode()
+    assert proc.returncode == 2
+    assert err.startswith("bertattn encode: error:") and "Traceback" not in err
+    assert f"{src}: line 3: invalid UTF-8" in err
+    assert not out.exists()
+
+
+def test_missing_model_and_corrupt_weights(tmp_path, minilm_dir):
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    proc = _run(str(src), "-o", str(tmp_path / "o.npy"), "--model", str(tmp_path / "nomodel"))
+    assert proc.returncode == 2
+    assert f"model folder {tmp_path / 'nomodel'} does not exist" in proc.stderr.decode()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((minilm_dir / "config.json").read_text())
+    (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}garbage")
+    proc = _run(str(src), "-o", str(tmp_path / "o.npy"), "--model", str(broken))
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "Traceback" not in err
+    assert f"cannot read weights file {broken / 'model.safetensors'}" in err
+    assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_interrupted_run_leaves_no_output(tmp_path, sig):
+    src = tmp_path / "big.txt"
+    line = "a moderately long sentence about multi-head self-attention in BERT encoders"
+    src.write_text("\n".join(f"{i} {line} {i}" for i in range(20000)) + "\n")
+    out = tmp_path / "out.npy"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bertattn", "encode", str(src), "-o", str(out), "--batch-size", "4"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=_env(),
+    )
+    seen = b""
+    deadline = time.monotonic() + 120
+    try:
+        while b"text/s]" not in seen:  # the progress bar is running
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 4096)
+                assert chunk or proc.poll() is None, seen.decode(errors="replace")
+                seen += chunk
+        proc.send_signal(sig)
+        rest = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    if sig != signal.SIGKILL:  # a catchable signal: clean exit code and message, no traceback
+        assert proc.returncode in (130, 143)
+        assert b"Traceback" not in rest
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["big.txt"]
+
+
+def test_read_and_write_pieces(tmp_path):
+    src = tmp_path / "t.txt"
+    src.write_bytes(b"a\r\n\nb")
+    assert read_texts(src) == ["a", "", "b"]
+    emb = np.arange(6, dtype=np.float32).reshape(3, 2) / 7
+    out = write_embeddings_atomic(tmp_path / "e.jsonl", emb)
+    rows = [json.loads(x)["embedding"] for x in out.read_text().splitlines()]
+    np.testing.assert_array_equal(np.array(rows, dtype=np.float32), emb)
+    with pytest.raises(ValueError, match=r"must end in \.npy or \.jsonl"):
+        write_embeddings_atomic(tmp_path / "e.csv", emb)

@@ -1,0 +1,93 @@
+"""BertTokenizer: tokenizer.json vs vocab.txt, truncation reports, pairs."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+
+from bertattn.bert import BertTokenizer
+
+TEXTS = [
+    "Héllo, World! Naïve café owners don't tokenize 日本語 easily.",
+    "unaffable   preprocessing\tof\u200bzero-width text",
+    "",
+    "BERT's [MASK] token and [UNK] stay whole.",
+]
+
+
+@pytest.fixture(scope="module")
+def from_json(minilm_dir):
+    return BertTokenizer.from_folder(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def from_vocab(minilm_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("vocab_only")
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(minilm_dir / name, d / name)
+    assert not (d / "tokenizer.json").exists()
+    return BertTokenizer.from_folder(d)
+
+
+def test_vocab_only_matches_tokenizer_json(from_json, from_vocab):
+    a, b = from_json(TEXTS), from_vocab(TEXTS)
+    assert a.input_ids.tolist() == b.input_ids.tolist()
+    assert a.tokens == b.tokens
+    pa, pb = from_json(TEXTS, TEXTS[::-1]), from_vocab(TEXTS, TEXTS[::-1])
+    assert pa.input_ids.tolist() == pb.input_ids.tolist()
+    assert pa.token_type_ids.tolist() == pb.token_type_ids.tolist()
+
+
+def test_matches_transformers_tokenizer(from_json, minilm_dir):
+    transformers = pytest.importorskip("transformers")
+    ref = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
+    ours = from_json(TEXTS, TEXTS[::-1])
+    theirs = ref(TEXTS, TEXTS[::-1], padding=True)
+    assert ours.input_ids.tolist() == theirs["input_ids"]
+    assert ours.token_type_ids.tolist() == theirs["token_type_ids"]
+    assert ours.attention_mask.tolist() == theirs["attention_mask"]
+
+
+def test_pair_token_type_ids(from_json):
+    batch = from_json(["the cat"], ["sat down"])
+    assert batch.tokens[0] == ["[CLS]", "the", "cat", "[SEP]", "sat", "down", "[SEP]"]
+    assert batch.token_type_ids[0].tolist() == [0, 0, 0, 0, 1, 1, 1]
+
+
+def test_padding_and_mask(from_json):
+    batch = from_json(["a", "a b c d"])
+    assert batch.input_ids.shape == (2, 6)
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 0, 0, 0], [1] * 6]
+    assert batch.input_ids[0, 3:].tolist() == [from_json.pad_token_id] * 3
+
+
+def test_truncation_is_reported(from_json, caplog):
+    with (
+        caplog.at_level(logging.INFO, logger="bertattn.bert"),
+        pytest.warns(
+            UserWarning,
+            match=r"2 of 3 inputs were longer than max_length=5 tokens and were truncated",
+        ),
+    ):
+        batch = from_json(["one two three four", "a", "one two three four five"], max_length=5)
+    assert batch.num_truncated == 2
+    assert batch.input_ids.shape == (3, 5)
+    assert batch.tokens[0] == ["[CLS]", "one", "two", "three", "[SEP]"]
+    assert "2 of 3 inputs" in caplog.text
+
+
+def test_default_limit_is_model_max_length(from_json):
+    assert from_json.model_max_length == 512
+    with pytest.warns(UserWarning, match="1 of 1 inputs"):
+        assert from_json(["word " * 600]).input_ids.shape == (1, 512)
+
+
+def test_errors(from_json, tmp_path):
+    with pytest.raises(ValueError, match="wrap a single text in a list"):
+        from_json("just a string")
+    with pytest.raises(ValueError, match="2 texts but 1 pairs"):
+        from_json(["a", "b"], ["c"])
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json and no vocab.txt"):
+        BertTokenizer.from_folder(tmp_path)
