@@ -9,7 +9,7 @@
   var D = JSON.parse(document.getElementById("bertattn-data").textContent);
   var N = D.n, K = D.k, H = D.heads, NL = D.layer_ids.length;
   var ROLL = D.rollout ? NL : -1;  // the rollout is the "layer" after the last one
-  var ROW = 18, THUMB = Math.min(N, 48), BUCKETS = 16;
+  var ROW = 18, THUMB = Math.min(N, 48), BUCKETS = 16, LINE_BUDGET = 1500;
 
   function bytes(s) {
     var bin = atob(s), out = new Uint8Array(bin.length);
@@ -50,12 +50,27 @@
 
   // ---- DOM -----------------------------------------------------------------------------------
   var $ = function (id) { return document.getElementById(id); };
-  var canvas = $("lines"), ctx = canvas.getContext("2d");
-  var dpr = Math.min(window.devicePixelRatio || 1, Math.max(1, Math.floor(30000 / (N * ROW))));
-  var CW = 260, CH = N * ROW;
-  canvas.width = CW * dpr; canvas.height = CH * dpr;
-  canvas.style.width = CW + "px"; canvas.style.height = CH + "px";
-  ctx.scale(dpr, dpr);
+  var canvas = $("lines"), ctx = canvas.getContext("2d", { willReadFrequently: true });
+  // The canvas is only as tall as the visible part of the scroller (it is sticky inside a
+  // column as tall as the token lists) and is redrawn on scroll: raster cost stays bounded by
+  // the viewport, not by 512 tokens x 18 px.
+  var scroller = $("head-scroller"), CW = 260, CH = 0, TOP = 0;
+  $("canvas-col").style.height = N * ROW + "px";
+  function sizeCanvas() {
+    var dpr = window.devicePixelRatio || 1;
+    CH = Math.max(ROW, Math.min(N * ROW, scroller.clientHeight || N * ROW));
+    canvas.width = CW * dpr; canvas.height = CH * dpr;
+    canvas.style.width = CW + "px"; canvas.style.height = CH + "px";
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  }
+  var pending = false;
+  function redrawSoon() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(function () { pending = false; draw(); });
+  }
+  scroller.addEventListener("scroll", redrawSoon, { passive: true });
+  window.addEventListener("resize", function () { sizeCanvas(); redrawSoon(); });
 
   function tokenColumn(el, side) {
     var frag = document.createDocumentFragment();
@@ -136,11 +151,46 @@
   }
 
   // ---- head view -----------------------------------------------------------------------------
+  // The strongest drawable entries of the current view: (query, rank) within the top-k slider,
+  // at or above the threshold. Without a focus token at most LINE_BUDGET lines are drawn (the
+  // strongest): long lines across a tall canvas are what costs raster time, and thousands of
+  // them are unreadable anyway. The cutoff is found from a histogram of the uint8 weights.
+  function cutoff(heads, kk, cut) {
+    var hist = new Uint32Array(256), total = 0;
+    for (var a = 0; a < heads.length; a++) {
+      var b = block(state.layer, heads[a] < 0 ? 0 : heads[a]);
+      for (var q = 0; q < N; q++) {
+        var base = b.off + q * K;
+        for (var r = 0; r < kk; r++) {
+          var v = b.val[base + r];
+          if (v < cut) break;
+          if (!visible(q, b.idx[base + r])) continue;
+          hist[v]++; total++;
+        }
+      }
+    }
+    var c = 255, n = hist[255];
+    while (c > cut && n + hist[c - 1] <= LINE_BUDGET) { c--; n += hist[c]; }
+    if (total <= LINE_BUDGET) c = cut;
+    return { cut: c, total: total, drawn: total <= LINE_BUDGET ? total : n };
+  }
+
+  // Is the line q -> j drawn? With a focus token: when it crosses the visible rows. Without:
+  // only when both tokens are in view (lines leaving the view would all pile up at its edges).
+  function visible(q, j) {
+    var lo = TOP - ROW, hi = TOP + CH, a = q * ROW, b = j * ROW;
+    if (state.focus) return !((a < lo && b < lo) || (a > hi && b > hi));
+    return a >= lo && a <= hi && b >= lo && b <= hi;
+  }
+
   function draw() {
     var t = performance.now();
+    TOP = Math.min(scroller.scrollTop, Math.max(0, N * ROW - CH));
     ctx.clearRect(0, 0, CW, CH);
     var f = state.focus, heads = visibleHeads();
     var cut = Math.max(1, Math.ceil(state.threshold * 255 - 1e-9)), kk = state.topk;
+    var info = null;
+    if (!f) { info = cutoff(heads, kk, cut); cut = info.cut; }
     var x0 = 2, x1 = CW - 2, keyMass = f ? new Float32Array(N) : null;
     ctx.lineWidth = f ? 2.5 : 1.5;
     for (var a = 0; a < heads.length; a++) {
@@ -150,15 +200,16 @@
       var q0 = 0, q1 = N;
       if (f && f.side === "left") { q0 = f.i; q1 = f.i + 1; }
       for (var q = q0; q < q1; q++) {
-        var base = b.off + q * K, yq = (q + 0.5) * ROW;
+        var base = b.off + q * K, yq = (q + 0.5) * ROW - TOP;
         for (var r = 0; r < kk; r++) {
           var v = b.val[base + r];
           if (v < cut) break;  // sorted by weight: the rest are smaller
           var j = b.idx[base + r];
           if (f && f.side === "right" && j !== f.i) continue;
-          var bk = Math.min(BUCKETS - 1, (v * BUCKETS) >> 8);
-          paths[bk].moveTo(x0, yq); paths[bk].lineTo(x1, (j + 0.5) * ROW);
           if (keyMass) keyMass[f.side === "left" ? j : q] += v / 255 / heads.length;
+          if (!visible(q, j)) continue;
+          var bk = Math.min(BUCKETS - 1, (v * BUCKETS) >> 8);
+          paths[bk].moveTo(x0, yq); paths[bk].lineTo(x1, (j + 0.5) * ROW - TOP);
         }
       }
       ctx.strokeStyle = headColor(heads[a]);
@@ -168,7 +219,14 @@
       }
     }
     ctx.globalAlpha = 1;
+    ctx.getImageData(0, 0, 1, 1);  // force the raster now, so the time below is honest
     shadeTokens(f, keyMass);
+    $("lines-info").textContent = info
+      ? (info.drawn < info.total
+        ? "showing the " + info.drawn + " strongest of " + info.total +
+          " lines between tokens in view (weight \u2265 " + (info.cut / 255).toFixed(3) + "); hover a token for all of its own"
+        : info.total + " lines between tokens in view")
+      : "";
     api.lastDrawMs = performance.now() - t;
     api.drawCount++;
     return api.lastDrawMs;
@@ -225,7 +283,7 @@
   }
   function buildThumbs() {
     var box = $("thumbs");
-    box.style.gridTemplateColumns = "auto repeat(" + H + ", 50px)";
+    box.style.gridTemplateColumns = "max-content repeat(" + H + ", 50px)";
     box.appendChild(document.createElement("span"));
     for (var h = 0; h < H; h++) {
       var hl = document.createElement("span");
@@ -263,11 +321,13 @@
     layers: NL, heads: H, tokens: N, hasRollout: !!R,
     state: function () { return JSON.parse(JSON.stringify(state)); },
     setLayer: setLayer, setHeads: setHeads,
+    setLineBudget: function (n) { LINE_BUDGET = n; return draw(); },
     hoverToken: function (i, side) { setFocus({ side: side || "left", i: i }); return api.lastDrawMs; },
     clearHover: function () { state.pinned = null; return setFocus(null); },
   };
   window.bertattn = api;
 
+  sizeCanvas();
   syncControls();
   draw();
   buildThumbs();
