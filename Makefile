@@ -21,12 +21,15 @@ $(STAMP): requirements-dev.txt pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/bertattn demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+
+browser:
+	sh scripts/ensure-browser.sh
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
