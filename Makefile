@@ -18,8 +18,13 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+DEMO_TEXT := The animal didn't cross the street because it was too tired.
+DEMO_PAIR := It stayed on the sidewalk and slept.
+
 demo: $(STAMP)
 	$(VENV)/bin/bertattn demo
+	$(VENV)/bin/bertattn attend "$(DEMO_TEXT)" --pair "$(DEMO_PAIR)" --layer 2 --head 0 \
+		--rollout --png attention.png --html attention.html
 
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 #: subcommand -> one-line help; the code is in ``bertattn/cli/<name>.py``.
 COMMANDS: dict[str, str] = {
     "demo": "run the article's example on every attention backend",
+    "attend": "show one text's attention: summary, PNG, interactive HTML page, JSON",
     "encode": "embed every line of a text / .jsonl file into .npy or .jsonl",
     "bench": "time MultiHeadAttention against its peers (module level)",
 }
