@@ -5,7 +5,9 @@
         --pooler (dense + tanh on [CLS])--> (B, E)
 
 B batch, L sequence length, E hidden_size, H heads, I intermediate_size.
-The padding mask is prepared once per forward and shared by every layer.
+The padding mask is prepared once per forward and shared by every layer. With the ``varlen``
+backend (or ``auto`` on a padded batch) the real tokens are packed once after the input ids are
+read, every layer works on ``(T, E)`` (T = real tokens), and the result is padded once at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
+from ..attention.dispatch import choose_backend
+from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from .config import BertConfig
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertEmbeddings"]
@@ -60,11 +64,14 @@ class BertEmbeddings(nn.Module):
         self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
-        _, seq_len = input_ids.shape
-        positions = torch.arange(seq_len, device=input_ids.device)  # (L,)
-        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
-        return self.dropout(self.norm(x))  # (B, L, E)
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None = None
+    ) -> Tensor:
+        """``(B, L)`` ids -> ``(B, L, E)``; or packed ``(T,)`` ids with their ``position_ids``."""
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device)  # (L,)
+        x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
+        return self.dropout(self.norm(x))  # (B, L, E) or (T, E)
 
 
 class BertMLP(nn.Module):
@@ -99,9 +106,18 @@ class BertLayer(nn.Module):
         self, x: Tensor, mask: PreparedMask, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attn.attend(x, mask, need_weights=need_weights)  # (B, L, E)
-        x = self.attn_norm(x + self.attn_dropout(a))  # (B, L, E)
-        x = self.mlp_norm(x + self.mlp(x))  # (B, L, E)
-        return x, weights  # weights: (B, H, L, L) | None
+        return self.block(x, a), weights  # weights: (B, H, L, L) | None
+
+    def forward_packed(self, x: Tensor, packed: PackedBatch, reason: str) -> Tensor:
+        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``."""
+        requested = self.attn.backend
+        a = self.attn.attend_packed(x, packed, reason=reason, requested=requested)  # (T, E)
+        return self.block(x, a)
+
+    def block(self, x: Tensor, a: Tensor) -> Tensor:
+        """Residual + LayerNorm around the attention output ``a``, then the MLP block."""
+        x = self.attn_norm(x + self.attn_dropout(a))  # (..., E)
+        return self.mlp_norm(x + self.mlp(x))  # (..., E)
 
 
 class BertEncoder(nn.Module):
@@ -122,6 +138,12 @@ class BertEncoder(nn.Module):
             hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
             attentions.append(weights)
         return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
+
+    def forward_packed(self, hidden: Tensor, packed: PackedBatch, reason: str) -> Tensor:
+        """Every layer on packed real tokens ``(T, E)``; no attention weights."""
+        for layer in self.layers:
+            hidden = layer.forward_packed(hidden, packed, reason)
+        return hidden  # (T, E)
 
 
 class BertPooler(nn.Module):
@@ -194,6 +216,33 @@ class BertModel(nn.Module):
             )
         return chosen
 
+    def _packing(
+        self, attention_mask: Tensor | None, want: frozenset[int], shape: tuple[int, int]
+    ) -> tuple[PackedBatch | None, str]:
+        """Whether this forward runs packed (varlen), and why; decided once per forward.
+
+        Explicit ``varlen`` always packs; ``auto`` packs a padded batch when no weights are
+        asked for and the padding share reaches the ``auto`` threshold; torch.compile / export
+        tracing never packs (the per-sequence loop depends on tensor values).
+        """
+        explicit = self.backend != "auto" and get_backend(self.backend).layout == "packed"
+        if not explicit and (self.backend != "auto" or want or attention_mask is None):
+            return None, ""
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+            if explicit:
+                raise ValueError(
+                    "backend 'varlen' cannot be traced (torch.compile / export): its "
+                    "per-sequence loop depends on the mask's values; use 'sdpa' or 'auto'."
+                )
+            return None, ""
+        if attention_mask is None:  # explicit varlen, no padding: one sequence per row
+            attention_mask = torch.ones(shape, dtype=torch.bool, device=self.device)
+        packed = pack_padding_mask(attention_mask)
+        name, reason = choose_backend(
+            self.backend, need_weights=False, pad_fraction=packed.pad_fraction
+        )
+        return (packed, reason) if get_backend(name).layout == "packed" else (None, "")
+
     def forward(
         self,
         input_ids: Tensor,
@@ -228,17 +277,25 @@ class BertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
 
-        hidden = self.embeddings(input_ids, token_type_ids)  # (B, L, E)
-        mask = prepare_mask(  # once per forward, shared by every layer
-            key_padding_mask=attention_mask,
-            batch=b,
-            heads=self.config.num_attention_heads,
-            query_len=seq_len,
-            key_len=seq_len,
-            dtype=hidden.dtype,
-            device=hidden.device,
-        )
-        hidden, attentions = self.encoder(hidden, mask, want)  # (B, L, E)
+        packed, reason = self._packing(attention_mask, want, (b, seq_len))
+        if packed is not None:  # pack once, every layer on (T, E), pad once
+            ids, types = unpad(input_ids, packed), unpad(token_type_ids, packed)  # (T,)
+            positions = unpad(torch.arange(seq_len, device=input_ids.device).expand(b, -1), packed)
+            hidden = self.embeddings(ids, types, positions)  # (T, E)
+            hidden = pad(self.encoder.forward_packed(hidden, packed, reason), packed)  # (B, L, E)
+            attentions: tuple[Tensor | None, ...] = ()
+        else:
+            hidden = self.embeddings(input_ids, token_type_ids)  # (B, L, E)
+            mask = prepare_mask(  # once per forward, shared by every layer
+                key_padding_mask=attention_mask,
+                batch=b,
+                heads=self.config.num_attention_heads,
+                query_len=seq_len,
+                key_len=seq_len,
+                dtype=hidden.dtype,
+                device=hidden.device,
+            )
+            hidden, attentions = self.encoder(hidden, mask, want)  # (B, L, E)
         pooled = None if self.pooler is None else self.pooler(hidden)  # (B, E)
         return BertModelOutput(hidden, pooled, attentions if want else None)
 

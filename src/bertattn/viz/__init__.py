@@ -29,9 +29,7 @@ __all__ = [
 ]
 
 
-def save_json(
-    maps: AttentionMaps, path: str | os.PathLike[str], *, rollout=None
-) -> Path:
+def save_json(maps: AttentionMaps, path: str | os.PathLike[str], *, rollout=None) -> Path:
     """``maps.to_dict()`` (plus ``"rollout"`` when given) as JSON, written atomically."""
     data = maps.to_dict()
     if rollout is not None:

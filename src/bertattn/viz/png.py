@@ -76,8 +76,9 @@ def _heatmap(fig: Figure, ax, w: np.ndarray, tokens: list[str], title: str, seg:
     if seg is not None:
         for line in (ax.axhline, ax.axvline):
             line(seg - 0.5, color="white", lw=0.8, ls="--")
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02,
-                 label="attention weight (square-root colour scale)")
+    fig.colorbar(
+        im, ax=ax, fraction=0.046, pad=0.02, label="attention weight (square-root colour scale)"
+    )
 
 
 def _thumbnails(fig: Figure, spec, maps: AttentionMaps, sel: tuple[int, int]) -> None:
@@ -96,8 +97,9 @@ def _thumbnails(fig: Figure, spec, maps: AttentionMaps, sel: tuple[int, int]) ->
                 ax.set_title(f"H{h}", fontsize=7)
             if (r, h) == sel:
                 m = t.shape[0]
-                ax.add_patch(Rectangle((-0.5, -0.5), m, m, fill=False, ec="red", lw=2.5,
-                                       clip_on=False))
+                ax.add_patch(
+                    Rectangle((-0.5, -0.5), m, m, fill=False, ec="red", lw=2.5, clip_on=False)
+                )
 
 
 def save_png(
@@ -132,17 +134,38 @@ def save_png(
     fig = Figure(figsize=figure_size(rollout=rollout is not None), dpi=dpi)
     FigureCanvasAgg(fig)
     widths = [_MAIN_IN, _GRID_IN] + ([_MAIN_IN] if rollout is not None else [])
-    spec = fig.add_gridspec(1, len(widths), width_ratios=widths, left=0.06, right=0.98,
-                            bottom=0.14, top=0.9, wspace=0.25)
+    spec = fig.add_gridspec(
+        1,
+        len(widths),
+        width_ratios=widths,
+        left=0.06,
+        right=0.98,
+        bottom=0.14,
+        top=0.9,
+        wspace=0.25,
+    )
     name = maps.model_name or "attention"
-    fig.suptitle(f"{name}: {n} tokens, {maps.num_layers} layers x {maps.num_heads} heads",
-                 fontsize=14)
-    _heatmap(fig, fig.add_subplot(spec[0, 0]), maps.layers[idx][head], maps.tokens,
-             f"layer {layer}, head {head}", maps.segment_start)
+    fig.suptitle(
+        f"{name}: {n} tokens, {maps.num_layers} layers x {maps.num_heads} heads", fontsize=14
+    )
+    _heatmap(
+        fig,
+        fig.add_subplot(spec[0, 0]),
+        maps.layers[idx][head],
+        maps.tokens,
+        f"layer {layer}, head {head}",
+        maps.segment_start,
+    )
     _thumbnails(fig, spec[0, 1], maps, (idx, head))
     if rollout is not None:
-        _heatmap(fig, fig.add_subplot(spec[0, 2]), rollout, maps.tokens,
-                 "attention rollout (all layers, heads averaged)", maps.segment_start)
+        _heatmap(
+            fig,
+            fig.add_subplot(spec[0, 2]),
+            rollout,
+            maps.tokens,
+            "attention rollout (all layers, heads averaged)",
+            maps.segment_start,
+        )
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return write_atomic(path, buf.getvalue(), what="PNG")

@@ -39,9 +39,7 @@ def attention_rollout(
             ``False`` gives the plain product of the head-reduced matrices (rows renormalised).
     """
     if head_reduce not in HEAD_REDUCTIONS:
-        raise ValueError(
-            f"head_reduce={head_reduce!r} is not one of {', '.join(HEAD_REDUCTIONS)}"
-        )
+        raise ValueError(f"head_reduce={head_reduce!r} is not one of {', '.join(HEAD_REDUCTIONS)}")
     if maps.layer_ids != list(range(maps.num_layers)):
         warnings.warn(
             f"rollout over layers {maps.layer_ids} only, not the whole model from layer 0",
