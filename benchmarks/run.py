@@ -38,9 +38,25 @@ def _memory(args: argparse.Namespace) -> tuple[object, str]:
     return mib, "\n".join(lines)
 
 
+def _padded(args: argparse.Namespace) -> tuple[object, str]:
+    from .padded import format_padded_table, run_padded_bench
+
+    results = run_padded_bench(repeats=args.repeats)
+    return results, format_padded_table(results)
+
+
+def _encode(args: argparse.Namespace) -> tuple[object, str]:
+    from .encode import format_encode_table, run_encode_bench
+
+    result = run_encode_bench(repeats=args.repeats)
+    return result, format_encode_table(result)
+
+
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[object, str]]] = {
     "module": _module,
     "memory": _memory,
+    "padded": _padded,
+    "encode": _encode,
 }
 
 

@@ -1,0 +1,204 @@
+"""GPU check and timings, in one call of a few minutes on a CUDA machine (never needed by tests).
+
+    PYTHONPATH=src python -m benchmarks.gpu [--json gpu.json]
+
+1. correctness on CUDA: MultiHeadAttention math vs sdpa vs varlen (fp32, bf16, fp16; padding,
+   an all-padding row) by the relative rule against an fp64 CPU reference; a tiny BertModel on
+   every backend vs Hugging Face on the same GPU;
+2. the padded-batch BERT-base case of ByteTransformer's paper (B=16, max length 512, mean
+   length 0.6 x max): bertattn varlen / sdpa vs HF BertModel sdpa, fp16 and bf16;
+3. the module at L=512 and 2048 (bf16), achieved TFLOP/s vs torch.nn.MultiheadAttention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import tempfile
+
+import torch
+
+import bertattn
+from bertattn.bench.module import attention_flops
+
+DEV = torch.device("cuda")
+
+
+def _time(fn, repeats: int = 20) -> float:  # type: ignore[no-untyped-def]
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(samples)
+
+
+def check_module() -> list[dict[str, object]]:
+    torch.manual_seed(0)
+    e, h, b, length = 256, 4, 4, 77
+    m64 = bertattn.MultiHeadAttention(e, h, 0.0).double().eval()
+    x64 = torch.randn(b, length, e, dtype=torch.float64)
+    kpm = torch.ones(b, length, dtype=torch.bool)
+    kpm[1, 40:] = False
+    kpm[2, :] = False  # all padding
+    kpm[3, 5:] = False
+    with torch.no_grad():
+        ref = m64(x64, key_padding_mask=kpm)[0]
+    real = kpm
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        m = copy.deepcopy(m64).to(DEV, dtype)
+        x = x64.to(DEV, dtype)
+        k = kpm.to(DEV)
+        errs = {}
+        with torch.no_grad():
+            for backend in ("math", "sdpa", "varlen"):
+                m.backend = backend
+                out = m(x, key_padding_mask=k, need_weights=backend == "math")[0].double().cpu()
+                assert torch.isfinite(out).all(), (backend, dtype)
+                errs[backend] = (out[real] - ref[real]).abs().max().item()
+        ok = all(errs[n] <= 2 * errs["math"] + 1e-6 for n in errs)
+        rows.append({"dtype": str(dtype), "max_err_vs_fp64": errs, "relative_rule_ok": ok})
+        print(f"module {dtype}: {errs} relative rule {'OK' if ok else 'FAILED'}", flush=True)
+    return rows
+
+
+def check_bert() -> list[dict[str, object]]:
+    from transformers import BertConfig as HFConfig
+    from transformers import BertModel as HFBertModel
+
+    torch.manual_seed(0)
+    cfg = HFConfig(
+        vocab_size=99,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+    )
+    cfg._attn_implementation = "eager"
+    hf = HFBertModel(cfg).eval()
+    ids = torch.randint(0, 99, (3, 9))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 5:] = 0
+    mask[2, 2:] = 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        hf.save_pretrained(tmp)
+        hf = hf.to(DEV)
+        ref = hf(ids.to(DEV), attention_mask=mask.to(DEV)).last_hidden_state
+        real = mask.bool().to(DEV)
+        for backend in ("math", "sdpa", "varlen", "auto"):
+            model = bertattn.BertModel.from_pretrained(tmp, backend=backend).to(DEV)
+            out = model(ids.to(DEV), mask.to(DEV)).last_hidden_state
+            err = (out[real] - ref[real]).abs().max().item()
+            rows.append({"backend": backend, "max_abs_diff_vs_hf": err, "ok": err < 1e-4})
+            print(f"BertModel {backend}: max|diff| vs HF on real tokens {err:.2e}", flush=True)
+    return rows
+
+
+def padded_bert() -> list[dict[str, object]]:
+    from transformers import BertConfig as HFConfig
+    from transformers import BertModel as HFBertModel
+
+    gen = torch.Generator().manual_seed(0)
+    b, max_len = 16, 512
+    lengths = torch.randint(int(0.2 * max_len), max_len + 1, (b,), generator=gen)  # mean ~0.6
+    ids = torch.randint(1000, 30000, (b, max_len), generator=gen).to(DEV)
+    mask = (torch.arange(max_len)[None] < lengths[:, None]).long().to(DEV)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        HFBertModel(HFConfig()).save_pretrained(tmp)
+        for dtype in (torch.float16, torch.bfloat16):
+            hf = HFBertModel.from_pretrained(tmp, attn_implementation="sdpa", dtype=dtype)
+            hf = hf.to(DEV).eval()
+            ours = {
+                be: bertattn.BertModel.from_pretrained(tmp, dtype=dtype, backend=be).to(DEV)
+                for be in ("varlen", "sdpa")
+            }
+            with torch.inference_mode():
+                t_hf = _time(lambda m=hf: m(input_ids=ids, attention_mask=mask))
+                times = {
+                    f"bertattn {be}": _time(lambda m=m: m(ids, mask)) for be, m in ours.items()
+                }
+                ref = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+                real = mask.bool()
+                diff = {
+                    be: (m(ids, mask).last_hidden_state[real] - ref[real]).abs().max().item()
+                    for be, m in ours.items()
+                }
+            row = {
+                "dtype": str(dtype),
+                "mean_len": float(lengths.float().mean()),
+                "hf_sdpa_ms": t_hf * 1e3,
+                **{f"{k}_ms": v * 1e3 for k, v in times.items()},
+                "speedup_vs_hf": {k: t_hf / v for k, v in times.items()},
+                "max_abs_diff_vs_hf": diff,
+            }
+            rows.append(row)
+            print(f"padded BERT-base {dtype}: {json.dumps(row)}", flush=True)
+            torch.cuda.empty_cache()
+    return rows
+
+
+def module_tflops() -> list[dict[str, object]]:
+    rows = []
+    for b, length in ((8, 512), (1, 2048), (8, 2048)):
+        torch.manual_seed(0)
+        ours = bertattn.MultiHeadAttention(768, 12, 0.0).to(DEV, torch.bfloat16).eval()
+        t = torch.nn.MultiheadAttention(768, 12, batch_first=True).to(DEV, torch.bfloat16).eval()
+        x = torch.randn(b, length, 768, device=DEV, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            t_ours = _time(lambda m=ours, x=x: m(x, need_weights=False))
+            t_mha = _time(lambda m=t, x=x: m(x, x, x, need_weights=False))
+        flops = attention_flops(b, length, 768)
+        row = {
+            "batch": b,
+            "seq_len": length,
+            "bertattn_tflops": flops / t_ours / 1e12,
+            "torch_mha_tflops": flops / t_mha / 1e12,
+            "bertattn_ms": t_ours * 1e3,
+            "torch_mha_ms": t_mha * 1e3,
+        }
+        rows.append(row)
+        print(f"module bf16 B={b} L={length}: {json.dumps(row)}", flush=True)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", default="gpu.json")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to check")
+        return 0
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
+    out: dict[str, object] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
+    for name, fn in (
+        ("module_check", check_module),
+        ("bert_check", check_bert),
+        ("padded_bert", padded_bert),
+        ("module_tflops", module_tflops),
+    ):
+        try:
+            out[name] = fn()
+        except Exception as exc:  # report and go on: one call must bring back everything
+            print(f"{name} FAILED: {type(exc).__name__}: {exc}", flush=True)
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
