@@ -101,19 +101,25 @@ class MultiHeadAttention(nn.Module):
                 lin.bias.data = bias[i * self.embed_dim : (i + 1) * self.embed_dim]
             self._packed_bias = bias
 
+    def _qkv_tensors(self) -> tuple[Tensor, ...]:
+        lins = self._qkv_linears()
+        return tuple(t for lin in lins for t in (lin.weight, lin.bias) if t is not None)
+
     def _still_packed(self) -> bool:
-        w = self._packed_weight
+        """Whether q/k/v still live in the packed storage (cheap: compares data pointers)."""
+        w, b = self._packed_weight, self._packed_bias
         if w is None:
             return False
-        for i, lin in enumerate(self._qkv_linears()):
-            part = w[i * self.embed_dim : (i + 1) * self.embed_dim]
-            if lin.weight.data_ptr() != part.data_ptr() or lin.weight.dtype != w.dtype:
-                return False
-            if lin.bias is not None:
-                b = self._packed_bias
-                if b is None or lin.bias.data_ptr() != b[i * self.embed_dim].data_ptr():
-                    return False
-        return True
+        rows, elem = self.embed_dim * w.size(1), w.element_size()
+        expect = [w.data_ptr() + i * rows * elem for i in range(3)]
+        if b is not None:
+            expect = [
+                p
+                for i in range(3)
+                for p in (expect[i], b.data_ptr() + i * self.embed_dim * b.element_size())
+            ]
+        tensors = self._qkv_tensors()
+        return [t.data_ptr() for t in tensors] == expect and tensors[0].dtype == w.dtype
 
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, recurse)
@@ -135,7 +141,7 @@ class MultiHeadAttention(nn.Module):
         through.
         """
         lins = self._qkv_linears()
-        needs_graph = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        needs_graph = torch.is_grad_enabled() and any(t.requires_grad for t in self._qkv_tensors())
         if not needs_graph and not torch.compiler.is_compiling() and self._still_packed():
             return self._packed_weight, self._packed_bias  # type: ignore[return-value]
         weight = torch.cat([lin.weight for lin in lins])
