@@ -276,7 +276,10 @@ def load_pretrained(
         inverse = bertattn_to_hf_keys(config, pooler=has_pooler)
         bad = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad]
         raise ValueError(f"{wfile}: shape mismatch with config.json: {'; '.join(bad)}.")
-    state = {k: v.to(target) for k, v in state.items()}
+    half = target in (torch.float16, torch.bfloat16)  # mixed precision: see to_compute_dtype
+    state = {k: v.to(torch.float32 if half else target) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
+    if half:
+        model.to_compute_dtype(target)
     model.name_or_path = str(path)
     return model.eval()

@@ -161,6 +161,7 @@ def encode_file(
     max_length: int | None = None,
     field: str | None = None,
     progress: Callable[[int], Callable[[int], object]] | None = None,
+    dtype: str | None = None,
 ) -> EncodeSummary:
     """Embed every line of ``input`` into ``output`` (see :func:`read_texts` and
     :func:`write_embeddings_atomic`). ``progress(total)`` returns the per-batch callback."""
@@ -168,7 +169,7 @@ def encode_file(
 
     check_output_path(output)  # fail before the model loads
     texts = read_texts(input, field=field)
-    bert = Bert.load(model)
+    bert = Bert.load(model, dtype=dtype)
     start = time.perf_counter()
     callback = None if progress is None else progress(len(texts))
     emb, stats = bert.encode_with_stats(

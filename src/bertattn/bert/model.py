@@ -85,7 +85,8 @@ class BertMLP(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.fc_out(self.act(self.fc_in(x))))  # (B, L, I) -> (B, L, E)
+        h = self.act(self.fc_in(x.to(self.fc_in.weight.dtype)))  # (B, L, I), compute dtype
+        return self.dropout(self.fc_out(h))  # (B, L, E)
 
 
 class BertLayer(nn.Module):
@@ -105,19 +106,21 @@ class BertLayer(nn.Module):
     def forward(
         self, x: Tensor, mask: PreparedMask, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        a, weights = self.attn.attend(x, mask, need_weights=need_weights)  # (B, L, E)
+        cd = self.attn.out_linear.weight.dtype  # compute dtype; x (the residual) may be wider
+        a, weights = self.attn.attend(x.to(cd), mask, need_weights=need_weights)  # (B, L, E)
         return self.block(x, a), weights  # weights: (B, H, L, L) | None
 
     def forward_packed(self, x: Tensor, packed: PackedBatch, reason: str) -> Tensor:
         """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``."""
         requested = self.attn.backend
-        a = self.attn.attend_packed(x, packed, reason=reason, requested=requested)  # (T, E)
+        cd = self.attn.out_linear.weight.dtype
+        a = self.attn.attend_packed(x.to(cd), packed, reason=reason, requested=requested)
         return self.block(x, a)
 
     def block(self, x: Tensor, a: Tensor) -> Tensor:
         """Residual + LayerNorm around the attention output ``a``, then the MLP block."""
-        x = self.attn_norm(x + self.attn_dropout(a))  # (..., E)
-        return self.mlp_norm(x + self.mlp(x))  # (..., E)
+        x = self.attn_norm(x + self.attn_dropout(a).to(x.dtype))  # (..., E)
+        return self.mlp_norm(x + self.mlp(x).to(x.dtype))  # (..., E)
 
 
 class BertEncoder(nn.Module):
@@ -154,7 +157,8 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))  # (B, E)
+        first = hidden[:, 0].to(self.dense.weight.dtype)  # (B, E)
+        return torch.tanh(self.dense(first)).to(hidden.dtype)  # (B, E)
 
 
 class BertModel(nn.Module):
@@ -187,7 +191,23 @@ class BertModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
+        """The compute dtype: that of the matrix products (see :meth:`to_compute_dtype`)."""
+        if self.encoder.layers:
+            return self.encoder.layers[0].attn.out_linear.weight.dtype
         return self.embeddings.word.weight.dtype
+
+    def to_compute_dtype(self, dtype: torch.dtype) -> BertModel:
+        """Run the matrix products in ``dtype`` (e.g. bfloat16) and keep the embeddings, every
+        LayerNorm and the residual stream in float32, as mixed precision does: the GEMMs get
+        the half-precision speed, the sums and normalizations keep float32 accuracy. The
+        outputs are float32. (``model.to(torch.bfloat16)`` makes everything bfloat16 instead.)
+        """
+        for layer in self.encoder.layers:
+            layer.attn.to(dtype)  # repacks the fused QKV storage
+            layer.mlp.to(dtype)
+        if self.pooler is not None:
+            self.pooler.to(dtype)
+        return self
 
     def _layers_for_weights(self, output_attentions: bool | Sequence[int]) -> frozenset[int]:
         """``output_attentions`` (a bool or layer indices) as a set of layer indices."""

@@ -20,6 +20,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=None, help="tokens (default: the model's)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="compute dtype (bfloat16: ~2x faster on CPUs with AVX512-BF16/AMX; output float32)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -56,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             max_length=args.max_length,
             field=args.field,
+            dtype=args.dtype,
             progress=progress,
         )
     except KeyboardInterrupt:
