@@ -272,7 +272,10 @@ def _encode_chunks(
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             parts.mark_failed(info.rank, chunk, error)
-            raise ChunkFailed(f"rank {info.rank} failed on {chunk.describe()}: {error}") from exc
+            raise ChunkFailed(
+                f"rank {info.rank} failed on {chunk.describe()}: {error}; the finished chunks "
+                f"are kept in {parts.path}: rerun the same command to resume"
+            ) from exc
         if delay:
             time.sleep(delay)
 
