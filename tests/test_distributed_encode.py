@@ -17,9 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertattn.bert.encode_job import encode_file
 from bertattn.distributed import (
     Chunk,
+    ChunkFailed,
     PartsFolder,
+    RankInfo,
     assign_chunks,
     chunk_token_target,
     encode_file_chunked,
@@ -198,17 +201,18 @@ def test_killed_rank_then_resume(tmp_path, tiny):
     """SIGKILL rank 1 once some parts exist: the run fails (no output, parts kept); the rerun
     finishes, reuses exactly the parts that existed, and equals an uninterrupted run."""
     src = _write(tmp_path / "in.txt", _skewed_lines(300, 4))
-    common = ["--model", str(tiny), "--chunk-tokens", "150", "--workers", "2", "-q"]
-    ref = tmp_path / "ref.npy"
-    proc = _encode(str(src), "-o", str(ref), *common)
+    common = ["--model", str(tiny), "--chunk-tokens", "150", "-q"]
+    ref = tmp_path / "ref.npy"  # uninterrupted, one process: the same chunks, the same bytes
+    proc = _encode(str(src), "-o", str(ref), *common, "--resumable")
     assert proc.returncode == 0, proc.stderr
     computed, reused = _summary(proc.stderr)
     assert reused == 0 and computed > 12
 
     out = tmp_path / "out.npy"
     parts = tmp_path / "out.npy.parts"
+    two = ["--workers", "2"]
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "bertattn", "encode", str(src), "-o", str(out), *common],
+        [sys.executable, "-m", "bertattn", "encode", str(src), "-o", str(out), *common, *two],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -228,11 +232,12 @@ def test_killed_rank_then_resume(tmp_path, tiny):
             launcher.kill()
             launcher.wait()
     assert launcher.returncode != 0, err
+    assert re.search(r"stopped \(SystemExit\): \d+ chunk\(s\) not written: \d", err), err
     assert not out.exists()
     done = len(list(parts.glob("chunk-*.npy")))
     assert 3 <= done < computed
 
-    proc = _encode(str(src), "-o", str(out), *common)
+    proc = _encode(str(src), "-o", str(out), *common, *two)
     assert proc.returncode == 0, proc.stderr
     assert f"({done} done before)" in proc.stderr
     assert _summary(proc.stderr) == (computed - done, done)
@@ -241,20 +246,24 @@ def test_killed_rank_then_resume(tmp_path, tiny):
 
 
 @pytest.mark.slow
-def test_changed_input_model_or_settings_refused_then_restart(tmp_path, tiny, minilm_dir):
+@pytest.mark.filterwarnings("ignore:.*were truncated")
+def test_changed_input_model_or_settings_refused_then_restart(
+    tmp_path, tiny, minilm_dir, monkeypatch
+):
     src = _write(tmp_path / "in.txt", _skewed_lines(120, 2))
     out = tmp_path / "out.npy"
-    base = [str(src), "-o", str(out), "--model", str(tiny), "--chunk-tokens", "200", "-q"]
-    proc = _encode(*base, "--resumable", BERTATTN_TEST_FAIL_CHUNK="2")  # one process: 0, 1 done
-    assert proc.returncode == 1
-    assert "error: rank 0 failed on chunk 2 (lines" in proc.stderr, proc.stderr
-    assert "injected failure" in proc.stderr and "rerun the same command" in proc.stderr
+    kw = dict(model=tiny, chunk_tokens=200, rank_info=RankInfo())  # one process, in process
+    monkeypatch.setenv("BERTATTN_TEST_FAIL_CHUNK", "2")
+    with pytest.raises(ChunkFailed, match=r"rank 0 failed on chunk 2 \(lines .* injected failure"):
+        encode_file_chunked(src, out, **kw)
+    monkeypatch.delenv("BERTATTN_TEST_FAIL_CHUNK")
     assert not out.exists()
     assert sorted(p.name for p in (tmp_path / "out.npy.parts").glob("*.npy")) == [
         "chunk-00000.npy",
         "chunk-00001.npy",
     ]
 
+    base = [str(src), "-o", str(out), "--model", str(tiny), "--chunk-tokens", "200", "-q"]
     proc = _encode(*base, "--resumable", "--pooling", "mean")  # a plain HF folder: cls
     assert proc.returncode == 2, proc.stderr
     assert "the settings changed since the interrupted run (pooling 'cls' -> 'mean')" in (
@@ -263,24 +272,18 @@ def test_changed_input_model_or_settings_refused_then_restart(tmp_path, tiny, mi
     assert "pass --restart to discard the finished chunks in" in proc.stderr
 
     other = _save_tiny(tmp_path / "tiny2", minilm_dir, seed=1)
-    proc = _encode(*base[:3], "--model", str(other), "--chunk-tokens", "200", "--resumable")
-    assert proc.returncode == 2
-    assert "the model changed since the interrupted run (files sha256" in proc.stderr
-    assert str(other) in proc.stderr
-
+    with pytest.raises(ValueError, match=r"the model changed since the interrupted run \(files"):
+        encode_file_chunked(src, out, **{**kw, "model": other})
     changed = _write(tmp_path / "in.txt", _skewed_lines(120, 2) + ["one more line"])
-    proc = _encode(*base, "--resumable")
-    assert proc.returncode == 2
-    assert "the input file changed since the interrupted run (sha256 " in proc.stderr
+    with pytest.raises(ValueError, match=r"the input file changed .* \(sha256 .* --restart"):
+        encode_file_chunked(src, out, **kw)
     assert not out.exists()
 
     proc = _encode(*base, "--pooling", "mean", "--restart")  # --restart implies --resumable
     assert proc.returncode == 0, proc.stderr
     assert _summary(proc.stderr)[1] == 0
-    plain = tmp_path / "plain.npy"
-    proc = _encode(str(changed), "-o", str(plain), "--model", str(tiny), "--pooling", "mean")
-    assert proc.returncode == 0, proc.stderr
-    np.testing.assert_allclose(np.load(out), np.load(plain), rtol=0, atol=1e-6)
+    plain = encode_file(changed, tmp_path / "plain.npy", model=tiny, pooling="mean")
+    np.testing.assert_allclose(np.load(out), np.load(plain.output), rtol=0, atol=1e-6)
     assert not (tmp_path / "out.npy.parts").exists()
 
 

@@ -437,8 +437,17 @@ def encode_file_chunked(
             progress, info, chunks, set(plan["reused"]), set(plan["assignment"][0]), parts
         )
         kwargs = dict(pooling=pooling, normalize=normalize, batch_size=batch_size, max_length=limit)
-        _encode_chunks(bert, texts, mine, parts, info, kwargs, update.own)
-        _wait_for_parts(parts, chunks, timeout, update.others)
+        try:
+            _encode_chunks(bert, texts, mine, parts, info, kwargs, update.own)
+            _wait_for_parts(parts, chunks, timeout, update.others)
+        except DistributedEncodeError:
+            raise
+        except BaseException as exc:  # a signal (a peer died and torchrun stops us), Ctrl-C
+            if info.rank == 0:
+                logger.warning(
+                    "stopped (%s): %s", type(exc).__name__, _missing(chunks, parts.present(chunks))
+                )
+            raise
         _barrier(info)
         if info.rank != 0:
             return None
