@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="tokens per chunk (default: total/64, clamped to 1024..32768)",
+        help="tokens per chunk (default: total/64, clamped to 8192..65536)",
     )
     g.add_argument(
         "--timeout",

@@ -27,8 +27,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-MAX_AUTO_CHUNK_TOKENS = 32768  # auto chunks: at most this many tokens ...
-MIN_AUTO_CHUNK_TOKENS = 1024  # ... at least this many ...
+MAX_AUTO_CHUNK_TOKENS = 65536  # auto chunks: at most this many tokens ...
+MIN_AUTO_CHUNK_TOKENS = 8192  # ... at least this many (many batches: little padding) ...
 AUTO_CHUNKS = 64  # ... and about this many chunks in between (balance for up to ~16 ranks)
 
 
@@ -60,7 +60,7 @@ class Chunk:
 
 def chunk_token_target(total_tokens: int, chunk_tokens: int | None = None) -> int:
     """Tokens per chunk: ``chunk_tokens`` when given, else ``total / 64`` clamped to
-    [1024, 32768] (a function of the input only, never of the world size, so a rerun with
+    [8192, 65536] (a function of the input only, never of the world size, so a rerun with
     another number of ranks finds the same chunks)."""
     if chunk_tokens is not None:
         if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
