@@ -99,12 +99,14 @@ def _pooling_mode(path: Path) -> str:
 
 @dataclass
 class EncodeStats:
-    """What one :meth:`Bert.encode` call did."""
+    """What one :meth:`Bert.encode` call did. ``tokens``: real tokens; ``padded``: tokens in
+    the padded batches (real + padding), so ``1 - tokens / padded`` is the padding ratio."""
 
     texts: int = 0
     empty: int = 0
     truncated: int = 0
     tokens: int = 0
+    padded: int = 0
 
 
 def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
@@ -227,6 +229,7 @@ class Bert:
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
                 batch = self.tokenizer.pad([encodings[i] for i in idx])
+                stats.padded += batch.input_ids.numel()
                 mask = batch.attention_mask.to(device)
                 result = self.model(
                     batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
