@@ -73,6 +73,7 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
         ("--max-length", args.max_length),
         ("--chunk-tokens", args.chunk_tokens),
         ("--timeout", args.timeout),
+        ("--dtype", args.dtype),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -174,6 +175,7 @@ def _run_chunked(args: argparse.Namespace, info, progress) -> int:  # type: igno
             batch_size=args.batch_size,
             max_length=args.max_length,
             field=args.field,
+            dtype=args.dtype,
             chunk_tokens=args.chunk_tokens,
             restart=args.restart,
             timeout=args.timeout,

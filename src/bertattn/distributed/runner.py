@@ -351,6 +351,7 @@ def encode_file_chunked(
     batch_size: int = 32,
     max_length: int | None = None,
     field: str | None = None,
+    dtype: str | None = None,
     chunk_tokens: int | None = None,
     restart: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
@@ -380,7 +381,7 @@ def encode_file_chunked(
     started = time.perf_counter()
     joined = _init_group(info, timeout)
     try:
-        bert = Bert.load(model)
+        bert = Bert.load(model, dtype=dtype)
         bert.model.to(info.device)
         limit = bert.max_length if max_length is None else int(max_length)
         settings = {
@@ -389,7 +390,7 @@ def encode_file_chunked(
             "max_length": limit,
             "batch_size": batch_size,
             "field": field,
-            "dtype": "float32",
+            "dtype": str(bert.model.dtype).replace("torch.", ""),
             "chunk_tokens": "auto" if chunk_tokens is None else chunk_tokens,
         }
         texts = read_texts(input_path, field=field)
