@@ -52,11 +52,19 @@ def _encode(args: argparse.Namespace) -> tuple[object, str]:
     return result, format_encode_table(result)
 
 
+def _weights(args: argparse.Namespace) -> tuple[object, str]:
+    from .weights_on_demand import format_weights_table, run_weights_bench
+
+    result = run_weights_bench()
+    return result, format_weights_table(result)
+
+
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[object, str]]] = {
     "module": _module,
     "memory": _memory,
     "padded": _padded,
     "encode": _encode,
+    "weights": _weights,
 }
 
 
