@@ -117,6 +117,26 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, E)
 
 
+def length_batches(
+    lengths: Sequence[int], batch_size: int, batch_tokens: int | None = None
+) -> list[tuple[int, int]]:
+    """``(start, end)`` ranges over texts sorted longest first: at most ``batch_size`` texts,
+    and, when ``batch_tokens`` is set, at most that many tokens after padding (the first text
+    of a range is its longest, so a range of n texts pads to ``n * lengths[start]``)."""
+    out, start = [], 0
+    while start < len(lengths):
+        end = start + 1
+        while (
+            end < len(lengths)
+            and end - start < batch_size
+            and (batch_tokens is None or (end + 1 - start) * max(lengths[start], 1) <= batch_tokens)
+        ):
+            end += 1
+        out.append((start, end))
+        start = end
+    return out
+
+
 class Bert:
     """A BERT model with its tokenizer and sentence settings.
 
@@ -177,6 +197,7 @@ class Bert:
         max_length: int | None = None,
         *,
         progress: Callable[[int], object] | None = None,
+        batch_tokens: int | None = None,
     ) -> np.ndarray:
         """Sentence embeddings, ``(N, E)`` float32, in input order.
 
@@ -184,7 +205,13 @@ class Bert:
         ``progress(n)`` is called after each batch with the number of texts it held.
         """
         return self.encode_with_stats(
-            texts, pooling, normalize, batch_size, max_length, progress=progress
+            texts,
+            pooling,
+            normalize,
+            batch_size,
+            max_length,
+            progress=progress,
+            batch_tokens=batch_tokens,
         )[0]
 
     def encode_with_stats(
@@ -196,6 +223,7 @@ class Bert:
         max_length: int | None = None,
         *,
         progress: Callable[[int], object] | None = None,
+        batch_tokens: int | None = None,
     ) -> tuple[np.ndarray, EncodeStats]:
         """:meth:`encode`, plus counts (texts, empty, truncated, tokens)."""
         pooling = self.pooling if pooling is None else pooling
@@ -226,8 +254,9 @@ class Bert:
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
         device = self.model.device
         with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
+            lengths = [len(encodings[i].ids) for i in order]
+            for start, end in length_batches(lengths, batch_size, batch_tokens):
+                idx = order[start:end]
                 batch = self.tokenizer.pad([encodings[i] for i in idx])
                 stats.padded += batch.input_ids.numel()
                 mask = batch.attention_mask.to(device)
