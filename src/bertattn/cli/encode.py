@@ -20,6 +20,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=None, help="tokens (default: the model's)")
+    p.add_argument(
+        "--onnx",
+        default=None,
+        metavar="MODEL.onnx",
+        help="run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "
+        "folder it came from (tokenizer, pooling)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -57,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
             max_length=args.max_length,
             field=args.field,
             progress=progress,
+            onnx=args.onnx,
         )
     except KeyboardInterrupt:
         print("bertattn encode: interrupted; no output written", file=sys.stderr)
