@@ -21,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,6 +122,22 @@ def _write_atomic(proto, path: Path) -> Path:  # type: ignore[no-untyped-def]
     return path
 
 
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's noise that says nothing about the user's model: torchvision
+    ops it skips, torch-internal deprecations, and axis renaming (ours share one Dim)."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            warnings.filterwarnings("ignore", message="# The axis name")
+            yield
+    finally:
+        registration.setLevel(level)
+
+
 def _export(
     wrapper: nn.Module,
     args: tuple[Tensor, ...],
@@ -142,7 +160,8 @@ def _export(
             f"ONNX export needs onnx and onnxscript ({exc.name} is missing): "
             f"pip install 'bertattn[onnx]'."
         ) from None
-    with torch.no_grad():  # verbose=False: the exporter's progress lines stay off stdout
+    wrapper.eval()
+    with torch.no_grad(), _quiet_exporter():  # verbose=False: no progress lines on stdout
         program = torch.onnx.export(
             wrapper,
             args,
