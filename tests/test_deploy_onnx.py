@@ -264,3 +264,31 @@ def test_export_onnx_cli(tiny_dir, tiny_export, tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "does not exist" in bad.stderr.decode()
+
+
+# ---------------------------------------------------------------------- ORT's BERT optimizer
+def test_ort_bert_optimizer_fuses_layernorm_and_gelu_not_attention(tiny_export, tmp_path):
+    """What onnxruntime.transformers.optimizer achieves on our export (README, "Deploying"):
+    every residual Add + LayerNorm becomes SkipLayerNormalization (the embedding sum too) and
+    every MatMul-bias-Gelu becomes BiasGelu. Attention is NOT fused: ORT's BERT attention
+    patterns were written for the TorchScript exporter's graph (three Q/K/V MatMul + Add
+    chains, a (1 - mask) * -10000 mask); the dynamo exporter's graph of our fused QKV GEMM
+    (one MatMul, then Slice / Squeeze per head group) and additive -inf mask does not match
+    (Hugging Face's own BertModel exported with dynamo=True is not fused either)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    model, path = tiny_export
+    layers = TINY["num_hidden_layers"]
+    opt = optimize_model(
+        str(path),
+        model_type="bert",
+        num_heads=TINY["num_attention_heads"],
+        hidden_size=TINY["hidden_size"],
+    )
+    fused = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
+    assert fused.get("SkipLayerNormalization") == 2 * layers + 1
+    assert fused.get("BiasGelu") == layers
+    assert fused.get("Attention", 0) == 0 and fused.get("MultiHeadAttention", 0) == 0
+    out = tmp_path / "opt.onnx"
+    opt.save_model_to_file(str(out))
+    _check_parity(model, _session(out), _padded(_random_rows(LENGTHS_7, 5), 128))
