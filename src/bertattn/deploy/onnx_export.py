@@ -11,6 +11,14 @@ q and k, extra Slice/Reshape), and ONNX Runtime runs that graph about 2x slower 
 the batch with offsets read from the mask as Python ints and loops over sequences, so its graph
 depends on the data; an ONNX graph must not.
 
+ONNX Runtime's BERT optimizer (``onnxruntime.transformers.optimizer.optimize_model(path,
+model_type="bert", ...)``) fuses every residual Add + LayerNorm into ``SkipLayerNormalization``
+(2 per layer, plus the embedding sum) and MatMul + bias + Gelu into ``BiasGelu``, but not the
+attention: its ``Attention`` patterns match the TorchScript exporter's graph (three Q/K/V
+MatMul + Add chains, a ``(1 - mask) * -10000`` mask), not the dynamo exporter's graph of our
+fused QKV GEMM (one MatMul, Slice / Squeeze) and additive ``-inf`` mask. Hugging Face's own
+BertModel exported with ``dynamo=True`` is not fused either.
+
 The TorchScript exporter (``dynamo=False``) is not used: on this code base it produced wrong
 numbers (max diff 2.6 on the tiny model, even at the traced shape), most likely because the
 fused QKV weight aliases the storage of ``q_linear`` / ``k_linear`` / ``v_linear``.
