@@ -10,6 +10,9 @@ from torch._dynamo.testing import CompileCounter
 import bertattn
 from bertattn import BertConfig, BertModel, MultiHeadAttention
 
+# torch's inductor import itself uses torch.jit.script_method
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
+
 LENGTHS = [5, 9, 17, 33, 64]  # never equal to the batch size (3): duck sizing would tie them
 TINY = BertConfig(
     vocab_size=99,
