@@ -179,7 +179,9 @@ def prepare_mask(
         fill = torch.where(keep, zeros, neg_inf)
         bias = fill if bias is None else bias + fill
 
-    live = (bias != float("-inf")).any(dim=-1, keepdim=True)  # (B|1, H|1, Lq|1, 1)
+    # a count, not .any(): the same in eager; exported, ReduceSum keeps ONNX Runtime's symbolic
+    # shape inference (and so its fusions) working, where any()'s ReduceMax stops it
+    live = (bias != float("-inf")).sum(dim=-1, keepdim=True) > 0  # (B|1, H|1, Lq|1, 1)
     if not _tracing() and bool(live.all()):  # eager: skip the zeroing when no row is dead
         return PreparedMask(bias=bias)
     return PreparedMask(bias=bias.masked_fill(~live, 0.0), live_rows=live)

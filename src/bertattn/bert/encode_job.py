@@ -162,14 +162,22 @@ def encode_file(
     field: str | None = None,
     progress: Callable[[int], Callable[[int], object]] | None = None,
     dtype: str | None = None,
+    onnx: str | Path | None = None,
 ) -> EncodeSummary:
     """Embed every line of ``input`` into ``output`` (see :func:`read_texts` and
-    :func:`write_embeddings_atomic`). ``progress(total)`` returns the per-batch callback."""
+    :func:`write_embeddings_atomic`). ``progress(total)`` returns the per-batch callback.
+    ``onnx``: an exported model file to run in ONNX Runtime instead of PyTorch (``model`` is
+    then the folder it was exported from: tokenizer, pooling, normalization)."""
     from .pipeline import Bert
 
     check_output_path(output)  # fail before the model loads
     texts = read_texts(input, field=field)
-    bert = Bert.load(model, dtype=dtype)
+    if onnx is None:
+        bert = Bert.load(model, dtype=dtype)
+    else:
+        from ..deploy.onnx_runtime import load_onnx_bert
+
+        bert = load_onnx_bert(onnx, model)
     start = time.perf_counter()
     callback = None if progress is None else progress(len(texts))
     emb, stats = bert.encode_with_stats(

@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "attend": "show one text's attention: summary, PNG, interactive HTML page, JSON",
     "encode": "embed every line of a text / .jsonl file into .npy or .jsonl",
     "bench": "time MultiHeadAttention against its peers (module level)",
+    "export-onnx": "export a BERT model to ONNX (dynamic batch and length) for ONNX Runtime",
 }
 
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
-        module = importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
         p.set_defaults(func=module.run)

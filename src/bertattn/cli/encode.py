@@ -27,6 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="float32",
         help="compute dtype (bfloat16: ~2x faster on CPUs with AVX512-BF16/AMX; output float32)",
     )
+    p.add_argument(
+        "--onnx",
+        default=None,
+        metavar="MODEL.onnx",
+        help="run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "
+        "folder it came from (tokenizer, pooling)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group(
         "distributed / resumable",
@@ -93,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     from ..distributed import RankInfo
 
     info = RankInfo.from_env()
+    if args.workers is not None and args.onnx:
+        raise ValueError("--onnx runs in a single process; it cannot be combined with --workers.")
     if args.workers is not None:
         if info.world_size > 1:
             raise ValueError("--workers starts its own ranks; do not combine it with torchrun.")
@@ -100,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
 
         return launch_workers(args.workers, _child_argv(args))
     chunked = info.world_size > 1 or args.resumable or args.restart
+    if chunked and args.onnx:
+        raise ValueError(
+            "--onnx runs in a single process; drop --workers / --resumable / --restart "
+            "(or torchrun), or encode with the PyTorch model."
+        )
 
     def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
         print(f"bertattn encode: warning: {message}", file=sys.stderr)
@@ -141,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             field=args.field,
             dtype=args.dtype,
             progress=progress,
+            onnx=args.onnx,
         )
     except KeyboardInterrupt:
         print("bertattn encode: interrupted; no output written", file=sys.stderr)
