@@ -29,8 +29,10 @@ def _cases(dtype):
         "padding": {"key_padding_mask": kpm},
         "causal": {"mask": causal(L)},
         "bias": {"attn_bias": torch.randn(L, L, generator=g)},
-        "cross": {"key_value": torch.randn(B, 4, E, generator=g).to(dtype),
-                  "key_padding_mask": kpm[:, :4]},
+        "cross": {
+            "key_value": torch.randn(B, 4, E, generator=g).to(dtype),
+            "key_padding_mask": kpm[:, :4],
+        },
     }
 
 

@@ -134,7 +134,9 @@ def test_gradcheck_float64(backend: str) -> None:
 
     def f(x, *ps):
         out, _ = functional_call(
-            m, dict(zip(names, ps, strict=True)), (x,),
+            m,
+            dict(zip(names, ps, strict=True)),
+            (x,),
             {"mask": mask, "key_padding_mask": kpm, "need_weights": False},
         )
         return out

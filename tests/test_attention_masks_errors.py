@@ -54,8 +54,10 @@ def test_fully_masked_rows_give_zero_weights_and_context(backend: str, dtype) ->
         assert w is not None and not torch.isnan(w).any()
         assert (w.transpose(1, 2)[dead] == 0).all()  # (n_dead, H, Lk)
         torch.testing.assert_close(
-            w.transpose(1, 2)[~dead].float().sum(-1), torch.ones(int((~dead).sum()), H),
-            atol=1e-2 if dtype != torch.float32 else 1e-6, rtol=0,
+            w.transpose(1, 2)[~dead].float().sum(-1),
+            torch.ones(int((~dead).sum()), H),
+            atol=1e-2 if dtype != torch.float32 else 1e-6,
+            rtol=0,
         )
     (out.float() * torch.randn(out.shape)).sum().backward()
     grads = [x.grad] + [p.grad for p in m.parameters()]
@@ -104,48 +106,119 @@ def _m() -> bertattn.MultiHeadAttention:
 X = torch.randn(B, L, E)
 
 FORWARD_ERRORS = [
-    ("mask cannot broadcast", (X,), {"mask": torch.ones(4, 4)},
-     r"mask of shape \(4, 4\) cannot broadcast to \(batch, heads, query_len, key_len\) "
-     r"= \(3, 4, 5, 5\)"),
-    ("mask 5-D", (X,), {"mask": torch.ones(1, 1, 1, 5, 5)},
-     r"mask has 5 dimensions \(1, 1, 1, 5, 5\); expected at most 4"),
-    ("(B, L) mask as mask", (X,), {"mask": torch.ones(B, L)},
-     r"mask of shape \(3, 5\) looks like a per-token padding mask.*key_padding_mask="),
-    ("complex mask", (X,), {"mask": torch.ones(L, L, dtype=torch.complex64)},
-     r"mask has dtype torch.complex64; expected bool, an integer or a real float.*\.bool\(\)"),
-    ("complex key_padding_mask", (X,), {"key_padding_mask": torch.ones(B, L, dtype=torch.cfloat)},
-     r"key_padding_mask has dtype torch.complex64"),
+    (
+        "mask cannot broadcast",
+        (X,),
+        {"mask": torch.ones(4, 4)},
+        r"mask of shape \(4, 4\) cannot broadcast to \(batch, heads, query_len, key_len\) "
+        r"= \(3, 4, 5, 5\)",
+    ),
+    (
+        "mask 5-D",
+        (X,),
+        {"mask": torch.ones(1, 1, 1, 5, 5)},
+        r"mask has 5 dimensions \(1, 1, 1, 5, 5\); expected at most 4",
+    ),
+    (
+        "(B, L) mask as mask",
+        (X,),
+        {"mask": torch.ones(B, L)},
+        r"mask of shape \(3, 5\) looks like a per-token padding mask.*key_padding_mask=",
+    ),
+    (
+        "complex mask",
+        (X,),
+        {"mask": torch.ones(L, L, dtype=torch.complex64)},
+        r"mask has dtype torch.complex64; expected bool, an integer or a real float.*\.bool\(\)",
+    ),
+    (
+        "complex key_padding_mask",
+        (X,),
+        {"key_padding_mask": torch.ones(B, L, dtype=torch.cfloat)},
+        r"key_padding_mask has dtype torch.complex64",
+    ),
     ("non-tensor mask", (X,), {"mask": [[1]]}, r"mask must be a torch.Tensor or None, got list"),
-    ("bool attn_bias", (X,), {"attn_bias": torch.ones(L, L, dtype=torch.bool)},
-     r"attn_bias must be a floating-point tensor added to the scores, got torch.bool.*mask="),
-    ("int attn_bias", (X,), {"attn_bias": torch.ones(L, L, dtype=torch.long)},
-     r"attn_bias must be a floating-point tensor.*got torch.int64"),
-    ("attn_bias cannot broadcast", (X,), {"attn_bias": torch.ones(2, L)},
-     r"attn_bias of shape \(2, 5\) cannot broadcast"),
-    ("key_padding_mask wrong shape", (X,), {"key_padding_mask": torch.ones(B, L + 1)},
-     r"key_padding_mask has shape \(3, 6\); expected \(batch, key_len\) = \(3, 5\)"),
-    ("key_padding_mask 4-D", (X,), {"key_padding_mask": torch.ones(B, 1, 1, L)},
-     r"key_padding_mask has shape \(3, 1, 1, 5\); expected \(batch, key_len\)"),
-    ("x 4-D", (torch.randn(1, B, L, E),), {},
-     r"x has shape \(1, 3, 5, 16\); expected 3-D \(batch, seq_len, embed_dim\)"),
+    (
+        "bool attn_bias",
+        (X,),
+        {"attn_bias": torch.ones(L, L, dtype=torch.bool)},
+        r"attn_bias must be a floating-point tensor added to the scores, got torch.bool.*mask=",
+    ),
+    (
+        "int attn_bias",
+        (X,),
+        {"attn_bias": torch.ones(L, L, dtype=torch.long)},
+        r"attn_bias must be a floating-point tensor.*got torch.int64",
+    ),
+    (
+        "attn_bias cannot broadcast",
+        (X,),
+        {"attn_bias": torch.ones(2, L)},
+        r"attn_bias of shape \(2, 5\) cannot broadcast",
+    ),
+    (
+        "key_padding_mask wrong shape",
+        (X,),
+        {"key_padding_mask": torch.ones(B, L + 1)},
+        r"key_padding_mask has shape \(3, 6\); expected \(batch, key_len\) = \(3, 5\)",
+    ),
+    (
+        "key_padding_mask 4-D",
+        (X,),
+        {"key_padding_mask": torch.ones(B, 1, 1, L)},
+        r"key_padding_mask has shape \(3, 1, 1, 5\); expected \(batch, key_len\)",
+    ),
+    (
+        "x 4-D",
+        (torch.randn(1, B, L, E),),
+        {},
+        r"x has shape \(1, 3, 5, 16\); expected 3-D \(batch, seq_len, embed_dim\)",
+    ),
     ("x 1-D", (torch.randn(E),), {}, r"x has shape \(16\); expected 3-D"),
-    ("x width", (torch.randn(B, L, E + 1),), {},
-     r"x has width 17 \(shape \(3, 5, 17\)\); this module was built with embed_dim=16"),
+    (
+        "x width",
+        (torch.randn(B, L, E + 1),),
+        {},
+        r"x has width 17 \(shape \(3, 5, 17\)\); this module was built with embed_dim=16",
+    ),
     ("x not a tensor", ([[0.0]],), {}, r"x must be a torch.Tensor, got list"),
-    ("x dtype", (X.double(),), {},
-     r"x has dtype torch.float64 but the module's weights are torch.float32; "
-     r"call module.to\(torch.float64\)"),
-    ("key_value width", (X,), {"key_value": torch.randn(B, 7, 8)},
-     r"key_value has width 8 \(shape \(3, 7, 8\)\); this module was built with embed_dim=16"),
-    ("key_value ndim", (X,), {"key_value": torch.randn(7, E)},
-     r"key_value has shape \(7, 16\); expected 3-D"),
-    ("key_value dtype", (X,), {"key_value": torch.randn(B, 7, E).half()},
-     r"key_value has dtype torch.float16 but the module's weights are torch.float32"),
-    ("key_value batch", (X,), {"key_value": torch.randn(2, 7, E)},
-     r"key_value has batch size 2 but x has 3; they must match"),
-    ("padding of key_value length", (X,),
-     {"key_value": torch.randn(B, 7, E), "key_padding_mask": torch.ones(B, L)},
-     r"key_padding_mask has shape \(3, 5\); expected \(batch, key_len\) = \(3, 7\)"),
+    (
+        "x dtype",
+        (X.double(),),
+        {},
+        r"x has dtype torch.float64 but the module's weights are torch.float32; "
+        r"call module.to\(torch.float64\)",
+    ),
+    (
+        "key_value width",
+        (X,),
+        {"key_value": torch.randn(B, 7, 8)},
+        r"key_value has width 8 \(shape \(3, 7, 8\)\); this module was built with embed_dim=16",
+    ),
+    (
+        "key_value ndim",
+        (X,),
+        {"key_value": torch.randn(7, E)},
+        r"key_value has shape \(7, 16\); expected 3-D",
+    ),
+    (
+        "key_value dtype",
+        (X,),
+        {"key_value": torch.randn(B, 7, E).half()},
+        r"key_value has dtype torch.float16 but the module's weights are torch.float32",
+    ),
+    (
+        "key_value batch",
+        (X,),
+        {"key_value": torch.randn(2, 7, E)},
+        r"key_value has batch size 2 but x has 3; they must match",
+    ),
+    (
+        "padding of key_value length",
+        (X,),
+        {"key_value": torch.randn(B, 7, E), "key_padding_mask": torch.ones(B, L)},
+        r"key_padding_mask has shape \(3, 5\); expected \(batch, key_len\) = \(3, 7\)",
+    ),
 ]
 
 

@@ -185,8 +185,10 @@ def test_unbatched_equals_batched(backend: str) -> None:
         for kwargs, bkw in [
             ({}, {}),
             ({"mask": causal(L)}, {"mask": causal(L)}),
-            ({"key_value": kv, "key_padding_mask": kpm},
-             {"key_value": kv[None], "key_padding_mask": kpm[None]}),
+            (
+                {"key_value": kv, "key_padding_mask": kpm},
+                {"key_value": kv[None], "key_padding_mask": kpm[None]},
+            ),
         ]:
             out, w = ours(x, need_weights=need, **kwargs)
             out_b, w_b = ours(x[None], need_weights=need, **bkw)

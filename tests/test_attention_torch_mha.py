@@ -53,8 +53,10 @@ def _cases() -> dict[str, tuple[dict, dict]]:
             {"attn_bias": bias, "key_padding_mask": real},
         ),
         "causal + padding": (
-            {"attn_mask": ~torch.ones(L, L, dtype=torch.bool).tril(),
-             "key_padding_mask": ~real},  # right padding: key 0 is real, every row keeps it
+            {
+                "attn_mask": ~torch.ones(L, L, dtype=torch.bool).tril(),
+                "key_padding_mask": ~real,
+            },  # right padding: key 0 is real, every row keeps it
             {"mask": torch.ones(L, L, dtype=torch.bool).tril(), "key_padding_mask": real},
         ),
     }

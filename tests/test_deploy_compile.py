@@ -80,8 +80,14 @@ def test_bert_fullgraph_dynamic(backend):
             ids = torch.randint(1, 99, (3, length))
             got, want = compiled(ids, _mask(length)), model(ids, _mask(length))
             assert not got.last_hidden_state.isnan().any()
-            torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state)
-            torch.testing.assert_close(got.pooler_output, want.pooler_output)
+            # eager auto may pack the batch (varlen: zeros at padding); a traced graph never
+            # packs, so padding positions are compared only where both computed them
+            real = _mask(length).bool()
+            torch.testing.assert_close(got.last_hidden_state[real], want.last_hidden_state[real])
+            first_real = real[:, 0]  # an all-padding row has no [CLS] to pool
+            torch.testing.assert_close(
+                got.pooler_output[first_real], want.pooler_output[first_real]
+            )
     assert counter.frame_count == 1
 
 

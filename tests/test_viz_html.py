@@ -19,9 +19,11 @@ from bertattn.maps import AttentionMaps
 from bertattn.viz import attention_rollout, render_html, save_html
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-ARGS = ("--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic "
-        "--no-first-run --disable-background-networking --disable-component-update "
-        "--disable-sync --window-size=1500,1000").split()
+ARGS = (
+    "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic "
+    "--no-first-run --disable-background-networking --disable-component-update "
+    "--disable-sync --window-size=1500,1000"
+).split()
 
 
 def _page_data(page: str) -> dict:
@@ -89,8 +91,10 @@ def test_save_html_is_atomic_and_checks_paths(tmp_path):
 def driver():
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
     if missing:
-        pytest.fail(f"{' and '.join(missing)} missing: run scripts/ensure-browser.sh (as root); "
-                    "`make test` does it")
+        pytest.fail(
+            f"{' and '.join(missing)} missing: run scripts/ensure-browser.sh (as root); "
+            "`make test` does it"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -192,7 +196,8 @@ def test_layer_selector_heads_and_slider_change_the_drawing(driver, small_page):
     seen.append(_canvas(driver))
     driver.execute_script(
         "var s = document.getElementById('threshold'); s.value = 0.3;"
-        "s.dispatchEvent(new Event('input'));")
+        "s.dispatchEvent(new Event('input'));"
+    )
     assert driver.find_element(By.ID, "threshold-value").text == "0.30"
     seen.append(_canvas(driver))
     assert len(set(seen)) == len(seen), "some control did not change the drawing"
@@ -217,7 +222,8 @@ def test_model_view_thumbnail_opens_in_head_view(driver, small_page):
     pixels = driver.execute_script(
         "var c = arguments[0], d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
         "var s = new Set(); for (var i = 0; i < d.length; i += 4) s.add(d[i]); return s.size;",
-        thumb)
+        thumb,
+    )
     assert pixels > 3
     _no_errors_no_network(driver)
 
@@ -236,15 +242,22 @@ def test_512_tokens_page_budget_and_timings(driver, tmp_path):
     tok = driver.find_elements(By.CSS_SELECTOR, "#tokens-left span.token")[5]
     ActionChains(driver).move_to_element(tok).perform()
     mouse_ms = driver.execute_script("return bertattn.lastDrawMs")
-    hovers = [driver.execute_script(f"return bertattn.hoverToken({i}, '{s}')")
-              for i in (0, 100, 300, 511) for s in ("left", "right")]
+    hovers = [
+        driver.execute_script(f"return bertattn.hoverToken({i}, '{s}')")
+        for i in (0, 100, 300, 511)
+        for s in ("left", "right")
+    ]
     layer_ms = driver.execute_script("bertattn.clearHover(); return bertattn.setLayer(3)")
     _no_errors_no_network(driver)
     numbers = {
-        "tokens": 512, "layers": 6, "heads": 12,
-        "file_bytes": size, "file_mb": round(size / 1e6, 2),
+        "tokens": 512,
+        "layers": 6,
+        "heads": 12,
+        "file_bytes": size,
+        "file_mb": round(size / 1e6, 2),
         "wall_get_to_ready_s": round(wall, 3),
-        "first_paint_ms": round(hook[0], 1), "decode_ms": round(hook[1], 1),
+        "first_paint_ms": round(hook[0], 1),
+        "decode_ms": round(hook[1], 1),
         "hover_mouse_redraw_ms": round(mouse_ms, 1),
         "hover_redraw_ms_max": round(max(hovers), 1),
         "hover_redraw_ms_mean": round(sum(hovers) / len(hovers), 1),

@@ -31,11 +31,12 @@ def test_png_size_and_not_blank(tmp_path):
 def test_png_with_rollout_is_wider_and_differs(tmp_path):
     maps = softmax_maps(12, 3, 4, seed=3)
     a = _read(save_png(maps, tmp_path / "a.png", layer=0, head=0, dpi=30))
-    b = _read(save_png(maps, tmp_path / "b.png", layer=0, head=0, dpi=30,
-                       rollout=attention_rollout(maps)))
+    b = _read(
+        save_png(maps, tmp_path / "b.png", layer=0, head=0, dpi=30, rollout=attention_rollout(maps))
+    )
     assert b.shape[:2] == (11 * 30, 32 * 30)
     # the rollout panel is not empty: the right third has colour
-    assert b[:, 22 * 30:, :3].var() > 0.01
+    assert b[:, 22 * 30 :, :3].var() > 0.01
     c = _read(save_png(maps, tmp_path / "c.png", layer=2, head=3, dpi=30))
     assert a.shape == c.shape and np.abs(a - c).max() > 0.1  # another head draws differently
 
@@ -68,8 +69,11 @@ def test_bad_layer_or_head(tmp_path):
 
 def test_unwritable_paths_raise_clearly(tmp_path):
     maps = softmax_maps(4, 1, 1)
-    with pytest.raises(OSError, match=r"cannot write the PNG to .*nope/a.png: the folder .* "
-                                      r"does not exist"):
+    with pytest.raises(
+        OSError,
+        match=r"cannot write the PNG to .*nope/a.png: the folder .* "
+        r"does not exist",
+    ):
         save_png(maps, tmp_path / "nope" / "a.png", layer=0, head=0, dpi=10)
     with pytest.raises(OSError, match="it is a directory"):
         save_png(maps, tmp_path, layer=0, head=0, dpi=10)
