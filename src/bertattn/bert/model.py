@@ -12,6 +12,7 @@ read, every layer works on ``(T, E)`` (T = real tokens), and the result is padde
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,23 @@ def activation(name: str):  # type: ignore[no-untyped-def]
     if name in ("silu", "swish"):
         return F.silu
     raise ValueError(f"unsupported hidden_act {name!r}")
+
+
+def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
+    """Half-precision GEMMs on a CPU without native bf16/fp16 units are emulated and slower
+    than float32 (measured here on an AVX2-only CPU: bfloat16 Linear ~8x slower): say so."""
+    if device.type != "cpu" or dtype not in (torch.bfloat16, torch.float16):
+        return
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype == torch.float16:
+        native = torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    if not native:
+        warnings.warn(
+            f"this CPU has no native {str(dtype).replace('torch.', '')} matrix instructions "
+            f"(torch reports {torch.backends.cpu.get_cpu_capability()}): the model will run "
+            f"slower than in float32 here; use float32 on this machine.",
+            stacklevel=3,
+        )
 
 
 @dataclass
@@ -202,6 +220,7 @@ class BertModel(nn.Module):
         the half-precision speed, the sums and normalizations keep float32 accuracy. The
         outputs are float32. (``model.to(torch.bfloat16)`` makes everything bfloat16 instead.)
         """
+        _warn_if_slow_half(dtype, self.device)
         for layer in self.encoder.layers:
             layer.attn.to(dtype)  # repacks the fused QKV storage
             layer.mlp.to(dtype)
