@@ -150,6 +150,40 @@ def padded_bert() -> list[dict[str, object]]:
     return rows
 
 
+def padding_sweep() -> list[dict[str, object]]:
+    """fp16 BERT-base, B=16: where does packing (varlen) start to beat the padded batch?"""
+    from transformers import BertConfig as HFConfig
+    from transformers import BertModel as HFBertModel
+
+    gen = torch.Generator().manual_seed(1)
+    cases = {
+        "U[0.8L, L]": torch.randint(410, 513, (16,), generator=gen),
+        "U[0.2L, L]": torch.randint(102, 513, (16,), generator=gen),
+        "U[16, L]": torch.randint(16, 513, (16,), generator=gen),
+        "one 512 + U[16, 128]": torch.cat(
+            [torch.tensor([512]), torch.randint(16, 129, (15,), generator=gen)]
+        ),
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        HFBertModel(HFConfig()).save_pretrained(tmp)
+        ours = {
+            be: bertattn.BertModel.from_pretrained(tmp, dtype=torch.float16, backend=be).to(DEV)
+            for be in ("varlen", "sdpa")
+        }
+        for name, lengths in cases.items():
+            ids = torch.randint(1000, 30000, (16, 512), generator=gen).to(DEV)
+            mask = (torch.arange(512)[None] < lengths[:, None]).long().to(DEV)
+            pad = 1 - float(lengths.sum()) / (16 * 512)
+            with torch.inference_mode():
+                t = {be: _time(lambda m=m, i=ids, k=mask: m(i, k)) * 1e3 for be, m in ours.items()}
+            row = {"lengths": name, "pad_fraction": pad, **{f"{k}_ms": v for k, v in t.items()}}
+            rows.append(row)
+            print(f"padding sweep fp16: {json.dumps(row)}", flush=True)
+    return rows
+
+
 def module_tflops() -> list[dict[str, object]]:
     rows = []
     for b, length in ((8, 512), (1, 2048), (8, 2048)):
