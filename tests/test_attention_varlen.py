@@ -140,6 +140,8 @@ def test_auto_packs_only_when_padding_pays() -> None:
     assert name == "varlen" and "50% of the batch is padding" in why
     assert choose_backend("auto", need_weights=True, pad_fraction=0.5)[0] == "math"
     assert choose_backend("auto", need_weights=False)[0] == "sdpa"  # module level: no packing
+    name, why = choose_backend("auto", need_weights=False, pad_fraction=0.5, device_type="cuda")
+    assert name == "sdpa" and "on cuda packing measured no faster" in why
 
 
 def test_fp16_large_finite_bias_is_not_turned_into_a_dead_row() -> None:

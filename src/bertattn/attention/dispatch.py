@@ -81,17 +81,27 @@ VARLEN_MIN_PAD_FRACTION = 0.05
 
 
 def choose_backend(
-    requested: str, *, need_weights: bool, pad_fraction: float | None = None
+    requested: str,
+    *,
+    need_weights: bool,
+    pad_fraction: float | None = None,
+    device_type: str = "cpu",
 ) -> tuple[str, str]:
     """The ``auto`` rule: ``(backend, reason)``; an explicit request is kept as it is.
 
     ``pad_fraction`` is given only by callers that can pack their batch (an encoder with a
     key padding mask and no other mask): the share of the padded batch that is padding.
+    Packing is chosen on CPU only; on CUDA the padded batch measured as fast or faster.
     """
     if requested != "auto":
         return requested, "asked for explicitly"
     if need_weights:
         return "math", "attention weights requested (need_weights=True); only math returns them"
+    if pad_fraction is not None and device_type != "cpu":
+        return "sdpa", (
+            f"{pad_fraction:.0%} padding, but on {device_type} packing measured no faster "
+            f"(BERT-base B=16 on an H200 is launch-bound; benchmarks/gpu.py): padded fused SDPA"
+        )
     if pad_fraction is not None and pad_fraction >= VARLEN_MIN_PAD_FRACTION:
         return "varlen", (
             f"{pad_fraction:.0%} of the batch is padding (>= {VARLEN_MIN_PAD_FRACTION:.0%}): "

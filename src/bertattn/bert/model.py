@@ -278,7 +278,10 @@ class BertModel(nn.Module):
             attention_mask = torch.ones(shape, dtype=torch.bool, device=self.device)
         packed = pack_padding_mask(attention_mask)
         name, reason = choose_backend(
-            self.backend, need_weights=False, pad_fraction=packed.pad_fraction
+            self.backend,
+            need_weights=False,
+            pad_fraction=packed.pad_fraction,
+            device_type=self.device.type,
         )
         return (packed, reason) if get_backend(name).layout == "packed" else (None, "")
 
