@@ -75,7 +75,7 @@ def record(decision: Dispatch) -> None:
 
 
 #: ``auto`` packs a padded batch (backend ``varlen``) when at least this share of it is padding.
-#: Chosen from measurements (benchmarks/README.md): packing costs two gathers per encoder
+#: Chosen from measurements (README, "Performance"): packing costs two gathers per encoder
 #: forward, so it pays almost as soon as lengths differ.
 VARLEN_MIN_PAD_FRACTION = 0.05
 
