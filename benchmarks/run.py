@@ -59,12 +59,20 @@ def _weights(args: argparse.Namespace) -> tuple[object, str]:
     return result, format_weights_table(result)
 
 
+def _threshold(args: argparse.Namespace) -> tuple[object, str]:
+    from .varlen_threshold import format_threshold_table, run_threshold_bench
+
+    rows = run_threshold_bench(repeats=args.repeats)
+    return rows, format_threshold_table(rows)
+
+
 PARTS: dict[str, Callable[[argparse.Namespace], tuple[object, str]]] = {
     "module": _module,
     "memory": _memory,
     "padded": _padded,
     "encode": _encode,
     "weights": _weights,
+    "threshold": _threshold,
 }
 
 
