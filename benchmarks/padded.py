@@ -15,7 +15,9 @@ def _models(tmp: str, dtype: torch.dtype):  # type: ignore[no-untyped-def]
     from transformers import BertModel as HFBertModel
 
     torch.manual_seed(0)
-    hf = HFBertModel(HFConfig(), attn_implementation="sdpa").eval()  # BERT-base sizes
+    config = HFConfig()  # BERT-base sizes
+    config._attn_implementation = "sdpa"
+    hf = HFBertModel(config).eval()
     hf.save_pretrained(tmp)
     hf = hf.to(dtype)
     varlen = BertModel.from_pretrained(tmp, dtype=dtype, backend="varlen").eval()

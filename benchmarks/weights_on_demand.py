@@ -8,7 +8,6 @@ process (peak RSS), plus the bytes of the returned maps.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ def _child(mode: str) -> None:
     import torch
 
     from bertattn import BertModel
+    from bertattn.bench.memory import peak_rss_mib
     from bertattn.bert.pipeline import default_model_dir
 
     model = BertModel.from_pretrained(default_model_dir()).eval()
@@ -26,7 +26,7 @@ def _child(mode: str) -> None:
     with torch.inference_mode():
         out = model(ids, output_attentions=MODES[mode])
     maps = sum(a.numel() * a.element_size() for a in (out.attentions or ()) if a is not None)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mib()
     print(json.dumps({"mode": mode, "peak_mib": peak, "maps_mib": maps / 2**20}))
 
 
