@@ -322,7 +322,7 @@ def _fake_cache(tmp_path, tiny_dir):
 
 
 def test_hub_name_from_cache_offline(tmp_path, tiny_dir, hf_tiny, monkeypatch):
-    pytest.importorskip("huggingface_hub")
+    import huggingface_hub  # noqa: F401  (the hub path needs it)
     cache = _fake_cache(tmp_path, tiny_dir)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))

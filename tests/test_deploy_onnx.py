@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort  # a test dependency: missing means a broken set-up, not a skip
 import pytest
 import torch
 import transformers
 
 from bertattn import Bert, BertModel, MultiHeadAttention
 from bertattn.deploy import OnnxBertModel, export_attention_onnx, export_onnx, load_onnx_bert
-
-ort = pytest.importorskip("onnxruntime")
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TINY = dict(
