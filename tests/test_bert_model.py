@@ -10,19 +10,12 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from tiny_bert import TINY as TINY_BERT
 
 import bertattn
 from bertattn import BertConfig, BertModel
 
-TINY = dict(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    max_position_embeddings=64,
-    type_vocab_size=2,
-)
+TINY = {**TINY_BERT, "max_position_embeddings": 64}
 BACKENDS = [*bertattn.BACKENDS, "auto"]
 
 

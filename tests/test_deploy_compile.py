@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_bert import TINY as TINY_BERT
 from torch._dynamo.testing import CompileCounter
 
 import bertattn
@@ -14,14 +15,7 @@ from bertattn import BertConfig, BertModel, MultiHeadAttention
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 
 LENGTHS = [5, 9, 17, 33, 64]  # never equal to the batch size (3): duck sizing would tie them
-TINY = BertConfig(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    max_position_embeddings=128,
-)
+TINY = BertConfig(**TINY_BERT)
 
 
 @pytest.fixture(autouse=True)

@@ -13,20 +13,12 @@ import onnxruntime as ort  # a test dependency: missing means a broken set-up, n
 import pytest
 import torch
 import transformers
+from tiny_bert import TINY
 
 from bertattn import Bert, BertModel, MultiHeadAttention
 from bertattn.deploy import OnnxBertModel, export_attention_onnx, export_onnx, load_onnx_bert
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-TINY = dict(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    max_position_embeddings=128,
-    type_vocab_size=2,
-)
 TOL = 1e-4
 # batch 7, padded to 128: lengths 1..128 and one all-padding row
 LENGTHS_7 = [1, 3, 17, 64, 128, 100, 0]
