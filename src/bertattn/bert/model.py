@@ -267,6 +267,8 @@ class BertModel(nn.Module):
         explicit = self.backend != "auto" and get_backend(self.backend).layout == "packed"
         if not explicit and (self.backend != "auto" or want or attention_mask is None):
             return None, ""
+        if not explicit and self.device.type != "cpu":  # auto packs on CPU only (dispatch.py)
+            return None, ""
         if torch.compiler.is_compiling() or torch.jit.is_tracing():
             if explicit:
                 raise ValueError(
