@@ -110,10 +110,12 @@ def sdpa_attention(
         if work == torch.float16:  # a large finite bias (-1e9) must not turn into -inf
             bias = bias.clamp(min=torch.finfo(torch.float16).min)
         bias = bias.to(work)
-    context = F.scaled_dot_product_attention(
-        q.to(work), k.to(work), v.to(work), attn_mask=bias, dropout_p=dropout_p
-    )
-    return context.to(q.dtype), None
+    if work != q.dtype:
+        q, k, v, out_dtype = q.to(work), k.to(work), v.to(work), q.dtype
+    else:
+        out_dtype = None  # no cast at all on the common path: .to() costs a few us per call
+    context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+    return (context if out_dtype is None else context.to(out_dtype)), None
 
 
 def _needs_fp32_backward(q: Tensor, k: Tensor, v: Tensor) -> bool:

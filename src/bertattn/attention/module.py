@@ -79,6 +79,7 @@ class MultiHeadAttention(nn.Module):
         self.last_dispatch: Dispatch | None = None
         self._packed_weight: Tensor | None = None
         self._packed_bias: Tensor | None = None
+        self._packed_ptrs: list[int] = []
         self._pack_qkv()
         self.register_load_state_dict_post_hook(MultiHeadAttention._repack_after_load)
 
@@ -100,6 +101,7 @@ class MultiHeadAttention(nn.Module):
             for i, lin in enumerate(lins):
                 lin.bias.data = bias[i * self.embed_dim : (i + 1) * self.embed_dim]
             self._packed_bias = bias
+        self._packed_ptrs = [t.data_ptr() for t in self._qkv_tensors()]  # where they must stay
 
     def _qkv_tensors(self) -> tuple[Tensor, ...]:
         lins = self._qkv_linears()
@@ -107,19 +109,13 @@ class MultiHeadAttention(nn.Module):
 
     def _still_packed(self) -> bool:
         """Whether q/k/v still live in the packed storage (cheap: compares data pointers)."""
-        w, b = self._packed_weight, self._packed_bias
-        if w is None:
+        if self._packed_weight is None:
             return False
-        rows, elem = self.embed_dim * w.size(1), w.element_size()
-        expect = [w.data_ptr() + i * rows * elem for i in range(3)]
-        if b is not None:
-            expect = [
-                p
-                for i in range(3)
-                for p in (expect[i], b.data_ptr() + i * self.embed_dim * b.element_size())
-            ]
         tensors = self._qkv_tensors()
-        return [t.data_ptr() for t in tensors] == expect and tensors[0].dtype == w.dtype
+        return (
+            tensors[0].dtype == self._packed_weight.dtype
+            and [t.data_ptr() for t in tensors] == self._packed_ptrs
+        )
 
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, recurse)
