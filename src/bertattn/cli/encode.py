@@ -70,6 +70,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _job_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The encoding settings both paths (single process, chunked) pass on unchanged."""
+    return {
+        "model": args.model,
+        "pooling": args.pooling,
+        "normalize": args.normalize,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "field": args.field,
+        "dtype": args.dtype,
+    }
+
+
 def _child_argv(args: argparse.Namespace) -> list[str]:
     """The same command for each rank of --workers, minus --workers, plus --resumable."""
     argv = ["encode", args.input, "-o", args.output, "--batch-size", str(args.batch_size)]
@@ -147,13 +160,7 @@ def run(args: argparse.Namespace) -> int:
         summary = encode_file(
             args.input,
             args.output,
-            model=args.model,
-            pooling=args.pooling,
-            normalize=args.normalize,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            field=args.field,
-            dtype=args.dtype,
+            **_job_settings(args),
             progress=progress,
             onnx=args.onnx,
         )
@@ -184,13 +191,7 @@ def _run_chunked(args: argparse.Namespace, info, progress) -> int:  # type: igno
         summary = encode_file_chunked(
             args.input,
             args.output,
-            model=args.model,
-            pooling=args.pooling,
-            normalize=args.normalize,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            field=args.field,
-            dtype=args.dtype,
+            **_job_settings(args),
             chunk_tokens=args.chunk_tokens,
             restart=args.restart,
             timeout=args.timeout,
