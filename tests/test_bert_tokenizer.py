@@ -91,3 +91,14 @@ def test_errors(from_json, tmp_path):
         from_json(["a", "b"], ["c"])
     with pytest.raises(FileNotFoundError, match="no tokenizer.json and no vocab.txt"):
         BertTokenizer.from_folder(tmp_path)
+
+
+def test_length_batches_respect_count_and_token_budget() -> None:
+    from bertattn.bert.pipeline import length_batches
+
+    lengths = [10, 9, 9, 5, 5, 5, 1]  # sorted longest first, as Bert.encode sorts them
+    assert length_batches(lengths, 32) == [(0, 7)]
+    assert length_batches(lengths, 2) == [(0, 2), (2, 4), (4, 6), (6, 7)]
+    # a range of n texts pads to n * its first length: 2 * 10 = 20 fits, 3 * 10 does not
+    assert length_batches(lengths, 32, batch_tokens=20) == [(0, 2), (2, 4), (4, 7)]
+    assert length_batches(lengths, 32, batch_tokens=1) == [(i, i + 1) for i in range(7)]
