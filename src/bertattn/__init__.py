@@ -1,21 +1,30 @@
 """bertattn: BERT's multi-head self-attention, correct, fast and visible.
 
-Public API only; see the README for usage.
+Public API only; see the README for usage. Names are imported on first use, so that
+``bertattn --help`` and the command line's error handling do not wait for torch.
 """
 
-from .attention import (
-    BACKENDS,
-    Dispatch,
-    DispatchLog,
-    MultiHeadAttention,
-    explain,
-    prepare_mask,
-    register_backend,
-)
-from .bert import Bert, BertConfig, BertModel
-from .maps import AttentionMaps
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "AttentionMaps": ".maps",
+    "BACKENDS": ".attention",
+    "Bert": ".bert",
+    "BertConfig": ".bert",
+    "BertModel": ".bert",
+    "Dispatch": ".attention",
+    "DispatchLog": ".attention",
+    "MultiHeadAttention": ".attention",
+    "explain": ".attention",
+    "prepare_mask": ".attention",
+    "register_backend": ".attention",
+}
 
 __all__ = [
     "AttentionMaps",
@@ -31,3 +40,28 @@ __all__ = [
     "prepare_mask",
     "register_backend",
 ]
+
+if TYPE_CHECKING:
+    from .attention import (
+        BACKENDS,
+        Dispatch,
+        DispatchLog,
+        MultiHeadAttention,
+        explain,
+        prepare_mask,
+        register_backend,
+    )
+    from .bert import Bert, BertConfig, BertModel
+    from .maps import AttentionMaps
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bertattn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

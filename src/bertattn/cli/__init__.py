@@ -1,13 +1,33 @@
-"""The ``bertattn`` command. Thin: parses arguments, calls the public API, owns stdout.
+"""The ``bertattn`` command. Thin: parses arguments into a job's options, runs the job, reports.
 
 One module per subcommand, each with ``add_arguments(parser)`` and ``run(args) -> int``.
+
+The one error policy, for every subcommand (:func:`main`):
+
+====  ==========================================================================================
+exit  when
+====  ==========================================================================================
+0     done
+1     a runtime error: a malformed input or model folder, a failed rank, a missing optional
+      package (the message names the ``pip install``), a file that cannot be written
+2     a usage error: argparse's, or options that cannot work (a range, a combination, an output
+      that is the input or a folder, a folder that cannot be written) — found before any work
+130   interrupted (Ctrl-C) at any moment; 128 + N for signal N (SIGTERM: 143)
+====  ==========================================================================================
+
+Anticipated errors are one line on stderr, ``bertattn COMMAND: error: ...``; ``--debug`` (or
+``BERTATTN_DEBUG=1``) shows their tracebacks. Anything else is a bug and shows its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import traceback
+import warnings
 from collections.abc import Sequence
 
 #: subcommand -> one-line help; the code is in ``bertattn/cli/<name>.py``.
@@ -19,27 +39,95 @@ COMMANDS: dict[str, str] = {
     "export-onnx": "export a BERT model to ONNX (dynamic batch and length) for ONNX Runtime",
 }
 
+EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
         prog="bertattn", description="BERT multi-head self-attention: correct, fast, visible."
     )
+    parser.add_argument("--version", action="version", version=f"bertattn {__version__}")
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the traceback of an error (also: BERTATTN_DEBUG=1)",
+    )
+    parser._add_action(debug._actions[0])  # also before the subcommand
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         module = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[debug])
         module.add_arguments(p)
         p.set_defaults(func=module.run)
     return parser
 
 
+def _prefix(command: str) -> str:
+    """``bertattn COMMAND:``, with the rank under torchrun."""
+    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "1")
+    who = f" rank {rank}:" if rank and world not in ("", "1") else ""
+    return f"bertattn {command}:{who}"
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds: temporary files are removed on the way
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; the exit status (see the module docstring)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if a in COMMANDS), "")
+    prefix = _prefix(command) if command else "bertattn:"
+    debug = "--debug" in argv or os.environ.get("BERTATTN_DEBUG", "") not in ("", "0")
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _on_signal)
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        print(f"{prefix} warning: {message}", file=sys.stderr)
+
+    shown = warnings.showwarning
+    warnings.showwarning = show
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
-    except (ValueError, OSError) as exc:
-        print(f"bertattn {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"{prefix} interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        code = _exit_code(exc)
+        if code is None or debug:
+            traceback.print_exc()
+        if code is None:
+            return EXIT_RUNTIME
+        print(f"{prefix} error: {_one_line(exc)}", file=sys.stderr)
+        return code
+    finally:
+        warnings.showwarning = shown
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    """The status for an anticipated error; None for a bug (shown with its traceback)."""
+    from ..errors import JobError, UsageError
+
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE
+    if isinstance(exc, (ValueError, OSError, ImportError, JobError)):
+        return EXIT_RUNTIME
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ImportError) and "pip install" not in text:
+        text += " (a package is missing: pip install bertattn with the extra that needs it)"
+    return text
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`bertattn export-onnx`: write a BERT model as one ONNX file for ONNX Runtime."""
+"""`bertattn export-onnx`: write a BERT model as one ONNX file for ONNX Runtime
+(options: :class:`bertattn.jobs.ExportOptions`)."""
 
 from __future__ import annotations
 
@@ -8,32 +9,33 @@ import time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..deploy.onnx_export import DEFAULT_OPSET, EXPORT_BACKENDS
+    from ..jobs.options import ExportOptions, add_arguments
 
-    p.add_argument("--model", default=None, help="model folder (default all-MiniLM-L6-v2)")
-    p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
-    p.add_argument(
-        "--opset", type=int, default=DEFAULT_OPSET, help="ONNX opset (default %(default)s)"
-    )
-    p.add_argument(
-        "--backend",
-        choices=EXPORT_BACKENDS,
-        default="math",
-        help="attention backend traced into the graph (default math: fastest in ONNX Runtime)",
-    )
+    add_arguments(p, ExportOptions)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..deploy import export_onnx
+    from ..jobs.export import run_export
+    from ..jobs.options import ExportOptions, from_namespace
 
+    options = from_namespace(ExportOptions, args)
     start = time.perf_counter()
-    out = export_onnx(args.model, args.output, opset=args.opset, backend=args.backend)
+    out = run_export(options)
     size = Path(out).stat().st_size / 2**20
+    opset = _written_opset(out)
     print(
-        f"bertattn export-onnx: wrote {out} ({size:.1f} MiB, opset {args.opset}, backend "
-        f"{args.backend}) in {time.perf_counter() - start:.1f}s",
+        f"bertattn export-onnx: wrote {out} ({size:.1f} MiB, opset {opset}, backend "
+        f"{options.backend}) in {time.perf_counter() - start:.1f}s",
         file=sys.stderr,
     )
     return 0
+
+
+def _written_opset(path) -> str:  # type: ignore[no-untyped-def]
+    """The default-domain opset recorded in the file (what was written, not what was asked)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return ", ".join(str(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx"))

@@ -1,5 +1,6 @@
-"""Distributed, resumable, lossless encoding of a file (``bertattn encode`` under torchrun,
-``--workers N``, or ``--resumable``).
+"""Distributed, resumable, lossless encoding of many texts (what ``bertattn encode`` runs under
+torchrun, with ``--workers N``, or with ``--resumable``; the job around it — reading the input,
+the options, writing the output — is :mod:`bertattn.jobs.encode`).
 
 plan.py     chunks of consecutive lines, their balanced assignment to ranks, run identity
 store.py    the parts folder next to the output: manifest, chunk parts, assembly
@@ -14,7 +15,8 @@ from .runner import (
     ChunkFailed,
     DistributedEncodeError,
     RankInfo,
-    encode_file_chunked,
+    encode_chunked,
+    run_identity,
 )
 from .store import PartsFolder
 
@@ -27,7 +29,8 @@ __all__ = [
     "RankInfo",
     "assign_chunks",
     "chunk_token_target",
-    "encode_file_chunked",
+    "encode_chunked",
     "launch_workers",
     "make_chunks",
+    "run_identity",
 ]

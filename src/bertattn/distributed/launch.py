@@ -1,17 +1,14 @@
 """``--workers N``: run the same command as N ranks on this machine through torchrun.
 
-Spawns ``python -m torch.distributed.run --standalone --nproc-per-node N -m bertattn ARGS``
-(a local rendezvous on a free loopback port) and returns its exit status: torchrun stops the
-other ranks when one fails and exits non-zero. SIGTERM to this process is passed on to
-torchrun, which passes it to the ranks. torchrun sets ``OMP_NUM_THREADS=1`` per rank unless
-it is already set.
+Runs torchrun's launcher in this process, as ``torchrun --standalone --nproc-per-node N -m
+bertattn ARGS`` would (a local rendezvous on a free loopback port): it stops the other ranks when
+one fails. torchrun sets ``OMP_NUM_THREADS=1`` per rank unless it is already set.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,24 +32,35 @@ def torchrun_command(nprocs: int, argv: Sequence[str]) -> list[str]:
 
 
 def launch_workers(nprocs: int, argv: Sequence[str]) -> int:
-    """Run ``bertattn ARGV`` as ``nprocs`` ranks; the exit status (128 + N for signal N)."""
+    """Run ``bertattn ARGV`` as ``nprocs`` ranks; return the exit status (0, the first failed
+    rank's status, or 128 + N when this process got signal N).
+
+    torchrun's launcher runs inside this process (``torch.distributed.run.run``), so its
+    failure report (``ChildFailedError`` and its traceback) is turned into a status here: the
+    caller says what failed, in one line. SIGINT / SIGTERM / SIGHUP reach the launcher, which
+    stops the ranks.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
     cmd = torchrun_command(nprocs, argv)
-    env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])  # the folder holding the bertattn package
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.Popen(cmd, env=env)
-
-    def forward(signum, frame):  # type: ignore[no-untyped-def]
-        proc.send_signal(signum)
-
-    previous = signal.signal(signal.SIGTERM, forward)
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, path) if p)
+    quiet = logging.getLogger("torch.distributed.elastic")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # its INFO/ERROR lines repeat what the ranks report
     try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:  # the ranks got the SIGINT too (same process group)
-                continue
+        run(parse_args(cmd[3:]))
+    except ChildFailedError as exc:
+        codes = [f.exitcode for f in exc.failures.values()]
+        return next((c if c > 0 else 128 - c for c in codes if c), 1)
+    except SignalException as exc:
+        return 128 + int(exc.sigval)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 128 - code if code < 0 else code
+        quiet.setLevel(level)
+        os.environ["PYTHONPATH"] = path
+        if not path:
+            del os.environ["PYTHONPATH"]
+    return 0

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from ..bert.encode_job import check_output_path, read_texts, write_embeddings_atomic
+from ..files import FolderLock
 from .plan import (
     FORMAT_VERSION,
     Chunk,
@@ -39,7 +40,6 @@ from .plan import (
     check_partition,
     chunk_token_target,
     make_chunks,
-    model_files,
     sha256_file,
     sha256_files,
 )
@@ -52,7 +52,8 @@ __all__ = [
     "ChunkedSummary",
     "DistributedEncodeError",
     "RankInfo",
-    "encode_file_chunked",
+    "encode_chunked",
+    "run_identity",
 ]
 
 DEFAULT_TIMEOUT = 1800.0
@@ -100,7 +101,6 @@ class RankInfo:
 class ChunkedSummary:
     """What a chunked run did (rank 0), for the final report line."""
 
-    output: Path
     texts: int
     empty: int
     truncated: int
@@ -125,7 +125,7 @@ class ChunkedSummary:
         return (
             f"{self.texts} lines ({self.empty} empty, {self.truncated} truncated to "
             f"{self.max_length} tokens), {self.tokens} tokens, padding {self.padding_ratio:.1%} "
-            f"-> {self.output} ({self.texts} x {self.width} float32) in {self.seconds:.1f}s, "
+            f"({self.texts} x {self.width} float32) in {self.seconds:.1f}s, "
             f"{rate:.1f} sentences/s; {self.world_size} rank(s), {self.chunks} chunks: "
             f"{len(self.computed)} computed, {len(self.reused)} reused"
         )
@@ -172,16 +172,15 @@ def _token_counts(bert, texts: Sequence[str], limit: int, block: int = 8192) -> 
     return counts
 
 
-def _identity(
-    input_path: Path, texts: Sequence[str], model_dir: Path, model: object, settings: dict
+def run_identity(
+    input_path: Path, lines: int, model_name: str, model_files: Sequence[Path], settings: dict
 ) -> dict:
+    """What a manifest records so that a rerun resumes only the same work: the input (path,
+    hash, line count), the model (name, hash of its files) and the settings."""
     return {
         "format": FORMAT_VERSION,
-        "input": {"path": str(input_path), "sha256": sha256_file(input_path), "lines": len(texts)},
-        "model": {
-            "path": "default" if model is None else str(model),
-            "sha256": sha256_files(model_files(model_dir)),
-        },
+        "input": {"path": str(input_path), "sha256": sha256_file(input_path), "lines": lines},
+        "model": {"path": model_name, "sha256": sha256_files(model_files)},
         "settings": settings,
     }
 
@@ -199,7 +198,7 @@ def _plan(
 ) -> dict:
     """Rank 0: the chunks (from the manifest when resuming), which are done, who does the rest."""
     if restart:
-        parts.remove()
+        parts.clear()
     manifest = parts.read_manifest()
     if manifest is not None:
         check_identity(manifest, identity, parts.path)
@@ -319,7 +318,7 @@ def _wait_for_parts(
 
 
 def _summary(
-    parts: PartsFolder, chunks: Sequence[Chunk], plan: dict, out: Path, info: RankInfo, **kw
+    parts: PartsFolder, chunks: Sequence[Chunk], plan: dict, info: RankInfo, **kw
 ) -> ChunkedSummary:
     totals = dict.fromkeys(("empty", "truncated", "tokens", "padded"), 0)
     for c in chunks:
@@ -328,7 +327,6 @@ def _summary(
             totals[k] += int(stats.get(k, 0))
     reused = set(plan["reused"])
     return ChunkedSummary(
-        output=out,
         texts=sum(c.lines for c in chunks),
         world_size=info.world_size,
         chunks=len(chunks),
@@ -341,64 +339,40 @@ def _summary(
     )
 
 
-def encode_file_chunked(
-    input: str | Path,
-    output: str | Path,
+def encode_chunked(
+    bert,
+    texts: Sequence[str],
     *,
-    model: str | Path | None = None,
-    pooling: str | None = None,
-    normalize: bool | None = None,
-    batch_size: int = 32,
-    max_length: int | None = None,
-    field: str | None = None,
-    dtype: str | None = None,
+    parts: PartsFolder,
+    identity: dict,
+    encode_kwargs: dict,
+    write: Callable[[np.ndarray], object],
     chunk_tokens: int | None = None,
     restart: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     progress: Callable[[int], Callable[[int], object]] | None = None,
     rank_info: RankInfo | None = None,
 ) -> ChunkedSummary | None:
-    """Embed every line of ``input`` into ``output`` through resumable chunks, on this rank
-    of ``WORLD_SIZE`` (torchrun's environment; a single process without it). Returns the
-    summary on rank 0, None on the others. ``progress(total)`` (rank 0) returns a callback
-    that takes the number of lines just finished, by any rank."""
-    from ..bert.checkpoint import resolve_model_dir
-    from ..bert.pipeline import Bert, default_model_dir, read_sentence_settings
+    """Embed ``texts`` with ``bert`` through resumable chunks in ``parts``, on this rank of
+    ``WORLD_SIZE`` (torchrun's environment; a single process without it).
 
+    Rank 0 locks the parts folder (a second run on the same output is refused), plans (reusing
+    the manifest when ``identity`` matches it), and at the end assembles every chunk in input
+    order, calls ``write(embeddings)`` and removes the parts folder. ``encode_kwargs`` go to
+    :meth:`Bert.encode_with_stats` (``pooling``, ``normalize``, ``batch_size``,
+    ``max_length``). Returns the summary on rank 0, None on the others. ``progress(total)``
+    (rank 0) returns a callback that takes the number of lines just finished, by any rank.
+    """
     info = rank_info or RankInfo.from_env()
-    out = check_output_path(output)
-    if str(input) == "-":
-        raise ValueError(
-            "a chunked run (--workers, torchrun, --resumable) cannot read stdin: every rank "
-            "reads the input, and a rerun must find it again; write it to a file first."
-        )
-    input_path = Path(input)
-    if not input_path.is_file():
-        raise FileNotFoundError(f"input file {input_path} does not exist.")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout}.")
-    parts = PartsFolder(out)
     started = time.perf_counter()
     joined = _init_group(info, timeout)
+    lock = FolderLock(parts.path, what=str(parts.path)) if info.rank == 0 else None
     try:
-        bert = Bert.load(model, dtype=dtype)
-        bert.model.to(info.device)
-        limit = bert.max_length if max_length is None else int(max_length)
-        settings = {
-            "pooling": bert.pooling if pooling is None else pooling,
-            "normalize": bert.normalize if normalize is None else bool(normalize),
-            "max_length": limit,
-            "batch_size": batch_size,
-            "field": field,
-            "dtype": str(bert.model.dtype).replace("torch.", ""),
-            "chunk_tokens": "auto" if chunk_tokens is None else chunk_tokens,
-        }
-        texts = read_texts(input_path, field=field)
+        limit = int(encode_kwargs["max_length"])
         if info.rank == 0:
             try:
-                folder = default_model_dir() if model is None else resolve_model_dir(model)
-                model_dir = read_sentence_settings(folder).model_dir
-                identity = _identity(input_path, texts, model_dir, model, settings)
+                parts.create()
+                lock.acquire()  # type: ignore[union-attr]
                 plan = _plan(
                     parts,
                     identity,
@@ -437,9 +411,8 @@ def encode_file_chunked(
         update = _progress(
             progress, info, chunks, set(plan["reused"]), set(plan["assignment"][0]), parts
         )
-        kwargs = dict(pooling=pooling, normalize=normalize, batch_size=batch_size, max_length=limit)
         try:
-            _encode_chunks(bert, texts, mine, parts, info, kwargs, update.own)
+            _encode_chunks(bert, texts, mine, parts, info, encode_kwargs, update.own)
             _wait_for_parts(parts, chunks, timeout, update.others)
         except DistributedEncodeError:
             raise
@@ -453,13 +426,11 @@ def encode_file_chunked(
         if info.rank != 0:
             return None
         width = bert.model.config.hidden_size
-        emb = parts.assemble(chunks, len(texts), width)
-        write_embeddings_atomic(out, emb)
+        write(parts.assemble(chunks, len(texts), width))
         summary = _summary(
             parts,
             chunks,
             plan,
-            out,
             info,
             max_length=limit,
             width=width,
@@ -468,6 +439,8 @@ def encode_file_chunked(
         parts.remove()
         return summary
     finally:
+        if lock is not None:
+            lock.release()
         if joined:
             import torch.distributed as dist
 

@@ -10,7 +10,8 @@ Files:
                             means the chunk is finished
     failed-rank1.json       rank 1 failed (which chunk, the error): the others stop
 Every file is written to a temporary name and renamed into place, so a crash at any moment
-leaves only complete files (and ``.tmp`` leftovers, removed by the next run).
+leaves only complete files (and ``.tmp`` leftovers, removed by the next run). ``.lock`` is the
+lock the running job holds (:class:`bertattn.files.FolderLock`).
 """
 
 from __future__ import annotations
@@ -18,37 +19,24 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
+from ..files import FolderLock, write_atomic
 from .plan import Chunk
 
 __all__ = ["PartsFolder"]
 
 _OURS = re.compile(
-    r"(manifest\.json|run\.json|chunk-\d{5,}\.(npy|json)|failed-rank\d+\.json|\..*\.tmp)\Z"
+    r"(manifest\.json|run\.json|chunk-\d{5,}\.(npy|json)|failed-rank\d+\.json|\..*\.tmp|"
+    r"\.lock)\Z"
 )
 
 
-def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_json(path: Path, obj: object) -> None:
-    _atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1).encode() + b"\n"))
+    write_atomic(path, json.dumps(obj, indent=1).encode() + b"\n")
 
 
 def _read_json(path: Path) -> dict | None:
@@ -101,6 +89,13 @@ class PartsFolder:
             p.unlink()
         self.path.rmdir()
 
+    def clear(self) -> None:
+        """Delete our files in the folder but keep the folder and its lock (``--restart``)."""
+        self._check_ours()
+        for p in self.path.iterdir():
+            if p.name != FolderLock.NAME:
+                p.unlink()
+
     def clean_temp(self) -> None:
         for p in self.path.glob(".*.tmp"):
             p.unlink(missing_ok=True)
@@ -133,7 +128,7 @@ class PartsFolder:
             raise ValueError(f"{chunk.describe()}: {emb.shape[0]} rows for {chunk.lines} lines.")
         _write_json(self.stats_path(chunk.index), {"start": chunk.start, "end": chunk.end, **stats})
         arr = np.ascontiguousarray(emb, dtype=np.float32)
-        _atomic_write(self.part(chunk.index), lambda f: np.save(f, arr, allow_pickle=False))
+        write_atomic(self.part(chunk.index), lambda f: np.save(f, arr, allow_pickle=False))
 
     def read_stats(self, chunk: Chunk) -> dict | None:
         stats = _read_json(self.stats_path(chunk.index))

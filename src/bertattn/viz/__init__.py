@@ -10,10 +10,11 @@ import json
 import os
 from pathlib import Path
 
+from ..files import check_output, write_all, write_atomic
 from ..maps import AttentionMaps
-from ._common import check_layer_head, write_atomic
+from ._common import check_layer_head
 from .html import render_html, save_html
-from .png import save_png
+from .png import render_png, save_png
 from .rollout import attention_rollout
 from .text import summary
 
@@ -22,6 +23,8 @@ __all__ = [
     "check_layer_head",
     "render_all",
     "render_html",
+    "render_json",
+    "render_png",
     "save_html",
     "save_json",
     "save_png",
@@ -29,12 +32,18 @@ __all__ = [
 ]
 
 
-def save_json(maps: AttentionMaps, path: str | os.PathLike[str], *, rollout=None) -> Path:
-    """``maps.to_dict()`` (plus ``"rollout"`` when given) as JSON, written atomically."""
+def render_json(maps: AttentionMaps, *, rollout=None) -> bytes:
+    """``maps.to_dict()`` (plus ``"rollout"`` when given) as UTF-8 JSON."""
     data = maps.to_dict()
     if rollout is not None:
         data["rollout"] = [[round(float(x), 6) for x in row] for row in rollout]
-    return write_atomic(path, json.dumps(data).encode("utf-8"), what="JSON file")
+    return json.dumps(data, allow_nan=False).encode("utf-8")
+
+
+def save_json(maps: AttentionMaps, path: str | os.PathLike[str], *, rollout=None) -> Path:
+    """:func:`render_json` written to ``path`` atomically."""
+    check_output(path, what="JSON file")
+    return write_atomic(path, render_json(maps, rollout=rollout))
 
 
 def render_all(
@@ -47,19 +56,28 @@ def render_all(
     head: int = 0,
     rollout: bool = False,
 ) -> list[Path]:
-    """Write the outputs asked for (PNG, HTML page, JSON); return their paths in that order.
+    """Write the outputs asked for (PNG, HTML page, JSON), all or none; return their paths in
+    that order.
 
-    ``layer``/``head`` pick the head the PNG shows large; they are checked first, whatever
-    is asked for, so a bad ``--layer`` fails before anything is written. ``rollout=True`` adds
-    the attention rollout to every output.
+    Everything is checked before anything is drawn (``layer``/``head`` — the head the PNG shows
+    large — and every output path), every file is rendered, and only then are they written
+    together (:func:`bertattn.files.write_all`). ``rollout=True`` adds the attention rollout to
+    every output.
     """
     check_layer_head(maps, layer, head)
+    targets = ((png, "PNG"), (html, "HTML page"), (json_path, "JSON"))
+    for path, what in targets:
+        if path is not None:
+            check_output(path, what=what)
+    given = [str(p) for p, _ in targets if p is not None]
+    if len(set(given)) != len(given):
+        raise ValueError(f"the same file is named for two outputs ({', '.join(given)}).")
     roll = attention_rollout(maps) if rollout else None
-    written = []
+    items = []
     if png is not None:
-        written.append(save_png(maps, png, layer=layer, head=head, rollout=roll))
+        items.append((png, render_png(maps, layer=layer, head=head, rollout=roll)))
     if html is not None:
-        written.append(save_html(maps, html, rollout=roll))
+        items.append((html, render_html(maps, rollout=roll).encode("utf-8")))
     if json_path is not None:
-        written.append(save_json(maps, json_path, rollout=roll))
-    return written
+        items.append((json_path, render_json(maps, rollout=roll)))
+    return write_all(items)

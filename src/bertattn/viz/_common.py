@@ -1,14 +1,10 @@
-"""Shared helpers of the visualizers: argument checks and atomic file writes."""
+"""Shared helpers of the visualizers: layer / head argument checks."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 from ..maps import AttentionMaps
 
-__all__ = ["check_layer_head", "layer_index", "write_atomic"]
+__all__ = ["check_layer_head", "layer_index"]
 
 
 def _range_text(ids: list[int]) -> str:
@@ -42,31 +38,3 @@ def check_layer_head(maps: AttentionMaps, layer: int, head: int) -> int:
             f"head {head} is out of range: this model has heads 0..{maps.num_heads - 1}"
         )
     return idx
-
-
-def write_atomic(path: str | os.PathLike[str], data: bytes, *, what: str = "file") -> Path:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
-
-    Readers never see a half-written file; on failure no temporary file is left behind and an
-    ``OSError`` says what could not be written where, and why.
-    """
-    path = Path(path)
-    folder = path.parent
-    if not folder.is_dir():
-        raise OSError(f"cannot write the {what} to {path}: the folder {folder} does not exist")
-    if path.is_dir():
-        raise OSError(f"cannot write the {what} to {path}: it is a directory; give a file name")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        raise OSError(f"cannot write the {what} to {path}: {e.strerror or e}") from e
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return path

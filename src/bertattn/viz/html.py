@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
-from ._common import write_atomic
 
 __all__ = ["save_html", "render_html", "DEFAULT_TOP_K"]
 
@@ -146,7 +146,9 @@ def save_html(
 
     Raises:
         ValueError: a rollout of the wrong shape, more than 65535 tokens, ``top_k < 1``.
+        UsageError: ``path`` cannot be an output (a folder, a missing or unwritable folder).
         OSError: the file cannot be written (the message names the path and the reason).
     """
+    check_output(path, what="HTML page")
     page = render_html(maps, rollout=rollout, title=title, top_k=top_k)
-    return write_atomic(path, page.encode("utf-8"), what="HTML page")
+    return write_atomic(path, page.encode("utf-8"))

@@ -18,8 +18,9 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
-from ._common import check_layer_head, write_atomic
+from ._common import check_layer_head
 
 __all__ = ["save_png", "figure_size", "MAX_LABELS"]
 
@@ -111,11 +112,29 @@ def save_png(
     rollout: np.ndarray | None = None,
     dpi: int = 100,
 ) -> Path:
-    """Write a PNG: thumbnails of every layer x head, ``layer``/``head`` large, and the rollout.
+    """:func:`render_png` written to ``path`` atomically (see :mod:`bertattn.files`).
+
+    Raises:
+        ValueError: as :func:`render_png`; ``UsageError`` (a ``ValueError``) when ``path`` cannot
+            be an output (a folder, a missing or unwritable folder).
+        OSError: the file cannot be written (the message names the path and the reason).
+    """
+    check_output(path, what="PNG")
+    return write_atomic(path, render_png(maps, layer=layer, head=head, rollout=rollout, dpi=dpi))
+
+
+def render_png(
+    maps: AttentionMaps,
+    *,
+    layer: int,
+    head: int,
+    rollout: np.ndarray | None = None,
+    dpi: int = 100,
+) -> bytes:
+    """A PNG image: thumbnails of every layer x head, ``layer``/``head`` large, and the rollout.
 
     Args:
         maps: the attention of one text.
-        path: the PNG file; written atomically (temp file in the same folder, then rename).
         layer: the model's layer id to show large (one of ``maps.layer_ids``).
         head: the head to show large, ``0..H-1``.
         rollout: an ``(L, L)`` matrix (see ``attention_rollout``), drawn as an extra panel.
@@ -123,7 +142,6 @@ def save_png(
 
     Raises:
         ValueError: layer or head out of range, or a rollout of the wrong shape.
-        OSError: the file cannot be written (the message names the path and the reason).
     """
     idx = check_layer_head(maps, layer, head)
     n = len(maps.tokens)
@@ -168,4 +186,4 @@ def save_png(
         )
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    return write_atomic(path, buf.getvalue(), what="PNG")
+    return buf.getvalue()

@@ -1,0 +1,257 @@
+"""Writing outputs: the one policy for every file bertattn writes.
+
+A leaf (imports nothing of the package), so the library layers (viz, deploy, distributed) and
+the jobs all write through it:
+
+* **atomic**: the bytes go to a temporary file in the output's own folder, are flushed and
+  fsync'ed, then renamed over the output. A reader sees the old file or the new one, never half.
+* **the mode a plain ``open()`` gives**: ``0o666`` less the umask (``0644`` under umask 022,
+  ``0600`` under 077), not the ``0600`` of ``mkstemp``.
+* **checked before the work** (:func:`check_output`): an output that is a folder, that sits in a
+  missing or unwritable folder, or that is one of the job's inputs (also through a symlink or a
+  hard link) is refused with a :class:`~bertattn.errors.UsageError` before anything is computed.
+* **no leftovers**: a temporary file is removed on every exit path (errors, Ctrl-C, SIGTERM once
+  the CLI turns it into ``SystemExit``). Temporary names carry the host and process id
+  (``.NAME.HOST-PID-XXXX.tmp``), so one left by a killed run (SIGKILL, power loss) is recognised
+  and removed by the next run on that host.
+* **all or none** (:func:`write_all`): a job with several outputs writes every temporary file
+  first and renames only when all are complete.
+* :class:`FolderLock`: an exclusive, non-blocking ``flock`` on a folder, released by the kernel
+  when its process dies (used for a resumable run's parts folder).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import secrets
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import UsageError
+
+__all__ = [
+    "FolderLock",
+    "Payload",
+    "check_output",
+    "file_mode",
+    "remove_stale_temps",
+    "same_file",
+    "write_all",
+    "write_atomic",
+]
+
+#: what a writer gets: bytes, or a function that writes into an open binary file
+Payload = bytes | Callable[[BinaryIO], object]
+
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
+_TEMP = re.compile(r"\A\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]+\.tmp\Z")
+
+
+def file_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open(path, "w")`` would create."""
+    try:  # Linux: read it without changing it (os.umask is process-wide and racy)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove this host's temporary files for ``path`` whose process is gone; return them."""
+    path = Path(path)
+    removed = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return removed
+    for name in names:
+        m = _TEMP.match(name)
+        if m and m["name"] == path.name and m["host"] == _HOST and not _alive(int(m["pid"])):
+            stale = path.parent / name
+            try:
+                stale.unlink()
+                removed.append(stale)
+            except OSError:
+                pass
+    return removed
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name the same existing file (symlinks followed, hard links found)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "output",
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    suffixes: Sequence[str] | None = None,
+) -> Path:
+    """Refuse, before any work, an output that cannot be written; return it as a ``Path``.
+
+    Raises :class:`UsageError` when ``path`` is a folder, has a suffix outside ``suffixes``, is
+    one of ``inputs``, or its folder is missing or not writable (probed by creating and removing
+    a temporary file there, so read-only filesystems and permissions are both caught). Also
+    removes the temporary files a dead earlier run left for ``path``.
+    """
+    out = Path(path)
+    flag = f"{what} {out}"
+    if out.is_dir():
+        raise UsageError(f"{flag} is a folder; give a file name inside it.")
+    if suffixes is not None and out.suffix.lower() not in suffixes:
+        raise UsageError(
+            f"{flag}: unknown format {out.suffix or '(no suffix)'!r}; the format is taken from "
+            f"the suffix: use {' or '.join(suffixes)}."
+        )
+    for source in inputs:
+        if str(source) != "-" and same_file(out, source):
+            raise UsageError(
+                f"{flag} is the input file {source}; writing it would destroy the input: "
+                f"choose another output name."
+            )
+    folder = out.parent
+    if not folder.is_dir():
+        raise UsageError(
+            f"{flag}: the folder {folder} does not exist; create it first (mkdir -p {folder})."
+        )
+    probe = _temp_path(out)
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(
+            f"{flag}: cannot write in the folder {folder} ({exc.strerror or exc}); choose an "
+            f"output in a folder you can write to."
+        ) from None
+    remove_stale_temps(out)
+    return out
+
+
+def _write_temp(path: Path, data: Payload) -> Path:
+    tmp = _temp_path(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                data(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, file_mode())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_all(items: Sequence[tuple[str | os.PathLike[str], Payload]]) -> list[Path]:
+    """Write several files atomically and all together: every temporary file is complete before
+    the first rename, so a failure while writing leaves none of the outputs (and no temporary
+    files). Returns the paths in order. ``OSError`` messages name the output, not the temp."""
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for path, data in items:
+            out = Path(path)
+            try:
+                temps.append((_write_temp(out, data), out))
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot write {out}: {exc.strerror or exc}") from None
+        for tmp, out in temps:
+            os.replace(tmp, out)
+    finally:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)  # no-op for the ones already renamed
+    for folder in {out.parent for _, out in temps}:
+        _sync_folder(folder)
+    return [out for _, out in temps]
+
+
+def write_atomic(path: str | os.PathLike[str], data: Payload) -> Path:
+    """Write one file atomically (see the module docstring); return its path."""
+    return write_all([(path, data)])[0]
+
+
+class FolderLock:
+    """An exclusive lock on ``folder`` (a ``.lock`` file inside it), taken without waiting.
+
+    ``acquire()`` raises :class:`UsageError` naming the holder's pid when another process holds
+    it. The kernel drops the lock when the holder exits, however it exits.
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, folder: str | os.PathLike[str], *, what: str) -> None:
+        self.path = Path(folder) / self.NAME
+        self.what = what
+        self._fd: int | None = None
+
+    def acquire(self) -> FolderLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise UsageError(
+                    f"another bertattn run (process {holder}) is writing {self.what}; wait for "
+                    f"it to finish or stop it, or choose another output."
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{_HOST}:{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,28 @@
+"""The export job: a BERT model folder to one ONNX file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..files import check_output
+from .inputs import check_input
+from .options import ExportOptions
+
+__all__ = ["run_export"]
+
+
+def run_export(options: ExportOptions) -> Path:
+    """Export ``options.model`` to ``options.output``; the path written.
+
+    The output path and the opset are checked before the model is loaded.
+    """
+    from ..deploy import onnx_export
+
+    opset = onnx_export.DEFAULT_OPSET if options.opset is None else options.opset
+    check = getattr(onnx_export, "check_opset", None)
+    if check is not None:
+        opset = check(opset)
+    out = check_output(options.output, what="--output", suffixes=(".onnx",))
+    if options.model is not None and Path(options.model).is_file():
+        check_input(options.model, what="--model")  # a file: resolve_model explains
+    return onnx_export.export_onnx(options.model, out, opset=opset, backend=options.backend)

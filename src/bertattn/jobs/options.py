@@ -1,0 +1,345 @@
+"""One options dataclass per job: the single list of a job's settings.
+
+Each field carries its command-line spelling and help in its metadata, so the CLI builds its
+parser from these classes (:func:`add_arguments`), the ``--workers`` launcher rebuilds a rank's
+command line from an options object (:func:`to_argv`), and a resumable run records
+:meth:`EncodeOptions.settings` in its manifest: the list is written once, here.
+
+Validation happens on construction (``__post_init__``): types, ranges and combinations, without
+touching the filesystem or loading anything. What depends on the machine and the files (the
+number of CPUs, torchrun's environment, whether the output can be written) is checked by the job
+itself, still before any work. Every refusal is a :class:`~bertattn.errors.UsageError` whose
+message names the command-line flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = [
+    "DTYPES",
+    "DEFAULT_TIMEOUT",
+    "EMBEDDING_FORMATS",
+    "AttendOptions",
+    "EncodeOptions",
+    "ExportOptions",
+    "add_arguments",
+    "flag",
+    "max_workers",
+    "to_argv",
+]
+
+DTYPES = ("float32", "bfloat16", "float16")
+POOLINGS = ("mean", "cls")
+EMBEDDING_FORMATS = (".npy", ".jsonl")
+DEFAULT_TIMEOUT = 1800.0
+
+#: argument groups of the parser: title -> description
+GROUPS = {
+    "distributed / resumable": (
+        "Under torchrun (WORLD_SIZE > 1), with --workers, or with --resumable the input is cut "
+        "into chunks written to OUTPUT.parts/ as they finish; a rerun of the same command "
+        "resumes, and the parts folder is removed once OUTPUT is complete."
+    ),
+}
+
+
+def _opt(default: Any, help: str, **cli: Any) -> Any:
+    """A dataclass field with its command-line spelling. ``cli`` keys: ``flags`` (default
+    ``--name-with-dashes``), ``positional``, ``type``, ``choices``, ``metavar``, ``group``,
+    ``required``, ``output`` (False: a setting that does not change the output)."""
+    return field(default=default, metadata={"help": help, **cli})
+
+
+def flag(cls: type, name: str) -> str:
+    """The command-line spelling of option ``name`` of ``cls`` (for messages)."""
+    meta = next(f.metadata for f in fields(cls) if f.name == name)
+    if meta.get("positional"):
+        return name.upper()
+    return meta.get("flags", (f"--{name.replace('_', '-')}",))[-1]
+
+
+def _int(cls: type, obj: object, name: str, *, low: int = 1, optional: bool = True) -> None:
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UsageError(f"{flag(cls, name)} must be an integer >= {low}, got {value!r}.")
+
+
+def _choice(cls: type, obj: object, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(obj, name)
+    if value is not None and value not in choices:
+        raise UsageError(f"{flag(cls, name)} {value!r} is not one of {', '.join(choices)}.")
+
+
+def _text(cls: type, obj: object, name: str, *, optional: bool = True) -> None:
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise UsageError(f"{flag(cls, name)} must be a non-empty path or name, got {value!r}.")
+
+
+def max_workers() -> int:
+    """The most local ranks worth starting: one per GPU with CUDA, else one per CPU core."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class EncodeOptions:
+    """``bertattn encode``: embed every line of a file (one process, resumable chunks, N local
+    ranks, or a torchrun rank; PyTorch or ONNX Runtime)."""
+
+    input: str = _opt(
+        MISSING, "text file (one text per line), .jsonl, or - for stdin", positional=True
+    )
+    output: str = _opt(MISSING, "output .npy or .jsonl", flags=("-o", "--output"), required=True)
+    model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
+    field: str | None = _opt(None, "JSON field holding the text (default text)")
+    pooling: str | None = _opt(
+        None, "pooling (default: as the model folder says)", choices=POOLINGS
+    )
+    normalize: bool | None = _opt(
+        None, "L2-normalize the embeddings (default: as the model folder says)"
+    )
+    batch_size: int = _opt(32, "texts per batch (default 32)", type=int)
+    max_length: int | None = _opt(None, "tokens (default: the model's)", type=int)
+    dtype: str = _opt(
+        "float32",
+        "compute dtype (bfloat16: ~2x faster on CPUs with AVX512-BF16/AMX; output float32)",
+        choices=DTYPES,
+    )
+    onnx: str | None = _opt(
+        None,
+        "run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "
+        "folder it came from (tokenizer, pooling)",
+        metavar="MODEL.onnx",
+    )
+    quiet: bool = _opt(False, "no progress bar", flags=("-q", "--quiet"), output=False)
+    workers: int | None = _opt(
+        None,
+        "run N local ranks (torchrun --standalone --nproc-per-node N); at most one per CPU core "
+        "(one per GPU with CUDA)",
+        type=int,
+        metavar="N",
+        group="distributed / resumable",
+        output=False,
+    )
+    resumable: bool = _opt(
+        False,
+        "chunked and resumable even in one process",
+        group="distributed / resumable",
+        output=False,
+    )
+    restart: bool = _opt(
+        False,
+        "discard OUTPUT.parts/ of an earlier run first (implies --resumable)",
+        group="distributed / resumable",
+        output=False,
+    )
+    chunk_tokens: int | None = _opt(
+        None,
+        "tokens per chunk (default: total/64, clamped to 8192..65536); needs a chunked run",
+        type=int,
+        metavar="N",
+        group="distributed / resumable",
+    )
+    timeout: float | None = _opt(
+        None,
+        f"give up when no chunk finishes (or a collective waits) this long (default "
+        f"{DEFAULT_TIMEOUT:.0f}); needs a chunked run",
+        type=float,
+        metavar="SECONDS",
+        group="distributed / resumable",
+        output=False,
+    )
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        _text(cls, self, "input", optional=False)
+        _text(cls, self, "output", optional=False)
+        for name in ("model", "onnx", "field"):
+            _text(cls, self, name)
+        _choice(cls, self, "pooling", POOLINGS)
+        _choice(cls, self, "dtype", DTYPES)
+        _int(cls, self, "batch_size", optional=False)
+        _int(cls, self, "max_length", low=2)  # [CLS] and [SEP]
+        _int(cls, self, "workers")
+        _int(cls, self, "chunk_tokens")
+        if self.normalize is not None and not isinstance(self.normalize, bool):
+            raise UsageError(f"normalize must be True, False or None, got {self.normalize!r}.")
+        if self.timeout is not None and (
+            isinstance(self.timeout, bool)
+            or not isinstance(self.timeout, (int, float))
+            or not math.isfinite(self.timeout)
+            or self.timeout <= 0
+        ):
+            raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}.")
+        if self.onnx is not None and (self.chunked or self.workers is not None):
+            raise UsageError(
+                "--onnx runs in a single process; drop --workers / --resumable / --restart, or "
+                "encode with the PyTorch model."
+            )
+        if str(self.input) == "-" and (self.chunked or self.workers is not None):
+            raise UsageError(
+                "a chunked run (--workers, --resumable, --restart) cannot read stdin: every rank "
+                "reads the input, and a rerun must find it again; write it to a file first."
+            )
+        if not (self.chunked or self.workers is not None):
+            given = [flag(cls, n) for n in ("chunk_tokens", "timeout") if getattr(self, n)]
+            if given:
+                verb = "apply" if len(given) > 1 else "applies"
+                raise UsageError(
+                    f"{' and '.join(given)} {verb} only to a chunked run; add --resumable (or "
+                    f"--workers N), or drop {' and '.join(given)}."
+                )
+
+    @property
+    def chunked(self) -> bool:
+        """This process encodes resumable chunks (``--resumable`` / ``--restart``); torchrun
+        ranks are chunked too, which the job adds from the environment."""
+        return self.resumable or self.restart
+
+    @property
+    def wait_seconds(self) -> float:
+        return DEFAULT_TIMEOUT if self.timeout is None else float(self.timeout)
+
+    def settings(self) -> dict[str, Any]:
+        """The options that decide the output's values (recorded in a resumable manifest)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.metadata.get("output", True) and f.name not in ("input", "output", "model")
+        }
+
+
+@dataclass
+class AttendOptions:
+    """``bertattn attend``: one text (or pair) in, its attention out."""
+
+    text: str = _opt(MISSING, "the text to look at", positional=True)
+    pair: str | None = _opt(None, "a second text (segment B of a pair)")
+    model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
+    layer: int = _opt(0, "layer shown large / summarized", type=int)
+    head: int = _opt(0, "head shown large / summarized", type=int)
+    png: str | None = _opt(None, "write a PNG: every layer x head + one large")
+    html: str | None = _opt(None, "write one self-contained interactive page")
+    json: str | None = _opt(None, "write the tokens and weights as JSON")
+    rollout: bool = _opt(False, "add attention rollout to outputs")
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise UsageError("TEXT is empty; give the sentence whose attention you want to see.")
+        if self.pair is not None and (not isinstance(self.pair, str) or not self.pair.strip()):
+            raise UsageError("--pair is empty; drop it or give a second sentence.")
+        _text(cls, self, "model")
+        _int(cls, self, "layer", low=0, optional=False)
+        _int(cls, self, "head", low=0, optional=False)
+        outputs = [str(p) for p in (self.png, self.html, self.json) if p is not None]
+        for name in ("png", "html", "json"):
+            _text(cls, self, name)
+        if len(set(outputs)) != len(outputs):
+            raise UsageError(f"one file is named for two outputs ({', '.join(outputs)}).")
+
+    @property
+    def outputs(self) -> list[tuple[str, str]]:
+        """``(path, kind)`` of the files asked for."""
+        return [
+            (p, k)
+            for p, k in ((self.png, "PNG"), (self.html, "HTML"), (self.json, "JSON"))
+            if p is not None
+        ]
+
+
+@dataclass
+class ExportOptions:
+    """``bertattn export-onnx``: a BERT model as one ONNX file."""
+
+    output: str = _opt(MISSING, "the .onnx file to write", flags=("-o", "--output"), required=True)
+    model: str | None = _opt(None, "model folder or hub name (default all-MiniLM-L6-v2)")
+    opset: int | None = _opt(None, "ONNX opset (default: the exporter's default)", type=int)
+    backend: str = _opt(
+        "math",
+        "attention backend traced into the graph (default math: fastest in ONNX Runtime)",
+        choices=("math", "sdpa"),
+    )
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        _text(cls, self, "output", optional=False)
+        _text(cls, self, "model")
+        _int(cls, self, "opset")
+        _choice(cls, self, "backend", ("math", "sdpa"))
+        if not str(self.output).lower().endswith(".onnx"):
+            raise UsageError(f"--output {self.output}: the file name must end in .onnx.")
+
+
+# ---------------------------------------------------------------------- the command line
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one argument per field of the options class ``cls`` (its metadata says how)."""
+    groups: dict[str, Any] = {}
+    for f in fields(cls):
+        meta = f.metadata
+        target: Any = parser
+        if "group" in meta:
+            title = meta["group"]
+            if title not in groups:
+                groups[title] = parser.add_argument_group(title, GROUPS.get(title))
+            target = groups[title]
+        kwargs: dict[str, Any] = {"help": meta["help"]}
+        if meta.get("positional"):
+            target.add_argument(f.name, **kwargs)
+            continue
+        names = meta.get("flags", (f"--{f.name.replace('_', '-')}",))
+        kwargs["dest"] = f.name
+        kwargs["default"] = None if f.default is MISSING else f.default
+        if f.type in ("bool", bool):
+            kwargs["action"] = "store_true"
+        elif f.type in ("bool | None",):
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            for key in ("type", "choices", "metavar", "required"):
+                if key in meta:
+                    kwargs[key] = meta[key]
+        target.add_argument(*names, **kwargs)
+
+
+def from_namespace(cls: type, args: argparse.Namespace) -> Any:
+    """The options object of ``cls`` from a parsed namespace (validated on construction)."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
+def to_argv(options: Any, *, drop: tuple[str, ...] = (), **override: Any) -> list[str]:
+    """The command-line arguments that rebuild ``options`` (minus ``drop``, with ``override``)."""
+    argv: list[str] = []
+    for f in fields(options):
+        if f.name in drop:
+            continue
+        value = override.get(f.name, getattr(options, f.name))
+        meta = f.metadata
+        if meta.get("positional"):
+            argv.insert(0, str(value))
+            continue
+        name = meta.get("flags", (f"--{f.name.replace('_', '-')}",))[-1]
+        if f.type in ("bool", bool):
+            argv += [name] if value else []
+        elif f.type in ("bool | None",):
+            argv += [] if value is None else [name if value else "--no-" + name[2:]]
+        elif value is not None:
+            argv += [name, str(value)]
+    return argv
