@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from bertattn import Bert
-from bertattn.bert.encode_job import read_texts, write_embeddings_atomic
+from bertattn.errors import UsageError
+from bertattn.files import check_output, write_atomic
+from bertattn.jobs import read_texts
+from bertattn.jobs.encode import embeddings_payload
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LONG = " ".join(["supercalifragilistic expialidocious"] * 200)  # far over 256 tokens
@@ -82,7 +85,7 @@ def test_jsonl_input_with_field_from_stdin(tmp_path, bert):
     src = tmp_path / "in.jsonl"
     src.write_text(data)
     proc = _run(str(src), "-o", str(out))  # .jsonl input: field 'text' by default
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert "line 1: no field 'text' (found: id, body); choose it with --field" in (
         proc.stderr.decode()
     )
@@ -94,7 +97,7 @@ def test_invalid_utf8(tmp_path):
     out = tmp_path / "out.npy"
     proc = _run(str(src), "-o", str(out))
     err = proc.stderr.decode()
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert err.startswith("bertattn encode: error:") and "Traceback" not in err
     assert f"{src}: line 3: invalid UTF-8" in err
     assert not out.exists()
@@ -104,15 +107,16 @@ def test_missing_model_and_corrupt_weights(tmp_path, minilm_dir):
     src = tmp_path / "in.txt"
     src.write_text("hello\n")
     proc = _run(str(src), "-o", str(tmp_path / "o.npy"), "--model", str(tmp_path / "nomodel"))
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert f"model folder {tmp_path / 'nomodel'} does not exist" in proc.stderr.decode()
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "config.json").write_text((minilm_dir / "config.json").read_text())
+    for name in ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json"):
+        (broken / name).write_text((minilm_dir / name).read_text())
     (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}garbage")
     proc = _run(str(src), "-o", str(tmp_path / "o.npy"), "--model", str(broken))
     err = proc.stderr.decode()
-    assert proc.returncode == 2 and "Traceback" not in err
+    assert proc.returncode == 1 and "Traceback" not in err
     assert f"cannot read weights file {broken / 'model.safetensors'}" in err
     assert not (tmp_path / "o.npy").exists()
 
@@ -158,8 +162,8 @@ def test_read_and_write_pieces(tmp_path):
     src.write_bytes(b"a\r\n\nb")
     assert read_texts(src) == ["a", "", "b"]
     emb = np.arange(6, dtype=np.float32).reshape(3, 2) / 7
-    out = write_embeddings_atomic(tmp_path / "e.jsonl", emb)
+    out = write_atomic(tmp_path / "e.jsonl", embeddings_payload(tmp_path / "e.jsonl", emb))
     rows = [json.loads(x)["embedding"] for x in out.read_text().splitlines()]
     np.testing.assert_array_equal(np.array(rows, dtype=np.float32), emb)
-    with pytest.raises(ValueError, match=r"must end in \.npy or \.jsonl"):
-        write_embeddings_atomic(tmp_path / "e.csv", emb)
+    with pytest.raises(UsageError, match=r"unknown format '\.csv'.* use \.npy or \.jsonl"):
+        check_output(tmp_path / "e.csv", suffixes=(".npy", ".jsonl"))

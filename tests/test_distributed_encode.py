@@ -17,17 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertattn.bert.encode_job import encode_file
 from bertattn.distributed import (
     Chunk,
-    ChunkFailed,
     PartsFolder,
-    RankInfo,
     assign_chunks,
     chunk_token_target,
-    encode_file_chunked,
     make_chunks,
 )
+from bertattn.errors import JobError, UsageError
+from bertattn.jobs import EncodeOptions, run_encode
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 WORDS = "the attention head looks at every token in the sentence and weighs it".split()
@@ -153,8 +151,8 @@ def test_assignment_balances_tokens_not_lines(world):
 
 
 def test_stdin_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="cannot read stdin"):
-        encode_file_chunked("-", tmp_path / "o.npy")
+    with pytest.raises(UsageError, match="cannot read stdin"):
+        EncodeOptions("-", str(tmp_path / "o.npy"), resumable=True)
 
 
 # ---------------------------------------------------------------------- real runs
@@ -252,10 +250,14 @@ def test_changed_input_model_or_settings_refused_then_restart(
 ):
     src = _write(tmp_path / "in.txt", _skewed_lines(120, 2))
     out = tmp_path / "out.npy"
-    kw = dict(model=tiny, chunk_tokens=200, rank_info=RankInfo())  # one process, in process
+    kw = dict(model=str(tiny), chunk_tokens=200, resumable=True)  # one process, in process
+
+    def chunked(**over):
+        return run_encode(EncodeOptions(str(src), str(out), **{**kw, **over}))
+
     monkeypatch.setenv("BERTATTN_TEST_FAIL_CHUNK", "2")
-    with pytest.raises(ChunkFailed, match=r"rank 0 failed on chunk 2 \(lines .* injected failure"):
-        encode_file_chunked(src, out, **kw)
+    with pytest.raises(JobError, match=r"rank 0 failed on chunk 2 \(lines .* injected failure"):
+        chunked()
     monkeypatch.delenv("BERTATTN_TEST_FAIL_CHUNK")
     assert not out.exists()
     assert sorted(p.name for p in (tmp_path / "out.npy.parts").glob("*.npy")) == [
@@ -272,18 +274,19 @@ def test_changed_input_model_or_settings_refused_then_restart(
     assert "pass --restart to discard the finished chunks in" in proc.stderr
 
     other = _save_tiny(tmp_path / "tiny2", minilm_dir, seed=1)
-    with pytest.raises(ValueError, match=r"the model changed since the interrupted run \(files"):
-        encode_file_chunked(src, out, **{**kw, "model": other})
+    with pytest.raises(UsageError, match=r"the model changed since the interrupted run \(files"):
+        chunked(model=str(other))
     changed = _write(tmp_path / "in.txt", _skewed_lines(120, 2) + ["one more line"])
-    with pytest.raises(ValueError, match=r"the input file changed .* \(sha256 .* --restart"):
-        encode_file_chunked(src, out, **kw)
+    with pytest.raises(UsageError, match=r"the input file changed .* \(sha256 .* --restart"):
+        chunked()
     assert not out.exists()
 
     proc = _encode(*base, "--pooling", "mean", "--restart")  # --restart implies --resumable
     assert proc.returncode == 0, proc.stderr
     assert _summary(proc.stderr)[1] == 0
-    plain = encode_file(changed, tmp_path / "plain.npy", model=tiny, pooling="mean")
-    np.testing.assert_allclose(np.load(out), np.load(plain.output), rtol=0, atol=1e-6)
+    plain = tmp_path / "plain.npy"
+    run_encode(EncodeOptions(str(changed), str(plain), model=str(tiny), pooling="mean"))
+    np.testing.assert_allclose(np.load(out), np.load(plain), rtol=0, atol=1e-6)
     assert not (tmp_path / "out.npy.parts").exists()
 
 

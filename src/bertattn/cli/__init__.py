@@ -92,7 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = warnings.showwarning
     warnings.showwarning = show
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help, --version, or a parse error (already printed)
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         return int(args.func(args))
     except KeyboardInterrupt:
         print(f"{prefix} interrupted", file=sys.stderr)

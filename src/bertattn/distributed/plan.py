@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UsageError
+
 __all__ = [
     "FORMAT_VERSION",
     "Chunk",
@@ -153,25 +155,25 @@ def _short(digest: str) -> str:
 
 
 def check_identity(old: dict, new: dict, parts_dir: Path) -> None:
-    """Raise ValueError naming what differs between a manifest's identity and this run's."""
+    """Raise ``UsageError`` (the fix is ``--restart``) naming what differs between a manifest's identity and this run's."""
     fix = (
         f"pass --restart to discard the finished chunks in {parts_dir}, or rerun with what the "
         f"interrupted run used"
     )
     if old.get("format") != new["format"]:
-        raise ValueError(
+        raise UsageError(
             f"{parts_dir} was written in parts format {old.get('format')!r}, this bertattn "
             f"writes format {new['format']} — {fix}."
         )
     o_in, n_in = old.get("input", {}), new["input"]
     if o_in.get("sha256") != n_in["sha256"]:
-        raise ValueError(
+        raise UsageError(
             f"the input file changed since the interrupted run (sha256 "
             f"{_short(str(o_in.get('sha256')))}…, now {_short(n_in['sha256'])}…) — {fix}."
         )
     o_m, n_m = old.get("model", {}), new["model"]
     if o_m.get("sha256") != n_m["sha256"]:
-        raise ValueError(
+        raise UsageError(
             f"the model changed since the interrupted run (files sha256 "
             f"{_short(str(o_m.get('sha256')))}… in {o_m.get('path')}, now "
             f"{_short(n_m['sha256'])}… in {n_m['path']}) — {fix}."
@@ -179,6 +181,6 @@ def check_identity(old: dict, new: dict, parts_dir: Path) -> None:
     o_s, n_s = old.get("settings", {}), new["settings"]
     diff = [f"{k} {o_s.get(k)!r} -> {n_s.get(k)!r}" for k in n_s if o_s.get(k) != n_s.get(k)]
     if diff:
-        raise ValueError(
+        raise UsageError(
             f"the settings changed since the interrupted run ({', '.join(diff)}) — {fix}."
         )

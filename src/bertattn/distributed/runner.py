@@ -1,16 +1,17 @@
 """The chunked, resumable encode, on one rank of N (N = 1 works too).
 
-Each rank runs :func:`encode_file_chunked`. Rank 0 plans (reads or writes the manifest, finds
-the finished chunks, balances the pending ones over the ranks) and broadcasts the plan; every
-rank encodes its chunks on its own device and writes each one to the parts folder; all ranks
-wait until every part exists (polling the folder, so a slow rank is never mistaken for a dead
-one: a run fails only when a rank reports a failure or no chunk finishes for ``timeout``
-seconds); after a barrier rank 0 assembles the output in input order through
-:func:`~bertattn.bert.encode_job.write_embeddings_atomic` and removes the parts folder.
+Each rank runs :func:`encode_chunked`. Rank 0 locks the parts folder, plans (reads or writes the
+manifest, finds the finished chunks, balances the pending ones over the ranks) and broadcasts the
+plan; every rank encodes its chunks on its own device and writes each one to the parts folder;
+all ranks wait until every part exists (polling the folder, so a slow rank is never mistaken for
+a dead one: a run fails only when a rank reports a failure or no chunk finishes for ``timeout``
+seconds); after a barrier rank 0 assembles the embeddings in input order, hands them to the
+caller's ``write`` and removes the parts folder. Reading the input and writing the output are
+the job's (:mod:`bertattn.jobs.encode`).
 
-The output equals a single-process :func:`~bertattn.bert.encode_job.encode_file` run up to
-float rounding (≤ 1e-6 here, not always byte-identical): batches are formed within a chunk
-(sorted by length, deterministic), so they differ from the whole-file batches.
+The output equals a single-process encode up to float rounding (≤ 1e-6 here, not always
+byte-identical): batches are formed within a chunk (sorted by length, deterministic), so they
+differ from the whole-file batches.
 
 Test hooks (environment variables, read by every rank): ``BERTATTN_TEST_FAIL_CHUNK=3`` (or
 ``3,5``) makes encoding those chunks raise; ``BERTATTN_TEST_CHUNK_DELAY=0.5`` sleeps that many

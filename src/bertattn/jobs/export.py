@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import UsageError
 from ..files import check_output
 from .inputs import check_input
 from .options import ExportOptions
@@ -19,9 +20,10 @@ def run_export(options: ExportOptions) -> Path:
     from ..deploy import onnx_export
 
     opset = onnx_export.DEFAULT_OPSET if options.opset is None else options.opset
-    check = getattr(onnx_export, "check_opset", None)
-    if check is not None:
-        opset = check(opset)
+    try:
+        opset = onnx_export.check_opset(opset)
+    except ValueError as exc:
+        raise UsageError(f"--opset: {exc}") from None
     out = check_output(options.output, what="--output", suffixes=(".onnx",))
     if options.model is not None and Path(options.model).is_file():
         check_input(options.model, what="--model")  # a file: resolve_model explains

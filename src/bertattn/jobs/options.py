@@ -248,8 +248,10 @@ class AttendOptions:
         if self.pair is not None and (not isinstance(self.pair, str) or not self.pair.strip()):
             raise UsageError("--pair is empty; drop it or give a second sentence.")
         _text(cls, self, "model")
-        _int(cls, self, "layer", low=0, optional=False)
-        _int(cls, self, "head", low=0, optional=False)
+        for name in ("layer", "head"):  # the range depends on the model: checked by the job
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"{flag(cls, name)} must be an integer, got {value!r}.")
         outputs = [str(p) for p in (self.png, self.html, self.json) if p is not None]
         for name in ("png", "html", "json"):
             _text(cls, self, name)

@@ -1,0 +1,506 @@
+"""The bad-input catalogue: every way a user (or a hostile input) can get a job wrong, through
+the command line, the Python API and model folders.
+
+For each case: the exit status (2 usage, 1 runtime, 130 interrupted), one ``bertattn ...:
+error:`` line that names what was wrong (asserted by text), no traceback, no output file, the
+input untouched and no temporary file left (the work folder is byte-for-byte as it was).
+The commands run in process (``bertattn.cli.main``); the cases that need another user or a real
+signal run as subprocesses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bertattn.cli import main
+from bertattn.errors import ModelFolderError, UsageError
+from bertattn.files import FolderLock
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+# ---------------------------------------------------------------------- the work folder
+def _snapshot(folder: Path) -> dict[str, str]:
+    """Every path under ``folder`` (hidden ones too) -> a hash of its content or 'dir'."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_dir():
+            out[rel] = "dir"
+        else:
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _work(tmp_path: Path) -> Path:
+    d = tmp_path / "work"
+    d.mkdir()
+    (d / "in.txt").write_text("hello world\nsecond line\n", encoding="utf-8")
+    (d / "d.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n', encoding="utf-8")
+    (d / "body.jsonl").write_text('{"id": 1, "body": "x"}\n', encoding="utf-8")
+    (d / "num.jsonl").write_text('{"text": 3}\n', encoding="utf-8")
+    (d / "broken.jsonl").write_text('{"text": "a"\n', encoding="utf-8")
+    (d / "bad.txt").write_bytes(b"fine\nbroken \xff\xfe here\n")
+    (d / "afolder.npy").mkdir()
+    (d / "model.txt").write_text("not a model folder\n")
+    os.symlink("d.jsonl", d / "link.jsonl")
+    os.link(d / "d.jsonl", d / "hard.jsonl")
+    return d
+
+
+def _run(argv: list[str], cwd: Path, capsys) -> tuple[int, str, str]:
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        code = main(argv)
+    finally:
+        os.chdir(old)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _check_refused(code: int, err: str, want_code: int, message: str) -> None:
+    assert code == want_code, err
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1, err
+    assert errors[0].startswith(("bertattn ", "usage: bertattn")) or "bertattn" in errors[0], err
+    assert message in errors[0], err
+
+
+# ---------------------------------------------------------------------- command line cases
+ENC = ["encode"]
+CASES: list[tuple[str, list[str], int, str]] = [
+    # outputs that would destroy the input or cannot be written
+    ("out-is-input", ENC + ["d.jsonl", "-o", "d.jsonl"], 2, "is the input file d.jsonl"),
+    ("out-symlink-to-input", ENC + ["d.jsonl", "-o", "link.jsonl"], 2, "is the input file"),
+    ("out-hardlink-to-input", ENC + ["d.jsonl", "-o", "hard.jsonl"], 2, "is the input file"),
+    ("out-is-folder", ENC + ["in.txt", "-o", "afolder.npy"], 2, "is a folder; give a file name"),
+    ("out-missing-folder", ENC + ["in.txt", "-o", "nodir/o.npy"], 2, "nodir does not exist"),
+    ("out-unknown-suffix", ENC + ["in.txt", "-o", "o.csv"], 2, "unknown format '.csv'"),
+    ("out-no-suffix", ENC + ["in.txt", "-o", "o"], 2, "use .npy or .jsonl"),
+    # option ranges and combinations, all refused before any work
+    ("batch-size-0", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "0"], 2, "--batch-size"),
+    ("batch-size-neg", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "-3"], 2, ">= 1, got -3"),
+    ("max-length-1", ENC + ["in.txt", "-o", "o.npy", "--max-length", "1"], 2, "--max-length"),
+    (
+        "max-length-too-big",
+        ENC + ["in.txt", "-o", "o.npy", "--max-length", "100000"],
+        2,
+        "exceeds what the model takes (max_position_embeddings 512)",
+    ),
+    (
+        "chunk-tokens-alone",
+        ENC + ["in.txt", "-o", "o.npy", "--chunk-tokens", "100"],
+        2,
+        "--chunk-tokens applies only to a chunked run",
+    ),
+    (
+        "timeout-alone",
+        ENC + ["in.txt", "-o", "o.npy", "--timeout", "5"],
+        2,
+        "--timeout applies only to a chunked run",
+    ),
+    (
+        "timeout-zero",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--timeout", "0"],
+        2,
+        "--timeout must be a number of seconds > 0",
+    ),
+    (
+        "timeout-nan",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--timeout", "nan"],
+        2,
+        "--timeout must be a number of seconds > 0",
+    ),
+    (
+        "chunk-tokens-0",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--chunk-tokens", "0"],
+        2,
+        "--chunk-tokens must be an integer >= 1",
+    ),
+    (
+        "resumable-batch-0",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--batch-size", "0"],
+        2,
+        "--batch-size must be an integer >= 1, got 0",
+    ),
+    ("workers-0", ENC + ["in.txt", "-o", "o.npy", "--workers", "0"], 2, "--workers must be"),
+    (
+        "workers-1000",
+        ENC + ["in.txt", "-o", "o.npy", "--workers", "1000"],
+        2,
+        "--workers 1000 is more ranks than this machine can run at once",
+    ),
+    (
+        "workers-onnx",
+        ENC + ["in.txt", "-o", "o.npy", "--workers", "2", "--onnx", "m.onnx"],
+        2,
+        "--onnx runs in a single process",
+    ),
+    (
+        "resumable-onnx",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--onnx", "m.onnx"],
+        2,
+        "--onnx runs in a single process",
+    ),
+    (
+        "resumable-stdin",
+        ENC + ["-", "-o", "o.npy", "--resumable"],
+        2,
+        "cannot read stdin",
+    ),
+    ("onnx-missing", ENC + ["in.txt", "-o", "o.npy", "--onnx", "m.onnx"], 2, "m.onnx does not"),
+    ("batch-size-text", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "abc"], 2, "invalid int"),
+    ("dtype-unknown", ENC + ["in.txt", "-o", "o.npy", "--dtype", "float64"], 2, "invalid choice"),
+    ("no-output", ENC + ["in.txt"], 2, "-o/--output"),
+    # inputs
+    ("input-missing", ENC + ["nothere.txt", "-o", "o.npy"], 2, "nothere.txt does not exist"),
+    ("input-folder", ENC + ["afolder.npy", "-o", "o.npy"], 2, "afolder.npy is a folder"),
+    ("input-bad-utf8", ENC + ["bad.txt", "-o", "o.npy"], 1, "bad.txt: line 2: invalid UTF-8"),
+    ("jsonl-broken", ENC + ["broken.jsonl", "-o", "o.npy"], 1, "line 1: not valid JSON"),
+    ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),
+    ("jsonl-not-str", ENC + ["num.jsonl", "-o", "o.npy"], 1, "field 'text' is a int"),
+    # models
+    ("model-missing", ENC + ["in.txt", "-o", "o.npy", "--model", "nomodel/"], 1, "nomodel"),
+    ("model-is-file", ENC + ["in.txt", "-o", "o.npy", "--model", "model.txt"], 1, "model.txt"),
+    # attend
+    ("attend-empty", ["attend", "   "], 2, "TEXT is empty"),
+    ("attend-empty-pair", ["attend", "hi", "--pair", " "], 2, "--pair is empty"),
+    ("attend-layer", ["attend", "hi", "--layer", "6"], 2, "--layer 6 is out of range"),
+    ("attend-head", ["attend", "hi", "--head", "12"], 2, "--head 12 is out of range"),
+    ("attend-head-neg", ["attend", "hi", "--head", "-1"], 2, "this model has heads 0..11"),
+    (
+        "attend-one-output-bad",
+        ["attend", "hi", "--png", "ok.png", "--html", "nodir/x.html"],
+        2,
+        "nodir does not exist",
+    ),
+    ("attend-png-folder", ["attend", "hi", "--png", "afolder.npy"], 2, "is a folder"),
+    (
+        "attend-same-file-twice",
+        ["attend", "hi", "--html", "x.html", "--json", "x.html"],
+        2,
+        "one file is named for two outputs",
+    ),
+    ("attend-model-missing", ["attend", "hi", "--model", "nomodel/"], 1, "nomodel"),
+    # export-onnx
+    ("export-opset-low", ["export-onnx", "-o", "m.onnx", "--opset", "7"], 2, "opset 7"),
+    ("export-opset-high", ["export-onnx", "-o", "m.onnx", "--opset", "99"], 2, "opset 99"),
+    ("export-suffix", ["export-onnx", "-o", "m.txt"], 2, "must end in .onnx"),
+    ("export-missing-folder", ["export-onnx", "-o", "nodir/m.onnx"], 2, "nodir does not exist"),
+    ("export-model-missing", ["export-onnx", "-o", "m.onnx", "--model", "nomodel/"], 1, "nomodel"),
+    # the command line itself
+    ("no-command", [], 2, "required: COMMAND"),
+    ("unknown-command", ["frobnicate"], 2, "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("name, argv, code, message", CASES, ids=[c[0] for c in CASES])
+def test_cli_refuses_cleanly(name, argv, code, message, tmp_path, capsys):
+    work = _work(tmp_path)
+    before = _snapshot(work)
+    got, out, err = _run(argv, work, capsys)
+    _check_refused(got, err, code, message)
+    assert _snapshot(work) == before  # no output, no temp file, the input untouched
+
+
+def test_catalogue_is_large_enough():
+    assert len(CASES) + len(FOLDER_CASES) + len(API_CASES) >= 50
+
+
+# ---------------------------------------------------------------------- malformed model folders
+def _mutate_json(name: str, change: Callable[[dict], object]) -> Callable[[Path], None]:
+    def apply(folder: Path) -> None:
+        path = folder / name
+        data = json.loads(path.read_text(encoding="utf-8"))
+        result = change(data)
+        path.write_text(json.dumps(data if result is None else result), encoding="utf-8")
+
+    return apply
+
+
+def _write(name: str, raw: bytes) -> Callable[[Path], None]:
+    return lambda folder: (folder / name).write_bytes(raw)
+
+
+def _add_tokens(folder: Path) -> None:
+    """A tokenizer whose ids go past the model's vocabulary (30522 rows of embeddings)."""
+    path = folder / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    for i in range(3):
+        vocab[f"zzznew{i}"] = 30522 + i
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with (folder / "vocab.txt").open("a", encoding="utf-8") as f:
+        f.write("".join(f"zzznew{i}\n" for i in range(3)))
+
+
+def _set(key: str, value: object) -> Callable[[dict], None]:
+    return lambda d: d.__setitem__(key, value)
+
+
+FOLDER_CASES: list[tuple[str, Callable[[Path], None], str]] = [
+    ("config-not-utf8", _write("config.json", b'{"hidden_size": 384, "x": "\xff"}'), "config.json"),
+    ("config-not-json", _write("config.json", b"{not json"), "config.json"),
+    ("config-a-list", _write("config.json", b"[1, 2]"), "config.json"),
+    (
+        "config-nan-eps",
+        _mutate_json("config.json", _set("layer_norm_eps", float("nan"))),
+        "layer_norm_eps",
+    ),
+    ("config-str-hidden", _mutate_json("config.json", _set("hidden_size", "384")), "hidden_size"),
+    ("config-float-hidden", _mutate_json("config.json", _set("hidden_size", 384.5)), "hidden_size"),
+    (
+        "config-bool-layers",
+        _mutate_json("config.json", _set("num_hidden_layers", True)),
+        "num_hidden_layers",
+    ),
+    ("config-act-int", _mutate_json("config.json", _set("hidden_act", 1)), "hidden_act"),
+    ("config-vocab-0", _mutate_json("config.json", _set("vocab_size", 0)), "vocab_size"),
+    ("config-pad-huge", _mutate_json("config.json", _set("pad_token_id", 10**9)), "pad_token_id"),
+    ("modules-not-list", _write("modules.json", b'{"a": 1}'), "modules.json"),
+    ("modules-no-type", _write("modules.json", b'[{"path": ""}]'), "modules.json"),
+    (
+        "modules-escape",
+        _write(
+            "modules.json",
+            b'[{"type": "sentence_transformers.models.Transformer", "path": "../.."}]',
+        ),
+        "modules.json",
+    ),
+    (
+        "pooling-two-modes",
+        _mutate_json("1_Pooling/config.json", _set("pooling_mode_cls_token", True)),
+        "1_Pooling",
+    ),
+    (
+        "pooling-str-bool",
+        _mutate_json("1_Pooling/config.json", _set("pooling_mode_mean_tokens", "true")),
+        "pooling_mode_mean_tokens",
+    ),
+    (
+        "sbert-max-str",
+        _mutate_json("sentence_bert_config.json", _set("max_seq_length", "128")),
+        "max_seq_length",
+    ),
+    (
+        "sbert-max-0",
+        _mutate_json("sentence_bert_config.json", _set("max_seq_length", 0)),
+        "max_seq_length",
+    ),
+    ("tokenizer-past-vocab", _add_tokens, "vocab"),
+]
+
+
+def _broken_model(minilm_dir: Path, where: Path, mutate: Callable[[Path], None]) -> Path:
+    folder = where / "model"
+    shutil.copytree(
+        minilm_dir.parent,
+        folder,
+        ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx", "__pycache__", "*.py"),
+    )
+    target = folder / "model"
+    for weights in minilm_dir.glob("*.safetensors"):
+        (target / weights.name).symlink_to(weights)
+    mutate(target)
+    return target
+
+
+# every case through encode; attend shares the resolver, so three cases cover it there
+FOLDER_RUNS = [("encode", *c) for c in FOLDER_CASES] + [
+    ("attend", *c)
+    for c in FOLDER_CASES
+    if c[0] in ("config-nan-eps", "config-str-hidden", "tokenizer-past-vocab")
+]
+
+
+@pytest.mark.parametrize(
+    "command, name, mutate, message", FOLDER_RUNS, ids=[f"{r[0]}-{r[1]}" for r in FOLDER_RUNS]
+)
+def test_malformed_model_folder(command, name, mutate, message, tmp_path, capsys, minilm_dir):
+    model = _broken_model(minilm_dir, tmp_path, mutate)
+    work = _work(tmp_path)
+    before = _snapshot(work)
+    if command == "encode":
+        argv = ["encode", "in.txt", "-o", "o.npy", "--model", str(model)]
+    else:
+        argv = ["attend", "hello", "--png", "a.png", "--model", str(model)]
+    code, _, err = _run(argv, work, capsys)
+    _check_refused(code, err, 1, message)
+    assert _snapshot(work) == before
+
+
+# ---------------------------------------------------------------------- the Python API
+def _api_batch_zero(work: Path) -> None:
+    from bertattn.jobs import EncodeOptions
+
+    EncodeOptions(str(work / "in.txt"), str(work / "o.npy"), batch_size=0)
+
+
+def _api_out_is_input(work: Path) -> None:
+    from bertattn.jobs import EncodeOptions, run_encode
+
+    run_encode(EncodeOptions(str(work / "d.jsonl"), str(work / "hard.jsonl")))
+
+
+def _api_attend_outputs(work: Path) -> None:
+    from bertattn.jobs import AttendOptions, run_attend
+
+    run_attend(AttendOptions("hi", png=str(work / "a.png"), json=str(work / "no" / "a.json")))
+
+
+def _api_load_missing(work: Path) -> None:
+    from bertattn import Bert
+
+    Bert.load(work / "nomodel")
+
+
+def _api_export_opset(work: Path) -> None:
+    from bertattn.jobs import ExportOptions, run_export
+
+    run_export(ExportOptions(str(work / "m.onnx"), opset=7))
+
+
+API_CASES: list[tuple[str, Callable[[Path], None], type, str]] = [
+    ("api-batch-0", _api_batch_zero, UsageError, "--batch-size must be an integer >= 1"),
+    ("api-out-is-input", _api_out_is_input, UsageError, "is the input file"),
+    ("api-attend-outputs", _api_attend_outputs, UsageError, "does not exist"),
+    ("api-load-missing", _api_load_missing, ModelFolderError, "nomodel"),
+    ("api-export-opset", _api_export_opset, UsageError, "opset 7"),
+]
+
+
+@pytest.mark.parametrize("name, call, error, message", API_CASES, ids=[c[0] for c in API_CASES])
+def test_python_api_refuses_cleanly(name, call, error, message, tmp_path):
+    work = _work(tmp_path)
+    before = _snapshot(work)
+    with pytest.raises(error, match=message):
+        call(work)
+    assert _snapshot(work) == before
+
+
+# ---------------------------------------------------------------------- locks, leftovers, signals
+def test_second_resumable_run_on_the_same_output_is_refused(tmp_path, capsys):
+    work = _work(tmp_path)
+    parts = work / "o.npy.parts"
+    parts.mkdir()
+    with FolderLock(parts, what="o.npy.parts"):  # as a running first run holds it
+        code, _, err = _run(["encode", "in.txt", "-o", "o.npy", "--resumable"], work, capsys)
+    _check_refused(code, err, 2, "another bertattn run (process")
+    assert not (work / "o.npy").exists()
+    assert sorted(p.name for p in parts.iterdir()) == [".lock"]
+
+
+def test_stale_temp_file_of_a_dead_run_is_removed(tmp_path, capsys):
+    from bertattn.files import _HOST
+
+    work = _work(tmp_path)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = work / f".o.npy.{_HOST}-{int(dead.stdout)}-deadbeef.tmp"
+    stale.write_bytes(b"half an output")
+    alive = work / f".o.npy.{_HOST}-{os.getpid()}-cafe.tmp"  # a live writer's: kept
+    alive.write_bytes(b"being written")
+    code, _, err = _run(["encode", "in.txt", "-o", "o.npy", "-q"], work, capsys)
+    assert code == 0, err
+    assert not stale.exists() and alive.exists()
+    assert (work / "o.npy").stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_outputs_get_the_mode_open_would_give(umask, tmp_path):
+    script = (
+        "import os, sys; os.umask(int(sys.argv[1], 8)); from bertattn.cli import main; "
+        "sys.exit(main(sys.argv[2:]))"
+    )
+    work = _work(tmp_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
+    for argv in (
+        ["encode", "in.txt", "-o", "o.npy", "-q"],
+        ["encode", "in.txt", "-o", "r.jsonl", "-q", "--resumable"],
+        ["attend", "hi", "--json", "a.json", "--html", "a.html"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, oct(umask), *argv],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+    for name in ("o.npy", "r.jsonl", "a.json", "a.html"):
+        assert (work / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_unwritable_folder_is_refused_before_the_work(tmp_path):
+    """As another user (the tests may run as root, who can write anywhere)."""
+    import pwd
+
+    work = Path(tmp_path) / "shared"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (work / "in.txt").write_text("hello\n")
+    ro = work / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o555)
+    os.chmod(work, 0o755)
+    user = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC), "HOME": str(work)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertattn", "encode", "in.txt", "-o", "ro/o.npy"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        user=None if user is None else user.pw_uid,
+    )
+    _check_refused(proc.returncode, proc.stderr, 2, "cannot write in the folder ro")
+    assert list(ro.iterdir()) == []
+
+
+def test_interrupt_in_attend_exits_130_without_traceback(tmp_path, capsys, monkeypatch):
+    import bertattn.jobs.attend as attend_job
+
+    def interrupted(options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attend_job, "run_attend", interrupted)
+    code, _, err = _run(["attend", "hello", "--png", "a.png"], tmp_path, capsys)
+    assert code == 130 and "interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path, capsys):
+    work = _work(tmp_path)
+    code, _, err = _run(["encode", "bad.txt", "-o", "o.npy", "--debug"], work, capsys)
+    assert code == 1 and "Traceback" in err and "invalid UTF-8" in err
+
+
+def test_missing_extra_names_the_pip_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    work = _work(tmp_path)
+    before = _snapshot(work)
+    code, _, err = _run(["export-onnx", "-o", "m.onnx"], work, capsys)
+    _check_refused(code, err, 1, "pip install 'bertattn[onnx]'")
+    assert _snapshot(work) == before
