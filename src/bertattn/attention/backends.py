@@ -6,7 +6,7 @@ Each backend takes per-head queries, keys and values and a canonical additive bi
     fn(q, k, v, bias, *, dropout_p, need_weights) -> (context, weights)
         q:       (B, H, Lq, D)
         k, v:    (B, H, Lk, D)
-        bias:    (B|1, H|1, Lq|1, Lk) additive float, or None   (see masks.prepare_mask)
+        bias:    additive float broadcastable to (B, H, Lq, Lk), >= 2-D, or None (masks.py)
         context: (B, H, Lq, D)
         weights: (B, H, Lq, Lk) or None
 
@@ -58,8 +58,6 @@ class BackendSpec:
     name: str
     fn: AttentionBackend | Callable[..., Any]
     returns_weights: bool
-    memory: str
-    description: str
     layout: str = "padded"  # "padded": (B, H, L, D) + bias; "packed": (T, H, D) + PackedBatch
 
 
@@ -186,21 +184,6 @@ def get_backend(name: str) -> BackendSpec:
         raise ValueError(f"unknown attention backend {name!r}; valid names: {valid}.") from None
 
 
-register_backend(
-    BackendSpec(
-        "math", math_attention, True, "O(L^2)", "the article's steps; returns attention weights"
-    )
-)
-register_backend(
-    BackendSpec("sdpa", sdpa_attention, False, "O(L)", "torch scaled_dot_product_attention (fused)")
-)
-register_backend(
-    BackendSpec(
-        "varlen",
-        varlen_attention,
-        False,
-        "O(tokens)",
-        "packed real tokens, one fused call per sequence (CUDA: flash varlen)",
-        layout="packed",
-    )
-)
+register_backend(BackendSpec("math", math_attention, returns_weights=True))
+register_backend(BackendSpec("sdpa", sdpa_attention, returns_weights=False))
+register_backend(BackendSpec("varlen", varlen_attention, returns_weights=False, layout="packed"))

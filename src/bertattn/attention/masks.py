@@ -35,10 +35,11 @@ class PreparedMask:
     """A mask in canonical form, ready for any backend.
 
     Attributes:
-        bias: additive float bias, shape ``(B|1, H|1, Lq|1, Lk)``, ``-inf`` where masked;
-            ``None`` when nothing is masked or biased.
-        live_rows: bool, shape ``(B|1, H|1, Lq|1, 1)``, False for a query row with no key to
-            attend to; ``None`` when every row has at least one key.
+        bias: additive float bias, ``-inf`` where masked; ``None`` when nothing is masked or
+            biased. Broadcastable to ``(B, H, Lq, Lk)`` and at least 2-D: ``(Lq|1, Lk|1)``,
+            with the leading ``B|1, H|1`` present only if a mask argument had them.
+        live_rows: bool, the shape of ``bias`` with a last dim of 1, False for a query row with
+            no key to attend to; ``None`` when every row has at least one key.
     """
 
     bias: Tensor | None = None
@@ -178,6 +179,8 @@ def prepare_mask(
         neg_inf = torch.full((), float("-inf"), dtype=bias_dtype, device=device)
         fill = torch.where(keep, zeros, neg_inf)
         bias = fill if bias is None else bias + fill
+    if bias.dim() < 2:  # 0-D / 1-D: a (1, Lk|1) view; fused SDPA reads the query dim, size(-2)
+        bias = bias.reshape((1,) * (2 - bias.dim()) + tuple(bias.shape))
 
     # a count, not .any(): the same in eager; exported, ReduceSum keeps ONNX Runtime's symbolic
     # shape inference (and so its fusions) working, where any()'s ReduceMax stops it

@@ -216,7 +216,19 @@ class MultiHeadAttention(nn.Module):
         batch, q_len, _ = x.shape
         k_len = q_len if key_value is None else key_value.size(1)
         name, reason = choose_backend(self.backend, need_weights=need_weights)
-        if get_backend(name).layout == "packed":
+        spec = get_backend(name)  # an unknown name is refused before the masks are looked at
+        prepared = prepare_mask(  # validates every mask argument, whichever backend runs
+            mask,
+            key_padding_mask,
+            attn_bias,
+            batch=batch,
+            heads=self.num_heads,
+            query_len=q_len,
+            key_len=k_len,
+            dtype=x.dtype,
+            device=x.device,
+        )
+        if spec.layout == "packed":
             out, weights = self._forward_packed(
                 x,
                 key_padding_mask,
@@ -226,17 +238,6 @@ class MultiHeadAttention(nn.Module):
                 need_weights=need_weights,
             )
         else:
-            prepared = prepare_mask(
-                mask,
-                key_padding_mask,
-                attn_bias,
-                batch=batch,
-                heads=self.num_heads,
-                query_len=q_len,
-                key_len=k_len,
-                dtype=x.dtype,
-                device=x.device,
-            )
             out, weights = self._attend_padded(
                 x, prepared, key_value, need_weights, self.backend, name, reason
             )
@@ -269,7 +270,6 @@ class MultiHeadAttention(nn.Module):
         key_value: Tensor | None = None,
         need_weights: bool = False,
         backend: str | None = None,
-        pad_fraction: float | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The core of :meth:`forward` for callers that prepared the mask once (an encoder).
 
@@ -370,20 +370,9 @@ class MultiHeadAttention(nn.Module):
                 f"backend {name!r} takes self-attention with key_padding_mask only, got {what}; "
                 f"use backend='sdpa' (or 'auto') for other masks, or 'math' for weights."
             )
-        b, length, _ = x.shape
+        b, length, _ = x.shape  # key_padding_mask was validated by forward's prepare_mask
         if key_padding_mask is None:
             key_padding_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
-        prepare_mask(  # validates shape and dtype; the packed path needs nothing else from it
-            None,
-            key_padding_mask,
-            None,
-            batch=b,
-            heads=1,
-            query_len=1,
-            key_len=length,
-            dtype=x.dtype,
-            device=x.device,
-        )
         packed = pack_padding_mask(key_padding_mask.to(x.device))
         out = self.attend_packed(
             unpad(x, packed), packed, backend=name, reason=reason, requested=self.backend
