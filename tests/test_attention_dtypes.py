@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from attention_helpers import (
@@ -116,6 +118,11 @@ def test_dropout_only_in_training(backend: str) -> None:
         d, _ = m(x, need_weights=False)
         m.backend = "math"
         ref, _ = m(x)
+        exact, _ = copy.deepcopy(m).double()(x.double())  # math in float64: the truth
     assert not torch.allclose(a, b)  # sdpa gets dropout_p in train mode too
     assert torch.equal(c, d)
-    torch.testing.assert_close(c, ref, atol=1e-6, rtol=0)
+    # eval mode: as close to the float64 truth as the float32 reference is (at most 2x its
+    # error): a fused kernel sums in another order, so an absolute bound on c - ref is the
+    # wrong yardstick (1.2e-6 on an AVX-512 CPU, where math itself is 2.5e-6 from the truth)
+    baseline = (ref.double() - exact).abs().max()
+    assert (c.double() - exact).abs().max() <= 2 * baseline
