@@ -99,6 +99,13 @@ def max_workers() -> int:
         return os.cpu_count() or 1
 
 
+def _world_size() -> int:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "") or 1)
+    except ValueError:
+        return 1  # RankInfo.from_env reports the malformed value
+
+
 @dataclass
 class EncodeOptions:
     """``bertattn encode``: embed every line of a file (one process, resumable chunks, N local
@@ -191,13 +198,14 @@ class EncodeOptions:
             raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}.")
         if self.onnx is not None and (self.chunked or self.workers is not None):
             raise UsageError(
-                "--onnx runs in a single process; drop --workers / --resumable / --restart, or "
-                "encode with the PyTorch model."
+                "--onnx runs in a single process; drop --workers / --resumable / --restart (or "
+                "torchrun), or encode with the PyTorch model."
             )
         if str(self.input) == "-" and (self.chunked or self.workers is not None):
             raise UsageError(
-                "a chunked run (--workers, --resumable, --restart) cannot read stdin: every rank "
-                "reads the input, and a rerun must find it again; write it to a file first."
+                "a chunked run (--workers, --resumable, --restart, torchrun) cannot read stdin: "
+                "every rank reads the input, and a rerun must find it again; write it to a file "
+                "first."
             )
         if not (self.chunked or self.workers is not None):
             given = [flag(cls, n) for n in ("chunk_tokens", "timeout") if getattr(self, n)]
@@ -210,9 +218,9 @@ class EncodeOptions:
 
     @property
     def chunked(self) -> bool:
-        """This process encodes resumable chunks (``--resumable`` / ``--restart``); torchrun
-        ranks are chunked too, which the job adds from the environment."""
-        return self.resumable or self.restart
+        """This process encodes resumable chunks: ``--resumable`` / ``--restart``, or it is one
+        rank of several (torchrun's ``WORLD_SIZE`` > 1)."""
+        return self.resumable or self.restart or _world_size() > 1
 
     @property
     def wait_seconds(self) -> float:
