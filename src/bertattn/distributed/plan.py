@@ -155,7 +155,8 @@ def _short(digest: str) -> str:
 
 
 def check_identity(old: dict, new: dict, parts_dir: Path) -> None:
-    """Raise ``UsageError`` (the fix is ``--restart``) naming what differs between a manifest's identity and this run's."""
+    """Raise ``UsageError`` (the fix is ``--restart``) naming what differs between a
+    manifest's identity and this run's."""
     fix = (
         f"pass --restart to discard the finished chunks in {parts_dir}, or rerun with what the "
         f"interrupted run used"
