@@ -1,8 +1,17 @@
 """A BERT encoder on bertattn's attention: config, model, checkpoints, tokenizer, pipeline."""
 
 from .config import BertConfig
+from .folder import ModelFolder, resolve_model
 from .model import BertModel, BertModelOutput
 from .pipeline import Bert
 from .tokenizer import BertTokenizer
 
-__all__ = ["Bert", "BertConfig", "BertModel", "BertModelOutput", "BertTokenizer"]
+__all__ = [
+    "Bert",
+    "BertConfig",
+    "BertModel",
+    "BertModelOutput",
+    "BertTokenizer",
+    "ModelFolder",
+    "resolve_model",
+]

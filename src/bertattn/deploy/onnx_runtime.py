@@ -16,9 +16,10 @@ import torch
 from torch import Tensor
 
 from ..bert.config import BertConfig
+from ..bert.folder import ModelFolder
 from ..bert.model import BertModelOutput
-from ..bert.pipeline import Bert, default_model_dir, read_sentence_settings
-from ..bert.tokenizer import BertTokenizer
+from ..bert.pipeline import Bert
+from ..errors import MissingExtraError
 from .onnx_export import BERT_INPUTS
 
 __all__ = ["OnnxBertModel", "load_onnx_bert"]
@@ -30,9 +31,7 @@ def _session(path: Path, threads: int | None, providers: tuple[str, ...]):  # ty
     try:
         import onnxruntime as ort
     except ImportError:
-        raise ImportError(
-            "running an ONNX model needs onnxruntime: pip install 'bertattn[onnx]'."
-        ) from None
+        raise MissingExtraError("running an ONNX model", "onnxruntime", "onnx") from None
     if not path.is_file():
         raise FileNotFoundError(f"ONNX model {path} does not exist.")
     options = ort.SessionOptions()
@@ -141,28 +140,29 @@ class OnnxBertModel:
 
 def load_onnx_bert(
     onnx_path: str | Path,
-    model: str | Path | None = None,
+    model: str | Path | ModelFolder | None = None,
     *,
     threads: int | None = None,
     providers: tuple[str, ...] = ("CPUExecutionProvider",),
 ) -> Bert:
     """A :class:`Bert` whose forward pass runs ``onnx_path`` in ONNX Runtime.
 
-    ``model`` is the folder the file was exported from (default all-MiniLM-L6-v2): it gives the
-    tokenizer, pooling, normalization and max length, exactly as :meth:`Bert.load` reads them.
+    ``model`` is the folder the file was exported from (default all-MiniLM-L6-v2; a hub name
+    or a resolved :class:`ModelFolder` too): it gives the config, the tokenizer (checked
+    against the config), pooling, normalization and max length, exactly as :meth:`Bert.load`
+    reads them (:func:`bertattn.bert.folder.resolve_model`).
     """
-    from ..bert.checkpoint import resolve_model_dir
+    from ..bert.folder import resolve_model
 
-    folder = default_model_dir() if model is None else resolve_model_dir(model)
-    settings = read_sentence_settings(folder)
-    config = BertConfig.from_json_file(settings.model_dir / "config.json")
-    engine = OnnxBertModel(onnx_path, config=config, threads=threads, providers=providers)
-    tokenizer = BertTokenizer.from_folder(settings.model_dir)
+    folder = resolve_model(model)
+    tokenizer = folder.load_tokenizer()
+    engine = OnnxBertModel(onnx_path, config=folder.config, threads=threads, providers=providers)
     return Bert(
         engine,  # type: ignore[arg-type]  (duck-typed BertModel: config, device, __call__)
         tokenizer,
-        pooling=settings.pooling,
-        normalize=settings.normalize,
-        max_length=settings.max_length,
-        name=f"{'sentence-transformers/all-MiniLM-L6-v2' if model is None else model} (onnx)",
+        pooling=folder.pooling,
+        normalize=folder.normalize,
+        max_length=folder.max_length,
+        name=f"{folder.name} (onnx)",
+        folder=folder,
     )

