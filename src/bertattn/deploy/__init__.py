@@ -10,16 +10,29 @@
   packs the batch with offsets read from the mask (``nonzero``, ``.tolist()``) and loops over the
   sequences in Python, which is data-dependent; ``fullgraph=True`` refuses it.
 
-``onnx``, ``onnxscript`` and ``onnxruntime`` are optional: ``pip install 'bertattn[onnx]'``.
+Opsets ``MIN_OPSET..MAX_OPSET`` are exported, each exactly as asked (:func:`check_opset` refuses
+the rest before any work). ``onnx``, ``onnxscript`` and ``onnxruntime`` are optional: ``pip
+install 'bertattn[onnx]'`` (:class:`bertattn.errors.MissingExtraError` names it when missing).
 """
 
-from .onnx_export import DEFAULT_OPSET, EXPORT_BACKENDS, export_attention_onnx, export_onnx
+from .onnx_export import (
+    DEFAULT_OPSET,
+    EXPORT_BACKENDS,
+    MAX_OPSET,
+    MIN_OPSET,
+    check_opset,
+    export_attention_onnx,
+    export_onnx,
+)
 from .onnx_runtime import OnnxBertModel, load_onnx_bert
 
 __all__ = [
     "DEFAULT_OPSET",
     "EXPORT_BACKENDS",
+    "MAX_OPSET",
+    "MIN_OPSET",
     "OnnxBertModel",
+    "check_opset",
     "export_attention_onnx",
     "export_onnx",
     "load_onnx_bert",

@@ -22,6 +22,10 @@ BertModel exported with ``dynamo=True`` is not fused either.
 The TorchScript exporter (``dynamo=False``) is not used: on this code base it produced wrong
 numbers (max diff 2.6 on the tiny model, even at the traced shape), most likely because the
 fused QKV weight aliases the storage of ``q_linear`` / ``k_linear`` / ``v_linear``.
+
+Opsets: only ``MIN_OPSET..MAX_OPSET`` are accepted (:func:`check_opset`, before any work), and
+the written file's default-domain opset is checked against the request before anything is
+written, so the file never claims an opset that was not asked for.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import operator
 import os
 import tempfile
 import warnings
@@ -41,13 +46,78 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
 from ..bert.model import BertModel
+from ..errors import MissingExtraError, UsageError
 
-__all__ = ["export_onnx", "export_attention_onnx", "EXPORT_BACKENDS", "DEFAULT_OPSET"]
+__all__ = [
+    "export_onnx",
+    "export_attention_onnx",
+    "check_opset",
+    "EXPORT_BACKENDS",
+    "DEFAULT_OPSET",
+    "MIN_OPSET",
+    "MAX_OPSET",
+]
 
 #: backends whose graph does not depend on the data (``varlen`` does: see the module docstring)
 EXPORT_BACKENDS = ("math", "sdpa")
-DEFAULT_OPSET = 18
 BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+# The default-domain opsets written exactly as asked. Measured with torch 2.13.0+cpu,
+# onnx 1.23.2, onnxscript 0.7.2, onnxruntime 1.32.0, exporting both BertModel (tiny) and a bare
+# MultiHeadAttention with backends math and sdpa, then reading ``opset_import`` and running the
+# file in ONNX Runtime against PyTorch (max diff <= 7e-7 at every opset kept):
+# * 18..25: the exporter's own opsets (it builds at 18; onnxscript's converter moves to 19..25).
+# * 17: down-converted by the onnx C API fallback; it works for our graphs (LayerNormalization
+#   is opset 17). At 16 and below the conversion fails on LayerNormalization and the exporter
+#   silently writes 18 for BertModel (but 16 for the attention alone): graph-dependent, refused.
+#   Anything below 17 (7, 9, 13, ...) is written as 18, whatever is asked.
+# * 26..28: up-converted by the onnx C API fallback; the attention alone comes out right but
+#   BertModel fails ("No Op registered for Gelu"), so they are refused. 29 and up: onnx (max 28)
+#   cannot convert, the exporter writes 18; ONNX Runtime 1.32 refuses files above opset 28.
+# * Known ONNX Runtime 1.32 issue, not an opset lie: with backend "sdpa" at opsets 23 and 24 the
+#   exporter emits the ONNX ``Attention`` op, and ONNX Runtime's kernel for those versions
+#   rejects our broadcast (batch, 1, 1, seq) padding mask at run time ("inconsistent
+#   q_sequence_length"); opset 25 and backend "math" (the default) run fine.
+MIN_OPSET = 17
+MAX_OPSET = 25
+DEFAULT_OPSET = 18
+
+
+def check_opset(opset: object) -> int:
+    """``opset`` as an int, or :class:`~bertattn.errors.UsageError` (a ``ValueError``) when the
+    exporter cannot write it exactly: outside ``MIN_OPSET..MAX_OPSET``, not an int, or a bool."""
+    hint = f"pass --opset {DEFAULT_OPSET} (the default) or another in {MIN_OPSET}..{MAX_OPSET}"
+    try:
+        if isinstance(opset, bool):
+            raise TypeError
+        value = operator.index(opset)  # type: ignore[arg-type]  (int, numpy ints; not 18.0)
+    except TypeError:
+        raise UsageError(
+            f"opset must be an int, got {opset!r} ({type(opset).__name__}); {hint}"
+        ) from None
+    if not MIN_OPSET <= value <= MAX_OPSET:
+        raise UsageError(
+            f"opset {value} is not supported: the exporter writes opsets "
+            f"{MIN_OPSET}..{MAX_OPSET}; {hint}"
+        )
+    return value
+
+
+def _require_onnx():  # type: ignore[no-untyped-def]
+    """The ``onnx`` module, after checking that the exporter's dependencies import."""
+    try:
+        import onnx
+        import onnxscript  # noqa: F401  (the dynamo exporter needs it)
+    except ImportError as exc:
+        raise MissingExtraError("ONNX export", exc.name or "onnxscript", "onnx") from None
+    return onnx
+
+
+def _check_output(path: str | Path) -> Path:
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"output folder {out.parent} does not exist.")
+    return out
 
 
 def _check_backend(backend: str) -> None:
@@ -134,16 +204,22 @@ def _write_atomic(proto, path: Path) -> Path:  # type: ignore[no-untyped-def]
 def _quiet_exporter() -> Iterator[None]:
     """Silence the exporter's noise that says nothing about the user's model: torchvision
     ops it skips, torch-internal deprecations, and axis renaming (ours share one Dim)."""
-    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = registration.level
-    registration.setLevel(logging.ERROR)
+    loggers = [
+        logging.getLogger("torch.onnx._internal.exporter._registration"),
+        # "not supported by the onnxscript version converter and fallback is enabled" (opset 17)
+        logging.getLogger("onnxscript.version_converter"),
+    ]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
             warnings.filterwarnings("ignore", message="# The axis name")
             yield
     finally:
-        registration.setLevel(level)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def _export(
@@ -157,17 +233,9 @@ def _export(
     opset: int,
     metadata: dict[str, str],
 ) -> Path:
-    out = Path(path)
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"output folder {out.parent} does not exist.")
-    try:
-        import onnx
-        import onnxscript  # noqa: F401  (the dynamo exporter needs it)
-    except ImportError as exc:
-        raise ImportError(
-            f"ONNX export needs onnx and onnxscript ({exc.name} is missing): "
-            f"pip install 'bertattn[onnx]'."
-        ) from None
+    opset = check_opset(opset)
+    out = _check_output(path)
+    onnx = _require_onnx()
     wrapper.eval()
     with torch.no_grad(), _quiet_exporter():  # verbose=False: no progress lines on stdout
         program = torch.onnx.export(
@@ -181,6 +249,13 @@ def _export(
             verbose=False,
         )
     proto = program.model_proto
+    written = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if written != [opset]:  # the exporter falls back to its own opset when a conversion fails
+        raise RuntimeError(
+            f"the ONNX exporter wrote opset {', '.join(map(str, written)) or 'none'} instead of "
+            f"the requested {opset}; nothing was written to {out}. Export with --opset "
+            f"{DEFAULT_OPSET} (the default)."
+        )
     for key, value in {**metadata, "bertattn.opset": str(opset)}.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
@@ -202,17 +277,19 @@ def export_onnx(
     ``(batch, seq)``, both axes dynamic (seq up to ``max_position_embeddings``). Outputs
     ``last_hidden_state (batch, seq, E)`` and ``pooler_output (batch, E)`` (when the model has a
     pooler). The model's config is stored in the file's metadata (``bertattn.config``).
+    ``opset`` must be in ``MIN_OPSET..MAX_OPSET`` (:func:`check_opset`); the file is written
+    at exactly that opset or not at all.
     """
+    opset = check_opset(opset)  # every refusal before the model is loaded or traced
     _check_backend(backend)
+    _check_output(path)
+    _require_onnx()
     if isinstance(model_or_path, BertModel):
         model = model_or_path
     else:
-        from ..bert.pipeline import default_model_dir, read_sentence_settings
+        from ..bert.folder import resolve_model
 
-        folder = default_model_dir() if model_or_path is None else Path(model_or_path)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"model folder {folder} does not exist.")
-        model = BertModel.from_pretrained(read_sentence_settings(folder).model_dir)
+        model = BertModel.from_pretrained(resolve_model(model_or_path))
     if model.dtype != torch.float32:
         model = model.float()  # ONNX Runtime's CPU kernels are float32; parity is tested there
     cfg = model.config
@@ -253,12 +330,16 @@ def export_attention_onnx(
 
     Inputs ``x (batch, seq, E)`` float32 and ``key_padding_mask (batch, seq)`` int64 (1 = real
     token); output ``output (batch, seq, E)``, zeros for a query with no key (never NaN).
+    ``opset``: as for :func:`export_onnx`.
     """
+    opset = check_opset(opset)
     if not isinstance(module, MultiHeadAttention):
         raise ValueError(f"expected a MultiHeadAttention, got {type(module).__name__}.")
     _check_backend(backend)
     if module.out_linear.weight.dtype != torch.float32:
         raise ValueError("export a float32 module: call module.float() first.")
+    _check_output(path)
+    _require_onnx()
     axes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
     b, length = 2, 8
     x = torch.randn(b, length, module.embed_dim, device=module.out_linear.weight.device)
