@@ -23,7 +23,6 @@ __all__ = [
     "check_identity",
     "chunk_token_target",
     "make_chunks",
-    "model_files",
     "sha256_file",
     "sha256_files",
 ]
@@ -135,19 +134,6 @@ def sha256_files(paths: Sequence[Path]) -> str:
     """One digest over several files: sha256 of the lines ``name sha256``."""
     lines = "".join(f"{p.name} {sha256_file(p)}\n" for p in paths)
     return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def model_files(model_dir: Path) -> list[Path]:
-    """The files that decide a model's output: ``config.json``, the weights, the tokenizer."""
-    from ..bert.checkpoint import weight_file
-
-    files = [model_dir / "config.json", weight_file(model_dir)]
-    files += [
-        model_dir / name
-        for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
-        if (model_dir / name).is_file()
-    ]
-    return files
 
 
 def _short(digest: str) -> str:

@@ -161,10 +161,8 @@ def _run_single(options: EncodeOptions, out: Path, progress: Progress | None) ->
 
 
 def _run_chunked(options, out, info, progress) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
-    from ..bert.folder import resolve_model
     from ..distributed import DistributedEncodeError, PartsFolder, encode_chunked, run_identity
 
-    folder = resolve_model(options.model)
     bert = _load(options)
     bert.model.to(info.device)
     texts = read_texts(options.input, field=options.field)
@@ -180,7 +178,7 @@ def _run_chunked(options, out, info, progress) -> EncodeSummary | None:  # type:
         Path(options.input),
         len(texts),
         "default" if options.model is None else str(options.model),
-        folder.files(),
+        bert.folder.files(),
         settings,
     )
     try:
