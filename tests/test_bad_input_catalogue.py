@@ -494,3 +494,31 @@ def test_missing_extra_names_the_pip_install(tmp_path, capsys, monkeypatch):
     code, _, err = _run(["export-onnx", "-o", "m.onnx"], work, capsys)
     _check_refused(code, err, 1, "pip install 'bertattn[onnx]'")
     assert _snapshot(work) == before
+
+
+def test_ctrl_c_at_any_moment_of_start_up_exits_130(tmp_path):
+    """SIGINT while Python imports torch and loads the model (where Python itself can swallow
+    it in an import callback, or turn it into an ImportError): always 130, no traceback, no
+    output."""
+    import signal
+    import time
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
+    for delay in [0.1 * i for i in range(1, 13)]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bertattn", "attend", "hello there", "--png", "z.png"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=120)[1]
+        if proc.returncode == 0:  # finished before the signal: nothing to check
+            continue
+        assert proc.returncode == 130, (delay, err)
+        assert "Traceback" not in err and "Exception ignored" not in err, (delay, err)
+        assert err.strip().endswith("bertattn attend: interrupted"), (delay, err)
+        assert not (tmp_path / "z.png").exists()

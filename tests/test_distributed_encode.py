@@ -297,11 +297,48 @@ def test_failing_rank_fails_the_run(tmp_path, tiny):
     args = [str(src), "-o", str(out), "--model", str(tiny), "--chunk-tokens", "100", "-q"]
     proc = _encode(*args, "--workers", "2", BERTATTN_TEST_FAIL_CHUNK="3")
     assert proc.returncode != 0
-    assert "failed on chunk 3 (lines" in proc.stderr, proc.stderr
-    assert "BERTATTN_TEST_FAIL_CHUNK=3" in proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]  # one bertattn line names the rank and chunk
+    assert last.startswith("bertattn encode: error: --workers 2: rank "), proc.stderr
+    assert "failed on chunk 3 (lines" in proc.stderr or "on chunk 3 (lines" in last, proc.stderr
+    assert "BERTATTN_TEST_FAIL_CHUNK=3" in last
     assert not out.exists()
     manifest = PartsFolder(out).read_manifest()
     assert manifest is not None and len(manifest["chunks"]) > 3
     proc = _encode(*args, "--workers", "2")  # the rerun completes what is missing
     assert proc.returncode == 0, proc.stderr
     assert np.load(out).shape == (152, 32)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_workers_exits_130(tmp_path, tiny):
+    """SIGINT to the whole process group (a terminal's Ctrl-C) while two ranks work: 130, no
+    traceback, no output, the finished chunks kept for a rerun."""
+    src = _write(tmp_path / "in.txt", _skewed_lines(300, 2))
+    out = tmp_path / "out.npy"
+    parts = tmp_path / "out.npy.parts"
+    cmd = [sys.executable, "-m", "bertattn", "encode", str(src), "-o", str(out), "-q"]
+    cmd += ["--model", str(tiny), "--chunk-tokens", "150", "--workers", "2"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(BERTATTN_TEST_CHUNK_DELAY="0.4"),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(parts.glob("chunk-*.npy"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert err.strip().endswith("bertattn encode: interrupted"), err
+    assert not out.exists() and len(list(parts.glob("chunk-*.npy"))) >= 2

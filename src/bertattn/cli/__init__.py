@@ -77,14 +77,30 @@ def _on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds: temporary files are removed on the way
 
 
+def _interrupt_again(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _unraisable(unraisable: object) -> None:
+    """A Ctrl-C that lands inside a callback Python runs for itself (a weakref callback of the
+    import machinery, while torch loads) is printed and dropped by Python; deliver it again a
+    moment later, where it interrupts the command."""
+    if isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        return
+    sys.__unraisablehook__(unraisable)  # type: ignore[arg-type]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit status (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if a in COMMANDS), "")
     prefix = _prefix(command) if command else "bertattn:"
     debug = "--debug" in argv or os.environ.get("BERTATTN_DEBUG", "") not in ("", "0")
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGALRM)
     signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGALRM, _interrupt_again)
+    unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
 
     def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
         print(f"{prefix} warning: {message}", file=sys.stderr)
@@ -101,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prefix} interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
+        if _caused_by_interrupt(exc):  # e.g. a C extension's init stopped by Ctrl-C
+            print(f"{prefix} interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         code = _exit_code(exc)
         if code is None or debug:
             traceback.print_exc()
@@ -110,7 +129,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     finally:
         warnings.showwarning = shown
-        signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = unraisable
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGALRM, previous[1])
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 20:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False
 
 
 def _exit_code(exc: BaseException) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -37,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = run_encode(options, progress=progress)
     except (KeyboardInterrupt, SystemExit):
-        if options.chunked or options.workers is not None:
+        rank = os.environ.get("RANK", "0") or "0"
+        if (options.chunked or options.workers is not None) and rank == "0":
             print(
                 f"bertattn encode: no output written; finished chunks are kept in {keep}: rerun "
                 f"the same command to resume",

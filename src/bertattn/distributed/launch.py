@@ -2,7 +2,7 @@
 
 Runs torchrun's launcher in this process, as ``torchrun --standalone --nproc-per-node N -m
 bertattn ARGS`` would (a local rendezvous on a free loopback port): it stops the other ranks when
-one fails. torchrun sets ``OMP_NUM_THREADS=1`` per rank unless it is already set.
+one fails. Unless ``OMP_NUM_THREADS`` is set, each rank gets the CPU cores divided by N.
 """
 
 from __future__ import annotations
@@ -48,9 +48,19 @@ def launch_workers(nprocs: int, argv: Sequence[str]) -> int:
     src = str(Path(__file__).resolve().parents[2])  # the folder holding the bertattn package
     path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, path) if p)
-    quiet = logging.getLogger("torch.distributed.elastic")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # its INFO/ERROR lines repeat what the ranks report
+    threads = "OMP_NUM_THREADS" not in os.environ
+    if threads:  # the cores shared out (torchrun would give each rank 1, with a banner)
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nprocs))
+    # torchrun's own log lines (rendezvous, "death signal", the failure report) repeat what the
+    # ranks and this job say; its loggers set their own levels, so each is quieted
+    loggers = [
+        logging.getLogger(name)
+        for name in list(logging.root.manager.loggerDict)
+        if name.startswith("torch.distributed")
+    ] + [logging.getLogger("torch.distributed.elastic")]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.CRITICAL)
     try:
         run(parse_args(cmd[3:]))
     except ChildFailedError as exc:
@@ -59,8 +69,11 @@ def launch_workers(nprocs: int, argv: Sequence[str]) -> int:
     except SignalException as exc:
         return 128 + int(exc.sigval)
     finally:
-        quiet.setLevel(level)
+        for log, level in zip(loggers, levels, strict=True):
+            log.setLevel(level)
         os.environ["PYTHONPATH"] = path
         if not path:
             del os.environ["PYTHONPATH"]
+        if threads:
+            del os.environ["OMP_NUM_THREADS"]
     return 0
