@@ -17,6 +17,7 @@ from tiny_bert import TINY
 
 from bertattn import Bert, BertModel, MultiHeadAttention
 from bertattn.deploy import OnnxBertModel, export_attention_onnx, export_onnx, load_onnx_bert
+from bertattn.errors import UsageError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOL = 1e-4
@@ -124,7 +125,7 @@ def test_varlen_cannot_be_exported(tiny_export, tmp_path):
         ValueError, match="'varlen' cannot be exported to ONNX.*depends on the data"
     ):
         export_onnx(tiny_export[0], tmp_path / "x.onnx", backend="varlen")
-    with pytest.raises(FileNotFoundError, match="output folder"):
+    with pytest.raises(UsageError, match=r"ONNX file .*x\.onnx: the folder .*nope does not exist"):
         export_onnx(tiny_export[0], tmp_path / "nope" / "x.onnx")
     assert list(tmp_path.iterdir()) == []
 

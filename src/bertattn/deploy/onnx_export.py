@@ -35,8 +35,6 @@ import dataclasses
 import json
 import logging
 import operator
-import os
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +45,7 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention
 from ..bert.model import BertModel
 from ..errors import MissingExtraError, UsageError
+from ..files import check_output, write_atomic
 
 __all__ = [
     "export_onnx",
@@ -114,10 +113,7 @@ def _require_onnx():  # type: ignore[no-untyped-def]
 
 
 def _check_output(path: str | Path) -> Path:
-    out = Path(path)
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"output folder {out.parent} does not exist.")
-    return out
+    return check_output(path, what="ONNX file")
 
 
 def _check_backend(backend: str) -> None:
@@ -181,25 +177,6 @@ def _example_mask(batch: int, length: int) -> Tensor:
     return mask
 
 
-def _write_atomic(proto, path: Path) -> Path:  # type: ignore[no-untyped-def]
-    """Serialize ``proto`` to a temporary file beside ``path``, then rename it into place."""
-    data = proto.SerializeToString()  # one file: weights inline (models < 2 GB)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """Silence the exporter's noise that says nothing about the user's model: torchvision
@@ -260,7 +237,7 @@ def _export(
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.checker.check_model(proto)
-    return _write_atomic(proto, out)
+    return write_atomic(out, proto.SerializeToString())  # weights inline (models < 2 GB)
 
 
 def export_onnx(
