@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench setup browser clean
+.PHONY: demo test test-fast lint bench setup browser clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,12 @@ demo: $(STAMP)
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
+
+# the fast tier: everything but the tests marked slow (real checkpoint end to end, subprocess
+# and multi-process runs, compilation); about a minute on 2 cores. `make test` still runs all.
+test-fast: $(STAMP) browser
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -1,10 +1,34 @@
-"""Shared test set-up: offline Hugging Face, the repo root importable, the real checkpoint."""
+"""Shared test set-up: offline Hugging Face, the repo root importable, the real checkpoint, a tiny
+random checkpoint, and two ways to run the ``bertattn`` command.
+
+Fixtures:
+
+- ``minilm_dir``: the real all-MiniLM-L6-v2 folder (session).
+- ``tiny_checkpoint``: a tiny random BERT folder of ``tiny_bert.TINY`` sizes, built once
+  (session); ``tiny_checkpoint_factory(seed=1, **config)`` builds (and caches) others.
+- ``cli``: ``bertattn`` in process, ``cli("encode", "in.txt", "-o", out)`` -> ``CliResult``.
+- ``cli_subprocess``: the same as a real ``python -m bertattn`` process, for what needs one
+  (exit codes of signals, tracebacks, ``--workers`` / torchrun, stdin of a real process).
+
+Both runners are session-scoped, so module-scoped fixtures can use them, and both take the same
+keywords: ``input`` (stdin, str or bytes), ``env`` (overrides; ``None`` removes a variable),
+``cwd``. The environment a command sees: the current one without ``BERTATTN_TEST_*`` and
+torchrun's ``WORLD_SIZE`` / ``RANK`` / ... variables, with ``HF_HUB_OFFLINE=1``, then ``env``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import logging
 import os
+import signal
+import subprocess
 import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,8 +37,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 if str(ROOT) not in sys.path:  # so tests can import the benchmarks package
     sys.path.insert(0, str(ROOT))
+
+#: never inherited by a command under test: fault injection knobs and torchrun's rank variables
+_DROPPED_PREFIXES = ("BERTATTN_TEST_",)
+_DROPPED = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+Env = Mapping[str, "str | None"]
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +58,286 @@ def minilm_dir() -> Path:
     if not (path / "config.json").exists():
         pytest.fail(f"no model files in {path}")
     return path
+
+
+# ---------------------------------------------------------------------- tiny checkpoint
+@pytest.fixture(scope="session")
+def tiny_checkpoint_factory(tmp_path_factory) -> Callable[..., Path]:
+    """``make(seed=0, **config_overrides) -> Path``: a Hugging Face folder (config.json,
+    model.safetensors, tokenizer.json, vocab.txt, tokenizer_config.json) of a random
+    ``transformers.BertModel`` of ``tiny_bert.TINY`` sizes; the same arguments give the same
+    folder, built once per session. Treat the folders as read-only: copy before editing."""
+    from tiny_bert import save_tiny_checkpoint
+
+    built: dict[tuple, Path] = {}
+
+    def make(seed: int = 0, **overrides: object) -> Path:
+        key = (seed, *sorted(overrides.items()))
+        if key not in built:
+            built[key] = save_tiny_checkpoint(
+                tmp_path_factory.mktemp(f"tiny_seed{seed}"), seed, **overrides
+            )
+        return built[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_checkpoint_factory) -> Path:
+    """The tiny random BERT folder (``tiny_bert.TINY``, seed 0), built once. Read-only."""
+    return tiny_checkpoint_factory()
+
+
+# ---------------------------------------------------------------------- running `bertattn`
+@dataclass(frozen=True)
+class CliResult:
+    """What one ``bertattn`` run gave: exit ``code``, ``out`` (stdout), ``err`` (stderr)."""
+
+    code: int
+    out: str
+    err: str
+    argv: tuple[str, ...] = ()
+
+    def __str__(self) -> str:  # for `assert r.code == 0, r`
+        head = f"bertattn {' '.join(self.argv)} -> exit {self.code}"
+        return f"{head}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
+
+
+def _argv(argv: Sequence[object]) -> list[str]:
+    return [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in argv]
+
+
+def _stdin_bytes(input: str | bytes | None) -> bytes:
+    return input.encode("utf-8") if isinstance(input, str) else (input or b"")
+
+
+def command_env(env: Env | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a command under test gets (see the module docstring)."""
+    base = os.environ if base is None else base
+    out = {
+        k: v for k, v in base.items() if not k.startswith(_DROPPED_PREFIXES) and k not in _DROPPED
+    }
+    out["HF_HUB_OFFLINE"] = "1"
+    out["TRANSFORMERS_OFFLINE"] = "1"
+    for k, v in (env or {}).items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = str(v)
+    return out
+
+
+@contextlib.contextmanager
+def _environ(wanted: Mapping[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _cwd(path: str | os.PathLike | None) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+@contextlib.contextmanager
+def _process_state_restored() -> Iterator[None]:
+    """What a command may change for the life of its process, put back: signal handlers,
+    warnings.showwarning and filters, handlers and levels of the ``bertattn`` loggers."""
+    sigs = [signal.SIGINT, signal.SIGTERM]
+    sig_handlers = {s: signal.getsignal(s) for s in sigs}
+    manager = logging.Logger.manager
+
+    def loggers() -> dict[str, logging.Logger]:
+        return {
+            n: lg
+            for n, lg in manager.loggerDict.items()
+            if (n == "bertattn" or n.startswith("bertattn.")) and isinstance(lg, logging.Logger)
+        }
+
+    before = {n: (list(lg.handlers), lg.level, lg.propagate) for n, lg in loggers().items()}
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        for s, h in sig_handlers.items():
+            signal.signal(s, h)
+        for n, lg in loggers().items():
+            kept, level, propagate = before.get(n, ([], logging.NOTSET, True))
+            lg.handlers[:] = kept
+            lg.propagate = propagate
+            lg.setLevel(level)
+
+
+def _text_stream(data: bytes = b"") -> io.TextIOWrapper:
+    # a real text stream over bytes: `.buffer` works (stdin reading, binary writes)
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline=None, write_through=True)
+
+
+def _read_back(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    return stream.buffer.getvalue().decode("utf-8", errors="replace")
+
+
+class CliRunner:
+    """``bertattn`` in this process: ``bertattn.cli.main(argv)`` with stdin/stdout/stderr
+    replaced, ``SystemExit`` (argparse's usage errors, ``--help``) turned into ``.code``, and
+    the environment, working folder, signal handlers, warnings and ``bertattn`` loggers put
+    back afterwards. Any other exception propagates: the test fails with its traceback.
+    Children a command starts (``--workers``) write to the real stdout/stderr, not here."""
+
+    def __call__(
+        self,
+        *argv: object,
+        input: str | bytes | None = None,
+        env: Env | None = None,
+        cwd: str | os.PathLike | None = None,
+    ) -> CliResult:
+        from bertattn.cli import main
+
+        args = _argv(argv)
+        stdin, out, err = _text_stream(_stdin_bytes(input)), _text_stream(), _text_stream()
+        streams = sys.stdin, sys.stdout, sys.stderr
+        with _environ(command_env(env)), _cwd(cwd), _process_state_restored():
+            sys.stdin, sys.stdout, sys.stderr = stdin, out, err
+            try:
+                code = main(args)
+            except SystemExit as exc:
+                code = exc.code
+                if isinstance(code, str):  # sys.exit("message"): printed, exit status 1
+                    print(code, file=sys.stderr)
+                    code = 1
+            finally:
+                sys.stdin, sys.stdout, sys.stderr = streams
+        return CliResult(int(code or 0), _read_back(out), _read_back(err), tuple(args))
+
+
+class _Process(subprocess.Popen):
+    """A Popen started in a session of its own, whose ``with`` block kills whatever of that
+    session still runs on exit (the command and anything it started: ranks, workers)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+
+    def __exit__(self, *exc: object) -> None:
+        _kill_session(self)
+        super().__exit__(*exc)
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    # the session's process group id is the child's pid, which the kernel does not reuse while
+    # the group has members, so this reaches only what this test started
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+class SubprocessCliRunner:
+    """``python -m bertattn ARGV`` as a real process (``PYTHONPATH`` starts with this checkout's
+    ``src``), in a session of its own so that a timeout kills its ranks too.
+
+    ``launcher`` goes between the interpreter and ``-m bertattn``: e.g. ``("-m",
+    "torch.distributed.run", "--standalone", "--nproc-per-node=2")``; see :meth:`torchrun`.
+    """
+
+    def env(self, env: Env | None = None) -> dict[str, str]:
+        out = command_env(env)
+        out["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), out.get("PYTHONPATH", "")) if p)
+        return out
+
+    def command(self, *argv: object, launcher: Sequence[str] = ()) -> list[str]:
+        return [sys.executable, *launcher, "-m", "bertattn", *_argv(argv)]
+
+    def __call__(
+        self,
+        *argv: object,
+        input: str | bytes | None = None,
+        env: Env | None = None,
+        cwd: str | os.PathLike | None = None,
+        timeout: float = 300,
+        launcher: Sequence[str] = (),
+        **popen_kwargs: object,
+    ) -> CliResult:
+        """``popen_kwargs`` go to ``subprocess.Popen`` (e.g. ``umask=0o077``)."""
+        cmd = self.command(*argv, launcher=launcher)
+        with _Process(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.env(env),
+            cwd=cwd,
+            **popen_kwargs,
+        ) as proc:
+            try:
+                out, err = proc.communicate(_stdin_bytes(input), timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_session(proc)
+                out, err = proc.communicate()
+                pytest.fail(
+                    f"{' '.join(cmd)} still running after {timeout} s; killed\n"
+                    f"--- stderr\n{err.decode('utf-8', errors='replace')[-4000:]}"
+                )
+        return CliResult(
+            proc.returncode,
+            out.decode("utf-8", errors="replace"),
+            err.decode("utf-8", errors="replace"),
+            tuple(cmd[1:]),
+        )
+
+    def torchrun(self, nprocs: int, *argv: object, **kwargs: object) -> CliResult:
+        """``torchrun --standalone --nproc-per-node=NPROCS -m bertattn ARGV``."""
+        launcher = ("-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}")
+        return self(*argv, launcher=launcher, **kwargs)  # type: ignore[arg-type]
+
+    def popen(
+        self,
+        *argv: object,
+        env: Env | None = None,
+        cwd: str | os.PathLike | None = None,
+        launcher: Sequence[str] = (),
+        stdin: int | None = subprocess.DEVNULL,
+        stdout: int | None = subprocess.DEVNULL,
+        stderr: int | None = subprocess.PIPE,
+        **kwargs: object,
+    ) -> subprocess.Popen:
+        """The running process, for tests that signal or watch it; use it as a context
+        manager (``with cli_subprocess.popen(...) as proc:``): whatever of it still runs at
+        the end of the block is killed. ``proc.send_signal`` reaches the command alone."""
+        return _Process(
+            self.command(*argv, launcher=launcher),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=self.env(env),
+            cwd=cwd,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture(scope="session")
+def cli() -> CliRunner:
+    """``cli(*argv, input=None, env=None, cwd=None) -> CliResult``: ``bertattn`` in process."""
+    return CliRunner()
+
+
+@pytest.fixture(scope="session")
+def cli_subprocess() -> SubprocessCliRunner:
+    """``cli_subprocess(*argv, input=None, env=None, cwd=None, timeout=300, launcher=(),
+    **popen_kwargs) -> CliResult``: ``python -m bertattn`` as a real process. Also
+    ``.torchrun(n, *argv)``, ``.popen(*argv, ...)``, ``.env(overrides)``, ``.command(*argv)``."""
+    return SubprocessCliRunner()

@@ -1,8 +1,8 @@
 """Gradients of the input and of every weight: each backend against math, and gradcheck.
 
-Low precision follows STYLE.md's relative rule: the reference is float64 on upcast copies of the
-same inputs and weights; a backend's error must be at most 2x the math backend's error in the
-same low precision (+ a tiny epsilon), for the output and for every gradient.
+Low precision follows the relative rule: the reference is float64 on upcast copies of the same
+inputs and weights; a backend's error must be at most 2x the math backend's error in the same
+low precision (+ a tiny epsilon), for the output and for every gradient.
 """
 
 from __future__ import annotations

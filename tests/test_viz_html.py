@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from viz_data import softmax_maps
 
+from bertattn.errors import UsageError
 from bertattn.maps import AttentionMaps
 from bertattn.viz import attention_rollout, render_html, save_html
 
@@ -78,7 +79,7 @@ def test_save_html_is_atomic_and_checks_paths(tmp_path):
     maps = softmax_maps(6, 1, 2)
     out = save_html(maps, tmp_path / "a.html")
     assert list(tmp_path.iterdir()) == [out] and out.read_text().startswith("<!DOCTYPE html>")
-    with pytest.raises(OSError, match="cannot write the HTML page to .*: the folder .* does not"):
+    with pytest.raises(UsageError, match=r"HTML page .*a\.html: the folder .* does not exist"):
         save_html(maps, tmp_path / "missing" / "a.html")
     with pytest.raises(ValueError, match=r"rollout has shape \(2, 2\); expected \(6, 6\)"):
         save_html(maps, tmp_path / "b.html", rollout=np.eye(2))
@@ -111,14 +112,14 @@ def driver():
     shutil.rmtree(profile, ignore_errors=True)
 
 
-def _open(driver, path: Path) -> float:
+def _open(driver, path: Path) -> None:
+    """Load the page and wait (up to 30 s) until its script says it is ready."""
     driver.get_log("browser")  # drop earlier messages
-    t = time.perf_counter()
     driver.get(path.as_uri())
+    deadline = time.monotonic() + 30
     while not driver.execute_script("return !!(window.bertattn && window.bertattn.ready)"):
-        assert time.perf_counter() - t < 30, "page not ready after 30 s"
+        assert time.monotonic() < deadline, "page not ready after 30 s"
         time.sleep(0.01)
-    return time.perf_counter() - t
 
 
 def _canvas(driver) -> str:
@@ -228,8 +229,11 @@ def test_model_view_thumbnail_opens_in_head_view(driver, small_page):
     _no_errors_no_network(driver)
 
 
+@pytest.mark.slow
 @pytest.mark.browser
-def test_512_tokens_page_budget_and_timings(driver, tmp_path):
+def test_512_tokens_page_budget_and_hover(driver, tmp_path):
+    """The size budget and that a 512-token page works; its timings (first paint, redraws)
+    are measured by ``python -m benchmarks.viz_html``, not asserted here."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
@@ -237,32 +241,17 @@ def test_512_tokens_page_budget_and_timings(driver, tmp_path):
     path = save_html(maps, tmp_path / "big.html", rollout=attention_rollout(maps))
     size = path.stat().st_size
     assert size <= 20 * 1024 * 1024, f"page is {size / 1e6:.1f} MB, budget 20 MB"
-    wall = _open(driver, path)
-    hook = driver.execute_script("return [bertattn.firstPaintMs, bertattn.decodeMs]")
+    _open(driver, path)
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#tokens-left span.token")) == 512
+    before = _canvas(driver)
     tok = driver.find_elements(By.CSS_SELECTOR, "#tokens-left span.token")[5]
     ActionChains(driver).move_to_element(tok).perform()
-    mouse_ms = driver.execute_script("return bertattn.lastDrawMs")
-    hovers = [
-        driver.execute_script(f"return bertattn.hoverToken({i}, '{s}')")
-        for i in (0, 100, 300, 511)
-        for s in ("left", "right")
-    ]
-    layer_ms = driver.execute_script("bertattn.clearHover(); return bertattn.setLayer(3)")
+    assert driver.execute_script("return bertattn.state().focus") == {"side": "left", "i": 5}
+    assert _canvas(driver) != before
+    ActionChains(driver).move_to_element(driver.find_element(By.TAG_NAME, "h1")).perform()
+    for i, side in [(0, "left"), (511, "right")]:
+        driver.execute_script(f"bertattn.hoverToken({i}, '{side}')")
+        assert driver.execute_script("return bertattn.state().focus") == {"side": side, "i": i}
+    driver.execute_script("bertattn.clearHover(); bertattn.setLayer(3)")
+    assert driver.execute_script("return bertattn.state().layer") == 3
     _no_errors_no_network(driver)
-    numbers = {
-        "tokens": 512,
-        "layers": 6,
-        "heads": 12,
-        "file_bytes": size,
-        "file_mb": round(size / 1e6, 2),
-        "wall_get_to_ready_s": round(wall, 3),
-        "first_paint_ms": round(hook[0], 1),
-        "decode_ms": round(hook[1], 1),
-        "hover_mouse_redraw_ms": round(mouse_ms, 1),
-        "hover_redraw_ms_max": round(max(hovers), 1),
-        "hover_redraw_ms_mean": round(sum(hovers) / len(hovers), 1),
-        "layer_switch_redraw_ms": round(layer_ms, 1),
-    }
-    out = Path(tempfile.gettempdir()) / "bertattn-viz-512.json"
-    out.write_text(json.dumps(numbers, indent=2))
-    print(f"\n512-token page ({out}): {json.dumps(numbers)}")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from viz_data import softmax_maps
 
+from bertattn.errors import UsageError
 from bertattn.viz import attention_rollout, save_png
 from bertattn.viz.png import figure_size, tick_positions
 
@@ -68,16 +69,15 @@ def test_bad_layer_or_head(tmp_path):
 
 
 def test_unwritable_paths_raise_clearly(tmp_path):
+    """Refused before rendering, as a UsageError (a ValueError) naming the path and the fix."""
     maps = softmax_maps(4, 1, 1)
     with pytest.raises(
-        OSError,
-        match=r"cannot write the PNG to .*nope/a.png: the folder .* "
-        r"does not exist",
+        UsageError, match=r"PNG .*nope/a.png: the folder .* does not exist; create it first"
     ):
         save_png(maps, tmp_path / "nope" / "a.png", layer=0, head=0, dpi=10)
-    with pytest.raises(OSError, match="it is a directory"):
+    with pytest.raises(UsageError, match="is a folder; give a file name inside it"):
         save_png(maps, tmp_path, layer=0, head=0, dpi=10)
-    with pytest.raises(OSError, match=r"cannot write the PNG to /proc/bertattn-test.png: \w"):
+    with pytest.raises(UsageError, match=r"PNG /proc/bertattn-test.png: cannot write in the fold"):
         save_png(maps, "/proc/bertattn-test.png", layer=0, head=0, dpi=10)
     assert list(tmp_path.iterdir()) == []
 
