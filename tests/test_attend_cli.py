@@ -1,11 +1,8 @@
-"""`bertattn attend` end to end on the real checkpoint, as a user runs it (a subprocess)."""
+"""`bertattn attend` end to end on the real checkpoint, as a user runs it (in process)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,27 +11,15 @@ import torch
 from transformers import BertModel as HFBertModel
 from transformers import BertTokenizerFast
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 TEXT = "The animal didn't cross the street because it was too tired."
 PAIR = "It stayed on the sidewalk and slept."
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return subprocess.run(
-        [sys.executable, "-m", "bertattn", "attend", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-
-
 @pytest.fixture(scope="module")
-def attended(tmp_path_factory) -> tuple[dict, subprocess.CompletedProcess, Path]:
+def attended(tmp_path_factory, cli) -> tuple[dict, object, Path]:  # (maps, CliResult, folder)
     out = tmp_path_factory.mktemp("attend")
-    proc = _run(
+    proc = cli(
+        "attend",
         TEXT,
         "--pair",
         PAIR,
@@ -46,7 +31,7 @@ def attended(tmp_path_factory) -> tuple[dict, subprocess.CompletedProcess, Path]
         str(out / "a.html"),
         "--rollout",
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.code == 0, proc
     return json.loads((out / "a.json").read_text()), proc, out
 
 
@@ -72,17 +57,17 @@ def test_maps_equal_transformers_output_attentions(attended, minilm_dir) -> None
 def test_outputs_written_and_reported(attended) -> None:
     _, proc, out = attended
     for name in ("a.png", "a.html", "a.json"):
-        assert f"wrote {out / name}" in proc.stdout
+        assert f"wrote {out / name}" in proc.out
         assert (out / name).stat().st_size > 1000
-    assert "6 layers x 12 heads" in proc.stdout
+    assert "6 layers x 12 heads" in proc.out
 
 
-def test_summary_without_outputs_lists_top3() -> None:
-    proc = _run("Paris is the capital of France.", "--layer", "1", "--head", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert "layer 1, head 2" in proc.stdout
-    assert "paris" in proc.stdout and "[CLS]" in proc.stdout
-    rows = [line for line in proc.stdout.splitlines() if "->" in line]
+def test_summary_without_outputs_lists_top3(cli) -> None:
+    proc = cli("attend", "Paris is the capital of France.", "--layer", "1", "--head", "2")
+    assert proc.code == 0, proc
+    assert "layer 1, head 2" in proc.out
+    assert "paris" in proc.out and "[CLS]" in proc.out
+    rows = [line for line in proc.out.splitlines() if "->" in line]
     assert len(rows) == 9  # [CLS] paris is the capital of france . [SEP]
     assert all(line.count("|") == 2 for line in rows)  # three attended tokens each
 
@@ -96,17 +81,18 @@ def test_summary_without_outputs_lists_top3() -> None:
         (["hello", "--png", "/nonexistent-dir/a.png"], "does not exist"),
     ],
 )
-def test_bad_input_is_a_clear_error_without_traceback(args, message) -> None:
-    proc = _run(*args)
-    assert proc.returncode == 2
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_bad_input_is_a_clear_error_without_traceback(cli, args, message) -> None:
+    proc = cli("attend", *args)
+    assert proc.code == 2, proc
+    assert message in proc.err
+    assert "Traceback" not in proc.err
 
 
-def test_long_text_is_truncated_and_reported(tmp_path) -> None:
+@pytest.mark.slow
+def test_long_text_is_truncated_and_reported(cli, tmp_path) -> None:
     text = " ".join(["word"] * 600)
-    proc = _run(text, "--json", str(tmp_path / "long.json"))
-    assert proc.returncode == 0, proc.stderr
-    assert "truncated" in proc.stderr
+    proc = cli("attend", text, "--json", tmp_path / "long.json")
+    assert proc.code == 0, proc
+    assert "truncated" in proc.err
     data = json.loads((tmp_path / "long.json").read_text())
     assert len(data["tokens"]) == 256  # all-MiniLM-L6-v2's max_seq_length

@@ -1,10 +1,12 @@
 """Property tests: any small shape, dtype and mask (fully masked rows included).
 
 Tolerances: float32 against math with a documented absolute 1e-5 (rounding of head_dim <= 8
-sums of O(1) terms); bf16 / fp16 by the relative rule of STYLE.md against a float64 reference
-of the same values: err(backend) <= 2 * err(math) + ulp, where ulp = finfo(dtype).eps * max|ref|
-is one rounding unit of the result: on these tiny shapes math's error is often a half-ulp
-(correctly rounded), and any other summation order is then a whole ulp away.
+sums of O(1) terms); bf16 / fp16 by the relative rule: a backend's error against a float64
+reference of the same values is at most 2x the error of the plain low-precision path (math in
+the same dtype), plus one rounding unit: err(backend) <= 2 * err(math) + ulp, where
+ulp = finfo(dtype).eps * max|ref| is one rounding unit of the result: on these tiny shapes
+math's error is often a half-ulp (correctly rounded), and any other summation order is then a
+whole ulp away.
 """
 
 from __future__ import annotations

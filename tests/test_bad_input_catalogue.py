@@ -4,8 +4,8 @@ the command line, the Python API and model folders.
 For each case: the exit status (2 usage, 1 runtime, 130 interrupted), one ``bertattn ...:
 error:`` line that names what was wrong (asserted by text), no traceback, no output file, the
 input untouched and no temporary file left (the work folder is byte-for-byte as it was).
-The commands run in process (``bertattn.cli.main``); the cases that need another user or a real
-signal run as subprocesses.
+The commands run in process (the ``cli`` fixture: ``bertattn.cli.main``); the cases that need a
+umask of their own or a real signal run as subprocesses (``cli_subprocess``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bertattn.cli import main
 from bertattn.errors import ModelFolderError, UsageError
 from bertattn.files import FolderLock
-
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 # ---------------------------------------------------------------------- the work folder
@@ -57,17 +54,6 @@ def _work(tmp_path: Path) -> Path:
     os.symlink("d.jsonl", d / "link.jsonl")
     os.link(d / "d.jsonl", d / "hard.jsonl")
     return d
-
-
-def _run(argv: list[str], cwd: Path, capsys) -> tuple[int, str, str]:
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        code = main(argv)
-    finally:
-        os.chdir(old)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _check_refused(code: int, err: str, want_code: int, message: str) -> None:
@@ -208,11 +194,11 @@ CASES: list[tuple[str, list[str], int, str]] = [
 
 
 @pytest.mark.parametrize("name, argv, code, message", CASES, ids=[c[0] for c in CASES])
-def test_cli_refuses_cleanly(name, argv, code, message, tmp_path, capsys):
+def test_cli_refuses_cleanly(name, argv, code, message, tmp_path, cli):
     work = _work(tmp_path)
     before = _snapshot(work)
-    got, out, err = _run(argv, work, capsys)
-    _check_refused(got, err, code, message)
+    got = cli(*argv, cwd=work)
+    _check_refused(got.code, got.err, code, message)
     assert _snapshot(work) == before  # no output, no temp file, the input untouched
 
 
@@ -329,7 +315,7 @@ FOLDER_RUNS = [("encode", *c) for c in FOLDER_CASES] + [
 @pytest.mark.parametrize(
     "command, name, mutate, message", FOLDER_RUNS, ids=[f"{r[0]}-{r[1]}" for r in FOLDER_RUNS]
 )
-def test_malformed_model_folder(command, name, mutate, message, tmp_path, capsys, minilm_dir):
+def test_malformed_model_folder(command, name, mutate, message, tmp_path, cli, minilm_dir):
     model = _broken_model(minilm_dir, tmp_path, mutate)
     work = _work(tmp_path)
     before = _snapshot(work)
@@ -337,8 +323,8 @@ def test_malformed_model_folder(command, name, mutate, message, tmp_path, capsys
         argv = ["encode", "in.txt", "-o", "o.npy", "--model", str(model)]
     else:
         argv = ["attend", "hello", "--png", "a.png", "--model", str(model)]
-    code, _, err = _run(argv, work, capsys)
-    _check_refused(code, err, 1, message)
+    got = cli(*argv, cwd=work)
+    _check_refused(got.code, got.err, 1, message)
     assert _snapshot(work) == before
 
 
@@ -392,18 +378,18 @@ def test_python_api_refuses_cleanly(name, call, error, message, tmp_path):
 
 
 # ---------------------------------------------------------------------- locks, leftovers, signals
-def test_second_resumable_run_on_the_same_output_is_refused(tmp_path, capsys):
+def test_second_resumable_run_on_the_same_output_is_refused(tmp_path, cli):
     work = _work(tmp_path)
     parts = work / "o.npy.parts"
     parts.mkdir()
     with FolderLock(parts, what="o.npy.parts"):  # as a running first run holds it
-        code, _, err = _run(["encode", "in.txt", "-o", "o.npy", "--resumable"], work, capsys)
-    _check_refused(code, err, 2, "another bertattn run (process")
+        got = cli("encode", "in.txt", "-o", "o.npy", "--resumable", cwd=work)
+    _check_refused(got.code, got.err, 2, "another bertattn run (process")
     assert not (work / "o.npy").exists()
     assert sorted(p.name for p in parts.iterdir()) == [".lock"]
 
 
-def test_stale_temp_file_of_a_dead_run_is_removed(tmp_path, capsys):
+def test_stale_temp_file_of_a_dead_run_is_removed(tmp_path, cli):
     from bertattn.files import _HOST
 
     work = _work(tmp_path)
@@ -414,8 +400,8 @@ def test_stale_temp_file_of_a_dead_run_is_removed(tmp_path, capsys):
     stale.write_bytes(b"half an output")
     alive = work / f".o.npy.{_HOST}-{os.getpid()}-cafe.tmp"  # a live writer's: kept
     alive.write_bytes(b"being written")
-    code, _, err = _run(["encode", "in.txt", "-o", "o.npy", "-q"], work, capsys)
-    assert code == 0, err
+    got = cli("encode", "in.txt", "-o", "o.npy", "-q", cwd=work)
+    assert got.code == 0, got
     assert not stale.exists() and alive.exists()
     assert (work / "o.npy").stat().st_mode & 0o777 == 0o666 & ~_umask()
 
@@ -426,33 +412,22 @@ def _umask() -> int:
     return mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o077])
-def test_outputs_get_the_mode_open_would_give(umask, tmp_path):
-    script = (
-        "import os, sys; os.umask(int(sys.argv[1], 8)); from bertattn.cli import main; "
-        "sys.exit(main(sys.argv[2:]))"
-    )
+def test_outputs_get_the_mode_open_would_give(umask, tmp_path, cli_subprocess):
     work = _work(tmp_path)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
     for argv in (
         ["encode", "in.txt", "-o", "o.npy", "-q"],
         ["encode", "in.txt", "-o", "r.jsonl", "-q", "--resumable"],
         ["attend", "hi", "--json", "a.json", "--html", "a.html"],
     ):
-        proc = subprocess.run(
-            [sys.executable, "-c", script, oct(umask), *argv],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr
+        proc = cli_subprocess(*argv, cwd=work, umask=umask)  # the process starts with it
+        assert proc.code == 0, proc
     for name in ("o.npy", "r.jsonl", "a.json", "a.html"):
         assert (work / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
 
 
-def test_unwritable_folder_is_refused_before_the_work(tmp_path, capsys):
+def test_unwritable_folder_is_refused_before_the_work(tmp_path, cli):
     """A folder this process cannot write in: a 0555 folder for a normal user; for root, who
     may write anywhere on a normal filesystem, sysfs (which refuses new files even to root)."""
     work = _work(tmp_path)
@@ -464,58 +439,52 @@ def test_unwritable_folder_is_refused_before_the_work(tmp_path, capsys):
         folder.chmod(0o555)
     before = _snapshot(work)
     listing = sorted(os.listdir(folder))
-    code, _, err = _run(["encode", "in.txt", "-o", str(folder / "o.npy")], work, capsys)
-    _check_refused(code, err, 2, f"cannot write in the folder {folder} (Permission denied)")
+    got = cli("encode", "in.txt", "-o", folder / "o.npy", cwd=work)
+    _check_refused(got.code, got.err, 2, f"cannot write in the folder {folder} (Permission denied)")
     assert _snapshot(work) == before and sorted(os.listdir(folder)) == listing
 
 
-def test_interrupt_in_attend_exits_130_without_traceback(tmp_path, capsys, monkeypatch):
+def test_interrupt_in_attend_exits_130_without_traceback(tmp_path, cli, monkeypatch):
     import bertattn.jobs.attend as attend_job
 
     def interrupted(options):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(attend_job, "run_attend", interrupted)
-    code, _, err = _run(["attend", "hello", "--png", "a.png"], tmp_path, capsys)
-    assert code == 130 and "interrupted" in err and "Traceback" not in err
+    got = cli("attend", "hello", "--png", "a.png", cwd=tmp_path)
+    assert got.code == 130 and "interrupted" in got.err and "Traceback" not in got.err, got
     assert not (tmp_path / "a.png").exists()
 
 
-def test_debug_shows_the_traceback(tmp_path, capsys):
+def test_debug_shows_the_traceback(tmp_path, cli):
     work = _work(tmp_path)
-    code, _, err = _run(["encode", "bad.txt", "-o", "o.npy", "--debug"], work, capsys)
-    assert code == 1 and "Traceback" in err and "invalid UTF-8" in err
+    got = cli("encode", "bad.txt", "-o", "o.npy", "--debug", cwd=work)
+    assert got.code == 1 and "Traceback" in got.err and "invalid UTF-8" in got.err, got
 
 
-def test_missing_extra_names_the_pip_install(tmp_path, capsys, monkeypatch):
+def test_missing_extra_names_the_pip_install(tmp_path, cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxscript", None)
     work = _work(tmp_path)
     before = _snapshot(work)
-    code, _, err = _run(["export-onnx", "-o", "m.onnx"], work, capsys)
-    _check_refused(code, err, 1, "pip install 'bertattn[onnx]'")
+    got = cli("export-onnx", "-o", "m.onnx", cwd=work)
+    _check_refused(got.code, got.err, 1, "pip install 'bertattn[onnx]'")
     assert _snapshot(work) == before
 
 
-def test_ctrl_c_at_any_moment_of_start_up_exits_130(tmp_path):
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_start_up_exits_130(tmp_path, cli_subprocess):
     """SIGINT while Python imports torch and loads the model (where Python itself can swallow
     it in an import callback, or turn it into an ImportError): always 130, no traceback, no
     output."""
     import signal
     import time
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
     for delay in [0.1 * i for i in range(1, 13)]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bertattn", "attend", "hello there", "--png", "z.png"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        time.sleep(delay)
-        proc.send_signal(signal.SIGINT)
-        err = proc.communicate(timeout=120)[1]
+        argv = ["attend", "hello there", "--png", "z.png"]
+        with cli_subprocess.popen(*argv, cwd=tmp_path, text=True) as proc:
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)  # to the command alone, as before
+            err = proc.communicate(timeout=120)[1]
         if proc.returncode == 0:  # finished before the signal: nothing to check
             continue
         assert proc.returncode == 130, (delay, err)

@@ -1,4 +1,4 @@
-"""bfloat16 end to end, against float32 by STYLE.md's relative rule.
+"""bfloat16 end to end, against float32 by the relative rule.
 
 The fast low-precision path (``auto``: packed varlen / fused sdpa) may be at most 2x as far from
 the float32 reference as the plain low-precision path (the ``math`` backend in the same dtype).

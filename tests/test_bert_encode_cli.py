@@ -1,4 +1,5 @@
-"""`bertattn encode` end to end, as a subprocess (`python -m bertattn encode ...`)."""
+"""`bertattn encode` end to end: in process (`bertattn.cli.main`), and as a real process
+(`python -m bertattn encode ...`) where a signal must reach it."""
 
 from __future__ import annotations
 
@@ -6,10 +7,7 @@ import json
 import os
 import select
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,28 +18,8 @@ from bertattn.files import check_output, write_atomic
 from bertattn.jobs import read_texts
 from bertattn.jobs.encode import embeddings_payload
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 LONG = " ".join(["supercalifragilistic expialidocious"] * 200)  # far over 256 tokens
 LINES = ["The first line.", "", "A second, longer line about attention heads.", LONG, "ok"]
-
-pytestmark = pytest.mark.slow
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
-
-
-def _run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bertattn", "encode", *args],
-        input=stdin,
-        capture_output=True,
-        env=_env(),
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +27,14 @@ def bert():
     return Bert.load()
 
 
-def test_text_file_to_npy_and_jsonl(tmp_path, bert):
+@pytest.mark.slow
+def test_text_file_to_npy_and_jsonl(tmp_path, bert, cli):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    proc = _run(str(src), "-o", str(out), "--batch-size", "2")
-    err = proc.stderr.decode()
-    assert proc.returncode == 0, err
+    proc = cli("encode", src, "-o", out, "--batch-size", "2")
+    err = proc.err
+    assert proc.code == 0, proc
     assert "Traceback" not in err
     assert "5 texts (1 empty, 1 truncated to 256 tokens)" in err
     got = np.load(out)
@@ -65,8 +44,8 @@ def test_text_file_to_npy_and_jsonl(tmp_path, bert):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
     out_jsonl = tmp_path / "out.jsonl"
-    proc = _run(str(src), "-o", str(out_jsonl), "--pooling", "cls", "--no-normalize", "-q")
-    assert proc.returncode == 0, proc.stderr.decode()
+    proc = cli("encode", src, "-o", out_jsonl, "--pooling", "cls", "--no-normalize", "-q")
+    assert proc.code == 0, proc
     rows = [json.loads(line) for line in out_jsonl.read_text().splitlines()]
     assert [r["index"] for r in rows] == list(range(5))
     with pytest.warns(UserWarning, match="truncated"):
@@ -75,67 +54,61 @@ def test_text_file_to_npy_and_jsonl(tmp_path, bert):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.jsonl", "out.npy"]
 
 
-def test_jsonl_input_with_field_from_stdin(tmp_path, bert):
+@pytest.mark.slow
+def test_jsonl_input_with_field_from_stdin(tmp_path, bert, cli):
     texts = ["alpha beta", "", "gamma"]
     data = "".join(json.dumps({"id": i, "body": t}) + "\n" for i, t in enumerate(texts))
     out = tmp_path / "o.npy"
-    proc = _run("-", "-o", str(out), "--field", "body", "--max-length", "8", stdin=data.encode())
-    assert proc.returncode == 0, proc.stderr.decode()
+    proc = cli("encode", "-", "-o", out, "--field", "body", "--max-length", "8", input=data)
+    assert proc.code == 0, proc
     np.testing.assert_allclose(np.load(out), bert.encode(texts, max_length=8), atol=1e-5)
     src = tmp_path / "in.jsonl"
     src.write_text(data)
-    proc = _run(str(src), "-o", str(out))  # .jsonl input: field 'text' by default
-    assert proc.returncode == 1
-    assert "line 1: no field 'text' (found: id, body); choose it with --field" in (
-        proc.stderr.decode()
-    )
+    proc = cli("encode", src, "-o", out)  # .jsonl input: field 'text' by default
+    assert proc.code == 1, proc
+    assert "line 1: no field 'text' (found: id, body); choose it with --field" in proc.err
 
 
-def test_invalid_utf8(tmp_path):
+def test_invalid_utf8(tmp_path, cli):
     src = tmp_path / "bad.txt"
     src.write_bytes(b"fine\nalso fine\nbroken \xff\xfe here\n")
     out = tmp_path / "out.npy"
-    proc = _run(str(src), "-o", str(out))
-    err = proc.stderr.decode()
-    assert proc.returncode == 1
+    proc = cli("encode", src, "-o", out)
+    err = proc.err
+    assert proc.code == 1, proc
     assert err.startswith("bertattn encode: error:") and "Traceback" not in err
     assert f"{src}: line 3: invalid UTF-8" in err
     assert not out.exists()
 
 
-def test_missing_model_and_corrupt_weights(tmp_path, minilm_dir):
+def test_missing_model_and_corrupt_weights(tmp_path, minilm_dir, cli):
     src = tmp_path / "in.txt"
     src.write_text("hello\n")
-    proc = _run(str(src), "-o", str(tmp_path / "o.npy"), "--model", str(tmp_path / "nomodel"))
-    assert proc.returncode == 1
-    assert f"model folder {tmp_path / 'nomodel'} does not exist" in proc.stderr.decode()
+    proc = cli("encode", src, "-o", tmp_path / "o.npy", "--model", tmp_path / "nomodel")
+    assert proc.code == 1, proc
+    assert f"model folder {tmp_path / 'nomodel'} does not exist" in proc.err
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json"):
         (broken / name).write_text((minilm_dir / name).read_text())
     (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}garbage")
-    proc = _run(str(src), "-o", str(tmp_path / "o.npy"), "--model", str(broken))
-    err = proc.stderr.decode()
-    assert proc.returncode == 1 and "Traceback" not in err
+    proc = cli("encode", src, "-o", tmp_path / "o.npy", "--model", broken)
+    err = proc.err
+    assert proc.code == 1 and "Traceback" not in err, proc
     assert f"cannot read weights file {broken / 'model.safetensors'}" in err
     assert not (tmp_path / "o.npy").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
-def test_interrupted_run_leaves_no_output(tmp_path, sig):
+def test_interrupted_run_leaves_no_output(tmp_path, sig, cli_subprocess):
     src = tmp_path / "big.txt"
     line = "a moderately long sentence about multi-head self-attention in BERT encoders"
     src.write_text("\n".join(f"{i} {line} {i}" for i in range(20000)) + "\n")
     out = tmp_path / "out.npy"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bertattn", "encode", str(src), "-o", str(out), "--batch-size", "4"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        env=_env(),
-    )
     seen = b""
     deadline = time.monotonic() + 120
-    try:
+    with cli_subprocess.popen("encode", src, "-o", out, "--batch-size", "4") as proc:
         while b"text/s]" not in seen:  # the progress bar is running
             assert time.monotonic() < deadline, seen.decode(errors="replace")
             ready, _, _ = select.select([proc.stderr], [], [], 1.0)
@@ -145,10 +118,6 @@ def test_interrupted_run_leaves_no_output(tmp_path, sig):
                 seen += chunk
         proc.send_signal(sig)
         rest = proc.communicate(timeout=60)[1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode != 0
     if sig != signal.SIGKILL:  # a catchable signal: clean exit code and message, no traceback
         assert proc.returncode in (130, 143)

@@ -64,6 +64,7 @@ def test_attention_fullgraph_dynamic(backend, need_weights):
     assert counter.frame_count == 1  # measured: one dynamic graph serves every length
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["math", "sdpa", "auto"])
 def test_bert_fullgraph_dynamic(backend):
     model = _random_bert(backend)
@@ -85,6 +86,7 @@ def test_bert_fullgraph_dynamic(backend):
     assert counter.frame_count == 1
 
 
+@pytest.mark.slow
 def test_bert_default_compile_goes_dynamic_after_one_recompile():
     """Without dynamic=True, torch compiles the first shape statically and the second one
     dynamically ("automatic dynamic shapes"); after that no length recompiles."""
@@ -109,6 +111,7 @@ def test_compiled_calls_record_no_dispatch():
     assert log.records == []  # a compiled graph replays one decision; eager calls record it
 
 
+@pytest.mark.slow
 def test_varlen_cannot_compile_fullgraph_but_compiles_with_breaks():
     """varlen packs with offsets read from the mask (nonzero, .tolist(), a Python loop over
     sequences): data-dependent, so fullgraph=True fails; with graph breaks it runs, correct,

@@ -3,9 +3,6 @@ and `bertattn encode --onnx` / `bertattn export-onnx` as subprocesses."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,9 @@ from bertattn import Bert, BertModel, MultiHeadAttention
 from bertattn.deploy import OnnxBertModel, export_attention_onnx, export_onnx, load_onnx_bert
 from bertattn.errors import UsageError
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+# every test exports a model or runs an export fixture: over ~2 s each on 2 cores
+pytestmark = pytest.mark.slow
+
 TOL = 1e-4
 # batch 7, padded to 128: lengths 1..128 and one all-padding row
 LENGTHS_7 = [1, 3, 17, 64, 128, 100, 0]
@@ -68,24 +67,10 @@ def _check_parity(model: BertModel, session: ort.InferenceSession, batch: tuple)
 
 # ---------------------------------------------------------------------- tiny random model
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    config = transformers.BertConfig(**TINY)
-    hf = transformers.BertModel(config).eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # random LayerNorms too
-        for p in hf.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
-    d = tmp_path_factory.mktemp("tiny")
-    hf.save_pretrained(d)
-    return d
-
-
-@pytest.fixture(scope="module")
-def tiny_export(tiny_dir, tmp_path_factory):
+def tiny_export(tiny_checkpoint, tmp_path_factory):
     # the reference runs the exported backend on the padded batch; eager `auto` would pack a
     # padded batch (varlen) and return zeros at padding positions, which no graph computes
-    model = BertModel.from_pretrained(tiny_dir, backend="math").eval()
+    model = BertModel.from_pretrained(tiny_checkpoint, backend="math").eval()
     path = export_onnx(model, tmp_path_factory.mktemp("tiny_onnx") / "tiny.onnx")
     return model, path
 
@@ -105,7 +90,7 @@ def test_tiny_bert_onnx_matches_pytorch(tiny_export, lengths, width):
     _check_parity(model, _session(path), _padded(_random_rows(lengths, len(lengths)), width))
 
 
-def test_export_writes_one_file_atomically_with_metadata(tiny_export, tiny_dir, tmp_path):
+def test_export_writes_one_file_atomically_with_metadata(tiny_export, tiny_checkpoint, tmp_path):
     _, path = tiny_export
     assert [p.name for p in path.parent.iterdir()] == ["tiny.onnx"]  # no temp file, no .data
     meta = _session(path).get_modelmeta().custom_metadata_map
@@ -113,7 +98,7 @@ def test_export_writes_one_file_atomically_with_metadata(tiny_export, tiny_dir, 
     # from a folder path too; an existing file is replaced whole
     out = tmp_path / "m.onnx"
     out.write_bytes(b"old")
-    export_onnx(tiny_dir, out, backend="sdpa")
+    export_onnx(tiny_checkpoint, out, backend="sdpa")
     sess = _session(out)
     assert sess.get_modelmeta().custom_metadata_map["bertattn.backend"] == "sdpa"
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
@@ -185,7 +170,6 @@ SENTENCES = [
 ]
 
 
-@pytest.mark.slow
 def test_minilm_onnx_matches_pytorch(minilm_export):
     bert, path = minilm_export
     tok = bert.tokenizer
@@ -199,28 +183,14 @@ def test_minilm_onnx_matches_pytorch(minilm_export):
     _check_parity(bert.model, sess, _padded([rows[4]], 128, tok.pad_token_id))
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
-
-
-@pytest.mark.slow
-def test_encode_cli_onnx_equals_pytorch(minilm_export, tmp_path):
+def test_encode_cli_onnx_equals_pytorch(minilm_export, tmp_path, cli_subprocess):
     bert, path = minilm_export
     texts = [*SENTENCES, "", "Padding-only batches must not make NaN."] * 3
     src = tmp_path / "in.txt"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    cmd = [sys.executable, "-m", "bertattn", "encode", str(src), "-o", str(out), "-q"]
-    proc = subprocess.run(
-        [*cmd, "--onnx", str(path), "--batch-size", "4"],
-        capture_output=True,
-        env=_env(),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
+    proc = cli_subprocess("encode", src, "-o", out, "-q", "--onnx", path, "--batch-size", "4")
+    assert proc.code == 0, proc
     got = np.load(out)
     assert got.shape == (len(texts), 384) and not np.isnan(got).any()
     np.testing.assert_allclose(got, bert.encode(texts, batch_size=4), atol=TOL, rtol=0)
@@ -228,36 +198,16 @@ def test_encode_cli_onnx_equals_pytorch(minilm_export, tmp_path):
     np.testing.assert_allclose(load_onnx_bert(path, threads=2).encode(texts), got, atol=TOL)
 
 
-@pytest.mark.slow
-def test_export_onnx_cli(tiny_dir, tiny_export, tmp_path):
+def test_export_onnx_cli(tiny_checkpoint, tiny_export, tmp_path, cli_subprocess):
     out = tmp_path / "cli.onnx"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bertattn", "export-onnx", "--model", str(tiny_dir), "-o", str(out)],
-        capture_output=True,
-        env=_env(),
-        timeout=300,
-    )
-    err = proc.stderr.decode()
-    assert proc.returncode == 0, err
-    assert proc.stdout == b""
+    proc = cli_subprocess("export-onnx", "--model", tiny_checkpoint, "-o", out)
+    err = proc.err
+    assert proc.code == 0, proc
+    assert proc.out == ""
     assert "wrote" in err and "opset 18, backend math" in err and "Warning" not in err
     _check_parity(tiny_export[0], _session(out), _padded(_random_rows([7, 0, 3], 4), 7))
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bertattn",
-            "export-onnx",
-            "--model",
-            str(tmp_path / "no"),
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        env=_env(),
-        timeout=120,
-    )
-    assert bad.returncode == 1 and "does not exist" in bad.stderr.decode()
+    bad = cli_subprocess("export-onnx", "--model", tmp_path / "no", "-o", out, timeout=120)
+    assert bad.code == 1 and "does not exist" in bad.err, bad
 
 
 # ---------------------------------------------------------------------- ORT's BERT optimizer

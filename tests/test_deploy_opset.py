@@ -98,6 +98,7 @@ def test_export_attention_refuses_without_writing(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------- exact opset written
+@pytest.mark.slow
 @pytest.mark.parametrize("opset", [MIN_OPSET, MAX_OPSET])
 def test_attention_written_at_exactly_the_opset(tmp_path, opset):
     torch.manual_seed(0)
@@ -113,6 +114,7 @@ def test_attention_written_at_exactly_the_opset(tmp_path, opset):
     np.testing.assert_allclose(got, ref.numpy(), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opset", [MIN_OPSET, MAX_OPSET])
 def test_bert_written_at_exactly_the_opset(tmp_path, opset):
     # BertModel has ops (LayerNormalization, Gelu) that the bare attention lacks: the range

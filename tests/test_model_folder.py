@@ -174,6 +174,7 @@ def test_hub_name_from_cache(tiny_checkpoint, tmp_path, monkeypatch):
         resolve_model("org/missing")
 
 
+@pytest.mark.slow
 def test_export_onnx_takes_a_hub_name_like_the_others(tiny_checkpoint, tmp_path, monkeypatch):
     pytest.importorskip("onnxscript")
     from bertattn.deploy import export_onnx
