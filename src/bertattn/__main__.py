@@ -2,6 +2,10 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import console
+except KeyboardInterrupt:  # Ctrl-C before the command line's own handling is in place
+    print("bertattn: interrupted", file=sys.stderr)
+    sys.exit(130)
 
-sys.exit(main())
+console()

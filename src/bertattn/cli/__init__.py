@@ -77,6 +77,21 @@ def _on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds: temporary files are removed on the way
 
 
+def _import_torch_uninterrupted() -> None:
+    """Import torch with Ctrl-C held back until it is done, then honoured. A KeyboardInterrupt
+    raised inside torch's import (Python callbacks run from C++) can abort the process
+    (``pybind11::error_already_set``) or leave it to die by SIGINT after ``main`` returned."""
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
 def _interrupt_again(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -112,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help, --version, or a parse error (already printed)
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        _import_torch_uninterrupted()  # every command needs it
         return int(args.func(args))
     except KeyboardInterrupt:
         print(f"{prefix} interrupted", file=sys.stderr)
@@ -165,5 +181,24 @@ def _one_line(exc: BaseException) -> str:
     return text
 
 
+def console() -> None:
+    """The ``bertattn`` executable: :func:`main`, then exit with its status.
+
+    After Ctrl-C the process leaves without finalizing the interpreter (outputs are already
+    whole or removed, streams are flushed): a KeyboardInterrupt that went through Python code
+    run from C (torch, pybind11) marks it unhandled inside CPython even when caught, and a normal
+    exit would then turn 130 into death by SIGINT.
+    """
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        import logging
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
