@@ -4,6 +4,8 @@ The BERT side fills it, the visualizers draw it; neither knows the other. Shapes
 
     tokens:  L strings
     layers:  one float32 numpy array (H, L, L) per layer, rows = queries, columns = keys
+    qkv:     optional, per model layer id {"q", "k", "v"}: float32 (H, L, D) each — the
+             projections the math backend attended with (for the page's step view)
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class AttentionMaps:
         layer_ids: the model's layer index of each entry of ``layers`` (default 0..n-1).
         segment_start: index of the first token of the second segment (a text pair), or None.
         model_name: where the weights came from, for titles.
+        qkv: for some layer ids, the ``q``, ``k``, ``v`` projections, each ``(H, L, D)``
+            float32 (what the step view recomputes the weights from); empty by default.
     """
 
     tokens: list[str]
@@ -35,12 +39,17 @@ class AttentionMaps:
     layer_ids: list[int] = field(default_factory=list)
     segment_start: int | None = None
     model_name: str = ""
+    qkv: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tokens = [str(t) for t in self.tokens]
         self.layers = [np.asarray(_to_numpy(a), dtype=np.float32) for a in self.layers]
         if not self.layer_ids:
             self.layer_ids = list(range(len(self.layers)))
+        self.qkv = {
+            int(i): {name: np.asarray(_to_numpy(a), dtype=np.float32) for name, a in d.items()}
+            for i, d in self.qkv.items()
+        }
         self.validate()
 
     def validate(self) -> None:
@@ -67,6 +76,22 @@ class AttentionMaps:
             heads = a.shape[0]
         if self.segment_start is not None and not 0 < self.segment_start < n:
             raise ValueError(f"segment_start {self.segment_start} is outside 1..{n - 1}.")
+        self._validate_qkv()
+
+    def _validate_qkv(self) -> None:
+        n, h = len(self.tokens), self.layers[0].shape[0]
+        for i, d in self.qkv.items():
+            if i not in self.layer_ids:
+                raise ValueError(f"qkv has layer {i}, which has no weights in layer_ids.")
+            if sorted(d) != ["k", "q", "v"]:
+                raise ValueError(f"qkv[{i}] must hold 'q', 'k' and 'v'; got {sorted(d)}.")
+            shapes = {a.shape for a in d.values()}
+            shape = next(iter(shapes))
+            if len(shapes) != 1 or len(shape) != 3 or shape[:2] != (h, n):
+                raise ValueError(
+                    f"qkv[{i}] arrays must each be (H={h}, L={n}, D); got "
+                    f"{[d[k].shape for k in ('q', 'k', 'v')]}."
+                )
 
     @property
     def num_layers(self) -> int:

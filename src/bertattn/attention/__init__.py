@@ -4,6 +4,7 @@ from .backends import BACKENDS, BackendSpec, get_backend, register_backend
 from .dispatch import Dispatch, DispatchLog, explain
 from .masks import PreparedMask, prepare_mask
 from .module import MultiHeadAttention
+from .steps import StepRecord, record_steps
 
 __all__ = [
     "BACKENDS",
@@ -12,8 +13,10 @@ __all__ = [
     "DispatchLog",
     "MultiHeadAttention",
     "PreparedMask",
+    "StepRecord",
     "explain",
     "get_backend",
     "prepare_mask",
+    "record_steps",
     "register_backend",
 ]

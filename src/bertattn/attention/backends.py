@@ -34,6 +34,8 @@ from torch import Tensor
 
 from .masks import score_dtype
 from .padding import PackedBatch
+from .steps import StepRecord
+from .steps import recorder as steps_recorder
 
 __all__ = ["AttentionBackend", "BackendSpec", "BACKENDS", "register_backend", "get_backend"]
 
@@ -73,16 +75,20 @@ def math_attention(
     """The reference: the article's steps, written out. Softmax in float32 for half inputs."""
     d = q.size(-1)
     # the article: scores = Q K^T / sqrt(d_k)                       # (B, H, Lq, Lk)
-    scores = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype)) / math.sqrt(d)
+    raw = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype))
+    scaled = raw / math.sqrt(d)
     # the article: masked_fill(mask == 0, -1e9); here an additive -inf bias (fits every dtype)
-    if bias is not None:
-        scores = scores + bias
+    scores = scaled if bias is None else scaled + bias
     # the article: softmax over the keys, then dropout on the probabilities
     weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, Lq, Lk)
+    probs = weights
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     # the article: context = attention @ V                         # (B, H, Lq, D)
     context = torch.matmul(weights, v)
+    rec = steps_recorder()
+    if rec is not None:  # bertattn.attention.steps: the values above, as they are
+        rec.add(StepRecord(q, k, v, raw, scaled, bias, probs, context))
     return context, (weights if need_weights else None)
 
 

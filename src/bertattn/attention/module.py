@@ -17,6 +17,7 @@ from .backends import get_backend
 from .dispatch import Dispatch, choose_backend, record
 from .masks import PreparedMask, prepare_mask
 from .padding import PackedBatch, pack_padding_mask, pad, unpad
+from .steps import recorder as steps_recorder
 
 __all__ = ["MultiHeadAttention"]
 
@@ -312,6 +313,9 @@ class MultiHeadAttention(nn.Module):
             )
         q, k, v = self.project_qkv(x, key_value)
         dropout_p = self.dropout.p if self.training else 0.0
+        rec = steps_recorder()
+        if rec is not None:  # attention.steps: the input and projection of the next record
+            rec.note_module(x, self.out_linear.weight, self.out_linear.bias)
         context, weights = spec.fn(
             q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights
         )  # (B, H, Lq, D), (B, H, Lq, Lk) | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +17,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..attention.steps import record_steps
 from ..errors import ModelFolderError
 from ..maps import AttentionMaps
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .model import BertModel
+from .steps import AttentionSteps, attention_steps
 from .tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertattn.bert")
@@ -237,16 +240,32 @@ class Bert:
         text: str,
         pair: str | None = None,
         layers: Sequence[int] | None = None,
+        *,
+        max_length: int | None = None,
+        qkv_layers: Sequence[int] = (),
     ) -> AttentionMaps:
         """Attention weights of one text (or text pair) as :class:`bertattn.AttentionMaps`.
 
         ``layers``: the layer indices to return (None = all); only those layers compute
-        weights, the others run the fused backend.
+        weights, the others run the fused backend. ``max_length``: tokens kept (default the
+        model folder's setting; at most ``max_position_embeddings``). ``qkv_layers``: layers
+        (among those returned) whose q / k / v projections go into ``maps.qkv``, for the page's
+        step view.
         """
         if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
             raise ValueError("text (and pair) must be strings.")
-        batch = self.tokenizer([text], None if pair is None else [pair], max_length=self.max_length)
+        limit = self.max_length if max_length is None else max_length
+        top_limit = self.model.config.max_position_embeddings
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= top_limit:
+            raise ValueError(
+                f"max_length {limit!r} is out of range: this model takes 2..{top_limit} tokens."
+            )
+        batch = self.tokenizer([text], None if pair is None else [pair], max_length=limit)
         want = True if layers is None else list(layers)
+        returned = range(self.model.config.num_hidden_layers) if layers is None else list(layers)
+        bad = [i for i in qkv_layers if i not in returned]
+        if bad:
+            raise ValueError(f"qkv_layers {bad} are not among the layers returned.")
         if not want:
             raise ValueError("layers is empty; pass None for every layer or some layer indices.")
         top = int(batch.token_type_ids.max())
@@ -260,20 +279,47 @@ class Bert:
                 f"type_vocab_size >= {top + 1}."
             )
         device = self.model.device
-        with torch.inference_mode():
+        with torch.inference_mode(), record_steps() if qkv_layers else nullcontext() as rec:
             result = self.model(
                 batch.input_ids.to(device),
                 batch.attention_mask.to(device),
                 batch.token_type_ids.to(device),
                 output_attentions=want,
             )
+        qkv = {}
+        if rec is not None:  # one math call per returned layer, in layer order
+            for i, r in zip(sorted(returned), rec.records, strict=True):
+                if i in qkv_layers:
+                    qkv[i] = {"q": r.q[0], "k": r.k[0], "v": r.v[0]}  # (H, L, D) each
         segment_start = None
         if pair is not None:
             types = batch.token_type_ids[0].tolist()
             segment_start = types.index(1) if 1 in types else None
-        return AttentionMaps.from_model_output(
+        maps = AttentionMaps.from_model_output(
             batch.tokens[0],
             result.attentions or (),
             segment_start=segment_start,
             model_name=self.name,
+        )
+        if qkv:
+            maps.qkv = {
+                i: {k: t.float().numpy(force=True) for k, t in d.items()} for i, d in qkv.items()
+            }
+            maps.validate()
+        return maps
+
+    def attention_steps(
+        self,
+        text: str,
+        *,
+        layer: int,
+        head: int,
+        query: int | str,
+        pair: str | None = None,
+        max_length: int | None = None,
+    ) -> AttentionSteps:
+        """The article's steps for one head and one query token (index or token text), from
+        the ``math`` backend's own intermediate values: see :class:`AttentionSteps`."""
+        return attention_steps(
+            self, text, layer=layer, head=head, query=query, pair=pair, max_length=max_length
         )

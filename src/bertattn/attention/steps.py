@@ -1,0 +1,83 @@
+"""Recording the article's steps as the ``math`` backend runs them.
+
+Inside ``with record_steps() as rec:``, every call of the ``math`` backend appends one
+:class:`StepRecord` holding its own intermediate values — not a re-computation: the tensors the
+reference path computed on the way to its output. Outside such a block the backend pays one
+context-variable lookup per call.
+
+Shapes (B batch, H heads, Lq / Lk query / key length, D head size, E embedding size):
+    x        (B, Lq, E)   the module's input (the layer's hidden states)
+    q        (B, H, Lq, D)
+    k, v     (B, H, Lk, D)
+    scores   (B, H, Lq, Lk)   q · k, before scaling (float32 for half inputs)
+    scaled   (B, H, Lq, Lk)   scores / sqrt(D)
+    bias     broadcastable to (B, H, Lq, Lk), or None: the mask as an additive bias (0 / -inf)
+    weights  (B, H, Lq, Lk)   softmax(scaled + bias), before dropout
+    context  (B, H, Lq, D)    weights @ v
+    out_weight (E, E), out_bias (E,) | None: the output projection the merged heads go through
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+__all__ = ["StepRecord", "StepRecorder", "record_steps", "recorder"]
+
+
+@dataclass
+class StepRecord:
+    """One ``math`` attention call (see the module docstring for the shapes)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    scores: Tensor
+    scaled: Tensor
+    bias: Tensor | None
+    weights: Tensor
+    context: Tensor
+    x: Tensor | None = None
+    out_weight: Tensor | None = None
+    out_bias: Tensor | None = None
+
+
+@dataclass
+class StepRecorder:
+    """The records of one :func:`record_steps` block, in call order."""
+
+    records: list[StepRecord] = field(default_factory=list)
+    _module: tuple[Tensor, Tensor, Tensor | None] | None = None
+
+    def note_module(self, x: Tensor, out_weight: Tensor, out_bias: Tensor | None) -> None:
+        """The calling module's input and output projection, for the next record."""
+        self._module = (x, out_weight, out_bias)
+
+    def add(self, record: StepRecord) -> None:
+        if self._module is not None:
+            record.x, record.out_weight, record.out_bias = self._module
+            self._module = None
+        self.records.append(record)
+
+
+_active: ContextVar[StepRecorder | None] = ContextVar("bertattn_steps", default=None)
+
+
+def recorder() -> StepRecorder | None:
+    """The active recorder, or None outside :func:`record_steps`."""
+    return _active.get()
+
+
+@contextlib.contextmanager
+def record_steps() -> Iterator[StepRecorder]:
+    """Record the intermediate values of every ``math`` attention call inside the block."""
+    rec = StepRecorder()
+    token = _active.set(rec)
+    try:
+        yield rec
+    finally:
+        _active.reset(token)

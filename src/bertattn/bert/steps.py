@@ -1,0 +1,195 @@
+"""The article's steps for one head and one query token, taken from the real model.
+
+:func:`attention_steps` runs the model once with the ``math`` backend on the asked layer and
+keeps that backend's own intermediate values (:mod:`bertattn.attention.steps`), then cuts out
+one head and one query row. Shapes (L tokens, D head size, E hidden size)::
+
+    x (E,)  q (D,)  k (L, D)  v (L, D)  scores (L,)  scaled (L,)  bias (L,)  weights (L,)
+    weighted_v (L, D)  context (D,)  output_share (E,)  output (E,)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["AttentionSteps", "attention_steps", "find_token"]
+
+
+@dataclass
+class AttentionSteps:
+    """One head's attention for one query token, step by step (the article's order).
+
+    Attributes:
+        tokens: the text's tokens; ``query`` indexes them.
+        layer, head, query: where the steps were taken.
+        x: the query token's input to the layer's attention, ``(E,)``.
+        q: its query vector in this head, ``(D,)``; k, v: every token's key and value, ``(L, D)``.
+        scores: ``q · k_j`` per key ``(L,)``; scaled: ``scores / sqrt(D)``.
+        bias: the mask as an additive bias per key (0 = attend, -inf = masked), ``(L,)``.
+        weights: ``softmax(scaled + bias)``, ``(L,)`` (equal to the head view's row).
+        weighted_v: ``weights_j * v_j`` per key, ``(L, D)``; context: their sum, ``(D,)``.
+        output_share: this head's context through its columns of the output projection, ``(E,)``.
+        output: the attention output for the token (all heads merged, projected, bias added).
+    """
+
+    tokens: list[str]
+    layer: int
+    head: int
+    query: int
+    x: Tensor
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    scores: Tensor
+    scaled: Tensor
+    bias: Tensor
+    weights: Tensor
+    weighted_v: Tensor
+    context: Tensor
+    output_share: Tensor
+    output: Tensor
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.q.numel())
+
+    def shares(self) -> Tensor:
+        """Each key's share of the context: ``|w_j v_j| / sum_i |w_i v_i|``, ``(L,)``."""
+        norms = self.weighted_v.norm(dim=-1)
+        total = norms.sum()
+        return norms / total if total > 0 else norms
+
+    def table(self) -> str:
+        """One line per key: token, q·k, /sqrt(d), mask, weight, share of the context."""
+        lines = [
+            f"layer {self.layer}, head {self.head}, query {self.query} "
+            f"{self.tokens[self.query]!r} (d_k = {self.head_dim})",
+            f"{'#':>4}  {'key':<16}{'q·k':>10}{'/√d':>9}{'mask':>7}{'weight':>9}{'share':>8}",
+        ]
+        shares = self.shares()
+        for j, tok in enumerate(self.tokens):
+            mask = "0" if self.bias[j] == 0 else ("-inf" if self.bias[j] < -1e30 else "bias")
+            lines.append(
+                f"{j:>4}  {tok[:15]:<16}{float(self.scores[j]):>10.3f}{float(self.scaled[j]):>9.3f}"
+                f"{mask:>7}{float(self.weights[j]):>9.4f}{float(shares[j]):>8.1%}"
+            )
+        return "\n".join(lines)
+
+    def formula(self) -> str:
+        """The article's formula with this row's numbers filled in (the top key shown)."""
+        d = self.head_dim
+        j = int(self.weights.argmax())
+        logits = self.scaled + self.bias
+        exps = torch.exp(logits - logits.max())  # softmax, written out
+        total, top = float(exps.sum()), float(exps[j])
+        lines = [
+            "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + mask) · V",
+            f"  scores    = q · k_j                 e.g. q · k_{j} ({self.tokens[j]!r}) = "
+            f"{float(self.scores[j]):.3f}",
+            f"  scaled    = scores / √{d} = scores / {math.sqrt(d):.3f}   -> "
+            f"{float(self.scaled[j]):.3f}",
+            f"  mask      = 0 for real tokens, -inf for padding            -> "
+            f"{float(self.bias[j]):.0f}",
+            f"  weights_j = exp(s_j - max s) / Σ_i exp(s_i - max s) = "
+            f"{top:.4f} / {total:.4f} = {float(self.weights[j]):.4f}",
+            f"  context   = Σ_j weights_j · v_j      (|context| = {float(self.context.norm()):.3f},"
+            f" top key {self.tokens[j]!r} gives {float(self.shares()[j]):.1%})",
+            f"  output   += W_o[:, head {self.head}] · context   "
+            f"(|share| = {float(self.output_share.norm()):.3f} of |output| = "
+            f"{float(self.output.norm()):.3f})",
+        ]
+        return "\n".join(lines)
+
+
+def find_token(tokens: list[str], token: str | int) -> int:
+    """The index of ``token`` (an index, or a token's text; the first match wins, compared
+    as is, then case-insensitively, then without WordPiece's ``##``)."""
+    if isinstance(token, int) and not isinstance(token, bool):
+        if not -len(tokens) <= token < len(tokens):
+            raise ValueError(
+                f"token index {token} is out of range: the text has tokens 0..{len(tokens) - 1}."
+            )
+        return token % len(tokens)
+    text = str(token)
+    if text.lstrip("-").isdigit():
+        return find_token(tokens, int(text))
+    for key in (lambda t: t, str.lower, lambda t: t.lower().removeprefix("##")):
+        matches = [i for i, t in enumerate(tokens) if key(t) == key(text)]
+        if matches:
+            return matches[0]
+    raise ValueError(
+        f"token {text!r} is not in the text's tokens ({' '.join(tokens[:40])}"
+        f"{' ...' if len(tokens) > 40 else ''}); give its index or one of these."
+    )
+
+
+def attention_steps(
+    bert,  # type: ignore[no-untyped-def]
+    text: str,
+    *,
+    layer: int,
+    head: int,
+    query: int | str,
+    pair: str | None = None,
+    max_length: int | None = None,
+) -> AttentionSteps:
+    """The steps of ``layer``/``head`` for the ``query`` token of ``text`` (see the class)."""
+    from ..attention.steps import record_steps
+
+    cfg = bert.model.config
+    for name, value, count in (
+        ("layer", layer, cfg.num_hidden_layers),
+        ("head", head, cfg.num_attention_heads),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+            raise ValueError(
+                f"{name} {value!r} is out of range: this model has {name}s 0..{count - 1}."
+            )
+    with record_steps() as rec:
+        maps = bert.attention_maps(text, pair, layers=[layer], max_length=max_length)
+    if len(rec.records) != 1:
+        raise RuntimeError(f"expected one math attention call, recorded {len(rec.records)}.")
+    r = rec.records[0]
+    i = find_token(maps.tokens, query)
+    with torch.no_grad():
+        return _cut(r, maps.tokens, layer, head, i)
+
+
+def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:  # type: ignore[no-untyped-def]
+    """Head ``head``, query row ``i`` of the record ``r``, in float32 on the CPU."""
+    d = r.q.size(-1)
+    sl = slice(head * d, (head + 1) * d)
+    f32 = torch.float32
+    q, k, v = (t.to("cpu", f32) for t in (r.q[0, head, i], r.k[0, head], r.v[0, head]))
+    bias = torch.zeros(k.size(0), dtype=f32)
+    if r.bias is not None:
+        bias = bias + r.bias.to(f32).expand(1, r.q.size(1), r.q.size(2), k.size(0))[0, head, i]
+    weights = r.weights[0, head, i].to(f32)
+    context = r.context[0, head, i].to(f32)
+    merged = r.context[0, :, i].to(f32).reshape(-1)  # (E,): every head's context, in order
+    w_out = r.out_weight.to(f32)  # type: ignore[union-attr]
+    output = w_out @ merged
+    if r.out_bias is not None:
+        output = output + r.out_bias.to(f32)
+    return AttentionSteps(
+        tokens=tokens,
+        layer=layer,
+        head=head,
+        query=i,
+        x=r.x[0, i].to(f32),  # type: ignore[index]
+        q=q,
+        k=k,
+        v=v,
+        scores=r.scores[0, head, i].to(f32),
+        scaled=r.scaled[0, head, i].to(f32),
+        bias=bias,
+        weights=weights,
+        weighted_v=weights[:, None] * v,
+        context=context,
+        output_share=w_out[:, sl] @ context,
+        output=output,
+    )
