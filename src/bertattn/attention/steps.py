@@ -51,6 +51,7 @@ class StepRecorder:
     """The records of one :func:`record_steps` block, in call order."""
 
     records: list[StepRecord] = field(default_factory=list)
+    parent: StepRecorder | None = None  # an enclosing block sees the inner block's records
     _module: tuple[Tensor, Tensor, Tensor | None] | None = None
 
     def note_module(self, x: Tensor, out_weight: Tensor, out_bias: Tensor | None) -> None:
@@ -62,6 +63,8 @@ class StepRecorder:
             record.x, record.out_weight, record.out_bias = self._module
             self._module = None
         self.records.append(record)
+        if self.parent is not None:
+            self.parent.records.append(record)
 
 
 _active: ContextVar[StepRecorder | None] = ContextVar("bertattn_steps", default=None)
@@ -74,8 +77,9 @@ def recorder() -> StepRecorder | None:
 
 @contextlib.contextmanager
 def record_steps() -> Iterator[StepRecorder]:
-    """Record the intermediate values of every ``math`` attention call inside the block."""
-    rec = StepRecorder()
+    """Record the intermediate values of every ``math`` attention call inside the block
+    (blocks nest: an outer block also gets the records of an inner one)."""
+    rec = StepRecorder(parent=_active.get())
     token = _active.set(rec)
     try:
         yield rec

@@ -13,6 +13,7 @@ exit  when
 2     a usage error: argparse's, or options that cannot work (a range, a combination, an output
       that is the input or a folder, a folder that cannot be written) — found before any work
 130   interrupted (Ctrl-C) at any moment; 128 + N for signal N (SIGTERM: 143)
+141   stdout was closed early (``| head``): the command stops quietly
 ====  ==========================================================================================
 
 Anticipated errors are one line on stderr, ``bertattn COMMAND: error: ...``; ``--debug`` (or
@@ -39,7 +40,7 @@ COMMANDS: dict[str, str] = {
     "export-onnx": "export a BERT model to ONNX (dynamic batch and length) for ONNX Runtime",
 }
 
-EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,6 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prefix} interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout closed early (| head): stop quietly, as Unix tools do
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_BROKEN_PIPE
     except Exception as exc:
         if _caused_by_interrupt(exc):  # e.g. a C extension's init stopped by Ctrl-C
             print(f"{prefix} interrupted", file=sys.stderr)

@@ -22,6 +22,13 @@ def run(args: argparse.Namespace) -> int:
     maps = result.maps
     for message in result.warnings:  # e.g. "1 text truncated to 256 tokens": reported
         print(f"bertattn attend: warning: {message}", file=sys.stderr)
+    if result.steps is not None:
+        print(result.steps.table())
+        print()
+        print(result.steps.formula())
+        if not result.written:
+            return 0
+        print()
     if not result.written:
         print(viz.summary(maps, layer=options.layer, head=options.head))
         if options.rollout:

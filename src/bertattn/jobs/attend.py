@@ -1,28 +1,35 @@
-"""The attend job: one text (or pair) in, its attention out: a text summary, or PNG / HTML /
-JSON files written all together or not at all."""
+"""The attend job: one text (or pair) in, its attention out: a text summary, the article's steps
+for one head and token, or PNG / HTML / JSON files written all together or not at all."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..files import check_output
 from ..maps import AttentionMaps
+from .inputs import check_input
 from .options import AttendOptions, flag
 
-__all__ = ["AttendResult", "run_attend"]
+if TYPE_CHECKING:
+    from ..bert.steps import AttentionSteps
+
+__all__ = ["AttendResult", "read_text", "run_attend"]
 
 
 @dataclass
 class AttendResult:
-    """The maps computed, the files written (in PNG, HTML, JSON order), and the warnings raised
-    while computing (e.g. truncation), for the caller to report."""
+    """The maps computed, the files written (in PNG, HTML, JSON order), the steps asked for
+    with ``--explain``, and the warnings raised while computing (e.g. truncation)."""
 
     maps: AttentionMaps
     written: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    steps: AttentionSteps | None = None
 
 
 def _check_range(name: str, value: int, count: int) -> None:
@@ -33,25 +40,76 @@ def _check_range(name: str, value: int, count: int) -> None:
         )
 
 
-def run_attend(options: AttendOptions) -> AttendResult:
-    """Compute ``options.text``'s attention and write the files asked for.
+def read_text(options: AttendOptions) -> str:
+    """The text: as given, from stdin (``-``) or from ``--file`` (UTF-8; a final newline is
+    not part of the text)."""
+    if options.file is None and options.text != "-":
+        return str(options.text)
+    name = "<stdin>" if options.file is None else str(options.file)
+    if options.file is None:
+        raw = sys.stdin.buffer.read()
+    else:
+        raw = check_input(options.file, what="--file").read_bytes()
+    try:
+        text = raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{name}: invalid UTF-8 at byte {exc.start}; convert the file to UTF-8 first."
+        ) from None
+    if not text.strip():
+        raise UsageError(f"{name} holds no text; give the sentence whose attention you want.")
+    return text
 
-    Every output path and ``layer`` / ``head`` are checked before the model runs; the files
-    are rendered first and written together (:func:`bertattn.files.write_all`).
+
+def run_attend(options: AttendOptions) -> AttendResult:
+    """Compute the attention of the text and write the files asked for.
+
+    Every output path, ``layer`` / ``head`` / ``max_length`` / ``--steps`` / ``--explain`` are
+    checked before the model runs; the files are rendered first and written together
+    (:func:`bertattn.files.write_all`).
     """
     from .. import viz
     from ..bert import Bert
 
     for path, kind in options.outputs:
         check_output(path, what=f"--{kind.lower()}")
+    text = read_text(options)
     bert = Bert.load(options.model)
     cfg = bert.model.config
     _check_range("layer", options.layer, cfg.num_hidden_layers)
     _check_range("head", options.head, cfg.num_attention_heads)
+    limit = cfg.max_position_embeddings
+    if options.max_length is not None and options.max_length > limit:
+        raise UsageError(
+            f"--max-length {options.max_length} exceeds what the model takes "
+            f"(max_position_embeddings {limit}); use --max-length {limit} or less."
+        )
+    qkv_layers = options.steps_layers(cfg.num_hidden_layers)
+    target = None
+    if options.explain is not None:
+        layer, head, _ = target = options.explain_target()
+        _check_range("layer", layer, cfg.num_hidden_layers)
+        _check_range("head", head, cfg.num_attention_heads)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        maps = bert.attention_maps(options.text, options.pair)
+        maps = bert.attention_maps(
+            text, options.pair, max_length=options.max_length, qkv_layers=qkv_layers
+        )
     result = AttendResult(maps, warnings=[str(w.message) for w in caught])
+    if target is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # truncation was reported above
+            try:
+                result.steps = bert.attention_steps(
+                    text,
+                    layer=target[0],
+                    head=target[1],
+                    query=target[2],
+                    pair=options.pair,
+                    max_length=options.max_length,
+                )
+            except ValueError as exc:
+                raise UsageError(f"--explain {options.explain}: {exc}") from None
     if options.outputs:
         result.written = viz.render_all(
             maps,

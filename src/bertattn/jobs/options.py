@@ -239,23 +239,52 @@ class EncodeOptions:
 class AttendOptions:
     """``bertattn attend``: one text (or pair) in, its attention out."""
 
-    text: str = _opt(MISSING, "the text to look at", positional=True)
+    text: str | None = _opt(
+        None,
+        "the text to look at; - reads it from stdin (or use --file)",
+        positional=True,
+        nargs="?",
+    )
+    file: str | None = _opt(None, "read the text from this UTF-8 file instead", metavar="PATH")
     pair: str | None = _opt(None, "a second text (segment B of a pair)")
     model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
-    layer: int = _opt(0, "layer shown large / summarized", type=int)
-    head: int = _opt(0, "head shown large / summarized", type=int)
+    max_length: int | None = _opt(
+        None,
+        "tokens kept (default: the model folder's setting, 256 for MiniLM; at most the model's "
+        "position limit, 512)",
+        type=int,
+    )
+    layer: int = _opt(0, "layer shown large / summarized / opened in the page", type=int)
+    head: int = _opt(0, "head shown large / summarized / opened in the page", type=int)
     png: str | None = _opt(None, "write a PNG: every layer x head + one large")
     html: str | None = _opt(None, "write one self-contained interactive page")
     json: str | None = _opt(None, "write the tokens and weights as JSON")
     rollout: bool = _opt(False, "add attention rollout to outputs")
+    explain: str | None = _opt(
+        None,
+        "print the article's steps (q·k, /√d, mask, softmax, Σ weights·v) for one head and one "
+        "query token: LAYER:HEAD:TOKEN, TOKEN an index or the token's text",
+        metavar="L:H:TOKEN",
+    )
+    steps: str | None = _opt(
+        None,
+        "layers whose q/k/v go into the page's step view: 0,2 or all (default: --layer)",
+        metavar="LAYERS",
+    )
 
     def __post_init__(self) -> None:
         cls = type(self)
-        if not isinstance(self.text, str) or not self.text.strip():
+        if self.text is not None and self.file is not None:
+            raise UsageError("give the text or --file PATH, not both.")
+        if self.text is None and self.file is None:
+            raise UsageError("no text: give TEXT, - to read stdin, or --file PATH.")
+        if self.text is not None and (not isinstance(self.text, str) or not self.text.strip()):
             raise UsageError("TEXT is empty; give the sentence whose attention you want to see.")
         if self.pair is not None and (not isinstance(self.pair, str) or not self.pair.strip()):
             raise UsageError("--pair is empty; drop it or give a second sentence.")
-        _text(cls, self, "model")
+        for name in ("model", "file"):
+            _text(cls, self, name)
+        _int(cls, self, "max_length", low=2)
         for name in ("layer", "head"):  # the range depends on the model: checked by the job
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -265,6 +294,12 @@ class AttendOptions:
             _text(cls, self, name)
         if len(set(outputs)) != len(outputs):
             raise UsageError(f"one file is named for two outputs ({', '.join(outputs)}).")
+        if self.explain is not None:
+            self.explain_target()
+        if self.steps is not None:
+            if self.html is None:
+                raise UsageError("--steps chooses layers for the page's step view; add --html.")
+            self.steps_layers(None)
 
     @property
     def outputs(self) -> list[tuple[str, str]]:
@@ -274,6 +309,45 @@ class AttendOptions:
             for p, k in ((self.png, "PNG"), (self.html, "HTML"), (self.json, "JSON"))
             if p is not None
         ]
+
+    def explain_target(self) -> tuple[int, int, int | str]:
+        """``--explain LAYER:HEAD:TOKEN`` as ``(layer, head, token)`` (token: index or text)."""
+        parts = str(self.explain).split(":", 2)
+        try:
+            if len(parts) != 3 or not parts[2]:
+                raise ValueError
+            layer, head = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise UsageError(
+                f"--explain {self.explain!r}: expected LAYER:HEAD:TOKEN, e.g. 2:0:it or 2:0:5."
+            ) from None
+        token = parts[2]
+        return layer, head, int(token) if token.lstrip("-").isdigit() else token
+
+    def steps_layers(self, num_layers: int | None) -> list[int]:
+        """The layers whose q/k/v the page embeds (``num_layers`` checks the range)."""
+        if self.html is None:
+            return []
+        if self.steps is None:
+            chosen = [self.layer]
+        elif self.steps.strip().lower() == "all":
+            chosen = list(range(num_layers or 0))
+        else:
+            try:
+                chosen = sorted({int(x) for x in self.steps.split(",") if x.strip()})
+            except ValueError:
+                raise UsageError(
+                    f"--steps {self.steps!r}: expected layer numbers like 0,2 or all."
+                ) from None
+            if not chosen:
+                raise UsageError("--steps is empty; give layer numbers like 0,2 or all.")
+        if num_layers is not None:
+            bad = [i for i in chosen if not 0 <= i < num_layers]
+            if bad:
+                raise UsageError(
+                    f"--steps {bad[0]} is out of range: this model has layers 0..{num_layers - 1}."
+                )
+        return chosen
 
 
 @dataclass
@@ -313,6 +387,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             target = groups[title]
         kwargs: dict[str, Any] = {"help": meta["help"]}
         if meta.get("positional"):
+            if "nargs" in meta:
+                kwargs.update(nargs=meta["nargs"], default=None)
             target.add_argument(f.name, **kwargs)
             continue
         names = meta.get("flags", (f"--{f.name.replace('_', '-')}",))
@@ -343,7 +419,8 @@ def to_argv(options: Any, *, drop: tuple[str, ...] = (), **override: Any) -> lis
         value = override.get(f.name, getattr(options, f.name))
         meta = f.metadata
         if meta.get("positional"):
-            argv.insert(0, str(value))
+            if value is not None:
+                argv.insert(0, str(value))
             continue
         name = meta.get("flags", (f"--{f.name.replace('_', '-')}",))[-1]
         if f.type in ("bool", bool):
