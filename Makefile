@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-fast lint bench setup browser clean
+.PHONY: demo test test-fast lint bench setup browser fonts clean
 
 setup: $(STAMP)
 
@@ -26,13 +26,13 @@ demo: $(STAMP)
 	$(VENV)/bin/bertattn attend "$(DEMO_TEXT)" --pair "$(DEMO_PAIR)" --layer 2 --head 0 \
 		--rollout --png attention.png --html attention.html
 
-test: $(STAMP) browser
+test: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
 
 # the fast tier: everything but the tests marked slow (real checkpoint end to end, subprocess
 # and multi-process runs, compilation); about a minute on 2 cores. `make test` still runs all.
-test-fast: $(STAMP) browser
+test-fast: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q -m "not slow"
 
@@ -41,6 +41,10 @@ lint: $(STAMP)
 
 browser:
 	sh scripts/ensure-browser.sh
+
+# a CJK font (fonts-noto-cjk) for Chinese tokens in the PNG; a failed install only warns
+fonts:
+	sh scripts/ensure-fonts.sh
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -1,18 +1,32 @@
 """A static PNG of the attention: every layer x head as thumbnails, one head large, the rollout.
 
-Drawn with matplotlib's Agg canvas on a private ``Figure`` (no pyplot global state), so it is safe
-in threads and servers. The figure size depends only on whether a rollout panel is drawn:
-``figure_size()`` inches times ``dpi`` pixels.
+Drawn with matplotlib's Agg canvas on a private ``Figure`` (no pyplot global state, no change to
+``rcParams``), so it is safe in threads and servers. The figure size depends only on whether a
+rollout panel is drawn: ``figure_size()`` inches times ``dpi`` pixels.
+
+Chinese, Japanese and Korean tokens: matplotlib's default font (DejaVu Sans) has no CJK glyphs.
+When the text has CJK characters, a CJK font that matplotlib can find (Debian's
+``fonts-noto-cjk``: "Noto Sans CJK SC", ...; see :data:`CJK_FONTS`) is added *after* the usual
+font on the texts that may hold tokens, so Latin text keeps its look and CJK characters are drawn
+by the fallback. Without such a font the PNG still renders, with boxes for those characters, and
+one ``UserWarning`` says so and how to fix it. matplotlib's own per-glyph "missing from font"
+warnings are never shown: they are caught around our drawing and summed up in one line.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
+import re
+import threading
+import warnings
 from pathlib import Path
 
+import matplotlib as mpl
 import numpy as np
+from matplotlib import font_manager
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
@@ -22,12 +36,125 @@ from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
 from ._common import check_layer_head
 
-__all__ = ["save_png", "figure_size", "MAX_LABELS"]
+__all__ = ["save_png", "render_png", "figure_size", "MAX_LABELS", "CJK_FONTS", "NO_CJK_FONT"]
 
 MAX_LABELS = 60  # token labels per axis of the large heatmap, at most (evenly thinned)
 _THUMB_PIXELS = 64  # thumbnails are block-max downsampled to at most this many cells per side
 _MAIN_IN = 11.0  # inches: side of the large heatmap's column, and the figure height
 _GRID_IN = 10.0  # inches: width of the thumbnail grid's column
+
+
+# CJK font families, in order of preference (simplified Chinese first: the readers are Chinese).
+# Debian/Ubuntu's fonts-noto-cjk gives the "Noto Sans CJK *" families (matplotlib < 3.10 sees only
+# the first face of its .ttc files: "Noto Sans CJK JP", which has the Chinese glyphs too).
+CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "Source Han Sans CN",
+    "Noto Sans CJK JP",
+    "Noto Sans CJK TC",
+    "Noto Sans CJK KR",
+    "Noto Sans CJK HK",
+    "Source Han Sans",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "Microsoft YaHei",
+    "SimHei",
+    "PingFang SC",
+    "Hiragino Sans GB",
+    "Heiti SC",
+    "STHeiti",
+    "Droid Sans Fallback",
+    "Noto Serif CJK SC",
+    "Noto Serif CJK JP",
+    "AR PL UMing CN",
+    "AR PL UKai CN",
+    "SimSun",
+    "Arial Unicode MS",
+)
+
+NO_CJK_FONT = (
+    "the text has CJK characters but no CJK font is installed; they are drawn as boxes in the "
+    "PNG: install fonts-noto-cjk (Debian/Ubuntu) or any CJK font matplotlib can find"
+)
+
+# Han (with extensions, radicals, compatibility forms), kana, Hangul, Bopomofo, CJK symbols and
+# punctuation, and full/half-width forms: the characters DejaVu Sans does not have.
+_CJK = re.compile(
+    "[\u1100-\u11ff\u2e80-\u2fdf\u2ff0-\u31ff\u3200-\u4dbf\u4e00-\u9fff\ua960-\ua97f"
+    "\uac00-\ud7ff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f]"
+)
+# matplotlib's per-glyph warning: "Glyph 19968 (...) missing from font(s) DejaVu Sans." (3.7:
+# "... missing from current font.").
+_GLYPH_WARNING = re.compile(r"Glyph (\d+) .*missing from")
+
+
+_CATCH_LOCK = threading.Lock()
+
+
+def _has_cjk(texts) -> bool:
+    return any(_CJK.search(t) for t in texts)
+
+
+@functools.lru_cache(maxsize=1)  # (thread-safe: at worst two first calls both look)
+def _cjk_font() -> str | None:
+    """The family name of an installed CJK font matplotlib can use (see :data:`CJK_FONTS`), or
+    None. Looked up once per process (cached), only when a text has CJK characters.
+
+    matplotlib keeps its font list in a cache file that it does not refresh when fonts are
+    installed later (e.g. ``make test`` installing fonts-noto-cjk after matplotlib first ran).
+    So when no CJK font is known, the font files the system has and matplotlib's list lacks are
+    added to it (``FontManager.addfont``) — once — and the refreshed list is written back to
+    matplotlib's cache, so later processes find the font at once.
+    """
+    found = _pick_cjk(font_manager.fontManager)
+    if found is None and _add_new_system_fonts(font_manager.fontManager):
+        found = _pick_cjk(font_manager.fontManager)
+    return found
+
+
+def _pick_cjk(fm) -> str | None:
+    names = {f.name for f in fm.ttflist}
+    for name in CJK_FONTS:
+        if name in names:
+            return name
+    others = sorted(n for n in names if "CJK" in n and "Mono" not in n)
+    return others[0] if others else None
+
+
+def _add_new_system_fonts(fm) -> bool:
+    """Add the system's font files that ``fm`` does not know; True when any was added."""
+    try:
+        known = {os.path.realpath(f.fname) for f in fm.ttflist}
+        new = sorted(
+            p for p in font_manager.findSystemFonts() if os.path.realpath(p) not in known
+        )
+    except Exception:  # an unreadable font folder, no fc-list: keep what matplotlib has
+        return False
+    added = False
+    for path in new:
+        try:
+            fm.addfont(path)
+            added = True
+        except Exception:  # not a font FreeType can read: matplotlib's own scan skips it too
+            continue
+    if added:
+        version = getattr(font_manager.FontManager, "__version__", None)
+        if version is not None:
+            try:
+                cache = Path(mpl.get_cachedir(), f"fontlist-v{version}.json")
+                font_manager.json_dump(fm, cache)
+            except Exception:  # a read-only cache folder: the lookup just repeats next process
+                pass
+    return added
+
+
+def _font_family(cjk: str) -> list[str]:
+    """The usual font family (``rcParams``, read only) with ``cjk`` as a fallback after it."""
+    family = mpl.rcParams["font.family"]
+    family = [family] if isinstance(family, str) else list(family)
+    return family + ([cjk] if cjk not in family else [])
 
 
 def figure_size(*, rollout: bool) -> tuple[float, float]:
@@ -63,14 +190,16 @@ def _norm(w: np.ndarray) -> PowerNorm:
     return PowerNorm(gamma=0.5, vmin=0.0, vmax=max(float(w.max()), 1e-9))
 
 
-def _heatmap(fig: Figure, ax, w: np.ndarray, tokens: list[str], title: str, seg: int | None):
+def _heatmap(
+    fig: Figure, ax, w: np.ndarray, tokens: list[str], title: str, seg: int | None, font: dict
+):
     n = len(tokens)
     im = ax.imshow(w, cmap="viridis", norm=_norm(w), interpolation="nearest", aspect="equal")
     ticks = tick_positions(n)
     size = 8 if len(ticks) <= 30 else 6
     labels = [_short(tokens[i]) for i in ticks]
-    ax.set_xticks(ticks, labels, rotation=90, fontsize=size)
-    ax.set_yticks(ticks, labels, fontsize=size)
+    ax.set_xticks(ticks, labels, rotation=90, fontsize=size, **font)
+    ax.set_yticks(ticks, labels, fontsize=size, **font)
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")
     ax.set_title(title, fontsize=12)
@@ -149,6 +278,49 @@ def render_png(
         rollout = np.asarray(rollout, dtype=np.float32)
         if rollout.shape != (n, n):
             raise ValueError(f"rollout has shape {rollout.shape}; expected ({n}, {n})")
+    cjk = _has_cjk([maps.model_name, *maps.tokens])
+    cjk_font = _cjk_font() if cjk else None
+    # only the texts that hold tokens (tick labels) or the model name (the title) get the
+    # fallback font; per text, so nothing global (rcParams) changes
+    font = {"fontfamily": _font_family(cjk_font)} if cjk_font else {}
+    # matplotlib warns once per missing glyph (and per font it tried): caught here, around our
+    # own drawing only, and summed up below in one line. catch_warnings swaps the process's
+    # warning state while it runs, so renders in several threads take turns (the lock).
+    with _CATCH_LOCK, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        png = _render(maps, idx, layer, head, rollout, dpi, font)
+    missing: set[str] = set()
+    for w in caught:
+        m = _GLYPH_WARNING.match(str(w.message))
+        if m and issubclass(w.category, UserWarning):
+            missing.add(chr(int(m.group(1))))
+        else:  # anything else matplotlib says is passed on as it was
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    missing_cjk = {c for c in missing if _CJK.match(c)}
+    if missing_cjk and cjk_font is None:  # (a font of the user's rcParams may have them)
+        warnings.warn(NO_CJK_FONT, UserWarning, stacklevel=2)
+        missing -= missing_cjk
+    if missing:
+        chars = " ".join(sorted(missing)[:10]) + (" ..." if len(missing) > 10 else "")
+        warnings.warn(
+            f"{len(missing)} character(s) of the text have no glyph in the fonts matplotlib can "
+            f"find ({chars}); they are drawn as boxes in the PNG: install a font that has them",
+            UserWarning,
+            stacklevel=2,
+        )
+    return png
+
+
+def _render(
+    maps: AttentionMaps,
+    idx: int,
+    layer: int,
+    head: int,
+    rollout: np.ndarray | None,
+    dpi: int,
+    font: dict,
+) -> bytes:
+    n = len(maps.tokens)
     fig = Figure(figsize=figure_size(rollout=rollout is not None), dpi=dpi)
     FigureCanvasAgg(fig)
     widths = [_MAIN_IN, _GRID_IN] + ([_MAIN_IN] if rollout is not None else [])
@@ -164,7 +336,9 @@ def render_png(
     )
     name = maps.model_name or "attention"
     fig.suptitle(
-        f"{name}: {n} tokens, {maps.num_layers} layers x {maps.num_heads} heads", fontsize=14
+        f"{name}: {n} tokens, {maps.num_layers} layers x {maps.num_heads} heads",
+        fontsize=14,
+        **font,
     )
     _heatmap(
         fig,
@@ -173,6 +347,7 @@ def render_png(
         maps.tokens,
         f"layer {layer}, head {head}",
         maps.segment_start,
+        font,
     )
     _thumbnails(fig, spec[0, 1], maps, (idx, head))
     if rollout is not None:
@@ -183,6 +358,7 @@ def render_png(
             maps.tokens,
             "attention rollout (all layers, heads averaged)",
             maps.segment_start,
+            font,
         )
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
