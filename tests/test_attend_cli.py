@@ -56,10 +56,10 @@ def test_maps_equal_transformers_output_attentions(attended, minilm_dir) -> None
 
 def test_outputs_written_and_reported(attended) -> None:
     _, proc, out = attended
-    for name in ("a.png", "a.html", "a.json"):
-        assert f"wrote {out / name}" in proc.out
+    for name in ("a.png", "a.html", "a.json"):  # status on stderr, stdout stays for data
+        assert f"bertattn attend: wrote {out / name}" in proc.err
         assert (out / name).stat().st_size > 1000
-    assert "6 layers x 12 heads" in proc.out
+    assert "6 layers x 12 heads" in proc.err and proc.out == ""
 
 
 def test_summary_without_outputs_lists_top3(cli) -> None:

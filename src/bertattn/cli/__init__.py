@@ -57,7 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="show the traceback of an error (also: BERTATTN_DEBUG=1)",
     )
-    parser._add_action(debug._actions[0])  # also before the subcommand
+    debug.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log what bertattn does on stderr (-vv: also which attention kernel ran, per call)",
+    )
+    for action in debug._actions:  # also before the subcommand
+        parser._add_action(action)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         module = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
@@ -72,6 +80,20 @@ def _prefix(command: str) -> str:
     rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "1")
     who = f" rank {rank}:" if rank and world not in ("", "1") else ""
     return f"bertattn {command}:{who}"
+
+
+def _log_to_stderr(verbose: int, prefix: str) -> None:
+    """``-v``: bertattn's INFO log lines on stderr; ``-vv``: DEBUG too (one line per attention
+    call from ``bertattn.dispatch``)."""
+    if not verbose:
+        return
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix} %(name)s: %(message)s"))
+    log = logging.getLogger("bertattn")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
 
 
 def _on_signal(signum: int, frame: object) -> None:
@@ -129,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help, --version, or a parse error (already printed)
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         _import_torch_uninterrupted()  # every command needs it
+        _log_to_stderr(getattr(args, "verbose", 0), prefix)
         return int(args.func(args))
     except KeyboardInterrupt:
         print(f"{prefix} interrupted", file=sys.stderr)

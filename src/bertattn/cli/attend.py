@@ -13,6 +13,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Data (the summary, the steps, ``--json -`` / ``--html -``) on stdout; status lines
+    (what was written, warnings) on stderr, unless ``-q``."""
     from .. import viz
     from ..jobs.attend import run_attend
     from ..jobs.options import AttendOptions, from_namespace
@@ -26,10 +28,11 @@ def run(args: argparse.Namespace) -> int:
         print(result.steps.table())
         print()
         print(result.steps.formula())
-        if not result.written:
-            return 0
-        print()
-    if not result.written:
+    if result.stdout is not None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(result.stdout)
+        sys.stdout.buffer.flush()
+    elif not options.outputs and result.steps is None:
         print(viz.summary(maps, layer=options.layer, head=options.head))
         if options.rollout:
             roll = viz.attention_rollout(maps)
@@ -37,11 +40,12 @@ def run(args: argparse.Namespace) -> int:
             for i, tok in enumerate(maps.tokens):
                 j = int(roll[i].argmax())
                 print(f"  {i:>4} {tok:<16} -> {maps.tokens[j]} ({roll[i, j]:.3f})")
-        return 0
-    print(
-        f"{len(maps.tokens)} tokens, {maps.num_layers} layers x {maps.num_heads} heads "
-        f"({maps.model_name})"
-    )
-    for path in result.written:
-        print(f"wrote {path.resolve()}")
+    if result.written and not options.quiet:
+        print(
+            f"bertattn attend: {len(maps.tokens)} tokens, {maps.num_layers} layers x "
+            f"{maps.num_heads} heads ({maps.model_name})",
+            file=sys.stderr,
+        )
+        for path in result.written:
+            print(f"bertattn attend: wrote {path.resolve()}", file=sys.stderr)
     return 0

@@ -13,6 +13,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p, EncodeOptions)
 
 
+def show_progress(*, forced: bool, quiet: bool) -> bool:
+    """A progress bar on stderr: never with ``-q`` or ``TQDM_DISABLE`` set (tqdm's own switch);
+    else on a terminal, or anywhere with ``--progress`` (a log file gets no bar by default)."""
+    if quiet or os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false"):
+        return False
+    return forced or sys.stderr.isatty()
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
 
@@ -25,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     def progress(total: int):  # type: ignore[no-untyped-def]
         from tqdm import tqdm
 
-        bar = tqdm(total=total, unit="text", desc="encode", file=sys.stderr, disable=options.quiet)
+        show = show_progress(forced=options.progress, quiet=options.quiet)
+        bar = tqdm(total=total, unit="text", desc="encode", file=sys.stderr, disable=not show)
         bars.append(bar)
         return bar.update
 
@@ -33,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     handler.setFormatter(logging.Formatter("bertattn encode: %(message)s"))
     log = logging.getLogger("bertattn.distributed")
     log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.WARNING if options.quiet else logging.INFO)
     keep = f"{options.output}.parts"
     try:
         summary = run_encode(options, progress=progress)
@@ -50,6 +59,6 @@ def run(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
         log.removeHandler(handler)
-    if summary is not None:
+    if summary is not None and not options.quiet:
         print(f"bertattn encode: {summary}", file=sys.stderr)
     return 0

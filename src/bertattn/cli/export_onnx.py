@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
     out = run_export(options)
     size = Path(out).stat().st_size / 2**20
     opset = _written_opset(out)
+    if options.quiet:
+        return 0
     print(
         f"bertattn export-onnx: wrote {out} ({size:.1f} MiB, opset {opset}, backend "
         f"{options.backend}) in {time.perf_counter() - start:.1f}s",

@@ -30,6 +30,7 @@ class AttendResult:
     written: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     steps: AttentionSteps | None = None
+    stdout: bytes | None = None  # the output asked for as ``-`` (JSON or HTML), for stdout
 
 
 def _check_range(name: str, value: int, count: int) -> None:
@@ -72,7 +73,8 @@ def run_attend(options: AttendOptions) -> AttendResult:
     from ..bert import Bert
 
     for path, kind in options.outputs:
-        check_output(path, what=f"--{kind.lower()}")
+        if path != "-":
+            check_output(path, what=f"--{kind.lower()}")
     text = read_text(options)
     bert = Bert.load(options.model)
     cfg = bert.model.config
@@ -110,14 +112,23 @@ def run_attend(options: AttendOptions) -> AttendResult:
                 )
             except ValueError as exc:
                 raise UsageError(f"--explain {options.explain}: {exc}") from None
-    if options.outputs:
+    files = {
+        k: (None if p == "-" else p) for k, p in (("html", options.html), ("json", options.json))
+    }
+    if options.png or any(files.values()):
         result.written = viz.render_all(
             maps,
             png=options.png,
-            html=options.html,
-            json_path=options.json,
+            html=files["html"],
+            json_path=files["json"],
             layer=options.layer,
             head=options.head,
             rollout=options.rollout,
         )
+    if "-" in (options.html, options.json):
+        roll = viz.attention_rollout(maps) if options.rollout else None
+        if options.json == "-":
+            result.stdout = viz.render_json(maps, rollout=roll)
+        else:
+            result.stdout = viz.render_html(maps, rollout=roll).encode("utf-8")
     return result

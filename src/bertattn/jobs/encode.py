@@ -12,9 +12,11 @@ the machine, the input and the output), picks the engine, and writes the output 
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -23,7 +25,7 @@ import numpy as np
 
 from ..errors import JobError, UsageError
 from ..files import check_output, write_atomic
-from .inputs import check_input, read_texts
+from .inputs import check_input, read_records
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, max_workers, to_argv
 
 __all__ = ["EncodeSummary", "embeddings_payload", "run_encode"]
@@ -42,21 +44,45 @@ class EncodeSummary:
         return f"{self.output}: {self.detail}"
 
 
-def embeddings_payload(output: str | Path, embeddings: np.ndarray) -> Callable[[BinaryIO], None]:
+def embeddings_payload(
+    output: str | Path, embeddings: np.ndarray, ids: Sequence[object] | None = None
+) -> Callable[[BinaryIO], None]:
     """A writer of ``(N, E)`` float32 embeddings in the format of ``output``'s suffix:
-    ``.npy`` (``numpy.save``) or ``.jsonl`` (one ``{"index", "embedding"}`` object a line)."""
+    ``.npy`` (``numpy.save``), or JSON lines (``.jsonl`` and ``-``, stdout): one
+    ``{"index", "id" (with ``ids``), "embedding"}`` object a line, written by the json module;
+    each number is the shortest decimal that reads back as the same float32."""
     emb = np.ascontiguousarray(embeddings, dtype=np.float32)
     if emb.ndim != 2:
         raise ValueError(f"embeddings must be 2-D (N, E), got shape {emb.shape}.")
-    if Path(output).suffix.lower() == ".npy":
+    if ids is not None and len(ids) != len(emb):
+        raise ValueError(f"{len(ids)} ids for {len(emb)} embeddings.")
+    if str(output) != "-" and Path(output).suffix.lower() == ".npy":
         return lambda f: np.save(f, emb, allow_pickle=False)
+    bad = np.flatnonzero(~np.isfinite(emb).all(axis=1))
+    if bad.size:
+        raise ValueError(
+            f"embedding {int(bad[0])} holds NaN or infinity ({bad.size} row(s)); JSON cannot "
+            f"hold them: check the model folder, or write .npy."
+        )
 
     def jsonl(f: BinaryIO) -> None:
         for i, row in enumerate(emb):
-            values = ", ".join(str(v) for v in row)  # float32 shortest round-trip repr
-            f.write(f'{{"index": {i}, "embedding": [{values}]}}\n'.encode())
+            record: dict[str, object] = {"index": i}
+            if ids is not None:
+                record["id"] = ids[i]
+            record["embedding"] = [float(str(v)) for v in row]  # float32's shortest repr
+            f.write(json.dumps(record, allow_nan=False).encode() + b"\n")
 
     return jsonl
+
+
+def _write(out: Path | None, payload: Callable[[BinaryIO], None]) -> None:
+    """To the output file atomically, or to stdout (``out`` None)."""
+    if out is not None:
+        write_atomic(out, payload)
+        return
+    payload(sys.stdout.buffer)
+    sys.stdout.buffer.flush()
 
 
 def _check_machine(options: EncodeOptions, world_size: int) -> None:
@@ -79,13 +105,16 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def check_paths(options: EncodeOptions) -> Path:
-    """The input exists and the output can be written (not the input, not a folder)."""
+def check_paths(options: EncodeOptions) -> Path | None:
+    """The input exists and the output can be written (not the input, not a folder); None for
+    ``-`` (stdout)."""
     inputs = [options.input] if str(options.input) != "-" else []
     if inputs:
         check_input(options.input)
     if options.onnx is not None:
         inputs.append(check_input(options.onnx, what="--onnx file"))
+    if str(options.output) == "-":
+        return None
     return check_output(options.output, what="--output", inputs=inputs, suffixes=EMBEDDING_FORMATS)
 
 
@@ -129,31 +158,33 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
     _check_machine(options, info.world_size)
     out = check_paths(options)
     if options.workers is not None:
-        return _run_workers(options, out)
+        return _run_workers(options, out)  # type: ignore[arg-type]  (not stdout: refused)
     if options.chunked or info.world_size > 1:
         return _run_chunked(options, out, info, progress)
     return _run_single(options, out, progress)
 
 
-def _run_single(options: EncodeOptions, out: Path, progress: Progress | None) -> EncodeSummary:
-    parts = out.with_name(out.name + ".parts")
-    if parts.is_dir():
+def _run_single(
+    options: EncodeOptions, out: Path | None, progress: Progress | None
+) -> EncodeSummary:
+    parts = None if out is None else out.with_name(out.name + ".parts")
+    if parts is not None and parts.is_dir():
         warnings.warn(
             f"{parts} holds the chunks of an interrupted chunked run; this run ignores it "
             f"(pass --resumable to resume it, or remove it)",
             stacklevel=2,
         )
     bert = _load(options)
-    texts = read_texts(options.input, field=options.field)
+    texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     start = time.perf_counter()
     kwargs = _encode_kwargs(options, bert)
     callback = None if progress is None else progress(len(texts))
     emb, stats = bert.encode_with_stats(texts, progress=callback, **kwargs)
-    write_atomic(out, embeddings_payload(out, emb))
+    _write(out, embeddings_payload(options.output, emb, ids))
     seconds = time.perf_counter() - start
     rate = stats.texts / seconds if seconds > 0 else float("inf")
     return EncodeSummary(
-        out,
+        Path("<stdout>") if out is None else out,
         f"{stats.texts} texts ({stats.empty} empty, {stats.truncated} truncated to "
         f"{kwargs['max_length']} tokens), {stats.texts} x {emb.shape[1]} float32 in "
         f"{seconds:.1f}s, {rate:.1f} texts/s",
@@ -165,7 +196,7 @@ def _run_chunked(options, out, info, progress) -> EncodeSummary | None:  # type:
 
     bert = _load(options)
     bert.model.to(info.device)
-    texts = read_texts(options.input, field=options.field)
+    texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     kwargs = _encode_kwargs(options, bert)
     settings = {
         **options.settings(),
@@ -188,7 +219,7 @@ def _run_chunked(options, out, info, progress) -> EncodeSummary | None:  # type:
             parts=PartsFolder(out),
             identity=identity,
             encode_kwargs=kwargs,
-            write=lambda emb: write_atomic(out, embeddings_payload(out, emb)),
+            write=lambda emb: write_atomic(out, embeddings_payload(out, emb, ids)),
             chunk_tokens=options.chunk_tokens,
             restart=options.restart,
             timeout=options.wait_seconds,

@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 from ..errors import UsageError
 
-__all__ = ["check_input", "read_texts"]
+__all__ = ["check_input", "read_records", "read_texts"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
@@ -47,8 +47,11 @@ def _lines(stream: BinaryIO, name: str) -> list[str]:
     return out
 
 
-def _jsonl_texts(lines: list[str], name: str, field: str) -> list[str]:
-    texts = []
+def _jsonl_records(
+    lines: list[str], name: str, field: str, id_field: str | None
+) -> tuple[list[str], list[object] | None]:
+    texts: list[str] = []
+    ids: list[object] | None = None if id_field is None else []
     for n, line in enumerate(lines, start=1):
         try:
             obj = json.loads(line)
@@ -64,12 +67,21 @@ def _jsonl_texts(lines: list[str], name: str, field: str) -> list[str]:
                 f"{name}: line {n}: field {field!r} is a {type(obj[field]).__name__}, not a string."
             )
         texts.append(obj[field])
-    return texts
+        if ids is not None:
+            if id_field not in obj:
+                raise ValueError(
+                    f"{name}: line {n}: no id field {id_field!r} (found: {', '.join(obj)}); "
+                    f"choose it with --id-field."
+                )
+            ids.append(obj[id_field])
+    return texts, ids
 
 
-def read_texts(source: str | Path, *, field: str | None = None) -> list[str]:
-    """One text per line of a UTF-8 file (``"-"``: stdin). A ``.jsonl`` file, or any input
-    when ``field`` is given, is read as JSON lines and ``field`` (default ``"text"``) taken."""
+def read_records(
+    source: str | Path, *, field: str | None = None, id_field: str | None = None
+) -> tuple[list[str], list[object] | None]:
+    """The texts of ``source`` (see :func:`read_texts`) and, with ``id_field``, each JSON line's
+    id (any JSON value), in input order; ids are None without ``id_field``."""
     name = "<stdin>" if str(source) == "-" else str(source)
     if str(source) == "-":
         lines = _lines(sys.stdin.buffer, name)
@@ -77,6 +89,13 @@ def read_texts(source: str | Path, *, field: str | None = None) -> list[str]:
         path = check_input(source)
         with path.open("rb") as f:
             lines = _lines(f, name)
-    if field is not None or Path(name).suffix.lower() in _JSONL_SUFFIXES:
-        return _jsonl_texts(lines, name, field or "text")
-    return lines
+    jsonl = field is not None or id_field is not None
+    if jsonl or Path(name).suffix.lower() in _JSONL_SUFFIXES:
+        return _jsonl_records(lines, name, field or "text", id_field)
+    return lines, None
+
+
+def read_texts(source: str | Path, *, field: str | None = None) -> list[str]:
+    """One text per line of a UTF-8 file (``"-"``: stdin). A ``.jsonl`` file, or any input
+    when ``field`` is given, is read as JSON lines and ``field`` (default ``"text"``) taken."""
+    return read_records(source, field=field)[0]

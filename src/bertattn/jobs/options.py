@@ -114,9 +114,17 @@ class EncodeOptions:
     input: str = _opt(
         MISSING, "text file (one text per line), .jsonl, or - for stdin", positional=True
     )
-    output: str = _opt(MISSING, "output .npy or .jsonl", flags=("-o", "--output"), required=True)
+    output: str = _opt(
+        MISSING,
+        "output .npy or .jsonl, or - for JSON lines on stdout",
+        flags=("-o", "--output"),
+        required=True,
+    )
     model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
     field: str | None = _opt(None, "JSON field holding the text (default text)")
+    id_field: str | None = _opt(
+        None, "JSON field holding each record's id, copied into .jsonl output as \"id\""
+    )
     pooling: str | None = _opt(
         None, "pooling (default: as the model folder says)", choices=POOLINGS
     )
@@ -136,7 +144,14 @@ class EncodeOptions:
         "folder it came from (tokenizer, pooling)",
         metavar="MODEL.onnx",
     )
-    quiet: bool = _opt(False, "no progress bar", flags=("-q", "--quiet"), output=False)
+    quiet: bool = _opt(
+        False, "no progress bar and no summary line", flags=("-q", "--quiet"), output=False
+    )
+    progress: bool = _opt(
+        False,
+        "show the progress bar even when stderr is not a terminal (TQDM_DISABLE=1 hides it)",
+        output=False,
+    )
     workers: int | None = _opt(
         None,
         "run N local ranks (torchrun --standalone --nproc-per-node N); at most one per CPU core "
@@ -179,8 +194,18 @@ class EncodeOptions:
         cls = type(self)
         _text(cls, self, "input", optional=False)
         _text(cls, self, "output", optional=False)
-        for name in ("model", "onnx", "field"):
+        for name in ("model", "onnx", "field", "id_field"):
             _text(cls, self, name)
+        if str(self.output) == "-" and (self.chunked or self.workers is not None):
+            raise UsageError(
+                "a chunked run (--workers, --resumable, --restart, torchrun) writes a file it can "
+                "resume into; give -o FILE.npy or FILE.jsonl instead of -."
+            )
+        if self.id_field is not None and str(self.output).lower().endswith(".npy"):
+            raise UsageError(
+                "--id-field copies ids into .jsonl output; a .npy file holds only the numbers "
+                "(rows in input order): write .jsonl, or drop --id-field."
+            )
         _choice(cls, self, "pooling", POOLINGS)
         _choice(cls, self, "dtype", DTYPES)
         _int(cls, self, "batch_size", optional=False)
@@ -257,9 +282,10 @@ class AttendOptions:
     layer: int = _opt(0, "layer shown large / summarized / opened in the page", type=int)
     head: int = _opt(0, "head shown large / summarized / opened in the page", type=int)
     png: str | None = _opt(None, "write a PNG: every layer x head + one large")
-    html: str | None = _opt(None, "write one self-contained interactive page")
-    json: str | None = _opt(None, "write the tokens and weights as JSON")
+    html: str | None = _opt(None, "write one self-contained interactive page (- for stdout)")
+    json: str | None = _opt(None, "write the tokens and weights as JSON (- for stdout)")
     rollout: bool = _opt(False, "add attention rollout to outputs")
+    quiet: bool = _opt(False, "no status lines on stderr", flags=("-q", "--quiet"))
     explain: str | None = _opt(
         None,
         "print the article's steps (q·k, /√d, mask, softmax, Σ weights·v) for one head and one "
@@ -294,6 +320,8 @@ class AttendOptions:
             _text(cls, self, name)
         if len(set(outputs)) != len(outputs):
             raise UsageError(f"one file is named for two outputs ({', '.join(outputs)}).")
+        if self.png == "-":
+            raise UsageError("--png - is not supported (a PNG is binary); give a file name.")
         if self.explain is not None:
             self.explain_target()
         if self.steps is not None:
@@ -362,6 +390,7 @@ class ExportOptions:
         "attention backend traced into the graph (default math: fastest in ONNX Runtime)",
         choices=("math", "sdpa"),
     )
+    quiet: bool = _opt(False, "no status line on stderr", flags=("-q", "--quiet"))
 
     def __post_init__(self) -> None:
         cls = type(self)

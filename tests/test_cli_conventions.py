@@ -1,0 +1,148 @@
+"""Unix conventions of the command line: data on stdout and status on stderr, `-` for stdout,
+progress bars only on a terminal (a real pseudo-terminal here), -q / -v, ids carried into
+JSON lines written by the json module, and no torch import for --help / --version."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertattn.jobs.encode import embeddings_payload
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def test_help_and_version_do_not_import_torch():
+    code = (
+        "import sys; from bertattn.cli import main; "
+        "c = main(['--version']); h = main(['--help']); "
+        "print(c, h, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("0 0 False"), proc.stdout
+    assert "bertattn 0.1.0" in proc.stdout
+
+
+def test_encode_to_stdout_with_ids(cli, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a1", "text": "hello"}\n{"id": 7, "text": "world"}\n')
+    r = cli("encode", str(src), "-o", "-", "--id-field", "id")
+    assert r.code == 0, r
+    rows = [json.loads(line) for line in r.out.splitlines()]
+    assert [row["id"] for row in rows] == ["a1", 7] and [row["index"] for row in rows] == [0, 1]
+    assert all(len(row["embedding"]) == 384 for row in rows)
+    assert "bertattn encode: <stdout>: 2 texts" in r.err  # the summary on stderr
+    r = cli("encode", str(src), "-o", str(tmp_path / "o.jsonl"), "--id-field", "id", "-q")
+    assert r.code == 0 and r.err == "" and r.out == "", r
+    lines = (tmp_path / "o.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["id"] == "a1"
+
+
+def test_jsonl_numbers_read_back_as_the_same_float32(tmp_path):
+    import io
+
+    emb = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32) / 3
+    buf = io.BytesIO()
+    embeddings_payload("x.jsonl", emb, ids=["a", None, 3, {"k": 1}, [1]])(buf)
+    rows = [json.loads(line) for line in buf.getvalue().decode().splitlines()]
+    np.testing.assert_array_equal(np.array([r["embedding"] for r in rows], dtype=np.float32), emb)
+    assert [r["id"] for r in rows] == ["a", None, 3, {"k": 1}, [1]]
+    emb[2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"embedding 2 holds NaN or infinity"):
+        embeddings_payload("x.jsonl", emb)
+
+
+def test_attend_json_to_stdout(cli):
+    r = cli("attend", "hello there", "--json", "-")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["tokens"] == ["[CLS]", "hello", "there", "[SEP]"]
+    assert "wrote" not in r.out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["encode", "in.txt", "-o", "-", "--resumable"], "give -o FILE.npy or FILE.jsonl"),
+        (["encode", "in.txt", "-o", "o.npy", "--id-field", "id"], "--id-field copies ids"),
+        (["attend", "hi", "--png", "-"], "--png - is not supported"),
+    ],
+)
+def test_stdout_refusals(cli, tmp_path, args, message):
+    (tmp_path / "in.txt").write_text("hello\n")
+    r = cli(*args, cwd=tmp_path)
+    assert r.code == 2 and message in r.err, r
+
+
+def _run_on_a_terminal(argv, env):
+    """Run `python -m bertattn ARGV` with stderr on a pseudo-terminal; return what it shows."""
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 x 24
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bertattn", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.wait(timeout=300)
+    os.close(leader)
+    return proc.returncode, seen.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(f"line {i}" for i in range(40)) + "\n")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1"}
+    env.pop("TQDM_DISABLE", None)
+    args = ["encode", str(src), "-o", str(tmp_path / "o.npy"), "--batch-size", "8"]
+    code, shown = _run_on_a_terminal(args, env)
+    assert code == 0 and "encode:" in shown and "40/40" in shown, shown
+    code, shown = _run_on_a_terminal(args, {**env, "TQDM_DISABLE": "1"})
+    assert code == 0 and "40/40" not in shown, shown
+    piped = subprocess.run(
+        [sys.executable, "-m", "bertattn", *args], capture_output=True, text=True, env=env
+    )
+    assert piped.returncode == 0 and "40/40" not in piped.stderr, piped.stderr
+    forced = subprocess.run(
+        [sys.executable, "-m", "bertattn", *args, "--progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert forced.returncode == 0 and "40/40" in forced.stderr, forced.stderr
+
+
+def test_verbose_logs_dispatch(cli):
+    r = cli("-vv", "attend", "hello", "--json", "-")
+    assert r.code == 0, r
+    assert "bertattn.dispatch" in r.err and "math" in r.err
