@@ -1,13 +1,16 @@
 """The HTML page at 512 tokens in headless Chromium: file size, wall time from ``get`` to ready,
-first paint, data decode, hover and layer-switch redraws. Numbers only, nothing asserted (the
-tests check the page's behaviour and its 20 MB size budget, not its speed).
+first paint, data decode, hover and layer-switch redraws, and (pages with q/k/v) opening the
+steps view. Numbers only, nothing asserted (the tests check the page's behaviour and its 20 MB
+size budget, not its speed).
 
-    python -m benchmarks.viz_html [--json FILE] [--model]
+    python -m benchmarks.viz_html [--json FILE] [--model] [--steps]
 
 Maps: synthetic softmax rows, 512 tokens x 6 layers x 12 heads with rollout (what
 ``tests/test_viz_html.py`` renders); ``--model`` adds the default model (MiniLM) on a real
-512-token text pair. Needs /usr/bin/chromium + /usr/bin/chromedriver
-(``scripts/ensure-browser.sh``) and selenium (a test dependency).
+512-token text pair; ``--steps`` adds that pair with rollout and the q/k/v of one layer
+(``STEPS_LAYER``) for the steps view (the budget case: <= 20 MB, first paint <= 2 s). Needs
+/usr/bin/chromium + /usr/bin/chromedriver (``scripts/ensure-browser.sh``) and selenium (a test
+dependency).
 """
 
 from __future__ import annotations
@@ -46,8 +49,12 @@ def synthetic_maps(n: int = 512, layers: int = 6, heads: int = 12, seed: int = 1
     return AttentionMaps(tokens, out, segment_start=n // 2, model_name=f"synthetic-{n}")
 
 
-def model_maps() -> AttentionMaps:
-    """The default model on a text pair long enough to fill its 512 positions."""
+STEPS_LAYER = 2
+
+
+def model_maps(qkv_layers: tuple[int, ...] = ()) -> AttentionMaps:
+    """The default model on a text pair long enough to fill its 512 positions (with the q/k/v
+    of ``qkv_layers`` for the steps view)."""
     from bertattn import Bert
 
     bert = Bert.load()
@@ -56,7 +63,11 @@ def model_maps() -> AttentionMaps:
     pair = " ".join(["It stayed on the sidewalk and slept."] * 30)
     with warnings.catch_warnings():  # the pair is longer than 512 tokens on purpose
         warnings.simplefilter("ignore")
-        return bert.attention_maps(text, pair)
+        return bert.attention_maps(text, pair, qkv_layers=list(qkv_layers))
+
+
+def model_steps_maps() -> AttentionMaps:
+    return model_maps((STEPS_LAYER,))
 
 
 def _driver(profile: str):  # type: ignore[no-untyped-def]
@@ -95,6 +106,24 @@ def measure_page(driver, path: Path) -> dict[str, float]:  # type: ignore[no-unt
         for side in ("left", "right")
     ]
     layer_ms = driver.execute_script("bertattn.clearHover(); return bertattn.setLayer(3)")
+    steps = {}
+    pos = driver.execute_script(  # the first layer with q/k/v, or -1
+        "var d = JSON.parse(document.getElementById('bertattn-data').textContent);"
+        "return d.qkv ? d.layer_ids.indexOf(d.qkv.layers[0]) : -1"
+    )
+    if pos >= 0:  # the steps view on that layer, one head, a middle token
+        first_ms, ok, all_ms = driver.execute_script(
+            f"bertattn.setLayer({pos}); bertattn.setHeads([0]);"
+            f"var s = bertattn.openSteps({n // 2}); var first = bertattn.lastStepsMs;"
+            "var sel = document.getElementById('steps-keys'); sel.value = 'all';"
+            "sel.dispatchEvent(new Event('change'));"
+            "return [first, s.ok, bertattn.lastStepsMs];"
+        )
+        steps = {
+            "steps_open_ms": round(first_ms, 1),
+            "steps_all_keys_ms": round(all_ms, 1),
+            "steps_check_ok": bool(ok),
+        }
     return {
         "tokens": n,
         "file_bytes": size,
@@ -106,13 +135,18 @@ def measure_page(driver, path: Path) -> dict[str, float]:  # type: ignore[no-unt
         "hover_redraw_ms_max": round(max(hovers), 1),
         "hover_redraw_ms_mean": round(sum(hovers) / len(hovers), 1),
         "layer_switch_redraw_ms": round(layer_ms, 1),
+        **steps,
     }
 
 
-def run_viz_bench(with_model: bool = False) -> dict[str, dict[str, float]]:
+def run_viz_bench(
+    with_model: bool = False, with_steps: bool = False
+) -> dict[str, dict[str, float]]:
     cases = {"synthetic 512 x 6 x 12": synthetic_maps}
     if with_model:
         cases["MiniLM, 512-token pair"] = model_maps
+    if with_steps:
+        cases[f"MiniLM, 512-token pair, q/k/v of layer {STEPS_LAYER}"] = model_steps_maps
     work = Path(tempfile.mkdtemp(prefix="bertattn-viz-bench-"))
     driver = _driver(str(work / "profile"))
     try:
@@ -135,6 +169,12 @@ def format_viz_table(results: dict[str, dict[str, float]]) -> str:
             f"{r['first_paint_ms']} ms, decode {r['decode_ms']} ms, hover redraw "
             f"{r['hover_redraw_ms_mean']} ms mean / {r['hover_redraw_ms_max']} ms max, layer "
             f"switch {r['layer_switch_redraw_ms']} ms"
+            + (
+                f", steps view {r['steps_open_ms']} ms (all keys {r['steps_all_keys_ms']} ms, "
+                f"check {'ok' if r['steps_check_ok'] else 'FAILED'})"
+                if "steps_open_ms" in r
+                else ""
+            )
         )
     return "\n".join(lines)
 
@@ -143,8 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--json", default=None, help="also write the numbers to this file")
     p.add_argument("--model", action="store_true", help="add the default model's 512-token page")
+    p.add_argument(
+        "--steps",
+        action="store_true",
+        help=f"add the default model's 512-token page with the q/k/v of layer {STEPS_LAYER}",
+    )
     args = p.parse_args(argv)
-    results = run_viz_bench(with_model=args.model)
+    results = run_viz_bench(with_model=args.model, with_steps=args.steps)
     print(format_viz_table(results))
     print(json.dumps(results))
     if args.json:

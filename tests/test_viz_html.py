@@ -23,7 +23,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ARGS = (
     "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic "
     "--no-first-run --disable-background-networking --disable-component-update "
-    "--disable-sync --window-size=1500,1000"
+    "--disable-sync --window-size=1500,1000 --lang=en-US"
 ).split()
 
 
@@ -61,11 +61,16 @@ def test_weights_roundtrip_within_quantization_error():
     assert (np.diff(val.astype(int), axis=-1) <= 0).all()
 
 
-def test_note_says_what_was_pruned():
+def test_note_data_says_what_was_pruned():
+    """The page's note (written by its script, see test_note_says_what_was_pruned) is made
+    from these numbers."""
     maps = softmax_maps(40, 1, 2, seed=3)
-    page = render_html(maps, top_k=8)
-    assert "the top 8 of 40 keys per query" in page and "error at most 1/510" in page
-    assert "all 40 keys per query" in render_html(maps, top_k=64)
+    data = _page_data(render_html(maps, top_k=8))
+    assert (data["n"], data["k"]) == (40, 8)
+    dropped = 1.0 - (-np.sort(-maps.layers[0], axis=-1))[..., :8].sum(axis=-1)
+    assert data["dropped_mean"] == pytest.approx(dropped.mean(), abs=1e-6)
+    assert data["dropped_max"] == pytest.approx(dropped.max(), abs=1e-6)
+    assert _page_data(render_html(maps, top_k=64))["k"] == 40
 
 
 def test_a_token_cannot_break_out_of_the_data():
@@ -254,4 +259,16 @@ def test_512_tokens_page_budget_and_hover(driver, tmp_path):
         assert driver.execute_script("return bertattn.state().focus") == {"side": side, "i": i}
     driver.execute_script("bertattn.clearHover(); bertattn.setLayer(3)")
     assert driver.execute_script("return bertattn.state().layer") == 3
+    _no_errors_no_network(driver)
+
+
+@pytest.mark.browser
+def test_note_says_what_was_pruned(driver, tmp_path):
+    maps = softmax_maps(40, 1, 2, seed=3)
+    _open(driver, save_html(maps, tmp_path / "pruned.html", top_k=8))
+    note = driver.find_element("id", "note").text
+    assert "the top 8 of 40 keys per query" in note and "error at most 1/510" in note
+    assert "No q, k, v stored" in note
+    _open(driver, save_html(maps, tmp_path / "all.html", top_k=64))
+    assert "all 40 keys per query" in driver.find_element("id", "note").text
     _no_errors_no_network(driver)

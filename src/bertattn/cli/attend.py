@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(result.stdout)
         sys.stdout.buffer.flush()
     elif not options.outputs and result.steps is None:
-        print(viz.summary(maps, layer=options.layer, head=options.head))
+        print(viz.summary(maps, layer=options.layer or 0, head=options.head or 0))
         if options.rollout:
             roll = viz.attention_rollout(maps)
             print("\nrollout: most attended input token per token")

@@ -78,8 +78,8 @@ def run_attend(options: AttendOptions) -> AttendResult:
     text = read_text(options)
     bert = Bert.load(options.model)
     cfg = bert.model.config
-    _check_range("layer", options.layer, cfg.num_hidden_layers)
-    _check_range("head", options.head, cfg.num_attention_heads)
+    _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
+    _check_range("head", options.head or 0, cfg.num_attention_heads)
     limit = cfg.max_position_embeddings
     if options.max_length is not None and options.max_length > limit:
         raise UsageError(
@@ -130,5 +130,6 @@ def run_attend(options: AttendOptions) -> AttendResult:
         if options.json == "-":
             result.stdout = viz.render_json(maps, rollout=roll)
         else:
-            result.stdout = viz.render_html(maps, rollout=roll).encode("utf-8")
+            page = viz.render_html(maps, rollout=roll, layer=options.layer, head=options.head)
+            result.stdout = page.encode("utf-8")
     return result

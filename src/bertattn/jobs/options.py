@@ -123,7 +123,7 @@ class EncodeOptions:
     model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
     field: str | None = _opt(None, "JSON field holding the text (default text)")
     id_field: str | None = _opt(
-        None, "JSON field holding each record's id, copied into .jsonl output as \"id\""
+        None, 'JSON field holding each record\'s id, copied into .jsonl output as "id"'
     )
     pooling: str | None = _opt(
         None, "pooling (default: as the model folder says)", choices=POOLINGS
@@ -279,8 +279,17 @@ class AttendOptions:
         "position limit, 512)",
         type=int,
     )
-    layer: int = _opt(0, "layer shown large / summarized / opened in the page", type=int)
-    head: int = _opt(0, "head shown large / summarized / opened in the page", type=int)
+    layer: int | None = _opt(
+        None,
+        "layer shown large in the PNG, summarized, and opened in the page (default: 0; the "
+        "page's own default view)",
+        type=int,
+    )
+    head: int | None = _opt(
+        None,
+        "head shown large / summarized / the only head the page opens on (default: 0)",
+        type=int,
+    )
     png: str | None = _opt(None, "write a PNG: every layer x head + one large")
     html: str | None = _opt(None, "write one self-contained interactive page (- for stdout)")
     json: str | None = _opt(None, "write the tokens and weights as JSON (- for stdout)")
@@ -313,7 +322,7 @@ class AttendOptions:
         _int(cls, self, "max_length", low=2)
         for name in ("layer", "head"):  # the range depends on the model: checked by the job
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise UsageError(f"{flag(cls, name)} must be an integer, got {value!r}.")
         outputs = [str(p) for p in (self.png, self.html, self.json) if p is not None]
         for name in ("png", "html", "json"):
@@ -357,7 +366,7 @@ class AttendOptions:
         if self.html is None:
             return []
         if self.steps is None:
-            chosen = [self.layer]
+            chosen = [self.layer or 0]
         elif self.steps.strip().lower() == "all":
             chosen = list(range(num_layers or 0))
         else:

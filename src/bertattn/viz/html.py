@@ -1,7 +1,8 @@
-"""One self-contained HTML page of the attention: head view, model view, rollout.
+"""One self-contained HTML page of the attention: head view, model view, rollout, steps.
 
 The page needs no network: its CSS and JS (``attention.css``, ``attention.js``, package data)
-and the weights are inlined. Weights are stored compactly:
+and the data are inlined. Every label of the page is in ``attention.js`` (English and Chinese);
+this module only writes numbers. Weights are stored compactly:
 
 * quantized: ``round(w * 255)`` as uint8 (w clipped to [0, 1]); the error is at most 1/510;
 * pruned: per query row only the ``top_k`` largest weights are kept, as (key index uint16,
@@ -9,7 +10,16 @@ and the weights are inlined. Weights are stored compactly:
   ``top_k >= L`` nothing is pruned. The page states k and the attention mass dropped
   (mean and max over rows), so a reader knows what is not drawn.
 
-For 512 tokens, 6 layers x 12 heads and top_k=32 that is 3.5 MB raw, 4.7 MB as base64.
+The steps view recomputes one head's row (q·k, /√d_k, softmax, Σ weights·v) in the page from the
+q, k, v of the layers in ``maps.qkv``: each such layer is stored as float16 ``(3, H, L, D)``
+(q, k, v), little-endian, base64 (float32 where a value is beyond float16's range). Their error
+bounds are measured here, when the page is written, against the float32 originals (see
+``qkv_error_bounds``): the max abs error of q/k/v, and what it makes of the scores q·k, the
+scaled scores, the softmax weights and the context. The page checks its recomputed weights
+against the head view's stored ones within 1/510 + the weights' bound.
+
+For 512 tokens, 6 layers x 12 heads and top_k=32 that is 3.5 MB raw, 4.7 MB as base64; the
+q/k/v of one MiniLM layer (12 heads x 512 tokens x 32) add 1.2 MB raw, 1.6 MB as base64.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 import re
 from importlib import resources
@@ -26,11 +37,14 @@ import numpy as np
 
 from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
+from ._common import check_layer_head, layer_index
 
-__all__ = ["save_html", "render_html", "DEFAULT_TOP_K"]
+__all__ = ["save_html", "render_html", "DEFAULT_TOP_K", "qkv_error_bounds"]
 
 DEFAULT_TOP_K = 32
-_PLACEHOLDER = re.compile(r"\{\{(TITLE|SUBTITLE|NOTE|CSS|JS|DATA)\}\}")
+_PLACEHOLDER = re.compile(r"\{\{(TITLE|CSS|JS|DATA)\}\}")
+_F16_MAX = 65000.0  # beyond this (float16's largest finite is 65504) a layer is stored float32
+_U32 = 2.0**-24  # float32 unit roundoff
 
 
 def _asset(name: str) -> str:
@@ -62,12 +76,100 @@ def _b64(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")
 
 
+def _round_up(x: float) -> float:
+    """``x`` rounded up to 2 significant digits (a stated bound never understates)."""
+    if not x > 0:
+        return 0.0
+    e = math.floor(math.log10(x)) - 1
+    return math.ceil(x / 10.0**e * (1 + 1e-9)) * 10.0**e
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    s = s - s.max(axis=-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def qkv_error_bounds(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, stored: np.ndarray
+) -> dict[str, float]:
+    """How far the page's recomputation from ``stored`` (the decoded ``(3, H, L, D)`` q, k, v)
+    can be from what the model computed from its float32 ``q``, ``k``, ``v`` ``(H, L, D)``;
+    measured over all heads and rows, rounded up to 2 significant digits.
+
+    Each bound is the quantization error, measured exactly (float64, stored vs original), plus
+    the float32 rounding the model's own computation may carry (``u = 2^-24``,
+    ``γ_n = n·u / (1 - n·u)``, any summation order):
+
+    * ``qkv``: max |stored - original|;
+    * ``scores`` (q·k): max |q̃·k̃ - q·k| + ``γ_D · max Σ|q||k|``; ``scaled``: that / √D;
+    * ``weights``: max |softmax(q̃·k̃/√D) - softmax(q·k/√D)| + ``r``, where
+      ``r = 2·γ_D·max Σ|q||k| / √D + (L + 8)·u`` bounds the model's relative error of a
+      weight (a score error δ moves a softmax weight by at most 2δ of itself);
+    * ``context`` (Σ w·v): max |Σ w̃ ṽ - Σ w v| + ``(r + γ_L) · max Σ w|v|``.
+
+    The weights are not compared with the model's (``AttentionMaps.layers``): the page checks
+    its recomputation against those, and that check must be able to fail.
+    """
+    f64 = np.float64
+    d, n = q.shape[-1], q.shape[-2]
+    gamma_d, gamma_l = d * _U32 / (1 - d * _U32), n * _U32 / (1 - n * _U32)
+    out = dict.fromkeys(("qkv", "scores", "weights", "context"), 0.0)
+    out["qkv"] = float(max(np.abs(stored[i] - a).max() for i, a in enumerate((q, k, v))))
+    for h in range(q.shape[0]):  # one head at a time: (L, L) float64 arrays, not (H, L, L)
+        q0, k0, v0 = q[h].astype(f64), k[h].astype(f64), v[h].astype(f64)
+        qs, ks, vs = (stored[i, h].astype(f64) for i in range(3))
+        s, s0 = qs @ ks.T, q0 @ k0.T
+        round_s = gamma_d * float((np.abs(q0) @ np.abs(k0).T).max())
+        rel = 2 * round_s / math.sqrt(d) + (n + 8) * _U32
+        w, w0 = _softmax(s / math.sqrt(d)), _softmax(s0 / math.sqrt(d))
+        out["scores"] = max(out["scores"], float(np.abs(s - s0).max()) + round_s)
+        out["weights"] = max(out["weights"], float(np.abs(w - w0).max()) + rel)
+        round_c = (rel + gamma_l) * float((w0 @ np.abs(v0)).max())
+        out["context"] = max(out["context"], float(np.abs(w @ vs - w0 @ v0).max()) + round_c)
+    out["scaled"] = out["scores"] / math.sqrt(d)
+    return {key: _round_up(val) for key, val in out.items()}
+
+
+def _qkv_data(maps: AttentionMaps) -> dict | None:
+    """The page's ``qkv`` entry: the layers in ``maps.qkv`` (in layer order), encoded."""
+    ids = [i for i in maps.layer_ids if i in maps.qkv]
+    if not ids:
+        return None
+    blobs, dtypes, errors, d = [], [], [], 0
+    for i in ids:
+        q, k, v = (maps.qkv[i][name] for name in ("q", "k", "v"))
+        arr = np.stack([q, k, v])  # (3, H, L, D) float32
+        if not np.isfinite(arr).all():
+            raise ValueError(f"qkv[{i}] holds NaN or infinite values; the page cannot show them.")
+        dtype = "<f2" if float(np.abs(arr).max()) <= _F16_MAX else "<f4"
+        enc = arr.astype(dtype)
+        blobs.append(_b64(enc))
+        dtypes.append("f16" if dtype == "<f2" else "f32")
+        errors.append(qkv_error_bounds(q, k, v, enc.astype(np.float32)))
+        d = int(arr.shape[-1])
+    return {"layers": ids, "d": d, "dtype": dtypes, "data": blobs, "err": errors}
+
+
+def _initial(maps: AttentionMaps, layer: int | None, head: int | None) -> dict:
+    """The view the page opens on: a layer position and one head, each or both optional."""
+    if layer is not None and head is not None:
+        return {"layer": check_layer_head(maps, layer, head), "head": head}
+    if layer is not None:
+        return {"layer": layer_index(maps, layer), "head": None}
+    if head is not None:
+        check_layer_head(maps, maps.layer_ids[0], head)
+    return {"layer": None, "head": head}
+
+
 def render_html(
     maps: AttentionMaps,
     *,
     rollout: np.ndarray | None = None,
     title: str | None = None,
     top_k: int = DEFAULT_TOP_K,
+    layer: int | None = None,
+    head: int | None = None,
 ) -> str:
     """The page as a string (see ``save_html``)."""
     n = len(maps.tokens)
@@ -75,6 +177,7 @@ def render_html(
         raise ValueError(f"{n} tokens: the page stores key indices as uint16 (at most 65535)")
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
+    initial = _initial(maps, layer, head)
     k = min(top_k, n)
     idx_parts, val_parts, dropped = [], [], []
     for a in maps.layers:  # (H, L, L) each, one at a time to bound memory
@@ -82,16 +185,23 @@ def render_html(
         idx_parts.append(i)
         val_parts.append(v)
         dropped.append(d)
+    drop = np.concatenate([d.ravel() for d in dropped])
     data = {
+        "title": title,  # None: the page writes its own, in the reader's language
+        "model_name": maps.model_name,
         "tokens": maps.tokens,
         "layer_ids": maps.layer_ids,
         "heads": maps.num_heads,
         "segment_start": maps.segment_start,
         "n": n,
         "k": k,
+        "dropped_mean": float(drop.mean()),
+        "dropped_max": float(drop.max()),
         "idx": _b64(np.stack(idx_parts)),  # (layers, H, L, k)
         "val": _b64(np.stack(val_parts)),
         "rollout": None,
+        "qkv": _qkv_data(maps),
+        "initial": initial,
     }
     if rollout is not None:
         rollout = np.asarray(rollout, dtype=np.float32)
@@ -99,27 +209,12 @@ def render_html(
             raise ValueError(f"rollout has shape {rollout.shape}; expected ({n}, {n})")
         ri, rv, _ = sparsify(rollout, k)
         data["rollout"] = {"idx": _b64(ri), "val": _b64(rv)}
-    drop = np.concatenate([d.ravel() for d in dropped])
-    if k < n:
-        note = (
-            f"Stored: the top {k} of {n} keys per query (attention mass not drawn: mean "
-            f"{drop.mean():.1%}, max {drop.max():.1%} of a row), weights quantized to 1/255 "
-            f"(error at most 1/510)."
-        )
-    else:
-        note = f"Stored: all {n} keys per query, weights quantized to 1/255 (error at most 1/510)."
-    title = title or (f"{maps.model_name}: attention" if maps.model_name else "bertattn attention")
-    subtitle = (
-        f"{n} tokens, {maps.num_layers} layers x {maps.num_heads} heads"
-        + (f", second segment from token {maps.segment_start}" if maps.segment_start else "")
-        + (", with attention rollout" if rollout is not None else "")
-    )
+    if title is None:
+        title = f"{maps.model_name}: attention" if maps.model_name else "bertattn attention"
     # JSON inside <script>: escape '<' so no token can close the element
-    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     parts = {
         "TITLE": html.escape(title),
-        "SUBTITLE": html.escape(subtitle),
-        "NOTE": html.escape(note),
         "CSS": _asset("attention.css"),
         "JS": _asset("attention.js"),
         "DATA": payload,
@@ -134,21 +229,28 @@ def save_html(
     rollout: np.ndarray | None = None,
     title: str | None = None,
     top_k: int = DEFAULT_TOP_K,
+    layer: int | None = None,
+    head: int | None = None,
 ) -> Path:
     """Write one self-contained HTML page (no network) showing ``maps``; returns the path.
 
     Args:
-        maps: the attention of one text.
+        maps: the attention of one text; the layers in ``maps.qkv`` get the steps view
+            (``Bert.attention_maps(..., qkv_layers=[...])`` fills it).
         path: the HTML file; written atomically (temp file in the same folder, then rename).
         rollout: an ``(L, L)`` matrix (see ``attention_rollout``), offered as an extra layer.
         title: the page title (default: from ``maps.model_name``).
         top_k: keys kept per query row (see the module docstring); ``>= L`` keeps all.
+        layer: the model layer id the page opens on (default the first).
+        head: the only head selected when the page opens (default all of them).
 
     Raises:
-        ValueError: a rollout of the wrong shape, more than 65535 tokens, ``top_k < 1``.
+        ValueError: a rollout of the wrong shape, more than 65535 tokens, ``top_k < 1``, a
+            ``layer`` or ``head`` out of range, non-finite q/k/v.
+        TypeError: ``layer`` or ``head`` not an int.
         UsageError: ``path`` cannot be an output (a folder, a missing or unwritable folder).
         OSError: the file cannot be written (the message names the path and the reason).
     """
     check_output(path, what="HTML page")
-    page = render_html(maps, rollout=rollout, title=title, top_k=top_k)
+    page = render_html(maps, rollout=rollout, title=title, top_k=top_k, layer=layer, head=head)
     return write_atomic(path, page.encode("utf-8"))
