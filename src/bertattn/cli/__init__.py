@@ -100,19 +100,32 @@ def _on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds: temporary files are removed on the way
 
 
-def _import_torch_uninterrupted() -> None:
-    """Import torch with Ctrl-C held back until it is done, then honoured. A KeyboardInterrupt
-    raised inside torch's import (Python callbacks run from C++) can abort the process
-    (``pybind11::error_already_set``) or leave it to die by SIGINT after ``main`` returned."""
-    pressed: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
-    try:
-        import numpy  # noqa: F401
-        import torch  # noqa: F401
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        raise KeyboardInterrupt
+class _HeldInterrupts:
+    """Ctrl-C held back during start-up (parsing the arguments, importing numpy and torch) and
+    honoured as soon as it is over (:meth:`release`). A KeyboardInterrupt raised inside an
+    extension's import (numpy's, or torch's Python callbacks run from C++) can abort the process
+    (``pybind11::error_already_set``), come out as an ImportError, or leave the process to die by
+    SIGINT after ``main`` returned."""
+
+    def __init__(self) -> None:
+        self.pressed: list[int] = []
+        self.previous = signal.signal(signal.SIGINT, lambda signum, frame: self.pressed.append(1))
+
+    def release(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            self.previous = None
+        if self.pressed:
+            self.pressed.clear()
+            raise KeyboardInterrupt
+
+
+def _start_up(argv: list[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)  # imports the jobs' options (numpy)
+    import numpy  # noqa: F401
+    import torch  # noqa: F401  (every command needs it)
+
+    return args
 
 
 def _interrupt_again(signum: int, frame: object) -> None:
@@ -131,6 +144,7 @@ def _unraisable(unraisable: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit status (see the module docstring)."""
+    held = _HeldInterrupts()  # first: no Ctrl-C can land before the handlers below
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if a in COMMANDS), "")
     prefix = _prefix(command) if command else "bertattn:"
@@ -147,10 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = show
     try:
         try:
-            args = build_parser().parse_args(argv)
+            args = _start_up(argv)
         except SystemExit as exc:  # --help, --version, or a parse error (already printed)
+            held.release()
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-        _import_torch_uninterrupted()  # every command needs it
+        held.release()
         _log_to_stderr(getattr(args, "verbose", 0), prefix)
         return int(args.func(args))
     except KeyboardInterrupt:
@@ -175,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prefix} error: {_one_line(exc)}", file=sys.stderr)
         return code
     finally:
+        if held.previous is not None:  # an error during start-up: put Ctrl-C back as it was
+            signal.signal(signal.SIGINT, held.previous)
         warnings.showwarning = shown
         sys.unraisablehook = unraisable
         signal.setitimer(signal.ITIMER_REAL, 0)
