@@ -14,9 +14,37 @@ from ..files import check_output, write_all, write_atomic
 from ..maps import AttentionMaps
 from ._common import check_layer_head
 from .html import render_html, save_html
-from .png import render_png, save_png
 from .rollout import attention_rollout
 from .text import summary
+
+# PNG output needs matplotlib (the optional extra bertattn[png]): .png is imported on the first
+# call, so text, HTML and JSON output work without it; without it, the call raises
+# bertattn.errors.MissingExtraError naming the pip install.
+
+
+def render_png(
+    maps: AttentionMaps, *, layer: int, head: int, rollout=None, dpi: int = 100
+) -> bytes:
+    """:func:`bertattn.viz.png.render_png` (imports matplotlib on the first call)."""
+    from . import png
+
+    return png.render_png(maps, layer=layer, head=head, rollout=rollout, dpi=dpi)
+
+
+def save_png(
+    maps: AttentionMaps,
+    path: str | os.PathLike[str],
+    *,
+    layer: int,
+    head: int,
+    rollout=None,
+    dpi: int = 100,
+) -> Path:
+    """:func:`bertattn.viz.png.save_png` (imports matplotlib on the first call)."""
+    from . import png
+
+    return png.save_png(maps, path, layer=layer, head=head, rollout=rollout, dpi=dpi)
+
 
 __all__ = [
     "attention_rollout",
@@ -52,19 +80,22 @@ def render_all(
     png: str | os.PathLike[str] | None = None,
     html: str | os.PathLike[str] | None = None,
     json_path: str | os.PathLike[str] | None = None,
-    layer: int = 0,
-    head: int = 0,
+    layer: int | None = None,
+    head: int | None = None,
     rollout: bool = False,
 ) -> list[Path]:
     """Write the outputs asked for (PNG, HTML page, JSON), all or none; return their paths in
     that order.
 
     Everything is checked before anything is drawn (``layer``/``head`` — the head the PNG shows
-    large — and every output path), every file is rendered, and only then are they written
-    together (:func:`bertattn.files.write_all`). ``rollout=True`` adds the attention rollout to
-    every output.
+    large, layer 0 / head 0 when not given, and the layer and only head the HTML page opens on,
+    its default view when not given — and every output path), every file is rendered, and only
+    then are they written together (:func:`bertattn.files.write_all`). ``rollout=True`` adds the
+    attention rollout to every output.
     """
-    check_layer_head(maps, layer, head)
+    png_layer = 0 if layer is None else layer
+    png_head = 0 if head is None else head
+    check_layer_head(maps, png_layer, png_head)
     targets = ((png, "PNG"), (html, "HTML page"), (json_path, "JSON"))
     for path, what in targets:
         if path is not None:
@@ -75,9 +106,10 @@ def render_all(
     roll = attention_rollout(maps) if rollout else None
     items = []
     if png is not None:
-        items.append((png, render_png(maps, layer=layer, head=head, rollout=roll)))
+        items.append((png, render_png(maps, layer=png_layer, head=png_head, rollout=roll)))
     if html is not None:
-        items.append((html, render_html(maps, rollout=roll).encode("utf-8")))
+        page = render_html(maps, rollout=roll, layer=layer, head=head)
+        items.append((html, page.encode("utf-8")))
     if json_path is not None:
         items.append((json_path, render_json(maps, rollout=roll)))
     return write_all(items)

@@ -11,6 +11,10 @@ font on the texts that may hold tokens, so Latin text keeps its look and CJK cha
 by the fallback. Without such a font the PNG still renders, with boxes for those characters, and
 one ``UserWarning`` says so and how to fix it. matplotlib's own per-glyph "missing from font"
 warnings are never shown: they are caught around our drawing and summed up in one line.
+
+matplotlib is the optional extra ``bertattn[png]``: without it, importing this module (and so
+``bertattn.viz.render_png`` / ``save_png``, which import it when called) raises
+:class:`bertattn.errors.MissingExtraError` with the ``pip install`` that fixes it.
 """
 
 from __future__ import annotations
@@ -24,13 +28,21 @@ import threading
 import warnings
 from pathlib import Path
 
-import matplotlib as mpl
 import numpy as np
-from matplotlib import font_manager
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import PowerNorm
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+
+from ..errors import MissingExtraError
+
+try:  # the optional extra bertattn[png]: importing this module without it names the fix
+    import matplotlib as mpl
+    from matplotlib import font_manager
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import PowerNorm
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+except ImportError as exc:
+    if exc.name is not None and exc.name.split(".")[0] != "matplotlib":
+        raise  # matplotlib is there but broken (one of its own dependencies is missing)
+    raise MissingExtraError("PNG output", "matplotlib", "png") from exc
 
 from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
