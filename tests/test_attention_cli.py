@@ -35,9 +35,12 @@ def test_demo_prints_shapes_and_every_backend(cli) -> None:
 
 # ---------------------------------------------------------------------- the runners themselves
 def test_cli_usage_error_is_exit_2_not_an_exception(cli) -> None:
-    r = cli("attend")  # TEXT missing: argparse exits
+    r = cli("encode")  # INPUT missing: argparse exits
     assert r.code == 2 and r.out == ""
-    assert "usage: bertattn attend" in r.err and "required: text" in r.err
+    assert "usage: bertattn encode" in r.err and "required: input" in r.err
+    r = cli("attend")  # no TEXT nor --file: the options refuse it, in one line
+    assert r.code == 2 and r.out == ""
+    assert r.err == "bertattn attend: error: no text: give TEXT, - to read stdin, or --file PATH.\n"
     assert cli("--help").code == 0
 
 
@@ -45,7 +48,7 @@ def test_cli_stdin_cwd_and_state_put_back(cli, tiny_checkpoint, tmp_path) -> Non
     sigterm = signal.getsignal(signal.SIGTERM)
     showwarning = warnings.showwarning
     r = cli(
-        "encode", "-", "-o", "out.npy", "--model", tiny_checkpoint, "-q",
+        "encode", "-", "-o", "out.npy", "--model", tiny_checkpoint,
         input="hello world\n\nthe attention head\n",
         cwd=tmp_path,
     )  # fmt: skip
@@ -62,7 +65,7 @@ def test_cli_env_overrides_and_dropped_variables(cli, tiny_checkpoint, tmp_path,
     src = tmp_path / "in.txt"
     src.write_text("".join(f"line {i} of the text\n" for i in range(40)))
     args = ["encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint]
-    args += ["--resumable", "--chunk-tokens", "30", "-q"]
+    args += ["--resumable", "--chunk-tokens", "30"]
     monkeypatch.setenv("BERTATTN_TEST_FAIL_CHUNK", "0")  # not inherited by the command
     monkeypatch.setenv("RANK", "7")  # nor torchrun's variables
     r = cli(*args, env={"BERTATTN_TEST_FAIL_CHUNK": "2"})
@@ -77,7 +80,7 @@ def test_cli_env_overrides_and_dropped_variables(cli, tiny_checkpoint, tmp_path,
 @pytest.mark.slow
 def test_cli_subprocess_is_the_same_command(cli, cli_subprocess, tiny_checkpoint, tmp_path):
     data = "hello world\n\nthe attention head\n"
-    common = ["--model", tiny_checkpoint, "-q"]
+    common = ["--model", tiny_checkpoint]
     a = cli("encode", "-", "-o", tmp_path / "a.npy", *common, input=data)
     b = cli_subprocess("encode", "-", "-o", "b.npy", *common, input=data.encode(), cwd=tmp_path)
     assert a.code == b.code == 0, b

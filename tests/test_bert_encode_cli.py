@@ -44,7 +44,7 @@ def test_text_file_to_npy_and_jsonl(tmp_path, bert, cli):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
     out_jsonl = tmp_path / "out.jsonl"
-    proc = cli("encode", src, "-o", out_jsonl, "--pooling", "cls", "--no-normalize", "-q")
+    proc = cli("encode", src, "-o", out_jsonl, "--pooling", "cls", "--no-normalize")
     assert proc.code == 0, proc
     rows = [json.loads(line) for line in out_jsonl.read_text().splitlines()]
     assert [r["index"] for r in rows] == list(range(5))
@@ -108,7 +108,8 @@ def test_interrupted_run_leaves_no_output(tmp_path, sig, cli_subprocess):
     out = tmp_path / "out.npy"
     seen = b""
     deadline = time.monotonic() + 120
-    with cli_subprocess.popen("encode", src, "-o", out, "--batch-size", "4") as proc:
+    argv = ("encode", src, "-o", out, "--batch-size", "4", "--progress")  # a bar on a pipe too
+    with cli_subprocess.popen(*argv) as proc:
         while b"text/s]" not in seen:  # the progress bar is running
             assert time.monotonic() < deadline, seen.decode(errors="replace")
             ready, _, _ = select.select([proc.stderr], [], [], 1.0)

@@ -189,7 +189,7 @@ def test_encode_cli_onnx_equals_pytorch(minilm_export, tmp_path, cli_subprocess)
     src = tmp_path / "in.txt"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    proc = cli_subprocess("encode", src, "-o", out, "-q", "--onnx", path, "--batch-size", "4")
+    proc = cli_subprocess("encode", src, "-o", out, "--onnx", path, "--batch-size", "4")
     assert proc.code == 0, proc
     got = np.load(out)
     assert got.shape == (len(texts), 384) and not np.isnan(got).any()

@@ -112,7 +112,7 @@ def test_two_ranks_equal_one_rank_and_balanced(tmp_path, minilm_dir, cli_subproc
     lines = _skewed_lines(200, 6)
     src = _write(tmp_path / "in.txt", lines)
     one, two = tmp_path / "one.npy", tmp_path / "two.npy"
-    proc = cli_subprocess("encode", src, "-o", one, "-q", "--model", minilm_dir, env=ENV)
+    proc = cli_subprocess("encode", src, "-o", one, "--model", minilm_dir, env=ENV)
     assert proc.code == 0, proc
     proc = cli_subprocess.torchrun(
         2, "encode", src, "-o", two, "--model", minilm_dir, "--chunk-tokens", "256", env=ENV
@@ -148,7 +148,7 @@ def test_killed_rank_then_resume(tmp_path, tiny_checkpoint, cli_subprocess):
     """SIGKILL rank 1 once some parts exist: the run fails (no output, parts kept); the rerun
     finishes, reuses exactly the parts that existed, and equals an uninterrupted run."""
     src = _write(tmp_path / "in.txt", _skewed_lines(300, 4))
-    common = ["--model", tiny_checkpoint, "--chunk-tokens", "150", "-q"]
+    common = ["--model", tiny_checkpoint, "--chunk-tokens", "150"]
     ref = tmp_path / "ref.npy"  # uninterrupted, one process: the same chunks, the same bytes
     proc = cli_subprocess("encode", src, "-o", ref, *common, "--resumable", env=ENV)
     assert proc.code == 0, proc
@@ -212,7 +212,7 @@ def test_changed_input_model_or_settings_refused_then_restart(
         "chunk-00001.npy",
     ]
 
-    base = ["encode", src, "-o", out, "--model", tiny_checkpoint, "--chunk-tokens", "200", "-q"]
+    base = ["encode", src, "-o", out, "--model", tiny_checkpoint, "--chunk-tokens", "200"]
     proc = cli_subprocess(*base, "--resumable", "--pooling", "mean", env=ENV)  # HF folder: cls
     assert proc.code == 2, proc
     assert "the settings changed since the interrupted run (pooling 'cls' -> 'mean')" in proc.err
@@ -239,7 +239,7 @@ def test_changed_input_model_or_settings_refused_then_restart(
 def test_failing_rank_fails_the_run(tmp_path, tiny_checkpoint, cli_subprocess):
     src = _write(tmp_path / "in.txt", _skewed_lines(150, 2))
     out = tmp_path / "out.npy"
-    args = ["encode", src, "-o", out, "--model", tiny_checkpoint, "--chunk-tokens", "100", "-q"]
+    args = ["encode", src, "-o", out, "--model", tiny_checkpoint, "--chunk-tokens", "100"]
     proc = cli_subprocess(*args, "--workers", "2", env={**ENV, "BERTATTN_TEST_FAIL_CHUNK": "3"})
     assert proc.code != 0
     assert proc.code == 1 and "Traceback" not in proc.err, proc
@@ -262,7 +262,7 @@ def test_ctrl_c_during_workers_exits_130(tmp_path, tiny_checkpoint, cli_subproce
     src = _write(tmp_path / "in.txt", _skewed_lines(300, 2))
     out = tmp_path / "out.npy"
     parts = tmp_path / "out.npy.parts"
-    argv = ["encode", src, "-o", out, "-q"]
+    argv = ["encode", src, "-o", out]
     argv += ["--model", tiny_checkpoint, "--chunk-tokens", "150", "--workers", "2"]
     env = {**ENV, "BERTATTN_TEST_CHUNK_DELAY": "0.4"}
     with cli_subprocess.popen(*argv, env=env, text=True) as proc:  # a session of its own
