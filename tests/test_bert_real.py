@@ -74,8 +74,13 @@ def test_encode_order_and_options(bert):
         cls = bert.model(b.input_ids, b.attention_mask).last_hidden_state[:, 0]
     np.testing.assert_allclose(raw, cls.numpy(), atol=1e-5)
     assert bert.encode([]).shape == (0, 384)
-    with pytest.raises(ValueError, match="pooling 'max' is not supported"):
-        bert.encode(["x"], pooling="max")
+    with torch.no_grad():  # max pooling: the largest value per dimension over real tokens
+        hidden = bert.model(b.input_ids, b.attention_mask).last_hidden_state
+    hidden = hidden.masked_fill(~b.attention_mask.bool()[..., None], float("-inf"))
+    maxed = bert.encode(SENTENCES[:2], pooling="max", normalize=False)
+    np.testing.assert_allclose(maxed, hidden.max(1).values.numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="pooling 'sum' is not supported"):
+        bert.encode(["x"], pooling="sum")
 
 
 def test_attention_maps(bert):

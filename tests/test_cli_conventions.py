@@ -146,3 +146,11 @@ def test_verbose_logs_dispatch(cli):
     r = cli("-vv", "attend", "hello", "--json", "-")
     assert r.code == 0, r
     assert "bertattn.dispatch" in r.err and "math" in r.err
+
+
+def test_cli_poolings_are_the_library_ones():
+    """The options list pooling names without importing torch; they must be the library's."""
+    from bertattn.bert.folder import POOLINGS
+    from bertattn.jobs.options import POOLINGS as CLI_POOLINGS
+
+    assert CLI_POOLINGS == POOLINGS

@@ -328,8 +328,8 @@ def test_modules_json_refused(minilm_copy, edit, message):
         ({"pooling_mode_cls_token": True}, "exactly one pooling_mode_* must be true, found 2"),
         ({"pooling_mode_mean_tokens": False}, "exactly one pooling_mode_* must be true, found 0"),
         (
-            {"pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True},
-            "pooling_mode_max_tokens is not supported",
+            {"pooling_mode_mean_tokens": False, "pooling_mode_weightedmean_tokens": True},
+            "pooling_mode_weightedmean_tokens is not supported",
         ),
         ({"word_embedding_dimension": 768}, "word_embedding_dimension=768 but"),
         ({"word_embedding_dimension": "384"}, "word_embedding_dimension must be an integer"),

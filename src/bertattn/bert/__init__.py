@@ -3,7 +3,7 @@
 from .config import BertConfig
 from .folder import ModelFolder, resolve_model
 from .model import BertModel, BertModelOutput
-from .pipeline import Bert
+from .pipeline import Bert, quantize_embeddings, resolve_device
 from .tokenizer import BertTokenizer
 
 __all__ = [
@@ -13,5 +13,7 @@ __all__ = [
     "BertModelOutput",
     "BertTokenizer",
     "ModelFolder",
+    "quantize_embeddings",
+    "resolve_device",
     "resolve_model",
 ]

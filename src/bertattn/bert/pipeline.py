@@ -1,17 +1,24 @@
 """``Bert``: a model and its tokenizer. Sentence embeddings and attention maps from texts.
 
 Reads sentence-transformers settings when the folder has them (``modules.json``, the pooling
-config, ``sentence_bert_config.json``), so ``Bert.load(folder).encode(texts)`` gives what
-``SentenceTransformer(folder).encode(texts)`` gives.
+config, ``sentence_bert_config.json``, ``config_sentence_transformers.json``), so
+``Bert.load(folder).encode(texts)`` gives what ``SentenceTransformer(folder).encode(texts)``
+gives; :meth:`Bert.encode` takes ``SentenceTransformer.encode``'s parameters (same order,
+defaults and return types), and :meth:`Bert.similarity` / :meth:`Bert.similarity_pairwise` /
+:meth:`Bert.get_embedding_dimension` / :attr:`Bert.max_seq_length` are there too.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Sequence
+import re
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +28,7 @@ from ..attention.steps import record_steps
 from ..errors import ModelFolderError
 from ..maps import AttentionMaps
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
+from .jsonfile import check_bool, check_int, read_json_object, show
 from .model import BertModel
 from .steps import AttentionSteps, attention_steps
 from .tokenizer import BertTokenizer
@@ -28,9 +36,16 @@ from .tokenizer import BertTokenizer
 logger = logging.getLogger("bertattn.bert")
 
 __all__ = [
+    "OUTPUT_VALUES",
+    "POOLINGS",
+    "PRECISIONS",
+    "SIMILARITY_FN_NAMES",
     "Bert",
     "EncodeStats",
-    "POOLINGS",
+    "SentenceTransformerConfig",
+    "UnsupportedArgumentError",
+    "quantize_embeddings",
+    "resolve_device",
     "default_model_dir",  # re-exported from .folder for old callers
     "read_sentence_settings",
 ]
@@ -69,9 +84,18 @@ class EncodeStats:
 
 
 def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
-    """``(B, L, E)`` -> ``(B, E)``: mean over real tokens, or the [CLS] vector."""
+    """``(B, L, E)`` -> ``(B, E)``, over the positions where ``attention_mask`` is 1, as
+    sentence-transformers' Pooling does: ``"mean"`` of them, their element-wise ``"max"``
+    (masked positions set to -inf), or ``"cls"``: the first of them ([CLS] unless a prompt
+    is masked out)."""
     if pooling == "cls":
-        return hidden[:, 0]
+        if bool(attention_mask[:, 0].all()):
+            return hidden[:, 0]
+        first = attention_mask.to(torch.int).argmax(1)  # (B,)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
+    if pooling == "max":
+        keep = attention_mask.unsqueeze(-1).to(torch.bool)  # (B, L, 1)
+        return hidden.masked_fill(~keep, float("-inf")).max(1).values
     m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, E)
 
@@ -96,12 +120,316 @@ def length_batches(
     return out
 
 
+# ---------------------------------------------------------------------- sentence-transformers parts
+#: ``precision=`` of :meth:`Bert.encode`, as sentence-transformers' ``quantize_embeddings``
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+#: ``similarity_fn_name``s, as sentence-transformers defines them
+SIMILARITY_FN_NAMES = ("cosine", "dot", "euclidean", "manhattan")
+#: ``output_value=`` of :meth:`Bert.encode`
+OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)
+ST_CONFIG_FILE = "config_sentence_transformers.json"
+_DEVICE_FORMS = "'auto', 'cpu', 'cuda', 'cuda:N' (N a GPU index) or a torch.device"
+
+
+class UnsupportedArgumentError(TypeError, ValueError):
+    """A :meth:`Bert.encode` argument that sentence-transformers has and bertattn does not
+    (multi-process pools, non-text inputs, ...). Both a TypeError (what Python raises for an
+    unexpected keyword) and a ValueError (what sentence-transformers raises)."""
+
+
+def resolve_device(device: str | int | torch.device) -> torch.device:
+    """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, an int
+    (``cuda:N``) or a :class:`torch.device` -> a :class:`torch.device`; ValueError for another
+    string, or for CUDA where there is none."""
+    if isinstance(device, torch.device):
+        out = device
+    elif isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        out = torch.device("cuda", device)
+    elif isinstance(device, str):
+        text = device.strip().lower()
+        if text == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+            raise ValueError(f"device {device!r} is not valid; use {_DEVICE_FORMS}.")
+        out = torch.device(text)
+    else:
+        raise ValueError(
+            f"device must be a str or a torch.device, got {type(device).__name__} "
+            f"{device!r}; use {_DEVICE_FORMS}."
+        )
+    if out.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "torch is a CPU-only build" if torch.version.cuda is None else "no GPU is visible"
+            raise ValueError(
+                f"device {device!r}: CUDA is not available here ({why}); use 'cpu', or 'auto' "
+                f"for CUDA when there is one."
+            )
+        count = torch.cuda.device_count()
+        if out.index is not None and out.index >= count:
+            raise ValueError(
+                f"device {device!r}: this machine has {count} CUDA device(s), cuda:0.."
+                f"cuda:{count - 1}."
+            )
+    return out
+
+
+def quantize_embeddings(
+    embeddings: Tensor | np.ndarray | list[Tensor] | list[np.ndarray],
+    precision: str,
+    ranges: np.ndarray | None = None,
+    calibration_embeddings: np.ndarray | None = None,
+) -> np.ndarray | list[np.ndarray]:
+    """sentence-transformers' ``quantize_embeddings``, the same arithmetic: ``int8`` / ``uint8``
+    cut each dimension's [min, max] (of ``ranges``, else of ``calibration_embeddings``, else of
+    the embeddings themselves) into 256 buckets; ``binary`` / ``ubinary`` pack the signs
+    (``> 0``) into bits, ``binary`` offset by -128 into int8. A list of ``(L_i, E)`` matrices
+    (token embeddings) shares one calibration."""
+    if isinstance(embeddings, Tensor):
+        embeddings = embeddings.float().numpy(force=True)
+    elif isinstance(embeddings, list):
+        if not embeddings:
+            return []
+        if isinstance(embeddings[0], Tensor):
+            embeddings = [e.float().numpy(force=True) for e in embeddings]
+        if isinstance(embeddings[0], np.ndarray) and embeddings[0].ndim == 2:
+            if precision.endswith("int8") and ranges is None:
+                data = (
+                    np.concatenate(embeddings, axis=0)
+                    if calibration_embeddings is None
+                    else calibration_embeddings
+                )
+                if len(data):
+                    ranges = _quantization_ranges(data, precision, calibration_embeddings)
+            return [
+                quantize_embeddings(m, precision, ranges, calibration_embeddings)  # type: ignore[misc]
+                for m in embeddings
+            ]
+        embeddings = np.array(embeddings)
+    assert isinstance(embeddings, np.ndarray)
+    if embeddings.dtype in (np.uint8, np.int8):
+        raise ValueError("embeddings to quantize must be float, not int8 or uint8.")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not supported; use one of {PRECISIONS}.")
+    if embeddings.ndim == 2 and embeddings.shape[0] == 0:
+        dim = embeddings.shape[1]
+        signed = precision in ("int8", "binary")
+        width = dim if precision.endswith("int8") else (dim + 7) // 8
+        if precision != "float32":
+            return np.zeros((0, width), dtype=np.int8 if signed else np.uint8)
+    if precision == "float32":
+        return embeddings.astype(np.float32)
+    if precision.endswith("int8"):
+        if ranges is None:
+            ranges = _quantization_ranges(embeddings, precision, calibration_embeddings)
+        ranges = ranges.astype(np.float32, copy=False)
+        starts = ranges[0, :]
+        steps = (ranges[1, :] - starts) / 255
+        steps = np.where(steps == 0, 1, steps)
+        q_vals = np.clip(np.floor((embeddings - starts) / steps), 0, 255)
+        if precision == "uint8":
+            return q_vals.astype(np.uint8)
+        return (q_vals - 128).astype(np.int8)
+    if precision == "binary":
+        return (np.packbits(embeddings > 0, axis=-1) - 128).astype(np.int8)
+    return np.packbits(embeddings > 0, axis=-1)  # ubinary
+
+
+def _quantization_ranges(
+    embeddings: np.ndarray, precision: str, calibration: np.ndarray | None
+) -> np.ndarray:
+    if calibration is None:
+        if embeddings.ndim == 1 or embeddings.shape[0] == 1:
+            raise ValueError(
+                f"Cannot compute {precision} quantization ranges from a single embedding. "
+                f"Call `quantize_embeddings` with `ranges` or `calibration_embeddings` from a "
+                f"representative set of embeddings instead (or encode several texts at once)."
+            )
+        if embeddings.shape[0] < 100:
+            logger.warning(
+                "Computing %s quantization buckets based on %d embeddings. %s quantization is "
+                "more stable with `ranges` calculated from more embeddings or a "
+                "`calibration_embeddings` that can be used to calculate the buckets.",
+                precision,
+                len(embeddings),
+                precision,
+            )
+        calibration = embeddings
+    return np.vstack((np.min(calibration, axis=0), np.max(calibration, axis=0)))
+
+
+def _as_batch(a: object, *, batch: bool) -> Tensor:
+    """Embeddings (tensor, numpy array, list of either, nested lists) as a float tensor, 2-D
+    when ``batch`` (a 1-D vector becomes one row), as sentence-transformers converts them."""
+    if isinstance(a, list) and a and all(isinstance(x, Tensor) for x in a):
+        t = torch.stack(a)
+    elif isinstance(a, list) and a and all(isinstance(x, np.ndarray) for x in a):
+        t = torch.from_numpy(np.stack(a))
+    elif isinstance(a, np.ndarray):
+        t = torch.from_numpy(a) if a.flags.writeable else torch.tensor(a)
+    elif isinstance(a, Tensor):
+        t = a
+    else:
+        t = torch.tensor(a)
+    if not torch.is_floating_point(t) or torch.finfo(t.dtype).bits < 32:
+        t = t.to(torch.float32)
+    if batch and t.dim() == 1:
+        t = t.unsqueeze(0)
+    return t
+
+
+def _similarity(name: str, a: object, b: object) -> Tensor:
+    x, y = _as_batch(a, batch=True), _as_batch(b, batch=True)
+    if name == "cosine":
+        x, y = torch.nn.functional.normalize(x, p=2, dim=1), torch.nn.functional.normalize(y, dim=1)
+        return x @ y.T
+    if name == "dot":
+        return x @ y.T
+    return -torch.cdist(x, y, p=2.0 if name == "euclidean" else 1.0)
+
+
+def _similarity_pairwise(name: str, a: object, b: object) -> Tensor:
+    x, y = _as_batch(a, batch=False), _as_batch(b, batch=False)
+    if name == "cosine":
+        x, y = torch.nn.functional.normalize(x, dim=-1), torch.nn.functional.normalize(y, dim=-1)
+        return (x * y).sum(dim=-1)
+    if name == "dot":
+        return (x * y).sum(dim=-1)
+    if name == "manhattan":
+        return -torch.abs(x - y).sum(dim=-1)
+    return -torch.linalg.vector_norm(x - y, dim=-1)
+
+
+@dataclass
+class SentenceTransformerConfig:
+    """What ``config_sentence_transformers.json`` (and the Pooling config's
+    ``include_prompt``) say, read as sentence-transformers reads them: ``prompts`` (always
+    with ``"query"`` and ``"document"``, ``""`` unless set), ``default_prompt_name``,
+    ``similarity_fn_name`` (a name outside :data:`SIMILARITY_FN_NAMES` is ignored: cosine),
+    ``truncate_dim``, ``include_prompt`` (False: prompt tokens are left out of pooling)."""
+
+    prompts: dict[str, str] = field(default_factory=lambda: {"query": "", "document": ""})
+    default_prompt_name: str | None = None
+    similarity_fn_name: str | None = None
+    truncate_dim: int | None = None
+    include_prompt: bool = True
+
+    @classmethod
+    def read(cls, folder: ModelFolder | None) -> SentenceTransformerConfig:
+        out = cls()
+        if folder is None:
+            return out
+        for path in folder.settings_files:  # the Pooling module's config.json
+            if path.name == "config.json" and path.is_file():
+                value = read_json_object(path).get("include_prompt", True)
+                try:
+                    check_bool("include_prompt", value)
+                except ValueError as exc:
+                    raise ModelFolderError(f"{path}: {exc}") from None
+                out.include_prompt = bool(value)
+        path = folder.root / ST_CONFIG_FILE
+        if not path.is_file():
+            return out
+        cfg = read_json_object(path)
+        prompts = cfg.get("prompts", {})
+        if not isinstance(prompts, dict) or not all(
+            isinstance(v, str) or v is None for v in prompts.values()
+        ):
+            raise ModelFolderError(
+                f'{path}: prompts must be an object of strings (e.g. {{"query": "query: "}}), '
+                f"got {show(prompts)}."
+            )
+        out.prompts.update({k: v or "" for k, v in prompts.items()})
+        name = cfg.get("default_prompt_name")
+        if name is not None and name not in out.prompts:
+            raise ModelFolderError(
+                f"{path}: default_prompt_name {show(name)} is not among the prompts "
+                f"{list(out.prompts)}; name one of them, or null."
+            )
+        out.default_prompt_name = name
+        fn = cfg.get("similarity_fn_name")
+        if fn in SIMILARITY_FN_NAMES:
+            out.similarity_fn_name = fn
+        elif fn is not None:
+            logger.warning(
+                "%s: similarity_fn_name %s is not one of %s; using cosine, as "
+                "sentence-transformers does.",
+                path,
+                show(fn),
+                SIMILARITY_FN_NAMES,
+            )
+        try:
+            check_int("truncate_dim", cfg.get("truncate_dim"), minimum=1, null=True)
+        except ValueError as exc:
+            raise ModelFolderError(f"{path}: {exc}") from None
+        out.truncate_dim = cfg.get("truncate_dim")
+        return out
+
+
+def _text_list(inputs: object, what: str) -> tuple[list[str], bool]:
+    """``(texts, single)``: a str is one text (``single``); any other iterable of str (list,
+    tuple, 1-D numpy array, pandas Series, generator) is a batch."""
+    if isinstance(inputs, str):
+        return [inputs], True
+    if isinstance(inputs, (bytes, bytearray)):
+        raise ValueError(f"{what} is bytes; decode it to str first (e.g. data.decode('utf-8')).")
+    if isinstance(inputs, np.ndarray):
+        if inputs.ndim == 0 and isinstance(inputs.item(), str):
+            return [inputs.item()], True
+        if inputs.ndim != 1:
+            raise ValueError(
+                f"{what} is a {inputs.ndim}-D numpy array of shape {inputs.shape}; pass a 1-D "
+                f"array (or list) of str."
+            )
+        texts = inputs.tolist()
+    elif isinstance(inputs, list):
+        texts = inputs
+    elif isinstance(inputs, Mapping):
+        raise UnsupportedArgumentError(
+            f"{what} is a {type(inputs).__name__}; bertattn embeds text only (no multimodal "
+            f"dicts): pass a str or a list of str."
+        )
+    else:
+        try:
+            texts = list(inputs)  # type: ignore[call-overload]
+        except TypeError:
+            raise ValueError(
+                f"{what} must be a str or an iterable of str, got {type(inputs).__name__}."
+            ) from None
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise ValueError(
+            f"{what}[{bad}] is a {type(texts[bad]).__name__}, not a str; bertattn embeds text "
+            f"only (sentence-transformers' image, audio and message inputs are not supported)."
+        )
+    return texts, False
+
+
+def _input_aliases(fn: Callable) -> Callable:
+    """``encode(sentences=...)`` (sentence-transformers < 6's name) and ``encode(texts=...)``
+    (bertattn's earlier name) mean ``encode(inputs=...)``, as sentence-transformers'
+    deprecated-keyword shim does."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Bert, *args: object, **kwargs: object) -> object:
+        for old in ("sentences", "texts"):
+            if old in kwargs:
+                if args or "inputs" in kwargs:
+                    raise TypeError(f"encode() got the texts twice: inputs and {old}=.")
+                kwargs["inputs"] = kwargs.pop(old)
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Bert:
     """A BERT model with its tokenizer and sentence settings.
 
     Attributes:
-        model, tokenizer; pooling (``"mean"`` / ``"cls"``), normalize, max_length (tokens), name;
-        folder: the :class:`ModelFolder` it was loaded from (None when built directly).
+        model, tokenizer; pooling (``"mean"`` / ``"cls"`` / ``"max"``), normalize, max_length
+        (tokens; also :attr:`max_seq_length`), name;
+        folder: the :class:`ModelFolder` it was loaded from (None when built directly);
+        prompts, default_prompt_name, similarity_fn_name, truncate_dim, include_prompt: the
+        folder's ``config_sentence_transformers.json`` (see :class:`SentenceTransformerConfig`).
     """
 
     def __init__(
@@ -125,6 +453,12 @@ class Bert:
         self.max_length = min(max_length or tokenizer.model_max_length, limit)
         self.name = name
         self.folder = folder
+        st = SentenceTransformerConfig.read(folder)
+        self.prompts = st.prompts
+        self.default_prompt_name = st.default_prompt_name
+        self._similarity_fn_name = st.similarity_fn_name
+        self.truncate_dim = st.truncate_dim
+        self.include_prompt = st.include_prompt
 
     @classmethod
     def load(
@@ -133,14 +467,21 @@ class Bert:
         *,
         dtype: torch.dtype | str | None = None,
         backend: str = "auto",
+        device: str | int | torch.device | None = None,
     ) -> Bert:
         """Load a model folder (default: all-MiniLM-L6-v2), a cached hub name, or a resolved
         :class:`ModelFolder` (see :func:`bertattn.bert.folder.resolve_model`); the tokenizer
-        is checked against the config before the weights are read."""
+        is checked against the config before the weights are read. ``device``: ``"auto"``
+        (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a torch.device (None:
+        the CPU), checked before anything is read."""
+        target = None if device is None else resolve_device(device)
         folder = resolve_model(path)
         tokenizer = folder.load_tokenizer()
-        model = BertModel.from_pretrained(folder, dtype=dtype, backend=backend)
-        return cls(
+        with warnings.catch_warnings():
+            if target is not None and target.type != "cpu":  # it will not run on this CPU
+                warnings.filterwarnings("ignore", message="this CPU has no native")
+            model = BertModel.from_pretrained(folder, dtype=dtype, backend=backend)
+        bert = cls(
             model,
             tokenizer,
             pooling=folder.pooling,
@@ -149,33 +490,297 @@ class Bert:
             name=folder.name,
             folder=folder,
         )
+        return bert if target is None else bert.to(target)
+
+    # ------------------------------------------------------------------ device, settings
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return self.model.device
+
+    def to(self, device: str | int | torch.device) -> Bert:
+        """Move the model to ``device`` (see :func:`resolve_device`); returns self."""
+        target = resolve_device(device)
+        if target.type == "cuda" and target.index is None:
+            target = torch.device("cuda", torch.cuda.current_device())
+        if target == self.model.device:
+            return self  # (a move repacks every layer's q/k/v storage: not for nothing)
+        if isinstance(self.model, torch.nn.Module):
+            self.model.to(target)
+        else:  # e.g. the ONNX Runtime stand-in
+            raise ValueError(
+                f"this model ({type(self.model).__name__}) runs on {self.model.device} only; "
+                f"it cannot move to {target}."
+            )
+        return self
+
+    @property
+    def max_seq_length(self) -> int:
+        """sentence-transformers' name for :attr:`max_length` (tokens kept per text)."""
+        return self.max_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        top = self.model.config.max_position_embeddings
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(f"max_seq_length must be an int in 1..{top}, got {value!r}.")
+        self.max_length = value
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """``"cosine"`` (the default), ``"dot"``, ``"euclidean"`` or ``"manhattan"``: what
+        :meth:`similarity` computes; from the folder's config, settable."""
+        return self._similarity_fn_name or "cosine"
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: str | None) -> None:
+        value = getattr(value, "value", value)  # sentence-transformers' SimilarityFunction
+        if value is not None and value not in SIMILARITY_FN_NAMES:
+            raise ValueError(
+                f"similarity_fn_name {value!r} is not supported; use one of {SIMILARITY_FN_NAMES}."
+            )
+        self._similarity_fn_name = value
+
+    def similarity(self, embeddings1: object, embeddings2: object) -> Tensor:
+        """``(N, M)`` scores between every row of ``embeddings1`` and of ``embeddings2``
+        (arrays, tensors, lists of either; a 1-D vector is one row), by
+        :attr:`similarity_fn_name`: cosine, dot product, or the negative euclidean / manhattan
+        distance, as sentence-transformers computes them."""
+        return _similarity(self.similarity_fn_name, embeddings1, embeddings2)
+
+    def similarity_pairwise(self, embeddings1: object, embeddings2: object) -> Tensor:
+        """``(N,)`` scores of ``embeddings1[i]`` with ``embeddings2[i]``, by
+        :attr:`similarity_fn_name` (see :meth:`similarity`)."""
+        return _similarity_pairwise(self.similarity_fn_name, embeddings1, embeddings2)
+
+    def get_embedding_dimension(self) -> int:
+        """The width of :meth:`encode`'s sentence embeddings (``hidden_size``, or the folder's
+        ``truncate_dim`` when smaller)."""
+        width = self.model.config.hidden_size
+        return width if self.truncate_dim is None else min(width, self.truncate_dim)
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """The sentence-transformers < 6 name of :meth:`get_embedding_dimension`."""
+        return self.get_embedding_dimension()
 
     # ------------------------------------------------------------------ embeddings
+    @_input_aliases
     def encode(
         self,
-        texts: Sequence[str],
+        inputs: str | Iterable[str],
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        output_value: str | None = "sentence_embedding",
+        precision: str = "float32",
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        device: str | torch.device | None = None,
+        normalize_embeddings: bool = False,
+        truncate_dim: int | None = None,
+        pool: dict | None = None,
+        chunk_size: int | None = None,
+        *,
         pooling: str | None = None,
         normalize: bool | None = None,
-        batch_size: int = 32,
         max_length: int | None = None,
-        *,
         progress: Callable[[int], object] | None = None,
         batch_tokens: int | None = None,
-    ) -> np.ndarray:
-        """Sentence embeddings, ``(N, E)`` float32, in input order.
+        **kwargs: object,
+    ) -> Any:
+        """Sentence embeddings, as ``SentenceTransformer.encode`` gives them (same parameters,
+        order, defaults and return types), plus bertattn's keywords.
 
-        Texts are sorted by token count and batched, so each batch pads little.
-        ``progress(n)`` is called after each batch with the number of texts it held.
+        Returns a ``(N, E)`` float32 array for a list of texts (any iterable of str: list,
+        tuple, numpy array, pandas Series), a ``(E,)`` array for one str; a torch tensor with
+        ``convert_to_tensor``; a list of 1-D tensors with ``convert_to_numpy=False``;
+        ``output_value="token_embeddings"``: a list of ``(L_i, E)`` tensors (the text's real
+        tokens); ``output_value=None``: a list of dicts (input_ids, token_type_ids,
+        attention_mask, modality, [prompt_length], token_embeddings, sentence_embedding).
+        An empty list gives a ``(0, E)`` array.
+
+        sentence-transformers' parameters: ``prompt`` (prepended to every text) or
+        ``prompt_name`` (a key of :attr:`prompts`, from the folder's
+        ``config_sentence_transformers.json``; ``default_prompt_name`` applies when neither is
+        given); ``show_progress_bar`` (None: on when the ``bertattn.bert`` logger's level is
+        INFO or DEBUG); ``precision``: float32, or int8 / uint8 (per-dimension buckets
+        calibrated on this call's embeddings) / binary / ubinary, see
+        :func:`quantize_embeddings`; ``device``: move the model there (for good, as
+        sentence-transformers does); ``normalize_embeddings``: L2-normalize (after the folder's
+        own Normalize module and ``truncate_dim``); ``truncate_dim``: keep the first dimensions
+        (default: the folder's). ``pool`` and a list of devices (multi-process encoding) are
+        not supported; ``chunk_size`` only applies to those, so it does nothing, as in
+        sentence-transformers without them. ``task=`` is accepted and does nothing (no Router
+        modules here).
+
+        bertattn's keywords: ``pooling`` (``"mean"`` / ``"cls"`` / ``"max"``; default the
+        folder's), ``normalize`` (override the folder's Normalize module), ``max_length``
+        (tokens kept; default :attr:`max_length`), ``progress(n)`` (called after each batch
+        with its number of texts), ``batch_tokens`` (cap a batch's padded tokens). Texts are
+        sorted by token count and batched, so each batch pads little.
         """
-        return self.encode_with_stats(
+        if show_progress_bar is None:
+            show_progress_bar = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
+        elif not isinstance(show_progress_bar, (bool, np.bool_)):
+            raise ValueError(
+                f"show_progress_bar must be True, False or None, got {show_progress_bar!r} "
+                f"(the 5th positional parameter is show_progress_bar, as in "
+                f"sentence-transformers: pass max_length= by keyword)."
+            )
+        if convert_to_tensor:
+            convert_to_numpy = False
+        if output_value not in OUTPUT_VALUES:
+            raise ValueError(
+                f"output_value {output_value!r} is not supported; use one of {OUTPUT_VALUES}."
+            )
+        if output_value != "sentence_embedding":
+            convert_to_tensor = convert_to_numpy = False
+        if precision is None:
+            precision = "float32"
+        if precision not in PRECISIONS:
+            raise ValueError(
+                f"Precision {precision!r} is not supported, must be one of {PRECISIONS}"
+            )
+        if output_value is None and precision != "float32":
+            raise ValueError(
+                f"precision={precision!r} quantizes embeddings; with output_value=None "
+                f"(dicts of every output) pass precision='float32', or quantize the "
+                f"'sentence_embedding' entries with bertattn.bert.pipeline.quantize_embeddings."
+            )
+        self._refuse_unsupported(pool, device, kwargs)
+        prompt = self._resolve_prompt(prompt, prompt_name)
+        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
+        if truncate_dim is not None and (
+            isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
+        ):
+            raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}.")
+        texts, single = _text_list(inputs, "inputs")
+        if device is not None:
+            self.to(device)  # type: ignore[arg-type]
+        out, _ = self._encode(
             texts,
-            pooling,
-            normalize,
-            batch_size,
-            max_length,
+            pooling=pooling,
+            normalize=normalize,
+            batch_size=batch_size,
+            max_length=max_length,
             progress=progress,
             batch_tokens=batch_tokens,
-        )[0]
+            prompt=prompt,
+            output_value=output_value,
+            to_cpu=convert_to_numpy,
+            normalize_embeddings=bool(normalize_embeddings),
+            truncate_dim=truncate_dim,
+            show_progress_bar=bool(show_progress_bar),
+        )
+        if len(out) and precision != "float32":
+            out = quantize_embeddings(out, precision=precision)
+        if convert_to_tensor:
+            out = torch.as_tensor(out)
+        elif convert_to_numpy:
+            if isinstance(out, Tensor):
+                out = out.numpy()
+        elif isinstance(out, np.ndarray):
+            out = list(torch.from_numpy(out))
+        elif isinstance(out, Tensor):
+            out = list(out)
+        return out[0] if single else out
+
+    def encode_query(
+        self,
+        inputs: str | Iterable[str],
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """:meth:`encode` with the ``"query"`` prompt unless ``prompt`` / ``prompt_name`` is
+        given (as sentence-transformers: ``""`` unless the folder sets it)."""
+        if prompt_name is None and prompt is None and "query" in self.prompts:
+            prompt_name = "query"
+        kwargs.pop("task", None)
+        return self.encode(inputs, prompt_name, prompt, *args, **kwargs)
+
+    def encode_document(
+        self,
+        inputs: str | Iterable[str],
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """:meth:`encode` with the first of the ``"document"`` / ``"passage"`` / ``"corpus"``
+        prompts unless ``prompt`` / ``prompt_name`` is given (``""`` unless the folder sets
+        it), as sentence-transformers does."""
+        if prompt_name is None and prompt is None:
+            for name in ("document", "passage", "corpus"):
+                if name in self.prompts:
+                    prompt_name = name
+                    break
+        kwargs.pop("task", None)
+        return self.encode(inputs, prompt_name, prompt, *args, **kwargs)
+
+    def _refuse_unsupported(self, pool: object, device: object, kwargs: dict) -> None:
+        multi = (
+            "bertattn encodes in this process, on one device; for several processes or GPUs "
+            "run `bertattn encode --workers N` (or torchrun)"
+        )
+        if pool is not None:
+            raise UnsupportedArgumentError(
+                f"pool= (a sentence-transformers multi-process pool) is not supported: {multi}."
+            )
+        if isinstance(device, (list, tuple)):
+            raise UnsupportedArgumentError(
+                f"device={device!r}: a list of devices (multi-process encoding) is not "
+                f"supported: {multi}; pass one device."
+            )
+        task = kwargs.pop("task", None)
+        if task is not None and not isinstance(task, str):
+            raise ValueError(f"task must be a str or None, got {task!r}.")
+        if "processing_kwargs" in kwargs:
+            raise UnsupportedArgumentError(
+                "processing_kwargs= is not supported: bertattn's tokenizer is configured by "
+                "the model folder; pass max_length= to change the truncation."
+            )
+        if kwargs:
+            names = ", ".join(sorted(kwargs))
+            raise UnsupportedArgumentError(
+                f"Bert.encode() got keyword argument(s) it does not take: {names}. It takes "
+                f"sentence-transformers' encode parameters (prompt_name, prompt, batch_size, "
+                f"show_progress_bar, output_value, precision, convert_to_numpy, "
+                f"convert_to_tensor, device, normalize_embeddings, truncate_dim) and bertattn's "
+                f"(pooling, normalize, max_length, progress, batch_tokens)."
+            )
+
+    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
+        if prompt is not None and not isinstance(prompt, str):
+            raise ValueError(
+                f"prompt must be a str or None, got {prompt!r} (the 3rd positional parameter "
+                f"is prompt, as in sentence-transformers: pass normalize= by keyword)."
+            )
+        if prompt is None:
+            if prompt_name is not None:
+                if prompt_name not in self.prompts:
+                    hint = ""
+                    if prompt_name in POOLINGS:
+                        hint = (
+                            f" Did you mean pooling={prompt_name!r}? The 2nd positional "
+                            f"parameter is prompt_name, as in sentence-transformers: pass "
+                            f"pooling= by keyword."
+                        )
+                    raise ValueError(
+                        f"Prompt name {prompt_name!r} not found in the configured prompts "
+                        f"dictionary with keys {list(self.prompts)!r}.{hint}"
+                    )
+                prompt = self.prompts[prompt_name]
+            elif self.default_prompt_name is not None:
+                prompt = self.prompts.get(self.default_prompt_name)
+        elif prompt_name is not None:
+            logger.warning(
+                "Provide either a `prompt`, a `prompt_name`, or neither, but not both. "
+                "Ignoring the `prompt_name` in favor of `prompt`."
+            )
+        return prompt
 
     def encode_with_stats(
         self,
@@ -188,48 +793,129 @@ class Bert:
         progress: Callable[[int], object] | None = None,
         batch_tokens: int | None = None,
     ) -> tuple[np.ndarray, EncodeStats]:
-        """:meth:`encode`, plus counts (texts, empty, truncated, tokens)."""
+        """``(N, E)`` float32 sentence embeddings, in input order, plus counts (texts, empty,
+        truncated, tokens, padded): the jobs' entry point. ``texts``: an iterable of str (not
+        one str); the other parameters as :meth:`encode`'s keywords of the same names."""
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings; wrap a single text in a list.")
+        items, _ = _text_list(texts, "texts")
+        out, stats = self._encode(
+            items,
+            pooling=pooling,
+            normalize=normalize,
+            batch_size=batch_size,
+            max_length=max_length,
+            progress=progress,
+            batch_tokens=batch_tokens,
+        )
+        return out.numpy(), stats  # type: ignore[union-attr]
+
+    def _prompt_length(self, prompt: str, limit: int) -> int:
+        """Tokens of ``prompt`` at the start of a prompted text: [CLS] and the prompt's own,
+        not a trailing special token (as sentence-transformers counts them)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            enc = self.tokenizer.encode_batch([prompt], max_length=limit)[0]
+        n = len(enc.ids)
+        return n - 1 if n and enc.special_tokens_mask[-1] else n
+
+    def _encode(
+        self,
+        texts: list[str],
+        *,
+        pooling: str | None,
+        normalize: bool | None,
+        batch_size: int,
+        max_length: int | None,
+        progress: Callable[[int], object] | None,
+        batch_tokens: int | None,
+        prompt: str | None = None,
+        output_value: str | None = "sentence_embedding",
+        to_cpu: bool = True,
+        normalize_embeddings: bool = False,
+        truncate_dim: int | None = None,
+        show_progress_bar: bool = False,
+    ) -> tuple[Tensor | list, EncodeStats]:
+        """The one encoding loop. ``output_value="sentence_embedding"``: a ``(N, E)`` float32
+        tensor (on the CPU when ``to_cpu``); otherwise a list, in input order."""
         pooling = self.pooling if pooling is None else pooling
         normalize = self.normalize if normalize is None else bool(normalize)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r} is not supported; use one of {POOLINGS}.")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        if isinstance(texts, str):
-            raise ValueError("texts must be a sequence of strings; wrap a single text in a list.")
-        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-        if bad is not None:
-            raise ValueError(f"texts[{bad}] is a {type(texts[bad]).__name__}, not a str.")
         limit = self.max_length if max_length is None else int(max_length)
         if limit > self.model.config.max_position_embeddings:
             raise ValueError(
                 f"max_length={limit} exceeds the model's max_position_embeddings "
                 f"({self.model.config.max_position_embeddings})."
             )
-        width = self.model.config.hidden_size
-        out = np.zeros((len(texts), width), dtype=np.float32)
         stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
+        device = self.model.device
+        width = self.model.config.hidden_size
+        if truncate_dim is not None:
+            width = min(width, truncate_dim)
+        sentences = output_value == "sentence_embedding"
+        out: Tensor | list = [None] * len(texts)
+        if sentences:
+            where = "cpu" if to_cpu else device
+            out = torch.zeros((len(texts), width), dtype=torch.float32, device=where)
         if not texts:
             return out, stats
+        prompt_length = self._prompt_length(prompt, limit) if prompt else 0
+        skip = 0 if self.include_prompt else prompt_length  # tokens left out of pooling
+        if prompt:
+            texts = [prompt + t for t in texts]
         encodings = self.tokenizer.encode_batch(texts, max_length=limit)
         stats.truncated = sum(1 for e in encodings if e.overflowing)
         stats.tokens = sum(len(e.ids) for e in encodings)
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
-        device = self.model.device
-        with torch.inference_mode():
-            lengths = [len(encodings[i].ids) for i in order]
-            for start, end in length_batches(lengths, batch_size, batch_tokens):
+        lengths = [len(encodings[i].ids) for i in order]
+        ranges = length_batches(lengths, batch_size, batch_tokens)
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
+        with torch.inference_mode(), bar:
+            for start, end in ranges:
                 idx = order[start:end]
                 batch = self.tokenizer.pad([encodings[i] for i in idx])
                 stats.padded += batch.input_ids.numel()
                 mask = batch.attention_mask.to(device)
-                result = self.model(
+                hidden = self.model(
                     batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
-                )
-                emb = pool(result.last_hidden_state, mask, pooling).float()  # (B, E)
-                if normalize:
-                    emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                out[idx] = emb.cpu().numpy()
+                ).last_hidden_state
+                if sentences or output_value is None:
+                    pool_mask = mask
+                    if skip:  # sentence-transformers' include_prompt=false
+                        pool_mask = mask.clone()
+                        pool_mask[:, :skip] = 0
+                    emb = pool(hidden, pool_mask, pooling).float()  # (B, E)
+                    if normalize:
+                        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                    if truncate_dim is not None:
+                        emb = emb[:, :truncate_dim]
+                if sentences:
+                    if normalize_embeddings:
+                        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                    out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
+                else:
+                    for j, i in enumerate(idx):
+                        n = len(encodings[i].ids)
+                        if output_value == "token_embeddings":
+                            out[i] = hidden[j, :n]
+                            continue
+                        item: dict[str, object] = {
+                            "input_ids": batch.input_ids[j, :n].to(device),
+                            "token_type_ids": batch.token_type_ids[j, :n].to(device),
+                            "attention_mask": mask[j, :n],
+                            "modality": "text",
+                        }
+                        if prompt:
+                            item["prompt_length"] = prompt_length
+                        item["token_embeddings"] = hidden[j, :n]
+                        item["sentence_embedding"] = emb[j]
+                        out[i] = item
+                bar.update(1)
                 if progress is not None:
                     progress(len(idx))
         return out, stats

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
-POOLINGS = ("mean", "cls")
+POOLINGS = ("mean", "cls", "max")  # bertattn.bert.folder.POOLINGS (not imported: torch)
 EMBEDDING_FORMATS = (".npy", ".jsonl")
 DEFAULT_TIMEOUT = 1800.0
 
