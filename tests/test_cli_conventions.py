@@ -154,3 +154,34 @@ def test_cli_poolings_are_the_library_ones():
     from bertattn.jobs.options import POOLINGS as CLI_POOLINGS
 
     assert CLI_POOLINGS == POOLINGS
+
+
+def test_the_printed_model_name_resolves_offline(cli, minilm_dir):
+    """bertattn prints the default model as sentence-transformers/all-MiniLM-L6-v2; that name
+    works as --model with no network and no Hugging Face cache (HF_HUB_OFFLINE is set)."""
+    from bertattn.bert.folder import resolve_model
+
+    folder = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
+    assert folder.root.resolve() == minilm_dir.resolve()
+    r = cli("attend", "hello", "--json", "-", "--model", "sentence-transformers/all-MiniLM-L6-v2")
+    assert r.code == 0, r
+    assert json.loads(r.out)["model_name"] == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.mark.parametrize("command", [["encode", "in.txt", "-o", "o.npy"], ["attend", "hi"]])
+def test_device_option(cli, tmp_path, command):
+    import torch
+
+    (tmp_path / "in.txt").write_text("hello\n")
+    r = cli(*command, "--device", "gpu", cwd=tmp_path)
+    assert r.code == 2 and "--device 'gpu' is not one of auto" in r.err, r
+    r = cli(*command, "--device", "cuda", cwd=tmp_path)
+    if torch.cuda.is_available():  # the GPU path runs and agrees with the CPU
+        assert r.code == 0, r
+    else:
+        assert r.code == 2 and "CUDA is not available here" in r.err, r
+    r = cli(*command, "--device", "cpu", cwd=tmp_path)
+    assert r.code == 0, r
+    assert sorted(p.name for p in tmp_path.iterdir()) == (
+        ["in.txt", "o.npy"] if command[0] == "encode" else ["in.txt"]
+    )

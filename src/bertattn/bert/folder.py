@@ -199,9 +199,10 @@ def _hub_cache_dir() -> str | None:
 
 
 def locate_model(path: str | Path) -> Path:
-    """Where ``path`` points, not yet validated: a local folder as it is; a hub name (``name``
-    or ``org/name``) that is not a local path, from the Hugging Face cache (downloaded unless
-    ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed."""
+    """Where ``path`` points, not yet validated: a local folder as it is; the default model's
+    name (``sentence-transformers/all-MiniLM-L6-v2``) as the installed package's folder, offline;
+    another hub name (``name`` or ``org/name``) that is not a local path, from the Hugging Face
+    cache (downloaded unless ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed."""
     if str(path).strip() == "":
         raise ModelFolderError(
             "the model path is empty; pass a model folder or a hub name, or leave it out for "
@@ -216,6 +217,11 @@ def locate_model(path: str | Path) -> Path:
             f"{p} is a file; pass the model folder (the one with config.json){hint} instead."
         )
     name = str(path)
+    if name == DEFAULT_MODEL_NAME:  # the name bertattn prints for its installed default model
+        try:
+            return default_model_dir()
+        except FileNotFoundError:
+            pass  # not installed: the Hugging Face cache may still have it
     if not _HUB_NAME.match(name) or name.startswith((".", "~")):
         raise ModelFolderNotFoundError(
             f"model folder {p} does not exist; pass the path of a folder with config.json "

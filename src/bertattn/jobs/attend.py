@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..files import check_output
 from ..maps import AttentionMaps
 from .inputs import check_input
-from .options import AttendOptions, flag
+from .options import AttendOptions, flag, job_device
 
 if TYPE_CHECKING:
     from ..bert.steps import AttentionSteps
@@ -75,8 +75,9 @@ def run_attend(options: AttendOptions) -> AttendResult:
     for path, kind in options.outputs:
         if path != "-":
             check_output(path, what=f"--{kind.lower()}")
+    device = job_device(options.device)
     text = read_text(options)
-    bert = Bert.load(options.model)
+    bert = Bert.load(options.model, device=device)
     cfg = bert.model.config
     _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
     _check_range("head", options.head or 0, cfg.num_attention_heads)

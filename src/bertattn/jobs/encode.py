@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import JobError, UsageError
 from ..files import check_output, write_atomic
 from .inputs import check_input, read_records
-from .options import EMBEDDING_FORMATS, EncodeOptions, flag, max_workers, to_argv
+from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
 __all__ = ["EncodeSummary", "embeddings_payload", "run_encode"]
 
@@ -86,6 +86,13 @@ def _write(out: Path | None, payload: Callable[[BinaryIO], None]) -> None:
 
 
 def _check_machine(options: EncodeOptions, world_size: int) -> None:
+    if options.onnx is not None and options.device.startswith("cuda"):
+        raise UsageError(
+            "--onnx runs on ONNX Runtime's CPU provider here; drop --device "
+            f"{options.device}, or encode with the PyTorch model on the GPU."
+        )
+    if options.device != "auto":
+        job_device(options.device)  # a device this machine lacks: refused before any work
     if options.workers is None:
         return
     if world_size > 1:
@@ -118,7 +125,8 @@ def check_paths(options: EncodeOptions) -> Path | None:
     return check_output(options.output, what="--output", inputs=inputs, suffixes=EMBEDDING_FORMATS)
 
 
-def _load(options: EncodeOptions):  # type: ignore[no-untyped-def]
+def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
+    """The model on ``device`` (a torch.device; None: the CPU)."""
     from ..bert import Bert
 
     if options.onnx is not None:
@@ -126,7 +134,7 @@ def _load(options: EncodeOptions):  # type: ignore[no-untyped-def]
 
         bert = load_onnx_bert(options.onnx, options.model)
     else:
-        bert = Bert.load(options.model, dtype=options.dtype)
+        bert = Bert.load(options.model, dtype=options.dtype, device=device)
     limit = bert.model.config.max_position_embeddings
     if options.max_length is not None and options.max_length > limit:
         raise UsageError(
@@ -174,7 +182,7 @@ def _run_single(
             f"(pass --resumable to resume it, or remove it)",
             stacklevel=2,
         )
-    bert = _load(options)
+    bert = _load(options, None if options.onnx else job_device(options.device))
     texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     start = time.perf_counter()
     kwargs = _encode_kwargs(options, bert)
@@ -194,8 +202,8 @@ def _run_single(
 def _run_chunked(options, out, info, progress) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
     from ..distributed import DistributedEncodeError, PartsFolder, encode_chunked, run_identity
 
-    bert = _load(options)
-    bert.model.to(info.device)
+    device = info.device if options.device == "auto" else job_device(options.device)
+    bert = _load(options, device)
     texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     kwargs = _encode_kwargs(options, bert)
     settings = {

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..files import check_output
 from .inputs import check_input
-from .options import ExportOptions
+from .options import ExportOptions, job_device
 
 __all__ = ["run_export"]
 
@@ -17,6 +17,7 @@ def run_export(options: ExportOptions) -> Path:
 
     The output path and the opset are checked before the model is loaded.
     """
+    from ..bert.folder import resolve_model
     from ..deploy import onnx_export
 
     opset = onnx_export.DEFAULT_OPSET if options.opset is None else options.opset
@@ -25,6 +26,12 @@ def run_export(options: ExportOptions) -> Path:
     except ValueError as exc:
         raise UsageError(f"--opset: {exc}") from None
     out = check_output(options.output, what="--output", suffixes=(".onnx",))
+    device = job_device(options.device)
     if options.model is not None and Path(options.model).is_file():
         check_input(options.model, what="--model")  # a file: resolve_model explains
-    return onnx_export.export_onnx(options.model, out, opset=opset, backend=options.backend)
+    model: object = options.model
+    if device.type != "cpu":  # trace on that device (the file is the same)
+        from ..bert import BertModel
+
+        model = BertModel.from_pretrained(resolve_model(options.model)).to(device)
+    return onnx_export.export_onnx(model, out, opset=opset, backend=options.backend)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "ExportOptions",
     "add_arguments",
     "flag",
+    "job_device",
     "max_workers",
     "to_argv",
 ]
@@ -87,6 +89,27 @@ def _text(cls: type, obj: object, name: str, *, optional: bool = True) -> None:
         raise UsageError(f"{flag(cls, name)} must be a non-empty path or name, got {value!r}.")
 
 
+_DEVICE = re.compile(r"\A(auto|cpu|cuda(:\d+)?)\Z")
+_DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
+
+
+def _device(cls: type, obj: object) -> None:
+    value = obj.device  # type: ignore[attr-defined]
+    if not isinstance(value, str) or not _DEVICE.match(value):
+        raise UsageError(f"--device {value!r} is not one of {_DEVICE_HELP}.")
+
+
+def job_device(spec: str):  # type: ignore[no-untyped-def]
+    """``--device`` as a ``torch.device`` on this machine (``UsageError`` when it has no such
+    device, e.g. ``cuda`` without CUDA)."""
+    from ..bert import resolve_device
+
+    try:
+        return resolve_device(spec)
+    except ValueError as exc:
+        raise UsageError(f"--device {spec}: {exc}") from None
+
+
 def max_workers() -> int:
     """The most local ranks worth starting: one per GPU with CUDA, else one per CPU core."""
     import torch
@@ -138,6 +161,7 @@ class EncodeOptions:
         "compute dtype (bfloat16: ~2x faster on CPUs with AVX512-BF16/AMX; output float32)",
         choices=DTYPES,
     )
+    device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)", output=False)
     onnx: str | None = _opt(
         None,
         "run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "
@@ -208,6 +232,7 @@ class EncodeOptions:
             )
         _choice(cls, self, "pooling", POOLINGS)
         _choice(cls, self, "dtype", DTYPES)
+        _device(cls, self)
         _int(cls, self, "batch_size", optional=False)
         _int(cls, self, "max_length", low=2)  # [CLS] and [SEP]
         _int(cls, self, "workers")
@@ -273,6 +298,7 @@ class AttendOptions:
     file: str | None = _opt(None, "read the text from this UTF-8 file instead", metavar="PATH")
     pair: str | None = _opt(None, "a second text (segment B of a pair)")
     model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
+    device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)")
     max_length: int | None = _opt(
         None,
         "tokens kept (default: the model folder's setting, 256 for MiniLM; at most the model's "
@@ -319,6 +345,7 @@ class AttendOptions:
             raise UsageError("--pair is empty; drop it or give a second sentence.")
         for name in ("model", "file"):
             _text(cls, self, name)
+        _device(cls, self)
         _int(cls, self, "max_length", low=2)
         for name in ("layer", "head"):  # the range depends on the model: checked by the job
             value = getattr(self, name)
@@ -400,10 +427,12 @@ class ExportOptions:
         choices=("math", "sdpa"),
     )
     quiet: bool = _opt(False, "no status line on stderr", flags=("-q", "--quiet"))
+    device: str = _opt("auto", f"where the model is traced: {_DEVICE_HELP} (default auto)")
 
     def __post_init__(self) -> None:
         cls = type(self)
         _text(cls, self, "output", optional=False)
+        _device(cls, self)
         _text(cls, self, "model")
         _int(cls, self, "opset")
         _choice(cls, self, "backend", ("math", "sdpa"))
