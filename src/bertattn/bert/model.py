@@ -361,11 +361,12 @@ class BertModel(nn.Module):
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None,
-        head_mask: Tensor | None = None,
         inputs_embeds: Tensor | None = None,
         output_attentions: bool | Sequence[int] | None = False,
         output_hidden_states: bool | None = False,
         return_dict: bool | None = True,
+        *,
+        head_mask: Tensor | None = None,
         **unsupported: object,
     ) -> BertModelOutput | tuple[Tensor | tuple[Tensor | None, ...], ...]:
         """Encode a batch; the keywords of ``transformers.BertModel.forward``.
@@ -375,15 +376,16 @@ class BertModel(nn.Module):
             attention_mask: ``(B, L)``, 1 = real token, 0 = padding (Hugging Face polarity).
             token_type_ids: ``(B, L)`` segment ids; zeros when None.
             position_ids: ``(B, L)`` or ``(1, L)`` positions; ``0..L-1`` when None.
-            head_mask: not supported (must be None).
             inputs_embeds: ``(B, L, E)`` word embeddings used instead of looking up
                 ``input_ids``; position and token type embeddings and the LayerNorm still apply.
+                (The positional order is transformers 5's.)
             output_attentions: True for every layer's weights, or the layer indices wanted
                 (only those run the weight-returning math path).
             output_hidden_states: also return ``hidden_states``: the embeddings output and each
                 layer's output, ``num_hidden_layers + 1`` tensors ``(B, L, E)`` (zeros at the
                 padding positions when the batch runs packed, like ``last_hidden_state``).
             return_dict: False returns ``output.to_tuple()``, as transformers does.
+            head_mask: transformers 4's; not supported (must be None).
         """
         if unsupported:
             names = ", ".join(sorted(unsupported))
