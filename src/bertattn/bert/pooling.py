@@ -1,0 +1,60 @@
+"""Pooling and length batching for :meth:`Bert.encode`: ``pool``, ``length_batches``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["EncodeStats", "length_batches", "pool"]
+
+
+@dataclass
+class EncodeStats:
+    """What one :meth:`Bert.encode` call did. ``tokens``: real tokens; ``padded``: tokens in
+    the padded batches (real + padding), so ``1 - tokens / padded`` is the padding ratio."""
+
+    texts: int = 0
+    empty: int = 0
+    truncated: int = 0
+    tokens: int = 0
+    padded: int = 0
+
+
+def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
+    """``(B, L, E)`` -> ``(B, E)``, over the positions where ``attention_mask`` is 1, as
+    sentence-transformers' Pooling does: ``"mean"`` of them, their element-wise ``"max"``
+    (masked positions set to -inf), or ``"cls"``: the first of them ([CLS] unless a prompt
+    is masked out)."""
+    if pooling == "cls":
+        if bool(attention_mask[:, 0].all()):
+            return hidden[:, 0]
+        first = attention_mask.to(torch.int).argmax(1)  # (B,)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), first]
+    if pooling == "max":
+        keep = attention_mask.unsqueeze(-1).to(torch.bool)  # (B, L, 1)
+        return hidden.masked_fill(~keep, float("-inf")).max(1).values
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, E)
+
+
+def length_batches(
+    lengths: Sequence[int], batch_size: int, batch_tokens: int | None = None
+) -> list[tuple[int, int]]:
+    """``(start, end)`` ranges over texts sorted longest first: at most ``batch_size`` texts,
+    and, when ``batch_tokens`` is set, at most that many tokens after padding (the first text
+    of a range is its longest, so a range of n texts pads to ``n * lengths[start]``)."""
+    out, start = [], 0
+    while start < len(lengths):
+        end = start + 1
+        while (
+            end < len(lengths)
+            and end - start < batch_size
+            and (batch_tokens is None or (end + 1 - start) * max(lengths[start], 1) <= batch_tokens)
+        ):
+            end += 1
+        out.append((start, end))
+        start = end
+    return out
