@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 __all__ = ["StepRecord", "StepRecorder", "record_steps", "recorder"]
@@ -71,7 +72,11 @@ _active: ContextVar[StepRecorder | None] = ContextVar("bertattn_steps", default=
 
 
 def recorder() -> StepRecorder | None:
-    """The active recorder, or None outside :func:`record_steps`."""
+    """The active recorder, or None outside :func:`record_steps` and while torch.compile /
+    torch.export traces (a traced graph records nothing, and dynamo cannot trace a context
+    variable)."""
+    if torch.compiler.is_compiling():
+        return None
     return _active.get()
 
 
