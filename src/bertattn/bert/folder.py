@@ -87,6 +87,8 @@ class ModelFolder:
         pooling: ``"mean"`` / ``"cls"`` / ``"max"`` (plain Hugging Face folders: ``"cls"``).
         normalize: L2-normalize the embeddings (a sentence-transformers Normalize module).
         max_length: ``max_seq_length`` of ``sentence_bert_config.json`` (None: the tokenizer's).
+        do_lower_case: ``sentence_bert_config.json``'s flag: sentence-transformers lowercases
+            the texts before tokenizing.
         settings_files: the sentence-transformers files that were read (modules.json, the
             pooling config, sentence_bert_config.json).
     """
@@ -99,6 +101,7 @@ class ModelFolder:
     normalize: bool = False
     max_length: int | None = None
     settings_files: tuple[Path, ...] = field(default=(), repr=False)
+    do_lower_case: bool = False
 
     @property
     def config_path(self) -> Path:
@@ -299,6 +302,7 @@ def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
         normalize=st.normalize,
         max_length=st.max_length,
         settings_files=tuple(st.files),
+        do_lower_case=st.do_lower_case,
     )
 
 
@@ -318,6 +322,7 @@ class _SentenceSettings:
     pooling: str = "mean"
     normalize: bool = False
     max_length: int | None = None
+    do_lower_case: bool = False
     dimension: int | None = None
     pooling_path: Path | None = None
     files: list[Path] = field(default_factory=list)
@@ -388,7 +393,9 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
             )
         if kind == _TRANSFORMER:
             settings = _SentenceSettings(folder, files=[modules_path])
-            settings.max_length = _read_sbert_config(folder, settings.files)
+            settings.max_length, settings.do_lower_case = _read_sbert_config(
+                folder, settings.files
+            )
         else:
             assert settings is not None
             settings.pooling_path = folder / "config.json"
@@ -468,11 +475,12 @@ def _read_pooling_mode(path: Path, cfg: dict) -> tuple[str, int | None]:
     return mode, dimension
 
 
-def _read_sbert_config(model_dir: Path, files: list[Path]) -> int | None:
-    """``max_seq_length`` of the Transformer's ``sentence_bert_config.json`` (None if absent)."""
+def _read_sbert_config(model_dir: Path, files: list[Path]) -> tuple[int | None, bool]:
+    """``max_seq_length`` (None if absent) and ``do_lower_case`` of the Transformer's
+    ``sentence_bert_config.json``."""
     path = model_dir / "sentence_bert_config.json"
     if not path.is_file():
-        return None
+        return None, False
     cfg = read_json_object(path)
     files.append(path)
     length = cfg.get("max_seq_length")
@@ -487,4 +495,4 @@ def _read_sbert_config(model_dir: Path, files: list[Path]) -> int | None:
         check_bool("do_lower_case", cfg.get("do_lower_case", False))
     except ValueError as exc:
         raise _field_error(path, exc) from None
-    return length  # type: ignore[return-value]
+    return length, bool(cfg.get("do_lower_case", False))  # type: ignore[return-value]

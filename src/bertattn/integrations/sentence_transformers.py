@@ -23,7 +23,6 @@ loads back with this module; the module's own files are a plain Hugging Face BER
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from ..bert.checkpoint import bertattn_to_hf_keys
 from ..bert.config import BertConfig
 from ..bert.folder import ModelFolder, ModelFolderNotFoundError, resolve_model
 from ..bert.model import BertModel
-from ..errors import ModelFolderError
+from ..bert.st_compat import SentenceTransformerConfig
 
 try:  # sentence-transformers >= 6
     from sentence_transformers.base.modules import InputModule, Normalize
@@ -74,18 +73,6 @@ def _module_folder(path: Path, max_length: int | None) -> ModelFolder:
     return ModelFolder(
         str(path), path, path, BertConfig.from_json_file(config_path), max_length=max_length
     )
-
-
-def _read_object(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelFolderError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelFolderError(f"{path}: expected a JSON object.")
-    return data
 
 
 class BertattnTransformer(InputModule):
@@ -129,10 +116,7 @@ class BertattnTransformer(InputModule):
         self.attention_backend = attention_backend
         self.tokenizer = folder.load_tokenizer()
         self.model = BertModel.from_pretrained(folder, dtype=dtype, backend=attention_backend)
-        if do_lower_case is None:
-            settings = _read_object(folder.model_dir / "sentence_bert_config.json")
-            do_lower_case = bool(settings.get("do_lower_case", False))
-        self.do_lower_case = bool(do_lower_case)
+        self.do_lower_case = folder.do_lower_case if do_lower_case is None else bool(do_lower_case)
         limit = max_seq_length or folder.max_length or self.tokenizer.model_max_length
         self.max_seq_length = int(limit)
         self._prompt_lengths: dict[str, int] = {}
@@ -337,12 +321,10 @@ def bertattn_sentence_transformer(
     ]
     if folder.normalize:
         modules.append(Normalize())
-    settings = _read_object(folder.root / "config_sentence_transformers.json")
-    extra: dict[str, Any] = {}
-    if isinstance(settings.get("prompts"), dict):
-        extra["prompts"] = settings["prompts"]
-    if isinstance(settings.get("default_prompt_name"), str):
-        extra["default_prompt_name"] = settings["default_prompt_name"]
-    if isinstance(settings.get("similarity_fn_name"), str):
-        extra["similarity_fn_name"] = settings["similarity_fn_name"]
+    st = SentenceTransformerConfig.read(folder)  # as Bert reads it: one reader, checked
+    extra: dict[str, Any] = {"prompts": st.prompts}
+    if st.default_prompt_name is not None:
+        extra["default_prompt_name"] = st.default_prompt_name
+    if st.similarity_fn_name is not None:
+        extra["similarity_fn_name"] = st.similarity_fn_name
     return SentenceTransformer(modules=modules, device=device, **extra)
