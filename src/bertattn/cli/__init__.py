@@ -171,6 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prefix} interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except SystemExit as exc:  # SIGTERM / SIGHUP turned into SystemExit(128 + N) on the way out
+        if isinstance(exc.code, int) and exc.code > 128:
+            signum = exc.code - 128
+            print(f"{prefix} stopped by signal {signum}; no output written", file=sys.stderr)
+        raise
     except BrokenPipeError:  # stdout closed early (| head): stop quietly, as Unix tools do
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
