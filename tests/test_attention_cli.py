@@ -65,7 +65,7 @@ def test_cli_env_overrides_and_dropped_variables(cli, tiny_checkpoint, tmp_path,
     src = tmp_path / "in.txt"
     src.write_text("".join(f"line {i} of the text\n" for i in range(40)))
     args = ["encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint]
-    args += ["--resumable", "--chunk-tokens", "30"]
+    args += ["--resumable", "--chunk-size", "100"]
     monkeypatch.setenv("BERTATTN_TEST_FAIL_CHUNK", "0")  # not inherited by the command
     monkeypatch.setenv("RANK", "7")  # nor torchrun's variables
     r = cli(*args, env={"BERTATTN_TEST_FAIL_CHUNK": "2"})

@@ -50,6 +50,11 @@ def _work(tmp_path: Path) -> Path:
     (d / "broken.jsonl").write_text('{"text": "a"\n', encoding="utf-8")
     (d / "bad.txt").write_bytes(b"fine\nbroken \xff\xfe here\n")
     (d / "afolder.npy").mkdir()
+    (d / "afolder.npy" / "x").write_text("someone else's file\n")
+    (d / "empty").mkdir()
+    (d / "texts").mkdir()
+    (d / "texts" / "t.txt").write_text("one\n")
+    (d / "damaged.txt.gz").write_bytes(b"\x1f\x8b\x08\x00 this is not gzip data")
     (d / "model.txt").write_text("not a model folder\n")
     os.symlink("d.jsonl", d / "link.jsonl")
     os.link(d / "d.jsonl", d / "hard.jsonl")
@@ -87,10 +92,10 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "exceeds what the model takes (max_position_embeddings 512)",
     ),
     (
-        "chunk-tokens-alone",
-        ENC + ["in.txt", "-o", "o.npy", "--chunk-tokens", "100"],
+        "chunk-size-alone",
+        ENC + ["in.txt", "-o", "o.npy", "--chunk-size", "100K"],
         2,
-        "--chunk-tokens applies only to a chunked run",
+        "--chunk-size applies only to a chunked run",
     ),
     (
         "timeout-alone",
@@ -111,11 +116,33 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "--timeout must be a number of seconds > 0",
     ),
     (
-        "chunk-tokens-0",
-        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--chunk-tokens", "0"],
+        "chunk-size-0",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--chunk-size", "0"],
         2,
-        "--chunk-tokens must be an integer >= 1",
+        "--chunk-size '0': expected a size like 512K, 16M or 1G",
     ),
+    (
+        "chunk-size-unit",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--chunk-size", "12X"],
+        2,
+        "--chunk-size '12X': expected a size like 512K",
+    ),
+    ("glob-matches-nothing", ENC + ["nothing-*.txt", "-o", "o.npy"], 2, "matches no file"),
+    ("input-folder-empty", ENC + ["empty/", "-o", "o.npy"], 2, "input folder empty holds no file"),
+    ("sharded-out-is-file", ENC + ["in.txt", "-o", "in.txt/"], 2, "in.txt is a file; a sharded"),
+    (
+        "sharded-out-foreign",
+        ENC + ["in.txt", "-o", "afolder.npy/"],
+        2,
+        "holds files bertattn did not write (x)",
+    ),
+    (
+        "sharded-out-holds-input",
+        ENC + ["texts/", "-o", "texts/"],
+        2,
+        "holds the input file texts/t.txt",
+    ),
+    ("gzip-damaged", ENC + ["damaged.txt.gz", "-o", "o.npy"], 1, "cannot decompress"),
     (
         "resumable-batch-0",
         ENC + ["in.txt", "-o", "o.npy", "--resumable", "--batch-size", "0"],
@@ -153,7 +180,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("no-output", ENC + ["in.txt"], 2, "-o/--output"),
     # inputs
     ("input-missing", ENC + ["nothere.txt", "-o", "o.npy"], 2, "nothere.txt does not exist"),
-    ("input-folder", ENC + ["afolder.npy", "-o", "o.npy"], 2, "afolder.npy is a folder"),
+    ("input-device", ENC + ["/dev/null", "-o", "o.npy"], 2, "not a regular file or a folder"),
     ("input-bad-utf8", ENC + ["bad.txt", "-o", "o.npy"], 1, "bad.txt: line 2: invalid UTF-8"),
     ("jsonl-broken", ENC + ["broken.jsonl", "-o", "o.npy"], 1, "line 1: not valid JSON"),
     ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),

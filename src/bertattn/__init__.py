@@ -20,8 +20,10 @@ _EXPORTS = {
     "BertModel": ".bert",
     "Dispatch": ".attention",
     "DispatchLog": ".attention",
+    "Embeddings": ".corpus",
     "MultiHeadAttention": ".attention",
     "explain": ".attention",
+    "open_embeddings": ".corpus",
     "prepare_mask": ".attention",
     "register_backend": ".attention",
 }
@@ -34,9 +36,11 @@ __all__ = [
     "BertModel",
     "Dispatch",
     "DispatchLog",
+    "Embeddings",
     "MultiHeadAttention",
     "__version__",
     "explain",
+    "open_embeddings",
     "prepare_mask",
     "register_backend",
 ]
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
         register_backend,
     )
     from .bert import Bert, BertConfig, BertModel
+    from .corpus import Embeddings, open_embeddings
     from .maps import AttentionMaps
 
 

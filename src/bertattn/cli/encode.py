@@ -30,11 +30,18 @@ def run(args: argparse.Namespace) -> int:
     options = from_namespace(EncodeOptions, args)
     bars: list = []
 
-    def progress(total: int):  # type: ignore[no-untyped-def]
+    def progress(total: int, unit: str = "text"):  # type: ignore[no-untyped-def]
         from tqdm import tqdm
 
         show = show_progress(forced=options.progress, quiet=options.quiet)
-        bar = tqdm(total=total, unit="text", desc="encode", file=sys.stderr, disable=not show)
+        bar = tqdm(
+            total=total,
+            unit=unit,
+            unit_scale=unit == "B",
+            desc="encode",
+            file=sys.stderr,
+            disable=not show,
+        )
         bars.append(bar)
         return bar.update
 
@@ -43,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("bertattn.distributed")
     log.addHandler(handler)
     log.setLevel(logging.WARNING if options.quiet else logging.INFO)
-    keep = f"{options.output}.parts"
+    keep = str(options.output) if options.sharded else f"{options.output}.parts"
     try:
         summary = run_encode(options, progress=progress)
     except (KeyboardInterrupt, SystemExit):

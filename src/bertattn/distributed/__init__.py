@@ -1,36 +1,40 @@
-"""Distributed, resumable, lossless encoding of many texts (what ``bertattn encode`` runs under
-torchrun, with ``--workers N``, or with ``--resumable``; the job around it — reading the input,
-the options, writing the output — is :mod:`bertattn.jobs.encode`).
+"""Distributed, resumable, lossless encoding of a corpus (what ``bertattn encode`` runs under
+torchrun, with ``--workers N``, with ``--resumable`` or into a sharded output folder; the job
+around it — the options, the model, reading a chunk's lines — is :mod:`bertattn.jobs.encode`).
 
-plan.py     chunks of consecutive lines, their balanced assignment to ranks, run identity
-store.py    the parts folder next to the output: manifest, chunk parts, assembly
-runner.py   one rank's run: plan (rank 0), encode its chunks, wait, assemble (rank 0)
+plan.py     byte-range chunks at line boundaries (O(chunks) to plan), run identity
+store.py    the chunk folder: manifest, claims, shards, counts, the index
+group.py    ranks: torch.distributed, or one process alone
+runner.py   one rank's run: plan (rank 0), take and encode chunks, wait, finish (rank 0)
 launch.py   ``--workers N``: the same command as N local ranks through torchrun
 """
 
+from .group import Group, RankInfo, SoloGroup, TorchGroup
 from .launch import launch_workers
-from .plan import Chunk, assign_chunks, chunk_token_target, make_chunks
+from .plan import Chunk, auto_chunk_bytes, make_chunks
 from .runner import (
     ChunkedSummary,
     ChunkFailed,
     DistributedEncodeError,
-    RankInfo,
-    encode_chunked,
+    run_chunks,
     run_identity,
 )
-from .store import PartsFolder
+from .store import ChunkStore, Piece
 
 __all__ = [
     "Chunk",
     "ChunkFailed",
+    "ChunkStore",
     "ChunkedSummary",
     "DistributedEncodeError",
-    "PartsFolder",
+    "Group",
+    "Piece",
     "RankInfo",
-    "assign_chunks",
-    "chunk_token_target",
-    "encode_chunked",
+    "SoloGroup",
+    "TorchGroup",
+    "auto_chunk_bytes",
     "launch_workers",
     "make_chunks",
+    "run_chunks",
     "run_identity",
 ]

@@ -1,124 +1,138 @@
-"""Planning a chunked encode: chunks of consecutive lines, their assignment to ranks, and the
-identity (input, model, settings) that the manifest records so a rerun can resume safely.
+"""Planning a chunked encode: chunks of consecutive lines cut by byte ranges, and the identity
+(inputs, model, settings) that the manifest records so a rerun can resume safely.
 
-Everything here is deterministic: the same token counts and target give the same chunks, the
-same chunks and world size give the same assignment.
+Planning reads nothing but a few bytes at each cut (to put it at a line start), so its cost is
+O(number of chunks), not O(lines): no rank waits for a serial pass over the corpus. A
+compressed file cannot be entered in the middle and is one chunk. Balance comes from many
+chunks handed out one at a time (:mod:`bertattn.distributed.store`, claims), not from a
+precomputed cost. Everything here is deterministic: the same files and chunk size give the same
+chunks, whatever the number of ranks.
 """
 
 from __future__ import annotations
 
 import hashlib
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..corpus.sources import Source
 from ..errors import UsageError
 
 __all__ = [
     "FORMAT_VERSION",
     "Chunk",
-    "assign_chunks",
+    "auto_chunk_bytes",
     "check_identity",
-    "chunk_token_target",
     "make_chunks",
     "sha256_file",
     "sha256_files",
 ]
 
-FORMAT_VERSION = 1
-MAX_AUTO_CHUNK_TOKENS = 65536  # auto chunks: at most this many tokens ...
-MIN_AUTO_CHUNK_TOKENS = 8192  # ... at least this many (many batches: little padding) ...
-AUTO_CHUNKS = 64  # ... and about this many chunks in between (balance for up to ~16 ranks)
+FORMAT_VERSION = 2
+MIN_AUTO_CHUNK_BYTES = 64 << 10  # auto chunks: at least 64 KiB ...
+MAX_AUTO_CHUNK_BYTES = 32 << 20  # ... at most 32 MiB ...
+AUTO_CHUNKS = 256  # ... and about this many in between (dynamic balance for up to ~64 ranks)
+_SEEK = 4 << 10  # bytes first read while looking for the end of a line
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """Lines ``start`` (inclusive) to ``end`` (exclusive), 0-based; ``tokens``: their token
-    count (specials included, after truncation), the unit of work."""
+    """Bytes ``start`` (a line start) to ``end`` (after a newline, or the file's end) of input
+    file ``file`` (its position in the corpus); ``name`` is the file's name, for messages."""
 
     index: int
+    file: int
     start: int
     end: int
-    tokens: int
+    name: str = ""
 
     @property
-    def lines(self) -> int:
+    def size(self) -> int:
         return self.end - self.start
 
     def describe(self) -> str:
-        return f"chunk {self.index} (lines {self.start + 1}-{self.end})"
+        return (
+            f"chunk {self.index} ({self.name or f'file {self.file}'} bytes {self.start}-{self.end})"
+        )
 
     def to_list(self) -> list[int]:
-        return [self.index, self.start, self.end, self.tokens]
+        return [self.index, self.file, self.start, self.end]
 
     @classmethod
-    def from_list(cls, row: Sequence[int]) -> Chunk:
-        index, start, end, tokens = (int(x) for x in row)
-        return cls(index, start, end, tokens)
+    def from_list(cls, row: Sequence[int], names: Sequence[str] = ()) -> Chunk:
+        index, file, start, end = (int(x) for x in row)
+        return cls(index, file, start, end, names[file] if file < len(names) else "")
 
 
-def chunk_token_target(total_tokens: int, chunk_tokens: int | None = None) -> int:
-    """Tokens per chunk: ``chunk_tokens`` when given, else ``total / 64`` clamped to
-    [8192, 65536] (a function of the input only, never of the world size, so a rerun with
-    another number of ranks finds the same chunks)."""
-    if chunk_tokens is not None:
-        if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
-            raise ValueError(f"chunk_tokens must be a positive int, got {chunk_tokens!r}.")
-        return chunk_tokens
+def auto_chunk_bytes(total_bytes: int) -> int:
+    """Bytes per chunk without ``--chunk-size``: ``total / 256`` within [64 KiB, 32 MiB] (a
+    function of the input only, never of the world size, so a rerun with another number of
+    ranks finds the same chunks)."""
     return min(
-        MAX_AUTO_CHUNK_TOKENS, max(MIN_AUTO_CHUNK_TOKENS, math.ceil(total_tokens / AUTO_CHUNKS))
+        MAX_AUTO_CHUNK_BYTES, max(MIN_AUTO_CHUNK_BYTES, math.ceil(total_bytes / AUTO_CHUNKS))
     )
 
 
-def make_chunks(token_counts: Sequence[int], target: int) -> list[Chunk]:
-    """Cut lines into consecutive chunks of at most ``target`` tokens (a single longer line is a
-    chunk of its own). Together the chunks cover every line exactly once, in order."""
-    if target < 1:
-        raise ValueError(f"target must be >= 1 token, got {target}.")
+def _line_end(src: Source, pos: int) -> int:
+    """The first line start at or after ``pos`` (just after a newline at ``pos - 1`` or later),
+    or the file's size. Reads 4 KiB first, then twice as much each time, up to 1 MiB."""
+    at, n = pos - 1, _SEEK
+    while at < src.size:
+        piece = src.read_at(at, n)
+        if not piece:
+            break
+        hit = piece.find(b"\n")
+        if hit >= 0:
+            return at + hit + 1
+        at += len(piece)
+        n = min(2 * n, 1 << 20)
+    return src.size
+
+
+def make_chunks(files: Sequence[Source], chunk_bytes: int) -> list[Chunk]:
+    """Cut every file into chunks of about ``chunk_bytes`` (each ends at the first line end at
+    or after its nominal size; a line longer than that is one chunk); a compressed file is one
+    chunk, an empty file none. Together the chunks cover every byte, hence every line, once."""
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}.")
     chunks: list[Chunk] = []
-    start = acc = 0
-    for i, n in enumerate(token_counts):
-        if i > start and acc + n > target:
-            chunks.append(Chunk(len(chunks), start, i, acc))
-            start, acc = i, 0
-        acc += int(n)
-    if start < len(token_counts):
-        chunks.append(Chunk(len(chunks), start, len(token_counts), acc))
+    for i, src in enumerate(files):
+        if src.size == 0:
+            continue
+        if src.compression is not None:
+            chunks.append(Chunk(len(chunks), i, 0, src.size, src.name))
+            continue
+        pos = 0
+        while pos < src.size:
+            end = src.size if pos + chunk_bytes >= src.size else _line_end(src, pos + chunk_bytes)
+            chunks.append(Chunk(len(chunks), i, pos, end, src.name))
+            pos = end
     return chunks
 
 
-def check_partition(chunks: Sequence[Chunk], lines: int) -> None:
-    """Raise unless ``chunks`` (in index order) cover lines ``0 .. lines-1`` exactly once."""
-    pos = 0
-    for i, c in enumerate(chunks):
-        if c.index != i or c.start != pos or c.end <= c.start:
+def check_partition(chunks: Sequence[Chunk], files: Sequence[Source]) -> None:
+    """Raise unless ``chunks`` (in index order) cover every non-empty file, byte 0 to its size,
+    exactly once, files in order."""
+    expect = [(i, f.size) for i, f in enumerate(files) if f.size]
+    k = 0
+    for i, size in expect:
+        pos = 0
+        while pos < size:
+            c = chunks[k] if k < len(chunks) else None
+            if c is None or c.index != k or c.file != i or c.start != pos or c.end <= c.start:
+                raise ValueError(
+                    f"the chunk list is inconsistent at chunk {k} (expected file {i} from byte "
+                    f"{pos}); pass --restart to discard it."
+                )
+            pos, k = c.end, k + 1
+        if pos != size:
             raise ValueError(
-                f"the chunk list is inconsistent at {c.describe()} (expected chunk {i} starting "
-                f"at line {pos + 1}); pass --restart to discard it."
+                f"the chunks of file {i} end at byte {pos}, the file has {size}; pass --restart."
             )
-        pos = c.end
-    if pos != lines:
-        raise ValueError(
-            f"the chunks cover {pos} lines but the input has {lines}; pass --restart to discard "
-            f"them."
-        )
-
-
-def assign_chunks(chunks: Sequence[Chunk], world_size: int) -> list[list[Chunk]]:
-    """Balance chunks over ranks by token count: greedy longest-processing-time (the biggest
-    chunk first, to the least-loaded rank; ties go to the lower chunk index and the lower rank).
-    Returns one list per rank, each in chunk order."""
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}.")
-    heap = [(0, rank) for rank in range(world_size)]  # (tokens so far, rank)
-    out: list[list[Chunk]] = [[] for _ in range(world_size)]
-    for chunk in sorted(chunks, key=lambda c: (-c.tokens, c.index)):
-        load, rank = heapq.heappop(heap)
-        out[rank].append(chunk)
-        heapq.heappush(heap, (load + chunk.tokens, rank))
-    return [sorted(mine, key=lambda c: c.index) for mine in out]
+    if k != len(chunks):
+        raise ValueError(f"the chunk list has {len(chunks) - k} chunk(s) too many; pass --restart.")
 
 
 # ---------------------------------------------------------------------- identity
@@ -152,12 +166,18 @@ def check_identity(old: dict, new: dict, parts_dir: Path) -> None:
             f"{parts_dir} was written in parts format {old.get('format')!r}, this bertattn "
             f"writes format {new['format']} — {fix}."
         )
-    o_in, n_in = old.get("input", {}), new["input"]
-    if o_in.get("sha256") != n_in["sha256"]:
+    o_in, n_in = old.get("inputs", []), new["inputs"]
+    if [f.get("path") for f in o_in] != [f["path"] for f in n_in]:
         raise UsageError(
-            f"the input file changed since the interrupted run (sha256 "
-            f"{_short(str(o_in.get('sha256')))}…, now {_short(n_in['sha256'])}…) — {fix}."
+            f"the input files differ from the interrupted run's ({len(o_in)} file(s) then, "
+            f"{len(n_in)} now) — {fix}."
         )
+    for o, n in zip(o_in, n_in, strict=True):
+        if o != n:
+            what = ", ".join(k for k in n if o.get(k) != n[k] and k != "path")
+            raise UsageError(
+                f"the input file {n['path']} changed since the interrupted run ({what}) — {fix}."
+            )
     o_m, n_m = old.get("model", {}), new["model"]
     if o_m.get("sha256") != n_m["sha256"]:
         raise UsageError(

@@ -1,17 +1,19 @@
 """The chunked, resumable encode, on one rank of N (N = 1 works too).
 
-Each rank runs :func:`encode_chunked`. Rank 0 locks the parts folder, plans (reads or writes the
-manifest, finds the finished chunks, balances the pending ones over the ranks) and broadcasts the
-plan; every rank encodes its chunks on its own device and writes each one to the parts folder;
-all ranks wait until every part exists (polling the folder, so a slow rank is never mistaken for
-a dead one: a run fails only when a rank reports a failure or no chunk finishes for ``timeout``
-seconds); after a barrier rank 0 assembles the embeddings in input order, hands them to the
-caller's ``write`` and removes the parts folder. Reading the input and writing the output are
-the job's (:mod:`bertattn.jobs.encode`).
+Every rank runs :func:`run_chunks`. Rank 0 locks the chunk folder and plans: it reads the
+manifest (a rerun) or cuts the input into byte-range chunks (O(chunks): a few bytes read per
+cut, no pass over the lines), finds the finished chunks and broadcasts the plan. Then every rank
+takes pending chunks one at a time (a claim file created with O_EXCL: exactly one rank gets each;
+a rank that finishes early simply takes more), encodes each on its own device and writes it as a
+shard. All ranks wait until every chunk is finished (polling the folder, so a slow rank is never
+mistaken for a dead one: a run fails only when a rank reports a failure or no chunk finishes for
+``timeout`` seconds); after a barrier rank 0 writes the index of a sharded output, or hands the
+rows in input order to the caller's ``finish`` (a single output file) and removes the folder.
 
-The output equals a single-process encode up to float rounding (≤ 1e-6 here, not always
-byte-identical): batches are formed within a chunk (sorted by length, deterministic), so they
-differ from the whole-file batches.
+What a chunk is encoded with is the caller's ``work(chunk)``: the job reads the chunk's lines
+and runs the model (:mod:`bertattn.jobs.encode`); the tests run a billion-line input with a
+stub. The output equals a single-process encode up to float rounding (≤ 1e-6 here): batches are
+formed within a chunk, so their padding differs from the whole-input batches.
 
 Test hooks (environment variables, read by every rank): ``BERTATTN_TEST_FAIL_CHUNK=3`` (or
 ``3,5``) makes encoding those chunks raise; ``BERTATTN_TEST_CHUNK_DELAY=0.5`` sleeps that many
@@ -23,28 +25,24 @@ from __future__ import annotations
 import logging
 import os
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
-import torch
-
+from ..corpus.embeddings import Embeddings
+from ..corpus.sources import Source
 from ..files import FolderLock
+from .group import Group, RankInfo, SoloGroup, TorchGroup
 from .plan import (
     FORMAT_VERSION,
     Chunk,
-    assign_chunks,
+    auto_chunk_bytes,
     check_identity,
     check_partition,
-    chunk_token_target,
     make_chunks,
-    sha256_file,
     sha256_files,
 )
-from .store import PartsFolder
+from .store import ChunkStore, Piece
 
 logger = logging.getLogger("bertattn.distributed")
 
@@ -53,12 +51,15 @@ __all__ = [
     "ChunkedSummary",
     "DistributedEncodeError",
     "RankInfo",
-    "encode_chunked",
+    "run_chunks",
     "run_identity",
 ]
 
 DEFAULT_TIMEOUT = 1800.0
 _POLL = 0.2
+
+Work = Callable[[Chunk], Iterable[Piece]]
+Progress = Callable[[int], Callable[[int], object]]
 
 
 class DistributedEncodeError(RuntimeError):
@@ -66,36 +67,7 @@ class DistributedEncodeError(RuntimeError):
 
 
 class ChunkFailed(DistributedEncodeError):
-    """Encoding a chunk raised (on this rank or, reported through the parts folder, another)."""
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    """``WORLD_SIZE`` / ``RANK`` / ``LOCAL_RANK`` as torchrun sets them (1 / 0 / 0 without)."""
-
-    world_size: int = 1
-    rank: int = 0
-    local_rank: int = 0
-
-    @classmethod
-    def from_env(cls) -> RankInfo:
-        values = []
-        for name, default in (("WORLD_SIZE", 1), ("RANK", 0), ("LOCAL_RANK", 0)):
-            raw = os.environ.get(name, "")
-            try:
-                values.append(int(raw) if raw else default)
-            except ValueError:
-                raise ValueError(
-                    f"environment variable {name}={raw!r} is not an integer."
-                ) from None
-        info = cls(*values)
-        if info.world_size < 1 or not 0 <= info.rank < info.world_size:
-            raise ValueError(f"RANK={info.rank} is not in 0..WORLD_SIZE-1 ({info.world_size}).")
-        return info
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device(f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu")
+    """Encoding a chunk raised (on this rank or, reported through the folder, another)."""
 
 
 @dataclass
@@ -115,7 +87,7 @@ class ChunkedSummary:
     computed: list[int] = field(default_factory=list)
     reused: list[int] = field(default_factory=list)
     computed_lines: int = 0
-    rank_tokens: list[int] = field(default_factory=list)
+    rank_chunks: list[int] = field(default_factory=list)
 
     @property
     def padding_ratio(self) -> float:
@@ -123,115 +95,62 @@ class ChunkedSummary:
 
     def __str__(self) -> str:
         rate = self.computed_lines / self.seconds if self.seconds > 0 else float("inf")
+        per_rank = ", ".join(map(str, self.rank_chunks))
         return (
             f"{self.texts} lines ({self.empty} empty, {self.truncated} truncated to "
             f"{self.max_length} tokens), {self.tokens} tokens, padding {self.padding_ratio:.1%} "
             f"({self.texts} x {self.width} float32) in {self.seconds:.1f}s, "
             f"{rate:.1f} sentences/s; {self.world_size} rank(s), {self.chunks} chunks: "
-            f"{len(self.computed)} computed, {len(self.reused)} reused"
+            f"{len(self.computed)} computed, {len(self.reused)} reused; chunks per rank: "
+            f"{per_rank}"
         )
 
 
-# ---------------------------------------------------------------------- process group
-def _init_group(info: RankInfo, timeout: float) -> bool:
-    """Join torchrun's process group (env:// rendezvous): nccl on CUDA, gloo on CPU."""
-    import torch.distributed as dist
-
-    if info.world_size == 1 or dist.is_initialized():
-        return False
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(info.local_rank)
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
-    return True
-
-
-def _broadcast(obj: object, info: RankInfo) -> object:
-    if info.world_size == 1:
-        return obj
-    import torch.distributed as dist
-
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def _barrier(info: RankInfo) -> None:
-    if info.world_size > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-
-
-# ---------------------------------------------------------------------- planning (rank 0)
-def _token_counts(bert, texts: Sequence[str], limit: int, block: int = 8192) -> list[int]:
-    counts: list[int] = []
-    for i in range(0, len(texts), block):
-        counts += [
-            len(e.ids) for e in bert.tokenizer.encode_batch(texts[i : i + block], max_length=limit)
-        ]
-    return counts
-
-
 def run_identity(
-    input_path: Path, lines: int, model_name: str, model_files: Sequence[Path], settings: dict
+    inputs: Sequence[dict], model_name: str, model_files: Sequence[Path], settings: dict
 ) -> dict:
-    """What a manifest records so that a rerun resumes only the same work: the input (path,
-    hash, line count), the model (name, hash of its files) and the settings."""
+    """What a manifest records so that a rerun resumes only the same work: the input files
+    (:meth:`bertattn.corpus.InputFile.identity` each), the model (name, hash of its files)
+    and the settings."""
     return {
         "format": FORMAT_VERSION,
-        "input": {"path": str(input_path), "sha256": sha256_file(input_path), "lines": lines},
+        "inputs": list(inputs),
         "model": {"path": model_name, "sha256": sha256_files(model_files)},
         "settings": settings,
     }
 
 
+# ---------------------------------------------------------------------- planning (rank 0)
 def _plan(
-    parts: PartsFolder,
+    store: ChunkStore,
     identity: dict,
+    files: Sequence[Source],
     *,
-    bert,
-    texts: Sequence[str],
-    limit: int,
-    chunk_tokens: int | None,
+    chunk_bytes: int | None,
     restart: bool,
+    width: int,
     world_size: int,
 ) -> dict:
-    """Rank 0: the chunks (from the manifest when resuming), which are done, who does the rest."""
+    """Rank 0: the chunks (from the manifest when resuming) and which are done already."""
     if restart:
-        parts.clear()
-    manifest = parts.read_manifest()
+        store.clear()
+    manifest = store.read_manifest()
+    names = [f.name for f in files]
     if manifest is not None:
-        check_identity(manifest, identity, parts.path)
-        chunks = [Chunk.from_list(row) for row in manifest.get("chunks", [])]
-        check_partition(chunks, len(texts))
+        check_identity(manifest, identity, store.path)
+        chunks = [Chunk.from_list(row, names) for row in manifest.get("chunks", [])]
+        check_partition(chunks, files)
     else:
-        counts = _token_counts(bert, texts, limit)
-        target = chunk_token_target(sum(counts), chunk_tokens)
-        chunks = make_chunks(counts, target)
-        parts.create()
-        parts.write_manifest(
-            {**identity, "chunk_tokens": target, "chunks": [c.to_list() for c in chunks]}
+        size = chunk_bytes or auto_chunk_bytes(sum(f.size for f in files))
+        chunks = make_chunks(files, size)
+        store.create()
+        store.write_manifest(
+            {**identity, "chunk_bytes": size, "chunks": [c.to_list() for c in chunks]}
         )
-    parts.clean_temp()
-    parts.clear_failures()
-    width = bert.model.config.hidden_size
-    done = [c.index for c in chunks if parts.has_part(c, width)]
-    pending = [c for c in chunks if c.index not in set(done)]
-    assignment = assign_chunks(pending, world_size)
-    run = {
-        "world_size": world_size,
-        "reused": done,
-        "assignment": [[c.index for c in mine] for mine in assignment],
-        "rank_tokens": [sum(c.tokens for c in mine) for mine in assignment],
-    }
-    parts.write_run(run)
-    return {
-        "chunks": [c.to_list() for c in chunks],
-        "reused": done,
-        "assignment": run["assignment"],
-        "rank_tokens": run["rank_tokens"],
-    }
+    store.start_run()
+    done = [c.index for c in chunks if store.has_part(c, width)]
+    store.write_run({"world_size": world_size, "reused": done, "started": time.time()})
+    return {"chunks": [c.to_list() for c in chunks], "reused": done}
 
 
 # ---------------------------------------------------------------------- encoding (each rank)
@@ -241,41 +160,46 @@ def _test_hooks() -> tuple[set[int], float]:
     return fail, delay
 
 
+def _counted(pieces: Iterable[Piece], add: Callable[[int], object]) -> Iterator[Piece]:
+    for piece in pieces:
+        yield piece
+        if piece[3]:
+            add(piece[3])
+
+
 def _encode_chunks(
-    bert,
-    texts: Sequence[str],
-    mine: Sequence[Chunk],
-    parts: PartsFolder,
-    info: RankInfo,
-    kwargs: dict,
-    progress: Callable[[int], object] | None,
+    store: ChunkStore,
+    chunks: Sequence[Chunk],
+    reused: set[int],
+    work: Work,
+    width: int,
+    rank: int,
+    update: _Progress,
 ) -> None:
+    """Take pending chunks one at a time, in input order, until none is left."""
     fail, delay = _test_hooks()
-    for chunk in mine:
+    for chunk in chunks:
+        if chunk.index in reused or not store.claim(chunk, rank):
+            continue
+        update.mine.add(chunk.index)
+        done = [0]
+
+        def add(n: int, done: list[int] = done) -> None:
+            done[0] += n
+            update.own(n)
+
         try:
             if chunk.index in fail:
                 raise RuntimeError(f"injected failure (BERTATTN_TEST_FAIL_CHUNK={chunk.index})")
-            with warnings.catch_warnings():  # truncation was reported once, by the plan
-                warnings.simplefilter("ignore")
-                emb, st = bert.encode_with_stats(
-                    texts[chunk.start : chunk.end], progress=progress, **kwargs
-                )
-            stats = {
-                "rows": st.texts,
-                "empty": st.empty,
-                "truncated": st.truncated,
-                "tokens": st.tokens,
-                "padded": st.padded,
-                "rank": info.rank,
-            }
-            parts.write_part(chunk, emb, stats)
+            store.write_part(chunk, _counted(work(chunk), add), width, rank)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            parts.mark_failed(info.rank, chunk, error)
+            store.mark_failed(rank, chunk, error)
             raise ChunkFailed(
-                f"rank {info.rank} failed on {chunk.describe()}: {error}; the finished chunks "
-                f"are kept in {parts.path}: rerun the same command to resume"
+                f"rank {rank} failed on {chunk.describe()}: {error}; the finished chunks are "
+                f"kept in {store.path}: rerun the same command to resume"
             ) from exc
+        update.own(chunk.size - done[0])  # a compressed chunk is counted at its end
         if delay:
             time.sleep(delay)
 
@@ -286,27 +210,24 @@ def _missing(chunks: Sequence[Chunk], present: set[int]) -> str:
     return f"{len(gone)} chunk(s) not written: {shown}"
 
 
-def _wait_for_parts(
-    parts: PartsFolder,
-    chunks: Sequence[Chunk],
-    timeout: float,
-    on_new: Callable[[set[int]], object],
+def _wait_for_chunks(
+    store: ChunkStore, chunks: Sequence[Chunk], timeout: float, update: _Progress, poll: float
 ) -> None:
-    """Until every chunk's part exists; fail on a failure marker or ``timeout`` seconds
-    without a new part."""
-    seen = parts.present(chunks)
+    """Until every chunk is finished; fail on a failure marker or ``timeout`` seconds without a
+    newly finished chunk."""
+    seen = store.present(chunks)
     last = time.monotonic()
     while len(seen) < len(chunks):
-        failures = parts.failures()
+        failures = store.failures()
         if failures:
             f = failures[0]
             raise ChunkFailed(
                 f"rank {f.get('rank')} failed on {f.get('what')}: {f.get('error')}; "
-                f"{_missing(chunks, parts.present(chunks))}. Rerun the same command to resume."
+                f"{_missing(chunks, store.present(chunks))}. Rerun the same command to resume."
             )
-        now = parts.present(chunks)
+        now = store.present(chunks)
         if now - seen:
-            on_new(now - seen)
+            update.others(now)
             seen |= now
             last = time.monotonic()
         elif time.monotonic() - last > timeout:
@@ -315,173 +236,181 @@ def _wait_for_parts(
                 f"{_missing(chunks, seen)}. Rerun the same command to resume."
             )
         else:
-            time.sleep(_POLL)
+            time.sleep(poll)
 
 
 def _summary(
-    parts: PartsFolder, chunks: Sequence[Chunk], plan: dict, info: RankInfo, **kw
+    store: ChunkStore, chunks: Sequence[Chunk], reused: set[int], world_size: int, **kw: object
 ) -> ChunkedSummary:
-    totals = dict.fromkeys(("empty", "truncated", "tokens", "padded"), 0)
+    totals = dict.fromkeys(("texts", "empty", "truncated", "tokens", "padded"), 0)
+    per_rank = [0] * world_size
+    computed_lines = 0
     for c in chunks:
-        stats = parts.read_stats(c) or {}
-        for k in totals:
+        stats = store.read_stats(c) or {}
+        totals["texts"] += int(stats.get("rows", 0))
+        for k in ("empty", "truncated", "tokens", "padded"):
             totals[k] += int(stats.get(k, 0))
-    reused = set(plan["reused"])
+        if c.index not in reused:
+            computed_lines += int(stats.get("rows", 0))
+            rank = int(stats.get("rank", 0))
+            if 0 <= rank < world_size:
+                per_rank[rank] += 1
     return ChunkedSummary(
-        texts=sum(c.lines for c in chunks),
-        world_size=info.world_size,
+        world_size=world_size,
         chunks=len(chunks),
         computed=[c.index for c in chunks if c.index not in reused],
         reused=sorted(reused),
-        computed_lines=sum(c.lines for c in chunks if c.index not in reused),
-        rank_tokens=list(plan["rank_tokens"]),
+        computed_lines=computed_lines,
+        rank_chunks=per_rank,
         **totals,
-        **kw,
+        **kw,  # type: ignore[arg-type]
     )
 
 
-def encode_chunked(
-    bert,
-    texts: Sequence[str],
+def run_chunks(
     *,
-    parts: PartsFolder,
+    store: ChunkStore,
+    files: Sequence[Source],
     identity: dict,
-    encode_kwargs: dict,
-    write: Callable[[np.ndarray], object],
-    chunk_tokens: int | None = None,
+    work: Work,
+    width: int,
+    finish: Callable[[Embeddings], object] | None = None,
+    chunk_bytes: int | None = None,
     restart: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
-    progress: Callable[[int], Callable[[int], object]] | None = None,
-    rank_info: RankInfo | None = None,
+    progress: Progress | None = None,
+    group: Group | None = None,
+    max_length: int = 0,
+    poll: float = _POLL,
 ) -> ChunkedSummary | None:
-    """Embed ``texts`` with ``bert`` through resumable chunks in ``parts``, on this rank of
-    ``WORLD_SIZE`` (torchrun's environment; a single process without it).
+    """Encode ``files`` chunk by chunk with ``work`` into ``store``, as this rank of the run.
 
-    Rank 0 locks the parts folder (a second run on the same output is refused), plans (reusing
-    the manifest when ``identity`` matches it), and at the end assembles every chunk in input
-    order, calls ``write(embeddings)`` and removes the parts folder. ``encode_kwargs`` go to
-    :meth:`Bert.encode_with_stats` (``pooling``, ``normalize``, ``batch_size``,
-    ``max_length``). Returns the summary on rank 0, None on the others. ``progress(total)``
-    (rank 0) returns a callback that takes the number of lines just finished, by any rank.
+    ``group``: the ranks (default: torchrun's environment through torch.distributed, or this
+    process alone). Rank 0 locks the folder (a second run on the same output is refused),
+    plans (reusing the manifest when ``identity`` matches it; chunks of ``chunk_bytes``, default
+    :func:`~bertattn.distributed.plan.auto_chunk_bytes`) and at the end writes the index of a
+    sharded store, or calls ``finish(rows)`` with every row in input order and removes the
+    folder. ``work(chunk)`` yields the chunk's :data:`~bertattn.distributed.store.Piece` s.
+    Returns the summary on rank 0, None on the others. ``progress(total_bytes)`` (rank 0)
+    returns a callback that takes a number of input bytes just finished, by any rank.
     """
-    info = rank_info or RankInfo.from_env()
     started = time.perf_counter()
-    joined = _init_group(info, timeout)
-    lock = FolderLock(parts.path, what=str(parts.path)) if info.rank == 0 else None
+    owned = group is None
+    if group is None:
+        info = RankInfo.from_env()
+        group = TorchGroup(info, timeout) if info.world_size > 1 else SoloGroup()
+    lock = FolderLock(store.path, what=str(store.path)) if group.rank == 0 else None
     try:
-        limit = int(encode_kwargs["max_length"])
-        if info.rank == 0:
+        if group.rank == 0:
             try:
-                parts.create()
+                store.create()
                 lock.acquire()  # type: ignore[union-attr]
-                plan = _plan(
-                    parts,
+                plan: object = _plan(
+                    store,
                     identity,
-                    bert=bert,
-                    texts=texts,
-                    limit=limit,
-                    chunk_tokens=chunk_tokens,
+                    files,
+                    chunk_bytes=chunk_bytes,
                     restart=restart,
-                    world_size=info.world_size,
+                    width=width,
+                    world_size=group.world_size,
                 )
             except BaseException as exc:
-                _broadcast(f"rank 0 stopped the run: {exc}", info)
+                group.broadcast(f"rank 0 stopped the run: {exc}")
                 raise
-            _broadcast(plan, info)
+            group.broadcast(plan)
         else:
-            plan = _broadcast(None, info)  # type: ignore[assignment]
+            plan = group.broadcast(None)
         if isinstance(plan, str):
             raise DistributedEncodeError(plan)
-        if info.rank != 0 and not parts.manifest_path.is_file():
+        if group.rank != 0 and not store.manifest_path.is_file():
             raise DistributedEncodeError(
-                f"rank {info.rank} cannot see {parts.manifest_path}, which rank 0 wrote: the "
+                f"rank {group.rank} cannot see {store.manifest_path}, which rank 0 wrote: the "
                 f"output folder must be on a filesystem shared by every node."
             )
-        chunks = [Chunk.from_list(row) for row in plan["chunks"]]
-        by_index = {c.index: c for c in chunks}
-        mine = [by_index[i] for i in plan["assignment"][info.rank]]
-        if info.rank == 0:
+        names = [f.name for f in files]
+        chunks = [Chunk.from_list(row, names) for row in plan["chunks"]]  # type: ignore[index]
+        reused = set(plan["reused"])  # type: ignore[index]
+        if group.rank == 0:
             logger.info(
-                "%d lines in %d chunks (%d done before), %d rank(s); tokens per rank: %s",
-                len(texts),
+                "%d file(s), %d bytes in %d chunks (%d done before), %d rank(s)",
+                len(files),
+                sum(f.size for f in files),
                 len(chunks),
-                len(plan["reused"]),
-                info.world_size,
-                ", ".join(map(str, plan["rank_tokens"])),
+                len(reused),
+                group.world_size,
             )
-        update = _progress(
-            progress, info, chunks, set(plan["reused"]), set(plan["assignment"][0]), parts
-        )
+        update = _Progress.start(progress if group.rank == 0 else None, chunks, reused, store)
         try:
-            _encode_chunks(bert, texts, mine, parts, info, encode_kwargs, update.own)
-            _wait_for_parts(parts, chunks, timeout, update.others)
+            _encode_chunks(store, chunks, reused, work, width, group.rank, update)
+            _wait_for_chunks(store, chunks, timeout, update, poll)
         except DistributedEncodeError:
             raise
         except BaseException as exc:  # a signal (a peer died and torchrun stops us), Ctrl-C
-            if info.rank == 0:
+            if group.rank == 0:
                 logger.warning(
-                    "stopped (%s): %s", type(exc).__name__, _missing(chunks, parts.present(chunks))
+                    "stopped (%s): %s", type(exc).__name__, _missing(chunks, store.present(chunks))
                 )
             raise
-        _barrier(info)
-        if info.rank != 0:
+        group.barrier()
+        if group.rank != 0:
             return None
-        width = bert.model.config.hidden_size
-        write(parts.assemble(chunks, len(texts), width))
+        index = store.index(chunks, names, width)
+        if store.sharded:
+            store.finish_run()
+            store.write_index(index)
+        elif finish is not None:
+            finish(store.embeddings(index))
         summary = _summary(
-            parts,
+            store,
             chunks,
-            plan,
-            info,
-            max_length=limit,
+            reused,
+            group.world_size,
+            max_length=max_length,
             width=width,
             seconds=time.perf_counter() - started,
         )
-        parts.remove()
+        if not store.sharded:
+            store.remove()
         return summary
     finally:
         if lock is not None:
             lock.release()
-        if joined:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+        if owned:
+            group.close()
 
 
 class _Progress:
-    """Rank 0's aggregated count: its own batches as they finish, other ranks' chunks as their
-    parts appear (checked at most every 0.5 s)."""
+    """Rank 0's count of input bytes: its own pieces as they finish, other ranks' chunks as they
+    appear (checked at most every 0.5 s)."""
 
-    def __init__(self, bar, chunks, counted: set[int], own: set[int], parts: PartsFolder) -> None:
-        self.bar, self.chunks, self.counted, self.own_chunks, self.parts = (
-            bar,
-            chunks,
-            counted,
-            own,
-            parts,
-        )
-        self.lines = {c.index: c.lines for c in chunks}
+    def __init__(self, bar: Callable[[int], object] | None, chunks, counted, store) -> None:  # type: ignore[no-untyped-def]
+        self.bar, self.store, self.chunks = bar, store, chunks
+        self.counted: set[int] = set(counted)
+        self.mine: set[int] = set()
+        self.sizes = {c.index: c.size for c in chunks}
         self.next_poll = 0.0
 
+    @classmethod
+    def start(cls, progress, chunks, reused, store) -> _Progress:  # type: ignore[no-untyped-def]
+        bar = None
+        if progress is not None:
+            bar = progress(sum(c.size for c in chunks))
+            done = sum(c.size for c in chunks if c.index in reused)
+            if done:
+                bar(done)
+        return cls(bar, chunks, reused, store)
+
     def own(self, n: int) -> None:
-        if self.bar is not None:
+        if self.bar is None:
+            return
+        if n:
             self.bar(n)
-            if time.monotonic() >= self.next_poll:
-                self.next_poll = time.monotonic() + 0.5
-                self.others(self.parts.present(self.chunks))
+        if time.monotonic() >= self.next_poll:
+            self.next_poll = time.monotonic() + 0.5
+            self.others(self.store.present(self.chunks))
 
     def others(self, present: set[int]) -> None:
-        new = present - self.counted - self.own_chunks
+        new = present - self.counted - self.mine
         self.counted |= new
         if self.bar is not None and new:
-            self.bar(sum(self.lines[i] for i in new))
-
-
-def _progress(progress, info, chunks, reused, own, parts) -> _Progress:
-    bar = None
-    if progress is not None and info.rank == 0:
-        bar = progress(sum(c.lines for c in chunks))
-        done = sum(c.lines for c in chunks if c.index in reused)
-        if done:
-            bar(done)
-    return _Progress(bar, chunks, set(reused), own if info.rank == 0 else set(), parts)
+            self.bar(sum(self.sizes[i] for i in new))

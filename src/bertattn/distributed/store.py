@@ -1,14 +1,17 @@
-"""The parts folder next to the output (``OUTPUT.parts/``): the manifest, one ``.npy`` per
-finished chunk (plus a small ``.json`` with its counts), failure markers, and the assembly of
-the final output.
+"""The chunk folder of a chunked encode: ``OUTPUT.parts/`` next to a file output (removed once
+the output is written), or the output folder itself for a sharded output (``-o OUT/``).
 
 Files:
-    manifest.json           identity (input / model / settings) and the chunk list
-    run.json                the latest run's assignment of pending chunks to ranks
-    chunk-00012.json        counts of chunk 12 (rows, tokens, padded, empty, truncated)
-    chunk-00012.npy         its embeddings, (rows, E) float32; written last, so its presence
-                            means the chunk is finished
+    manifest.json           identity (inputs / model / settings) and the chunk list
+    run.json                the latest run: world size, chunks reused
+    claim-00012             chunk 12 is being computed (created with O_EXCL: exactly one rank
+                            wins it; the claims of an earlier run are removed when a run starts)
+    chunk-00012.npy         its embeddings, (rows, E) float32 (a shard)
+    chunk-00012.json        its counts (rows, empty, truncated, tokens, padded, rank, ids);
+                            written after the .npy: its presence means the chunk is finished
     failed-rank1.json       rank 1 failed (which chunk, the error): the others stop
+    index.json              (sharded output) the shards in input order, written last:
+                            :func:`bertattn.corpus.open_embeddings` reads it
 Every file is written to a temporary name and renamed into place, so a crash at any moment
 leaves only complete files (and ``.tmp`` leftovers, removed by the next run). ``.lock`` is the
 lock the running job holds (:class:`bertattn.files.FolderLock`).
@@ -19,20 +22,26 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
+from ..corpus.embeddings import FORMAT, INDEX, VERSION, Embeddings, npy_header
 from ..files import FolderLock, write_atomic
 from .plan import Chunk
 
-__all__ = ["PartsFolder"]
+__all__ = ["ChunkStore", "Piece"]
+
+#: what encoding a chunk yields, block by block: (embeddings (n, E), counts, ids or None, bytes)
+Piece = tuple[np.ndarray, dict, "list[object] | None", int]
 
 _OURS = re.compile(
-    r"(manifest\.json|run\.json|chunk-\d{5,}\.(npy|json)|failed-rank\d+\.json|\..*\.tmp|"
-    r"\.lock)\Z"
+    r"(manifest\.json|run\.json|index\.json|claim-\d{5,}|chunk-\d{5,}\.(npy|json)|"
+    r"failed-rank\d+\.json|\..*\.tmp|\.lock)\Z"
 )
+_COUNTS = ("rows", "empty", "truncated", "tokens", "padded")
 
 
 def _write_json(path: Path, obj: object) -> None:
@@ -47,20 +56,30 @@ def _read_json(path: Path) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
-class PartsFolder:
-    """``OUTPUT.parts/`` for ``output``; see the module docstring for its files."""
+class ChunkStore:
+    """The chunk folder at ``path``; ``sharded``: it is the output (kept, with an index),
+    else a work folder removed once the output file is written."""
 
-    def __init__(self, output: str | Path) -> None:
-        out = Path(output)
-        self.path = out.with_name(out.name + ".parts")
+    def __init__(self, path: str | Path, *, sharded: bool = False) -> None:
+        self.path = Path(path)
+        self.sharded = sharded
         self.manifest_path = self.path / "manifest.json"
         self.run_path = self.path / "run.json"
+        self.index_path = self.path / INDEX
+
+    @classmethod
+    def for_output(cls, output: str | Path, *, sharded: bool) -> ChunkStore:
+        out = Path(output)
+        return cls(out if sharded else out.with_name(out.name + ".parts"), sharded=sharded)
 
     def part(self, index: int) -> Path:
         return self.path / f"chunk-{index:05d}.npy"
 
     def stats_path(self, index: int) -> Path:
         return self.path / f"chunk-{index:05d}.json"
+
+    def claim_path(self, index: int) -> Path:
+        return self.path / f"claim-{index:05d}"
 
     # ------------------------------------------------------------------ folder
     def exists(self) -> bool:
@@ -73,7 +92,7 @@ class PartsFolder:
         if foreign:
             raise ValueError(
                 f"{self.path} holds files bertattn did not write ({', '.join(foreign[:5])}); "
-                f"it is not a parts folder: move it away or choose another output."
+                f"it is not a bertattn chunk folder: move it away or choose another output."
             )
 
     def create(self) -> None:
@@ -96,13 +115,22 @@ class PartsFolder:
             if p.name != FolderLock.NAME:
                 p.unlink()
 
-    def clean_temp(self) -> None:
-        for p in self.path.glob(".*.tmp"):
-            p.unlink(missing_ok=True)
+    def start_run(self) -> None:
+        """Before a run: no temporary files, claims, failures or index of an earlier one."""
+        for pattern in (".*.tmp", "claim-*", "failed-rank*.json"):
+            for p in self.path.glob(pattern):
+                p.unlink(missing_ok=True)
+        self.index_path.unlink(missing_ok=True)
+
+    def finish_run(self) -> None:
+        """After a sharded run: only the shards, their counts, the manifest and the index."""
+        for pattern in ("claim-*", "failed-rank*.json", "run.json"):
+            for p in self.path.glob(pattern):
+                p.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ manifest / run
     def read_manifest(self) -> dict | None:
-        """The manifest, or None when there is no parts folder (or an empty one)."""
+        """The manifest, or None when there is no folder (or an empty one)."""
         if not self.path.exists():
             return None
         self._check_ours()
@@ -121,38 +149,88 @@ class PartsFolder:
     def write_run(self, run: dict) -> None:
         _write_json(self.run_path, run)
 
+    # ------------------------------------------------------------------ claims
+    def claim(self, chunk: Chunk, rank: int) -> bool:
+        """Take ``chunk`` for ``rank``; False when another rank has it already."""
+        try:
+            fd = os.open(self.claim_path(chunk.index), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, f"{rank} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        return True
+
     # ------------------------------------------------------------------ chunks
-    def write_part(self, chunk: Chunk, emb: np.ndarray, stats: dict) -> None:
-        """Counts first, then the embeddings (the marker of a finished chunk)."""
-        if emb.shape[0] != chunk.lines:
-            raise ValueError(f"{chunk.describe()}: {emb.shape[0]} rows for {chunk.lines} lines.")
-        _write_json(self.stats_path(chunk.index), {"start": chunk.start, "end": chunk.end, **stats})
-        arr = np.ascontiguousarray(emb, dtype=np.float32)
-        write_atomic(self.part(chunk.index), lambda f: np.save(f, arr, allow_pickle=False))
+    def write_part(self, chunk: Chunk, pieces: Iterable[Piece], width: int, rank: int) -> dict:
+        """Stream ``pieces`` into the chunk's ``.npy`` (its header rewritten with the final
+        row count), then write its counts, the marker of a finished chunk. Returns them."""
+        counts = dict.fromkeys(_COUNTS, 0)
+        ids: list[object] = []
+        with_ids = False
+
+        def shard(f: BinaryIO) -> None:
+            nonlocal with_ids
+            f.write(npy_header(0, width))
+            for emb, stats, piece_ids, _ in pieces:
+                arr = np.ascontiguousarray(emb, dtype=np.float32)
+                if arr.ndim != 2 or arr.shape[1] != width:
+                    raise ValueError(
+                        f"{chunk.describe()}: rows of shape {arr.shape}, not (n, {width})."
+                    )
+                f.write(arr.tobytes())
+                counts["rows"] += arr.shape[0]
+                for k in _COUNTS[1:]:
+                    counts[k] += int(stats.get(k, 0))
+                if piece_ids is not None:
+                    with_ids = True
+                    ids.extend(piece_ids)
+            f.seek(0)
+            f.write(npy_header(counts["rows"], width))
+            f.seek(0, os.SEEK_END)
+
+        write_atomic(self.part(chunk.index), shard)
+        record: dict[str, object] = {
+            "file": chunk.file,
+            "start": chunk.start,
+            "end": chunk.end,
+            **counts,
+            "rank": rank,
+        }
+        if with_ids:
+            record["ids"] = ids
+        _write_json(self.stats_path(chunk.index), record)
+        return record
 
     def read_stats(self, chunk: Chunk) -> dict | None:
         stats = _read_json(self.stats_path(chunk.index))
-        if stats is None or stats.get("start") != chunk.start or stats.get("end") != chunk.end:
+        if stats is None or [stats.get(k) for k in ("file", "start", "end")] != [
+            chunk.file,
+            chunk.start,
+            chunk.end,
+        ]:
             return None
         return stats
 
     def has_part(self, chunk: Chunk, width: int) -> bool:
-        """A finished chunk: counts for this line range and a ``(lines, width)`` float32 array."""
-        if not self.part(chunk.index).is_file() or self.read_stats(chunk) is None:
+        """A finished chunk: counts for this byte range and a ``(rows, width)`` float32 array."""
+        stats = self.read_stats(chunk)
+        if stats is None or not self.part(chunk.index).is_file():
             return False
         try:
             arr = np.load(self.part(chunk.index), mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError):
             return False
-        return arr.dtype == np.float32 and arr.shape == (chunk.lines, width)
+        return arr.dtype == np.float32 and arr.shape == (stats.get("rows"), width)
 
     def present(self, chunks: Sequence[Chunk]) -> set[int]:
-        """Indices of chunks whose ``.npy`` exists (cheap: no validation)."""
+        """Indices of chunks whose counts (the finished marker) exist (cheap: no validation)."""
         try:
             names = set(os.listdir(self.path))
         except FileNotFoundError:
             return set()
-        return {c.index for c in chunks if self.part(c.index).name in names}
+        return {c.index for c in chunks if self.stats_path(c.index).name in names}
 
     # ------------------------------------------------------------------ failures
     def mark_failed(self, rank: int, chunk: Chunk, error: str) -> None:
@@ -164,25 +242,50 @@ class PartsFolder:
     def failures(self) -> list[dict]:
         return [f for p in sorted(self.path.glob("failed-rank*.json")) if (f := _read_json(p))]
 
-    def clear_failures(self) -> None:
-        for p in self.path.glob("failed-rank*.json"):
-            p.unlink(missing_ok=True)
-
-    # ------------------------------------------------------------------ assembly
-    def assemble(self, chunks: Sequence[Chunk], lines: int, width: int) -> np.ndarray:
-        """All chunks, in input order, as one ``(lines, width)`` array; every line exactly once
-        (the chunks partition the lines, and each part has exactly its chunk's rows)."""
-        from .plan import check_partition
-
-        check_partition(chunks, lines)
+    # ------------------------------------------------------------------ the result
+    def index(self, chunks: Sequence[Chunk], inputs: Sequence[str], width: int) -> dict:
+        """The shards in input order (see :mod:`bertattn.corpus.embeddings`), from every
+        chunk's counts; raises when a chunk is missing."""
         missing = [c for c in chunks if not self.has_part(c, width)]
         if missing:
             raise RuntimeError(
-                f"cannot assemble: {len(missing)} chunk(s) missing or incomplete: "
+                f"cannot finish: {len(missing)} chunk(s) missing or incomplete: "
                 f"{', '.join(c.describe() for c in missing[:10])}; rerun the same command to "
                 f"compute them."
             )
-        out = np.empty((lines, width), dtype=np.float32)
+        shards, row, ids = [], 0, False
+        line = [1] * len(inputs)  # next line number, per input file
         for c in chunks:
-            out[c.start : c.end] = np.load(self.part(c.index), allow_pickle=False)
-        return out
+            stats = self.read_stats(c) or {}
+            rows = int(stats["rows"])
+            ids = ids or "ids" in stats
+            shards.append(
+                {
+                    "file": self.part(c.index).name,
+                    "rows": rows,
+                    "first_row": row,
+                    "input": c.file,
+                    "first_line": line[c.file],
+                    "bytes": [c.start, c.end],
+                    "stats": self.stats_path(c.index).name,
+                }
+            )
+            row += rows
+            line[c.file] += rows
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "rows": row,
+            "width": width,
+            "dtype": "float32",
+            "inputs": list(inputs),
+            "ids": ids,
+            "shards": shards,
+        }
+
+    def embeddings(self, index: dict) -> Embeddings:
+        """The rows of ``index`` (from :meth:`index`), read from this folder's shards."""
+        return Embeddings(self.path, index["shards"], int(index["width"]), index)
+
+    def write_index(self, index: dict) -> None:
+        _write_json(self.index_path, index)

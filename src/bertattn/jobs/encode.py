@@ -1,25 +1,27 @@
-"""The encode job: texts from a file in, sentence embeddings (``.npy`` / ``.jsonl``) out.
+"""The encode job: texts in (a file, a folder or glob of files, stdin), sentence embeddings out
+(``.npy`` / ``.jsonl``, or a folder of ``.npy`` shards with an index).
 
 :func:`run_encode` checks everything it can before the work (the options on construction, then
 the machine, the input and the output), picks the engine, and writes the output through
 :mod:`bertattn.files`:
 
 * one process (PyTorch, or ONNX Runtime with ``onnx=``);
-* resumable chunks (``resumable`` / ``restart``, and every torchrun rank):
-  :func:`bertattn.distributed.encode_chunked`;
+* resumable chunks (``resumable`` / ``restart``, a sharded output, and every torchrun rank):
+  :func:`bertattn.distributed.run_chunks`, this module giving it the work of one chunk;
 * ``workers=N`` local ranks: the same job, N times, through torchrun's launcher.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -28,9 +30,13 @@ from ..files import check_output, write_atomic
 from .inputs import check_input, read_records
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
+if TYPE_CHECKING:
+    from ..corpus import Corpus, Embeddings
+
 __all__ = ["EncodeSummary", "embeddings_payload", "run_encode"]
 
-Progress = Callable[[int], Callable[[int], object]]
+Progress = Callable[..., Callable[[int], object]]  # progress(total, unit="text") -> update(n)
+BLOCK_LINES = 1024  # lines of a chunk encoded at a time (the model sorts them by length)
 
 
 @dataclass
@@ -45,33 +51,53 @@ class EncodeSummary:
 
 
 def embeddings_payload(
-    output: str | Path, embeddings: np.ndarray, ids: Sequence[object] | None = None
+    output: str | Path,
+    embeddings: np.ndarray | Embeddings,
+    ids: Sequence[object] | None = None,
 ) -> Callable[[BinaryIO], None]:
-    """A writer of ``(N, E)`` float32 embeddings in the format of ``output``'s suffix:
-    ``.npy`` (``numpy.save``), or JSON lines (``.jsonl`` and ``-``, stdout): one
-    ``{"index", "id" (with ``ids``), "embedding"}`` object a line, written by the json module;
-    each number is the shortest decimal that reads back as the same float32."""
-    emb = np.ascontiguousarray(embeddings, dtype=np.float32)
-    if emb.ndim != 2:
-        raise ValueError(f"embeddings must be 2-D (N, E), got shape {emb.shape}.")
-    if ids is not None and len(ids) != len(emb):
-        raise ValueError(f"{len(ids)} ids for {len(emb)} embeddings.")
+    """A writer of ``(N, E)`` float32 embeddings (an array, or the shards of a chunked run) in
+    the format of ``output``'s suffix: ``.npy`` (the standard format, written shard by shard),
+    or JSON lines (``.jsonl`` and ``-``, stdout): one ``{"index", "id" (with ``ids``),
+    "embedding"}`` object a line, written by the json module; each number is the shortest
+    decimal that reads back as the same float32."""
+    from ..corpus.embeddings import npy_header
+
+    if isinstance(embeddings, np.ndarray):
+        if embeddings.ndim != 2:
+            raise ValueError(f"embeddings must be 2-D (N, E), got shape {embeddings.shape}.")
+        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        shards: Callable[[], object] = lambda: [(0, emb)]  # noqa: E731
+    else:
+        emb = embeddings  # type: ignore[assignment]
+        shards = embeddings.shards
+    rows, width = emb.shape
+    if ids is not None and len(ids) != rows:
+        raise ValueError(f"{len(ids)} ids for {rows} embeddings.")
     if str(output) != "-" and Path(output).suffix.lower() == ".npy":
-        return lambda f: np.save(f, emb, allow_pickle=False)
-    bad = np.flatnonzero(~np.isfinite(emb).all(axis=1))
-    if bad.size:
-        raise ValueError(
-            f"embedding {int(bad[0])} holds NaN or infinity ({bad.size} row(s)); JSON cannot "
-            f"hold them: check the model folder, or write .npy."
-        )
+
+        def npy(f: BinaryIO) -> None:
+            f.write(npy_header(rows, width))
+            for _, part in shards():  # type: ignore[attr-defined]
+                f.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
+
+        return npy
+    for start, part in shards():  # type: ignore[attr-defined]
+        bad = np.flatnonzero(~np.isfinite(part).all(axis=1))
+        if bad.size:
+            raise ValueError(
+                f"embedding {start + int(bad[0])} holds NaN or infinity; JSON cannot hold it: "
+                f"check the model folder, or write .npy."
+            )
 
     def jsonl(f: BinaryIO) -> None:
-        for i, row in enumerate(emb):
-            record: dict[str, object] = {"index": i}
-            if ids is not None:
-                record["id"] = ids[i]
-            record["embedding"] = [float(str(v)) for v in row]  # float32's shortest repr
-            f.write(json.dumps(record, allow_nan=False).encode() + b"\n")
+        for start, part in shards():  # type: ignore[attr-defined]
+            for j, row in enumerate(part):
+                i = start + j
+                record: dict[str, object] = {"index": i}
+                if ids is not None:
+                    record["id"] = ids[i]
+                record["embedding"] = [float(str(v)) for v in row]  # float32's shortest repr
+                f.write(json.dumps(record, allow_nan=False).encode() + b"\n")
 
     return jsonl
 
@@ -112,17 +138,57 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def check_paths(options: EncodeOptions) -> Path | None:
-    """The input exists and the output can be written (not the input, not a folder); None for
-    ``-`` (stdout)."""
-    inputs = [options.input] if str(options.input) != "-" else []
-    if inputs:
-        check_input(options.input)
+def _check_folder(out: Path, corpus: Corpus | None) -> Path:
+    """A sharded output folder: not a file, in an existing writable folder, holding no input
+    file, and (when it exists) holding only what bertattn writes there."""
+    from ..distributed import ChunkStore
+
+    flag_ = f"--output {out}/"
+    if out.exists() and not out.is_dir():
+        raise UsageError(
+            f"{flag_}: {out} is a file; a sharded output is a folder: choose a new name."
+        )
+    parent = out.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag_}: the folder {parent} does not exist; create it first.")
+    if not os.access(parent, os.W_OK | os.X_OK) or (out.is_dir() and not os.access(out, os.W_OK)):
+        raise UsageError(f"{flag_}: cannot write there; choose a folder you can write to.")
+    for src in corpus.files if corpus is not None else ():
+        inside = Path(src.name).resolve().parent
+        if inside == out.resolve() or out.resolve() in inside.parents:
+            raise UsageError(
+                f"{flag_} holds the input file {src.name}; shards written there would mix with "
+                f"the input: choose an output folder outside the input."
+            )
+    if out.is_dir():
+        try:
+            ChunkStore(out, sharded=True).read_manifest()  # refuses a folder of other files
+        except ValueError as exc:
+            raise UsageError(f"{flag_}: {exc}") from None
+    return out
+
+
+def check_paths(options: EncodeOptions) -> tuple[Path | None, Corpus | None]:
+    """The input files (None for ``-``, stdin) and the output (None for ``-``, stdout): the
+    input exists and can be read, the output can be written (not an input, not a folder unless
+    a sharded output is asked for)."""
+    from ..corpus import open_corpus
+
+    corpus = None if str(options.input) == "-" else open_corpus(options.input)
+    inputs: list[str | Path] = [f.name for f in corpus.files] if corpus is not None else []
     if options.onnx is not None:
         inputs.append(check_input(options.onnx, what="--onnx file"))
     if str(options.output) == "-":
-        return None
-    return check_output(options.output, what="--output", inputs=inputs, suffixes=EMBEDDING_FORMATS)
+        return None, corpus
+    if options.sharded:
+        return _check_folder(Path(str(options.output).rstrip("/" + os.sep) or "/"), corpus), corpus
+    if Path(options.output).is_dir():
+        raise UsageError(
+            f"--output {options.output} is a folder; give a file name inside it, or write "
+            f"{options.output}/ for one .npy shard per chunk in it."
+        )
+    out = check_output(options.output, what="--output", inputs=inputs, suffixes=EMBEDDING_FORMATS)
+    return out, corpus
 
 
 def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
@@ -164,16 +230,16 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
 
     info = RankInfo.from_env()
     _check_machine(options, info.world_size)
-    out = check_paths(options)
+    out, corpus = check_paths(options)
     if options.workers is not None:
         return _run_workers(options, out)  # type: ignore[arg-type]  (not stdout: refused)
     if options.chunked or info.world_size > 1:
-        return _run_chunked(options, out, info, progress)
-    return _run_single(options, out, progress)
+        return _run_chunked(options, out, corpus, info, progress)
+    return _run_single(options, out, corpus, progress)
 
 
 def _run_single(
-    options: EncodeOptions, out: Path | None, progress: Progress | None
+    options: EncodeOptions, out: Path | None, corpus: Corpus | None, progress: Progress | None
 ) -> EncodeSummary:
     parts = None if out is None else out.with_name(out.name + ".parts")
     if parts is not None and parts.is_dir():
@@ -183,7 +249,12 @@ def _run_single(
             stacklevel=2,
         )
     bert = _load(options, None if options.onnx else job_device(options.device))
-    texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
+    if corpus is None:
+        texts, ids = read_records("-", field=options.field, id_field=options.id_field)
+    else:
+        from ..corpus.lines import read_corpus
+
+        texts, ids = read_corpus(corpus, text_field=options.field, id_field=options.id_field)
     start = time.perf_counter()
     kwargs = _encode_kwargs(options, bert)
     callback = None if progress is None else progress(len(texts))
@@ -199,48 +270,81 @@ def _run_single(
     )
 
 
-def _run_chunked(options, out, info, progress) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
-    from ..distributed import DistributedEncodeError, PartsFolder, encode_chunked, run_identity
+def _chunk_work(bert, corpus: Corpus, options: EncodeOptions, kwargs: dict):  # type: ignore[no-untyped-def]
+    """``work(chunk)`` for the runner: the chunk's lines, block by block, through the model."""
+    from ..corpus.lines import read_blocks
+
+    def work(chunk):  # type: ignore[no-untyped-def]
+        src = corpus.files[chunk.file]
+        blocks = read_blocks(
+            src,
+            chunk.start,
+            chunk.end,
+            text_field=options.field,
+            id_field=options.id_field,
+            block_lines=BLOCK_LINES,
+        )
+        for block in blocks:
+            with warnings.catch_warnings():  # truncation is counted and reported at the end
+                warnings.simplefilter("ignore")
+                emb, st = bert.encode_with_stats(block.texts, **kwargs)
+            counts = {"empty": st.empty, "truncated": st.truncated}
+            counts.update(tokens=st.tokens, padded=st.padded)
+            yield emb, counts, block.ids, block.nbytes
+
+    return work
+
+
+def _run_chunked(
+    options: EncodeOptions,
+    out: Path,
+    corpus: Corpus,
+    info,  # type: ignore[no-untyped-def]
+    progress: Progress | None,
+) -> EncodeSummary | None:
+    from ..distributed import ChunkStore, DistributedEncodeError, run_chunks, run_identity
 
     device = info.device if options.device == "auto" else job_device(options.device)
     bert = _load(options, device)
-    texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     kwargs = _encode_kwargs(options, bert)
     settings = {
         **options.settings(),
         "pooling": bert.pooling if options.pooling is None else options.pooling,
         "normalize": bert.normalize if options.normalize is None else options.normalize,
         "max_length": kwargs["max_length"],
-        "chunk_tokens": "auto" if options.chunk_tokens is None else options.chunk_tokens,
+        "chunk_size": options.chunk_bytes or "auto",
     }
     identity = run_identity(
-        Path(options.input),
-        len(texts),
+        corpus.identity(),
         "default" if options.model is None else str(options.model),
         bert.folder.files(),
         settings,
     )
+    store = ChunkStore.for_output(out, sharded=options.sharded)
     try:
-        summary = encode_chunked(
-            bert,
-            texts,
-            parts=PartsFolder(out),
+        summary = run_chunks(
+            store=store,
+            files=corpus.files,
             identity=identity,
-            encode_kwargs=kwargs,
-            write=lambda emb: write_atomic(out, embeddings_payload(out, emb, ids)),
-            chunk_tokens=options.chunk_tokens,
+            work=_chunk_work(bert, corpus, options, kwargs),
+            width=bert.model.config.hidden_size,
+            finish=lambda emb: write_atomic(out, embeddings_payload(out, emb, emb.ids())),
+            chunk_bytes=options.chunk_bytes,
             restart=options.restart,
             timeout=options.wait_seconds,
-            progress=progress,
-            rank_info=info,
+            progress=None if progress is None else (lambda total: progress(total, unit="B")),
+            max_length=kwargs["max_length"],
         )
     except DistributedEncodeError as exc:
         raise JobError(str(exc)) from exc
-    return None if summary is None else EncodeSummary(out, str(summary))
+    if summary is None:
+        return None
+    where = f"{out}/ ({summary.chunks} shards + index.json)" if options.sharded else out
+    return EncodeSummary(Path(str(where)), str(summary))
 
 
 def _run_workers(options: EncodeOptions, out: Path) -> EncodeSummary:
-    from ..distributed import PartsFolder, launch_workers
+    from ..distributed import ChunkStore, launch_workers
 
     argv = ["encode", *to_argv(options, drop=("workers",), resumable=True)]
     code = launch_workers(options.workers, argv)  # type: ignore[arg-type]
@@ -248,7 +352,7 @@ def _run_workers(options: EncodeOptions, out: Path) -> EncodeSummary:
         return EncodeSummary(out, f"{options.workers} ranks finished")
     if code >= 128:
         raise KeyboardInterrupt if code == 130 else SystemExit(code)
-    parts = PartsFolder(out)
+    parts = ChunkStore.for_output(out, sharded=options.sharded)
     failed = parts.failures() if parts.path.is_dir() else []
     what = "; ".join(f"rank {f.get('rank')} on {f.get('what')}: {f.get('error')}" for f in failed)
     raise JobError(

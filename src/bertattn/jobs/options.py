@@ -34,6 +34,7 @@ __all__ = [
     "flag",
     "job_device",
     "max_workers",
+    "parse_size",
     "to_argv",
 ]
 
@@ -122,6 +123,23 @@ def max_workers() -> int:
         return os.cpu_count() or 1
 
 
+_SIZE = re.compile(r"\A\s*(\d+)\s*([kmgt]?)(i?b)?\s*\Z", re.IGNORECASE)
+
+
+def parse_size(value: object, what: str) -> int:
+    """``"512K"``, ``"16M"``, ``"1G"`` (binary units; a plain number is bytes) as bytes >= 1."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise UsageError(f"{what} must be a size like 512K, 16M or 1G, got {value!r}.")
+    m = _SIZE.match(text)
+    if not m or int(m.group(1)) < 1:
+        raise UsageError(f"{what} {value!r}: expected a size like 512K, 16M or 1G (bytes > 0).")
+    return int(m.group(1)) << (10 * " kmgt".index((m.group(2) or " ").lower()))
+
+
 def _world_size() -> int:
     try:
         return int(os.environ.get("WORLD_SIZE", "") or 1)
@@ -135,11 +153,15 @@ class EncodeOptions:
     ranks, or a torchrun rank; PyTorch or ONNX Runtime)."""
 
     input: str = _opt(
-        MISSING, "text file (one text per line), .jsonl, or - for stdin", positional=True
+        MISSING,
+        "text file (one text per line), .jsonl, a folder or a quoted glob of them (.gz / .zst "
+        "too), or - for stdin",
+        positional=True,
     )
     output: str = _opt(
         MISSING,
-        "output .npy or .jsonl, or - for JSON lines on stdout",
+        "output .npy or .jsonl; a folder (ending in /) for one .npy shard per chunk and an "
+        "index.json (read with bertattn.open_embeddings); - for JSON lines on stdout",
         flags=("-o", "--output"),
         required=True,
     )
@@ -197,11 +219,11 @@ class EncodeOptions:
         group="distributed / resumable",
         output=False,
     )
-    chunk_tokens: int | None = _opt(
+    chunk_size: str | None = _opt(
         None,
-        "tokens per chunk (default: total/64, clamped to 8192..65536); needs a chunked run",
-        type=int,
-        metavar="N",
+        "input bytes per chunk: 512K, 16M, 1G, ... (default: total/256 within 64K..32M; a "
+        "compressed file is one chunk); needs a chunked run",
+        metavar="SIZE",
         group="distributed / resumable",
     )
     timeout: float | None = _opt(
@@ -236,7 +258,7 @@ class EncodeOptions:
         _int(cls, self, "batch_size", optional=False)
         _int(cls, self, "max_length", low=2)  # [CLS] and [SEP]
         _int(cls, self, "workers")
-        _int(cls, self, "chunk_tokens")
+        self.chunk_bytes  # noqa: B018  (parses --chunk-size)
         if self.normalize is not None and not isinstance(self.normalize, bool):
             raise UsageError(f"normalize must be True, False or None, got {self.normalize!r}.")
         if self.timeout is not None and (
@@ -258,7 +280,7 @@ class EncodeOptions:
                 "first."
             )
         if not (self.chunked or self.workers is not None):
-            given = [flag(cls, n) for n in ("chunk_tokens", "timeout") if getattr(self, n)]
+            given = [flag(cls, n) for n in ("chunk_size", "timeout") if getattr(self, n)]
             if given:
                 verb = "apply" if len(given) > 1 else "applies"
                 raise UsageError(
@@ -267,10 +289,20 @@ class EncodeOptions:
                 )
 
     @property
+    def sharded(self) -> bool:
+        """The output is a folder of shards: ``-o`` ends in ``/``."""
+        return str(self.output).endswith(("/", os.sep))
+
+    @property
     def chunked(self) -> bool:
-        """This process encodes resumable chunks: ``--resumable`` / ``--restart``, or it is one
-        rank of several (torchrun's ``WORLD_SIZE`` > 1)."""
-        return self.resumable or self.restart or _world_size() > 1
+        """This process encodes resumable chunks: ``--resumable`` / ``--restart``, a sharded
+        output, or it is one rank of several (torchrun's ``WORLD_SIZE`` > 1)."""
+        return self.resumable or self.restart or self.sharded or _world_size() > 1
+
+    @property
+    def chunk_bytes(self) -> int | None:
+        """``--chunk-size`` in bytes (None: automatic)."""
+        return None if self.chunk_size is None else parse_size(self.chunk_size, "--chunk-size")
 
     @property
     def wait_seconds(self) -> float:
