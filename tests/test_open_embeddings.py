@@ -1,0 +1,104 @@
+"""`bertattn.open_embeddings`: rows of a .npy file or a sharded folder, every way of indexing
+them equal to NumPy's on the same rows held in memory; damaged and unfinished folders refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import bertattn
+from bertattn.corpus.embeddings import FORMAT, VERSION, npy_header
+
+
+def _folder(tmp_path, sizes=(3, 0, 5, 1, 4), width=6):
+    """A sharded folder written by hand in the documented format; returns (path, all rows)."""
+    rng = np.random.default_rng(0)
+    out = tmp_path / "sh"
+    out.mkdir()
+    shards, row, parts = [], 0, []
+    for k, n in enumerate(sizes):
+        a = rng.standard_normal((n, width)).astype(np.float32)
+        np.save(out / f"chunk-{k:05d}.npy", a)
+        (out / f"chunk-{k:05d}.json").write_text(
+            json.dumps({"ids": [f"r{row + i}" for i in range(n)]})
+        )
+        shards.append(
+            {
+                "file": f"chunk-{k:05d}.npy",
+                "rows": n,
+                "first_row": row,
+                "input": k % 2,
+                "first_line": 1 + row,
+                "bytes": [0, 1],
+                "stats": f"chunk-{k:05d}.json",
+            }
+        )
+        row += n
+        parts.append(a)
+    index = {
+        "format": FORMAT,
+        "version": VERSION,
+        "rows": row,
+        "width": width,
+        "dtype": "float32",
+        "inputs": ["a.txt", "b.txt"],
+        "ids": True,
+        "shards": shards,
+    }
+    (out / "index.json").write_text(json.dumps(index))
+    return out, np.concatenate(parts)
+
+
+def test_every_index_form_equals_numpy(tmp_path):
+    out, rows = _folder(tmp_path)
+    emb = bertattn.open_embeddings(out)
+    assert emb.shape == rows.shape == (13, 6) and len(emb) == 13 and emb.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(emb), rows)
+    for key in (0, 12, -1, -13, 3, 8):
+        np.testing.assert_array_equal(emb[key], rows[key])
+    for key in (slice(None), slice(2, 11), slice(None, None, -3), slice(4, 4), slice(-5, None)):
+        np.testing.assert_array_equal(emb[key], rows[key])
+    for key in ([12, 0, 3, 3], np.array([[1, 2], [11, 8]]), np.arange(13) % 2 == 0):
+        np.testing.assert_array_equal(emb[key], rows[key])
+    for key in (13, -14):
+        with pytest.raises(IndexError):
+            emb[key]
+    assert [s for s, _ in emb.shards()] == [0, 3, 3, 8, 9]
+    assert emb.ids() == [f"r{i}" for i in range(13)]
+    assert emb.locate(4) == ("a.txt", 5)
+
+
+def test_npy_file_and_the_fixed_header(tmp_path):
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.save(tmp_path / "a.npy", a)
+    emb = bertattn.open_embeddings(tmp_path / "a.npy")
+    np.testing.assert_array_equal(emb[1:3], a[1:3])
+    assert emb.locate(2) == (str(tmp_path / "a.npy"), 3) and emb.ids() is None
+    # the header a shard writer puts first and rewrites: numpy reads it, any row count fits
+    for rows in (0, 4, 10**15):
+        head = npy_header(rows, 384)
+        assert len(head) == 128
+    (tmp_path / "h.npy").write_bytes(npy_header(4, 3) + a.tobytes())
+    np.testing.assert_array_equal(np.load(tmp_path / "h.npy"), a)
+
+
+def test_unfinished_or_damaged_folders_are_refused(tmp_path):
+    out, _ = _folder(tmp_path)
+    index = json.loads((out / "index.json").read_text())
+    (out / "index.json").unlink()
+    with pytest.raises(ValueError, match="no index.json .* rerun it to finish"):
+        bertattn.open_embeddings(out)
+    (out / "index.json").write_text(json.dumps({**index, "rows": 99}))
+    with pytest.raises(ValueError, match="the shards hold 13 rows, the index says 99"):
+        bertattn.open_embeddings(out)
+    (out / "index.json").write_text(json.dumps(index))
+    np.save(out / "chunk-00002.npy", np.zeros((2, 6), np.float32))  # changed after the run
+    emb = bertattn.open_embeddings(out)
+    with pytest.raises(
+        ValueError, match=r"chunk-00002.npy holds .* \(2, 6\); the index says \(5, 6\)"
+    ):
+        emb[5]
+    with pytest.raises(FileNotFoundError):
+        bertattn.open_embeddings(tmp_path / "nothing")
