@@ -46,9 +46,10 @@ DEFAULT_TIMEOUT = 1800.0
 #: argument groups of the parser: title -> description
 GROUPS = {
     "distributed / resumable": (
-        "Under torchrun (WORLD_SIZE > 1), with --workers, or with --resumable the input is cut "
-        "into chunks written to OUTPUT.parts/ as they finish; a rerun of the same command "
-        "resumes, and the parts folder is removed once OUTPUT is complete."
+        "Under torchrun (WORLD_SIZE > 1), with --workers, with --resumable or into a folder "
+        "(-o OUT/) the input is cut into chunks written to OUTPUT.parts/ (or OUT/) as they "
+        "finish; a rerun of the same command resumes. OUTPUT.parts/ is removed once OUTPUT is "
+        "complete; OUT/ keeps one .npy shard per chunk and an index.json."
     ),
 }
 
