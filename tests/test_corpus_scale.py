@@ -116,34 +116,7 @@ def test_every_line_once_in_order_and_a_killed_ranks_chunk_is_redone(tmp_path):
     work = _numbered_rows(src)
     killed_at: list[int] = []
 
-    def dying(group):
-        def work_or_die(chunk):
-            if group.rank == 2:
-                killed_at.append(chunk.index)
-                raise Killed
-            yield from work(chunk)
-
-        return run_chunks(
-            store=store,
-            files=[src],
-            identity=_identity(src),
-            work=work_or_die,
-            width=2,
-            chunk_bytes=256 << 10,
-            timeout=1.0,
-            group=group,
-            poll=0.01,
-        )
-
-    first = run_ranks(3, dying)
-    assert isinstance(first[2], Killed) and len(killed_at) == 1
-    for r in first[:2]:
-        assert isinstance(r, DistributedEncodeError), r
-        assert f"a rank may have died: 1 chunk(s) not written: {killed_at[0]}" in str(r)
-    with pytest.raises(ValueError, match="no index.json"):
-        open_embeddings(tmp_path / "out")
-
-    def rerun(group):
+    def run(group, work, **kw):
         return run_chunks(
             store=store,
             files=[src],
@@ -153,9 +126,27 @@ def test_every_line_once_in_order_and_a_killed_ranks_chunk_is_redone(tmp_path):
             chunk_bytes=256 << 10,
             group=group,
             poll=0.01,
+            **kw,
         )
 
-    second = run_ranks(2, rerun)
+    def dying(group):
+        def work_or_die(chunk):
+            if group.rank == 2:
+                killed_at.append(chunk.index)
+                raise Killed
+            yield from work(chunk)
+
+        return run(group, work_or_die, timeout=1.0)
+
+    first = run_ranks(3, dying)
+    assert isinstance(first[2], Killed) and len(killed_at) == 1
+    for r in first[:2]:
+        assert isinstance(r, DistributedEncodeError), r
+        assert f"a rank may have died: 1 chunk(s) not written: {killed_at[0]}" in str(r)
+    with pytest.raises(ValueError, match="no index.json"):
+        open_embeddings(tmp_path / "out")
+
+    second = run_ranks(2, lambda group: run(group, work))
     summary = second[0]
     assert second[1] is None, second
     assert summary.computed == killed_at, (summary.computed, killed_at)

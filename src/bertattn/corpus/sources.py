@@ -87,9 +87,6 @@ class InputFile:
         with self.path.open("rb") as f:
             return os.pread(f.fileno(), n, offset)
 
-    def open_range(self) -> BinaryIO:
-        return self.path.open("rb")
-
     def open_stream(self) -> BinaryIO:
         """The file's bytes, decompressed."""
         if self.compression == "gzip":
