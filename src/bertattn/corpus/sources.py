@@ -27,7 +27,7 @@ __all__ = ["COMPRESSIONS", "Corpus", "InputFile", "Source", "open_corpus"]
 #: suffix -> compression
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
-_SAMPLE = 1 << 20  # identity: sha256 of the first and the last MiB (with size and mtime)
+_SAMPLE = 64 << 10  # identity: sha256 of the first and last 64 KiB (with size and mtime)
 _GLOB_CHARS = frozenset("*?[")
 
 
@@ -102,7 +102,7 @@ class InputFile:
 
     def identity(self) -> dict:
         """What a resumable run records of this file: path, size, modification time and the
-        sha256 of its first and last MiB. Reading all of a terabyte corpus to hash it would be
+        sha256 of its first and last 64 KiB. Reading all of a terabyte corpus to hash it would be
         a serial pass; a file rewritten in place with the same size, time and ends is the case
         this does not see."""
         h = hashlib.sha256()

@@ -314,11 +314,15 @@ def _run_chunked(
         "max_length": kwargs["max_length"],
         "chunk_size": options.chunk_bytes or "auto",
     }
-    identity = run_identity(
-        corpus.identity(),
-        "default" if options.model is None else str(options.model),
-        bert.folder.files(),
-        settings,
+    identity = (
+        {}
+        if info.rank
+        else run_identity(  # only rank 0 reads the manifest
+            corpus.identity(),
+            "default" if options.model is None else str(options.model),
+            bert.folder.files(),
+            settings,
+        )
     )
     store = ChunkStore.for_output(out, sharded=options.sharded)
     try:
