@@ -54,7 +54,7 @@ class ThreadGroup:
 
     @staticmethod
     def shared_state(world_size: int) -> dict:
-        return {"barrier": threading.Barrier(world_size, timeout=120), "box": None}
+        return {"barrier": threading.Barrier(world_size, timeout=5), "box": None}
 
     def broadcast(self, obj: object) -> object:
         if self.rank == 0:

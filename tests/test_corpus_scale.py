@@ -155,3 +155,28 @@ def test_every_line_once_in_order_and_a_killed_ranks_chunk_is_redone(tmp_path):
     got = (rows[:, 0] << 20) + rows[:, 1]
     np.testing.assert_array_equal(got, np.arange(lines))  # every line once, in input order
     assert not list((tmp_path / "out").glob("claim-*"))
+
+
+def test_a_rank_that_sees_other_files_stops_the_run(tmp_path):
+    """Every rank lists the input itself (a glob on each node): one that finds other files than
+    rank 0 must not read them as if they were rank 0's."""
+    store = ChunkStore(tmp_path / "out", sharded=True)
+    mine, other = VirtualLines(1000), VirtualLines(1001)
+
+    def body(group):
+        src = mine if group.rank == 0 else other
+        return run_chunks(
+            store=store,
+            files=[src],
+            identity=_identity(src),
+            work=_numbered_rows(src),
+            width=2,
+            timeout=1.0,
+            group=group,
+            poll=0.01,
+        )
+
+    results = run_ranks(2, body)
+    assert isinstance(results[1], DistributedEncodeError), results
+    assert "rank 1 sees other input files than rank 0" in str(results[1])
+    assert "['virtual.txt', 13013] vs ['virtual.txt', 13000]" in str(results[1])

@@ -150,7 +150,11 @@ def _plan(
     store.start_run()
     done = [c.index for c in chunks if store.has_part(c, width)]
     store.write_run({"world_size": world_size, "reused": done, "started": time.time()})
-    return {"chunks": [c.to_list() for c in chunks], "reused": done}
+    return {
+        "chunks": [c.to_list() for c in chunks],
+        "reused": done,
+        "inputs": [[f.name, f.size] for f in files],
+    }
 
 
 # ---------------------------------------------------------------------- encoding (each rank)
@@ -328,6 +332,20 @@ def run_chunks(
                 f"output folder must be on a filesystem shared by every node."
             )
         names = [f.name for f in files]
+        mine = [[f.name, f.size] for f in files]
+        if plan["inputs"] != mine:  # type: ignore[index]
+            theirs = plan["inputs"]  # type: ignore[index]
+            first = next(
+                (i for i, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b),
+                min(len(theirs), len(mine)),
+            )
+            raise DistributedEncodeError(
+                f"rank {group.rank} sees other input files than rank 0 ({len(mine)} file(s) vs "
+                f"{len(theirs)}; first difference at file {first + 1}: "
+                f"{mine[first] if first < len(mine) else 'none'} vs "
+                f"{theirs[first] if first < len(theirs) else 'none'}): every node must see the "
+                f"same files at the same paths."
+            )
         chunks = [Chunk.from_list(row, names) for row in plan["chunks"]]  # type: ignore[index]
         reused = set(plan["reused"])  # type: ignore[index]
         if group.rank == 0:
