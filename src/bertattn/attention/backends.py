@@ -130,8 +130,8 @@ def _needs_fp32_backward(q: Tensor, k: Tensor, v: Tensor) -> bool:
     2.13 (tests/test_attention_gradients.py). Inference (no grad) keeps the half kernel.
     """
     return (
-        q.device.type == "cpu"
-        and q.dtype in (torch.float16, torch.bfloat16)
+        q.dtype in (torch.float16, torch.bfloat16)  # first: the cheapest test, usually False
+        and q.device.type == "cpu"
         and torch.is_grad_enabled()
         and (q.requires_grad or k.requires_grad or v.requires_grad)
     )

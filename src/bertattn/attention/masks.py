@@ -22,6 +22,7 @@ weights and a zero context.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -64,7 +65,17 @@ def _tracing() -> bool:
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
+#: ``(shape, target)`` pairs that passed :func:`_check_broadcast` (a shape-only check: failing
+#: pairs are never stored, so their errors are raised every time)
+_BROADCAST_OK: set[tuple[tuple[int, ...], tuple[int, int, int, int]]] = set()
+
+
 def _check_broadcast(name: str, t: Tensor, target: tuple[int, int, int, int]) -> None:
+    # traced (compile / export / ONNX), shapes may be symbolic and a module-level set would
+    # become a guard: no memo there
+    case = None if _tracing() else (tuple(t.shape), target)
+    if case is not None and case in _BROADCAST_OK:
+        return
     b, h, lq, lk = target
     if t.dim() > 4:
         raise ValueError(
@@ -82,6 +93,10 @@ def _check_broadcast(name: str, t: Tensor, target: tuple[int, int, int, int]) ->
             f"or ({b}, 1, 1, {lk}); for a per-token padding mask of shape ({b}, {lk}) use "
             f"key_padding_mask=."
         )
+    if case is not None:
+        if len(_BROADCAST_OK) > 1024:
+            _BROADCAST_OK.clear()
+        _BROADCAST_OK.add(case)
 
 
 def _check_mask_dtype(name: str, t: Tensor) -> None:
@@ -154,6 +169,13 @@ def prepare_mask(
         ValueError: a mask that cannot broadcast, a ``(B, L)`` padding mask passed as ``mask``,
             a complex mask, a non-float ``attn_bias``, ``key_padding_mask`` of the wrong shape.
     """
+    if mask is None and attn_bias is None:
+        if key_padding_mask is None:
+            return _EMPTY
+        if isinstance(key_padding_mask, Tensor) and not _tracing():
+            fast = _padding_only(key_padding_mask, batch, key_len, dtype, device)
+            if fast is not None:
+                return fast
     target = (batch, heads, query_len, key_len)
     keep = _keep_from_mask(mask, target, device)
     pad_keep = _keep_from_padding(key_padding_mask, target, device)
@@ -188,3 +210,71 @@ def prepare_mask(
     if not _tracing() and bool(live.all()):  # eager: skip the zeroing when no row is dead
         return PreparedMask(bias=bias)
     return PreparedMask(bias=bias.masked_fill(~live, 0.0), live_rows=live)
+
+
+_EMPTY = PreparedMask()
+
+
+def _padding_only(
+    key_padding_mask: Tensor,
+    batch: int,
+    key_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> PreparedMask | None:
+    """The common case, a valid ``key_padding_mask`` alone with a key in every row, in three
+    tensor ops; None for anything else (the general path then checks, raises or zeroes)."""
+    if key_padding_mask.is_complex() or key_padding_mask.shape != (batch, key_len):
+        return None
+    # the same mask tensor again, unchanged (every layer of an encoder, a loop over calls):
+    # the same result. Inference tensors have no version counter: not cached.
+    cacheable = not key_padding_mask.is_inference()
+    if cacheable:
+        key = (batch, key_len, dtype, device, torch.is_inference_mode_enabled())
+        entry = _LAST_PADDING[0]
+        if (
+            entry is not None
+            and entry[0]() is key_padding_mask
+            and entry[1] == key_padding_mask._version
+            and entry[2] == key
+        ):
+            return entry[3]
+    keep = key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask != 0
+    if keep.device != device:
+        keep = keep.to(device)
+    live = keep.any() if batch == 1 else keep.any(dim=-1).all()
+    if not bool(live):  # a row of padding only: dead rows, general path
+        return None
+    zero, neg_inf = _fill_values(score_dtype(dtype), device)
+    keep = keep.reshape(batch, 1, 1, key_len)  # a view when it can be (indexing is slower)
+    prepared = PreparedMask(bias=torch.where(keep, zero, neg_inf))  # (B, 1, 1, Lk)
+    if cacheable:
+        _LAST_PADDING[0] = (
+            weakref.ref(key_padding_mask),
+            key_padding_mask._version,
+            key,
+            prepared,
+        )
+    return prepared
+
+
+#: the latest padding-only result: (weakref to the mask, its version, the case, the result)
+_LAST_PADDING: list[tuple[weakref.ref, int, tuple[object, ...], PreparedMask] | None] = [None]
+
+
+#: ``(dtype, device) -> (0, -inf)`` as 0-d tensors, made once (torch.where takes tensors faster
+#: than Python scalars, and the result gets their dtype)
+_FILL: dict[tuple[torch.dtype, torch.device], tuple[Tensor, Tensor]] = {}
+
+
+def _fill_values(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    key = (dtype, device)
+    pair = _FILL.get(key)
+    if pair is None:
+        with torch.inference_mode(False):  # plain tensors, usable in and out of inference mode
+            pair = (
+                torch.zeros((), dtype=dtype, device=device),
+                torch.full((), float("-inf"), dtype=dtype, device=device),
+            )
+        _FILL[key] = pair
+    return pair

@@ -13,8 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .backends import get_backend
-from .dispatch import Dispatch, choose_backend, record
+from . import fastcall as _fast
+from . import policy as _policy
+from . import steps as _steps
+from .backends import BackendSpec, get_backend
+from .dispatch import Dispatch, choose_backend, record, recording
 from .masks import PreparedMask, prepare_mask
 from .padding import PackedBatch, pack_padding_mask, pad, unpad
 from .steps import recorder as steps_recorder
@@ -24,6 +27,25 @@ __all__ = ["MultiHeadAttention"]
 
 def _shape(t: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+_QKV_NAMES = ("q_linear", "k_linear", "v_linear")
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+_MISSING = object()
+
+#: input cases that passed every shape / dtype / device check of forward, and their ``auto``
+#: decision: ``signature -> (backend, reason)``, valid for one policy table object
+_CASES: dict[tuple[object, ...], tuple[str, str]] = {}
+_NO_MASK = PreparedMask()
+_CASES_TABLE: list[object] = [None]
 
 
 class MultiHeadAttention(nn.Module):
@@ -77,7 +99,7 @@ class MultiHeadAttention(nn.Module):
         self.v_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.out_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.dropout = nn.Dropout(dropout)
-        self.last_dispatch: Dispatch | None = None
+        self.last_dispatch = None  # a property: the Dispatch is built when first read
         self._packed_weight: Tensor | None = None
         self._packed_bias: Tensor | None = None
         self._packed_ptrs: list[int] = []
@@ -105,18 +127,48 @@ class MultiHeadAttention(nn.Module):
         self._packed_ptrs = [t.data_ptr() for t in self._qkv_tensors()]  # where they must stay
 
     def _qkv_tensors(self) -> tuple[Tensor, ...]:
-        lins = self._qkv_linears()
-        return tuple(t for lin in lins for t in (lin.weight, lin.bias) if t is not None)
+        out = []
+        for name in _QKV_NAMES:  # plain dict reads: nn.Module.__getattr__ is slow per call
+            lin = self._modules[name]
+            params = lin._parameters  # type: ignore[union-attr]
+            w = params.get("weight", _MISSING)
+            if w is _MISSING:
+                w = lin.weight  # type: ignore[union-attr]
+            b = params.get("bias", _MISSING)
+            if b is _MISSING:
+                b = getattr(lin, "bias", None)
+            out.append(w)
+            if b is not None:
+                out.append(b)
+        return tuple(out)  # type: ignore[arg-type]
 
     def _still_packed(self) -> bool:
         """Whether q/k/v still live in the packed storage (cheap: compares data pointers)."""
-        if self._packed_weight is None:
+        packed = self._packed_weight
+        if packed is None:
             return False
-        tensors = self._qkv_tensors()
-        return (
-            tensors[0].dtype == self._packed_weight.dtype
-            and [t.data_ptr() for t in tensors] == self._packed_ptrs
-        )
+        mods = self._modules
+        try:  # the usual case, unrolled: three nn.Linear with their parameters in place
+            q = mods["q_linear"]._parameters  # type: ignore[union-attr]
+            k = mods["k_linear"]._parameters  # type: ignore[union-attr]
+            v = mods["v_linear"]._parameters  # type: ignore[union-attr]
+            qw, kw, vw = q["weight"], k["weight"], v["weight"]
+            qb, kb, vb = q["bias"], k["bias"], v["bias"]
+        except KeyError:
+            qb = _MISSING
+        if qb is _MISSING or qw is None or qb is None or kb is None or vb is None:
+            tensors = self._qkv_tensors()
+            if tensors[0].dtype != packed.dtype:
+                return False
+            return [t.data_ptr() for t in tensors] == self._packed_ptrs
+        return qw.dtype == packed.dtype and self._packed_ptrs == [
+            qw.data_ptr(),
+            qb.data_ptr(),
+            kw.data_ptr(),
+            kb.data_ptr(),
+            vw.data_ptr(),
+            vb.data_ptr(),
+        ]
 
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, recurse)
@@ -137,10 +189,10 @@ class MultiHeadAttention(nn.Module):
         parameter was replaced behind the module's back, a ``torch.cat`` that gradients flow
         through.
         """
-        lins = self._qkv_linears()
         needs_graph = torch.is_grad_enabled() and any(t.requires_grad for t in self._qkv_tensors())
         if not needs_graph and not torch.compiler.is_compiling() and self._still_packed():
             return self._packed_weight, self._packed_bias  # type: ignore[return-value]
+        lins = self._qkv_linears()
         weight = torch.cat([lin.weight for lin in lins])
         bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
         return weight, bias
@@ -172,6 +224,37 @@ class MultiHeadAttention(nn.Module):
                 f"{name} is on {t.device} but the module is on {w.device}; move one of them."
             )
 
+    def _case(
+        self, x: Tensor, key_value: Tensor | None, need_weights: bool, dropout_p: float
+    ) -> tuple[object, ...] | None:
+        """What forward's checks and ``auto`` decision depend on (None: not memoizable)."""
+        kv_sig = None
+        if key_value is not None:
+            if not isinstance(key_value, Tensor):
+                return None
+            kv_sig = (key_value.shape, key_value.dtype, key_value.device)
+        table = _policy.TABLE
+        if _CASES_TABLE[0] is not table:  # a new policy table: decide everything again
+            _CASES.clear()
+            _CASES_TABLE[0] = table
+        try:
+            w = self._modules["out_linear"]._parameters["weight"]  # type: ignore[union-attr]
+        except KeyError:
+            w = self.out_linear.weight
+        return (
+            x.shape,
+            x.dtype,
+            x.device,
+            kv_sig,
+            w.dtype,
+            w.device,
+            self.embed_dim,
+            self.num_heads,
+            self.backend,
+            need_weights,
+            dropout_p > 0.0,
+        )
+
     # ------------------------------------------------------------------ forward
     def forward(
         self,
@@ -201,34 +284,58 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(x, Tensor):
             raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}.")
         unbatched = x.dim() == 2
-        self._check_input("x", x, batched=not unbatched)
-        if key_value is not None:
-            self._check_input("key_value", key_value, batched=not unbatched)
+        dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
+        # every check below depends on shapes, dtypes, devices and flags only: a case that
+        # passed once skips them (a failing case is never stored, so it raises every time)
+        compiling = torch.compiler.is_compiling()
+        case = None if compiling else self._case(x, key_value, need_weights, dropout_p)
+        decision = None if case is None else _CASES.get(case)
+        if decision is None:
+            self._check_input("x", x, batched=not unbatched)
+            if key_value is not None:
+                self._check_input("key_value", key_value, batched=not unbatched)
         if unbatched:
             x = x.unsqueeze(0)
             key_value = None if key_value is None else key_value.unsqueeze(0)
             if isinstance(key_padding_mask, Tensor) and key_padding_mask.dim() == 1:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
-        if key_value is not None and key_value.size(0) != x.size(0):
-            raise ValueError(
-                f"key_value has batch size {key_value.size(0)} but x has {x.size(0)}; "
-                f"they must match."
-            )
         batch, q_len, _ = x.shape
         k_len = q_len if key_value is None else key_value.size(1)
-        name, reason = choose_backend(self.backend, need_weights=need_weights)
-        spec = get_backend(name)  # an unknown name is refused before the masks are looked at
-        prepared = prepare_mask(  # validates every mask argument, whichever backend runs
-            mask,
-            key_padding_mask,
-            attn_bias,
-            batch=batch,
-            heads=self.num_heads,
-            query_len=q_len,
-            key_len=k_len,
-            dtype=x.dtype,
-            device=x.device,
-        )
+        if decision is None:
+            if key_value is not None and key_value.size(0) != x.size(0):
+                raise ValueError(
+                    f"key_value has batch size {key_value.size(0)} but x has {x.size(0)}; "
+                    f"they must match."
+                )
+            decision = choose_backend(
+                self.backend,
+                need_weights=need_weights,
+                device_type=x.device.type,
+                dtype=x.dtype,
+                key_len=k_len,
+                training=dropout_p > 0.0,
+            )
+            get_backend(decision[0])  # an unknown name is refused before the masks are looked at
+            if case is not None:
+                if len(_CASES) > 256:
+                    _CASES.clear()
+                _CASES[case] = decision
+        name, reason = decision
+        spec = get_backend(name)
+        if mask is None and key_padding_mask is None and attn_bias is None:
+            prepared = _NO_MASK
+        else:
+            prepared = prepare_mask(  # validates every mask argument, whichever backend runs
+                mask,
+                key_padding_mask,
+                attn_bias,
+                batch=batch,
+                heads=self.num_heads,
+                query_len=q_len,
+                key_len=k_len,
+                dtype=x.dtype,
+                device=x.device,
+            )
         if spec.layout == "packed":
             out, weights = self._forward_packed(
                 x,
@@ -240,7 +347,16 @@ class MultiHeadAttention(nn.Module):
             )
         else:
             out, weights = self._attend_padded(
-                x, prepared, key_value, need_weights, self.backend, name, reason
+                x,
+                prepared,
+                key_value,
+                need_weights,
+                self.backend,
+                name,
+                reason,
+                dropout_p,
+                compiling=compiling,
+                spec=spec,
             )
         if unbatched:
             out = out.squeeze(0)
@@ -279,21 +395,50 @@ class MultiHeadAttention(nn.Module):
         A packed backend cannot run here (it needs :meth:`attend_packed`).
         """
         requested = self.backend if backend is None else backend
-        name, reason = choose_backend(requested, need_weights=need_weights)
+        dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
+        name, reason = choose_backend(
+            requested,
+            need_weights=need_weights,
+            device_type=x.device.type,
+            dtype=x.dtype,
+            key_len=x.size(1) if key_value is None else key_value.size(1),
+            training=dropout_p > 0.0,
+        )
         if get_backend(name).layout == "packed":
             raise ValueError(
                 f"backend {name!r} works on packed tokens: call attend_packed(x_packed, packed), "
                 f"or forward(x, key_padding_mask=...), which packs for you."
             )
-        return self._attend_padded(x, prepared, key_value, need_weights, requested, name, reason)
+        return self._attend_padded(
+            x, prepared, key_value, need_weights, requested, name, reason, dropout_p
+        )
 
-    def _record(self, requested: str, name: str, reason: str, q: Tensor) -> None:
-        if torch.compiler.is_compiling():  # a compiled graph replays one fixed decision
-            return
-        dtype_name = str(q.dtype).replace("torch.", "")
-        decision = Dispatch(requested, name, reason, tuple(q.shape), dtype_name)
-        self.last_dispatch = decision
-        record(decision)
+    def _record(
+        self, requested: str, name: str, reason: str, q: Tensor, compiling: bool | None = None
+    ) -> None:
+        if torch.compiler.is_compiling() if compiling is None else compiling:
+            return  # a compiled graph replays one fixed decision
+        if recording():  # an explain() block or the DEBUG logger wants the record now
+            decision = Dispatch(requested, name, reason, tuple(q.shape), _dtype_name(q.dtype))
+            self.__dict__["_last_dispatch"] = decision
+            record(decision)
+        else:  # nobody is looking: keep the parts; last_dispatch builds the record when read
+            self.__dict__["_last_dispatch"] = (requested, name, reason, q.shape, q.dtype)
+
+    @property
+    def last_dispatch(self) -> Dispatch | None:
+        """The :class:`~bertattn.attention.dispatch.Dispatch` of the latest call (None before
+        the first): which backend ran, and why."""
+        last = self.__dict__.get("_last_dispatch")
+        if isinstance(last, tuple):
+            requested, name, reason, shape, dtype = last
+            last = Dispatch(requested, name, reason, tuple(shape), _dtype_name(dtype))
+            self.__dict__["_last_dispatch"] = last
+        return last
+
+    @last_dispatch.setter
+    def last_dispatch(self, value: Dispatch | None) -> None:
+        self.__dict__["_last_dispatch"] = value
 
     def _attend_padded(
         self,
@@ -304,18 +449,27 @@ class MultiHeadAttention(nn.Module):
         requested: str,
         name: str,
         reason: str,
+        dropout_p: float | None = None,
+        *,
+        compiling: bool | None = None,
+        spec: BackendSpec | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        spec = get_backend(name)
+        if compiling is None:
+            compiling = torch.compiler.is_compiling()
+        if spec is None:
+            spec = get_backend(name)
         if need_weights and not spec.returns_weights:
             raise ValueError(
                 f"backend {name!r} does not return attention weights; pass need_weights=False, "
                 f"or use backend='math' (or 'auto', which picks math when weights are needed)."
             )
         q, k, v = self.project_qkv(x, key_value)
-        dropout_p = self.dropout.p if self.training else 0.0
-        rec = steps_recorder()
+        if dropout_p is None:
+            dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
+        rec = None if compiling or not _steps._open_blocks else steps_recorder()
+        out_linear = _fast.submodule(self, "out_linear")
         if rec is not None:  # attention.steps: the input and projection of the next record
-            rec.note_module(x, self.out_linear.weight, self.out_linear.bias)
+            rec.note_module(x, out_linear.weight, out_linear.bias)
         context, weights = spec.fn(
             q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights
         )  # (B, H, Lq, D), (B, H, Lq, Lk) | None
@@ -325,8 +479,13 @@ class MultiHeadAttention(nn.Module):
             weights = None if weights is None else weights.masked_fill(~live, 0.0)
         b, h, lq, d = context.shape
         context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)
-        output = self.out_linear(context)  # (B, Lq, E)
-        self._record(requested, name, reason, q)
+        if type(out_linear) is nn.Linear and _fast.plain_call(out_linear, compiling):
+            # exactly what the module call runs, without its per-call overhead
+            params = out_linear._parameters
+            output = F.linear(context, params["weight"], params["bias"])
+        else:
+            output = self.out_linear(context)  # (B, Lq, E)
+        self._record(requested, name, reason, q, compiling)
         return output, weights
 
     def attend_packed(
@@ -351,9 +510,9 @@ class MultiHeadAttention(nn.Module):
         weight, bias = self.qkv_weight()
         qkv = F.linear(x, weight, bias).view(t, 3, h, d)  # (T, 3, H, D)
         q, k, v = qkv.unbind(1)  # (T, H, D) each
-        dropout_p = self.dropout.p if self.training else 0.0
+        dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
         context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)
-        output = self.out_linear(context.reshape(t, h * d))  # (T, E)
+        output = _fast.linear(_fast.submodule(self, "out_linear"), context.reshape(t, h * d))
         self._record(requested or backend, backend, reason, q)
         return output
 

@@ -2,8 +2,8 @@
 
 Inside ``with record_steps() as rec:``, every call of the ``math`` backend appends one
 :class:`StepRecord` holding its own intermediate values — not a re-computation: the tensors the
-reference path computed on the way to its output. Outside such a block the backend pays one
-context-variable lookup per call.
+reference path computed on the way to its output. Outside every such block the backend pays
+one integer test per call.
 
 Shapes (B batch, H heads, Lq / Lk query / key length, D head size, E embedding size):
     x        (B, Lq, E)   the module's input (the layer's hidden states)
@@ -20,6 +20,7 @@ Shapes (B batch, H heads, Lq / Lk query / key length, D head size, E embedding s
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -69,13 +70,16 @@ class StepRecorder:
 
 
 _active: ContextVar[StepRecorder | None] = ContextVar("bertattn_steps", default=None)
+#: how many record_steps() blocks are open, in any thread: 0 lets a call skip the context variable
+_open_blocks = 0
+_blocks_lock = threading.Lock()
 
 
 def recorder() -> StepRecorder | None:
     """The active recorder, or None outside :func:`record_steps` and while torch.compile /
     torch.export traces (a traced graph records nothing, and dynamo cannot trace a context
     variable)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not _open_blocks:
         return None
     return _active.get()
 
@@ -84,9 +88,14 @@ def recorder() -> StepRecorder | None:
 def record_steps() -> Iterator[StepRecorder]:
     """Record the intermediate values of every ``math`` attention call inside the block
     (blocks nest: an outer block also gets the records of an inner one)."""
+    global _open_blocks
     rec = StepRecorder(parent=_active.get())
     token = _active.set(rec)
+    with _blocks_lock:
+        _open_blocks += 1
     try:
         yield rec
     finally:
+        with _blocks_lock:
+            _open_blocks -= 1
         _active.reset(token)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
+from ..attention import fastcall as _fast
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from .config import BertConfig
@@ -155,8 +156,11 @@ class BertMLP(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.act(self.fc_in(x.to(self.fc_in.weight.dtype)))  # (B, L, I), compute dtype
-        return self.dropout(self.fc_out(h))  # (B, L, E)
+        fc_in = _fast.submodule(self, "fc_in")
+        cd = _fast.param(fc_in, "weight").dtype  # type: ignore[union-attr]
+        h = self.act(_fast.linear(fc_in, x if x.dtype == cd else x.to(cd)))  # (B, L, I)
+        out = _fast.linear(_fast.submodule(self, "fc_out"), h)  # (B, L, E)
+        return _fast.dropout(_fast.submodule(self, "dropout"), out)
 
 
 class BertLayer(nn.Module):
@@ -176,8 +180,12 @@ class BertLayer(nn.Module):
     def forward(
         self, x: Tensor, mask: PreparedMask, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        cd = self.attn.out_linear.weight.dtype  # compute dtype; x (the residual) may be wider
-        a, weights = self.attn.attend(x.to(cd), mask, need_weights=need_weights)  # (B, L, E)
+        attn = _fast.submodule(self, "attn")
+        # compute dtype; x (the residual) may be wider
+        cd = _fast.param(_fast.submodule(attn, "out_linear"), "weight").dtype  # type: ignore[union-attr]
+        a, weights = attn.attend(  # type: ignore[operator]
+            x if x.dtype == cd else x.to(cd), mask, need_weights=need_weights
+        )  # (B, L, E)
         return self.block(x, a), weights  # weights: (B, H, L, L) | None
 
     def forward_packed(self, x: Tensor, packed: PackedBatch, reason: str) -> Tensor:
@@ -189,8 +197,15 @@ class BertLayer(nn.Module):
 
     def block(self, x: Tensor, a: Tensor) -> Tensor:
         """Residual + LayerNorm around the attention output ``a``, then the MLP block."""
-        x = self.attn_norm(x + self.attn_dropout(a).to(x.dtype))  # (..., E)
-        return self.mlp_norm(x + self.mlp(x).to(x.dtype))  # (..., E)
+        a = _fast.dropout(_fast.submodule(self, "attn_dropout"), a)
+        x = _fast.layer_norm(
+            _fast.submodule(self, "attn_norm"), x + (a if a.dtype == x.dtype else a.to(x.dtype))
+        )  # (..., E)
+        mlp = _fast.submodule(self, "mlp")
+        m = mlp.forward(x) if type(mlp) is BertMLP and _fast.plain_call(mlp) else mlp(x)
+        return _fast.layer_norm(
+            _fast.submodule(self, "mlp_norm"), x + (m if m.dtype == x.dtype else m.to(x.dtype))
+        )  # (..., E)
 
 
 class BertEncoder(nn.Module):
@@ -346,14 +361,25 @@ class BertModel(nn.Module):
             return None, ""
         if attention_mask is None:  # explicit varlen, no padding: one sequence per row
             attention_mask = torch.ones(shape, dtype=torch.bool, device=self.device)
-        packed = pack_padding_mask(attention_mask)
+        if explicit:
+            packed = pack_padding_mask(attention_mask)
+            pad_fraction = packed.pad_fraction
+        else:  # decide from one count first: packing costs a few ops, and often does not pay
+            packed = None
+            size = shape[0] * shape[1]
+            real = int(torch.count_nonzero(attention_mask))
+            pad_fraction = 0.0 if size == 0 else 1.0 - real / size
         name, reason = choose_backend(
             self.backend,
             need_weights=False,
-            pad_fraction=packed.pad_fraction,
+            pad_fraction=pad_fraction,
             device_type=self.device.type,
+            dtype=self.dtype,
+            key_len=shape[1],
         )
-        return (packed, reason) if get_backend(name).layout == "packed" else (None, "")
+        if get_backend(name).layout != "packed":
+            return None, ""
+        return (packed or pack_padding_mask(attention_mask)), reason
 
     def forward(
         self,

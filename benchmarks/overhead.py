@@ -1,0 +1,231 @@
+"""Per-call overhead at small shapes: bertattn against the peers a user would try.
+
+    python -m benchmarks.overhead [--repeats 21] [--threads N] [--only tiny|minilm] [--json FILE]
+
+Two cases, fp32, eval, ``torch.inference_mode()``, peers interleaved round by round after
+warm-up, medians (each sample times a loop of calls, so microsecond calls are measurable):
+
+* tiny attention: ``MultiHeadAttention`` B=1 L=16 E=64 H=4, ``need_weights=False``, against
+  ``torch.nn.MultiheadAttention`` (batch_first, same weights), without and with a key padding
+  mask; target: bertattn <= 0.8x torch's time. "kernels only" is the same computation as bare
+  tensor ops (fused QKV linear, SDPA, output linear): what no Python wrapper can go below.
+* MiniLM, one 9-token query: ``bertattn.BertModel`` against transformers' ``BertModel``
+  (``attn_implementation="sdpa"``), both from ``default_model_dir()``, with the attention mask
+  a tokenizer gives (all ones); target: bertattn <= 0.7x transformers' time. "GEMMs only" is the
+  25 linear layers of the forward alone, the same in both models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertattn import MultiHeadAttention
+from bertattn.bench import environment, interleaved_medians
+
+#: measured before this work (issue "Speed where attention actually runs"), microseconds / ms
+BEFORE = {
+    "tiny": {"bertattn": 85e-6, "torch MHA": 48e-6},
+    "tiny + key_padding_mask": {"bertattn": 118e-6, "torch MHA": 63e-6},
+    "MiniLM one query": {"bertattn": 7.8e-3, "transformers sdpa": 9.3e-3},
+}
+TARGETS = {"tiny": 0.8, "tiny + key_padding_mask": 0.8, "MiniLM one query": 0.7}
+
+
+def _per_call(fns: dict, repeats: int, target_s: float = 0.005) -> dict[str, float]:
+    """Seconds per call of each function: loops of n calls, interleaved, medians."""
+    first = next(iter(fns.values()))
+    for _ in range(3):
+        first()
+    start = time.perf_counter()
+    first()
+    n = max(1, min(5000, int(target_s / max(time.perf_counter() - start, 1e-7))))
+
+    def loop(fn):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            for _ in range(n):
+                fn()
+
+        return run
+
+    t = interleaved_medians({k: loop(f) for k, f in fns.items()}, repeats=repeats, warmup=1)
+    return {k: t.median(k) / n for k in fns}
+
+
+def tiny_cases(repeats: int) -> dict[str, dict[str, float]]:
+    torch.manual_seed(0)
+    b, length, e, h = 1, 16, 64, 4
+    peer = nn.MultiheadAttention(e, h, batch_first=True).eval()
+    ours = MultiHeadAttention.from_torch(peer).eval()
+    x = torch.randn(b, length, e)
+    keep = torch.ones(b, length, dtype=torch.bool)
+    keep[:, -3:] = False  # three padding tokens
+    w, bias = peer.in_proj_weight.detach(), peer.in_proj_bias.detach()
+    wo, bo = peer.out_proj.weight.detach(), peer.out_proj.bias.detach()
+    pad_bias = torch.where(keep, 0.0, float("-inf"))[:, None, None, :]
+
+    def kernels(attn_bias=None):  # type: ignore[no-untyped-def]
+        qkv = F.linear(x, w, bias).view(b, length, 3, h, e // h).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias)
+        return F.linear(c.transpose(1, 2).reshape(b, length, e), wo, bo)
+
+    out: dict[str, dict[str, float]] = {}
+    with torch.inference_mode():
+        torch.testing.assert_close(ours(x, need_weights=False)[0], peer(x, x, x)[0])
+        out["tiny"] = _per_call(
+            {
+                "bertattn": lambda: ours(x, need_weights=False),
+                "torch MHA": lambda: peer(x, x, x, need_weights=False),
+                "kernels only": kernels,
+            },
+            repeats,
+        )
+        out["tiny + key_padding_mask"] = _per_call(
+            {
+                "bertattn": lambda: ours(x, key_padding_mask=keep, need_weights=False),
+                "torch MHA": lambda: peer(x, x, x, key_padding_mask=~keep, need_weights=False),
+                "kernels only": lambda: kernels(pad_bias),
+            },
+            repeats,
+        )
+    return out
+
+
+def minilm_case(repeats: int) -> dict[str, dict[str, float]]:
+    from bertattn import BertModel
+    from bertattn.bert.pipeline import default_model_dir
+
+    folder = default_model_dir()
+    ours = BertModel.from_pretrained(folder).eval()
+    peers: dict[str, object] = {"bertattn": ours}
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf = transformers.BertModel.from_pretrained(str(folder), attn_implementation="sdpa")
+        peers["transformers sdpa"] = hf.eval()
+    except ImportError:
+        print("transformers is not installed: MiniLM peer skipped")
+    ids = torch.tensor([[101, 2054, 2003, 1996, 3007, 1997, 2605, 1029, 102]])  # 9 tokens
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        gemms = _gemms(ours)
+
+    def gemms_only() -> None:
+        for x, w, b in gemms:
+            F.linear(x, w, b)
+
+    fns = {name: (lambda m=m: m(input_ids=ids, attention_mask=mask)) for name, m in peers.items()}
+    fns["GEMMs only"] = gemms_only
+    with torch.inference_mode():
+        if "transformers sdpa" in peers:
+            torch.testing.assert_close(
+                fns["bertattn"]().last_hidden_state,
+                fns["transformers sdpa"]().last_hidden_state,
+                atol=1e-4,
+                rtol=1e-4,
+            )
+        return {"MiniLM one query": _per_call(fns, max(5, repeats // 2), target_s=0.05)}
+
+
+def _gemms(model) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """(input, weight, bias) of every linear layer of one 9-token forward."""
+    out = []
+    for layer in model.encoder.layers:
+        out.append((torch.randn(1, 9, layer.attn.embed_dim), *layer.attn.qkv_weight()))
+        for lin in (layer.attn.out_linear, layer.mlp.fc_in, layer.mlp.fc_out):
+            out.append((torch.randn(1, 9, lin.in_features), lin.weight, lin.bias))
+    if model.pooler is not None:
+        d = model.pooler.dense
+        out.append((torch.randn(1, d.in_features), d.weight, d.bias))
+    return out
+
+
+def targets(results: dict[str, dict[str, float]]) -> list[dict[str, object]]:
+    rows = []
+    for case, need in TARGETS.items():
+        times = results.get(case, {})
+        peer = "transformers sdpa" if case.startswith("MiniLM") else "torch MHA"
+        if peer not in times:
+            rows.append({"case": case, "target": need, "status": "not measured (peer missing)"})
+            continue
+        ratio = times["bertattn"] / times[peer]
+        before = BEFORE[case]["bertattn"] / BEFORE[case][peer]
+        rows.append(
+            {
+                "case": case,
+                "peer": peer,
+                "ratio": ratio,
+                "ratio_before": before,
+                "target": need,
+                "status": "met" if ratio <= need else "not met",
+            }
+        )
+    return rows
+
+
+def format_results(results: dict[str, dict[str, float]], env: dict[str, object]) -> str:
+    lines = [
+        f"per-call time, fp32, eval, inference_mode; threads={env['threads']}, "
+        f"cpu_capability={env['cpu_capability']}, bf16 matmul {env['bf16_matmul']}",
+        f"environment: {env}",
+        f"{'case':<25}{'peer':<19}{'now':>11}{'before':>11}",
+    ]
+    for case, times in results.items():
+        unit, scale = ("ms", 1e3) if case.startswith("MiniLM") else ("us", 1e6)
+        for peer, seconds in times.items():
+            before = BEFORE.get(case, {}).get(peer)
+            was = f"{before * scale:>8.1f} {unit}" if before else f"{'-':>11}"
+            lines.append(f"{case:<25}{peer:<19}{seconds * scale:>8.1f} {unit}{was}")
+    lines.append("")
+    lines.append(f"{'target':<25}{'ratio now':>10}{'before':>9}{'need':>8}  status")
+    for t in targets(results):
+        if "ratio" in t:
+            lines.append(
+                f"{t['case'] + ' vs ' + str(t['peer']):<45}"[:45]
+                + f"{t['ratio']:>6.2f}x{t['ratio_before']:>8.2f}x{'<=' + str(t['target']):>7}"
+                f"x  {t['status']}"
+            )
+        else:
+            lines.append(f"{t['case']:<45}{'':>22}  {t['status']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="bertattn per-call overhead vs its peers")
+    ap.add_argument(
+        "--repeats", type=int, default=21, help="timed rounds per peer (default 21; MiniLM: half)"
+    )
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    ap.add_argument("--only", choices=["tiny", "minilm"], help="run one of the two cases")
+    ap.add_argument("--json", help="also write the results to this JSON file")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    env = environment()
+    results: dict[str, dict[str, float]] = {}
+    if args.only in (None, "tiny"):
+        results.update(tiny_cases(args.repeats))
+    if args.only in (None, "minilm"):
+        results.update(minilm_case(args.repeats))
+    print(format_results(results, env))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(
+                {"environment": env, "seconds": results, "targets": targets(results)}, f, indent=1
+            )
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
