@@ -50,4 +50,6 @@ clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
 
 bench: $(STAMP)
+	# optional peers (OpenVINO): the benchmark says which are missing when this cannot install
+	-$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) -m benchmarks.run
