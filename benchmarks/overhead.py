@@ -197,6 +197,10 @@ def format_results(results: dict[str, dict[str, float]], env: dict[str, object])
             )
         else:
             lines.append(f"{t['case']:<45}{'':>22}  {t['status']}")
+    lines.append(
+        "before: the figures the issue reports for main before this work (2 threads, another "
+        "run on a shared machine), not measured in this run; 'now' peers are interleaved here"
+    )
     return "\n".join(lines)
 
 
