@@ -91,7 +91,9 @@ def _targets(rows: dict[str, dict[str, float]], native_bf16: bool) -> list[dict[
     out: list[dict[str, object]] = []
     for label, a, b, need in specs:
         r = ratio(a, b)
-        if r is None:
+        if r is None and need is not None and not native_bf16:
+            status = "not measurable here (bf16 emulated; not timed)"
+        elif r is None:
             status = "not measured (peer missing)"
         elif need is None:
             status = "reported (no target)"
