@@ -31,7 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 #: what ``pip install bertattn`` (no extra) brings, as import names
 _DEPENDENCIES = ("torch", "numpy", "tokenizers", "safetensors", "tqdm", "huggingface_hub")
 #: entries of the site-packages that the fresh environment must not see
-_HIDDEN = ("matplotlib", "mpl_toolkits", "pylab", "bertattn", "__editable__", "__pycache__")
+_HIDDEN = (
+    "matplotlib",
+    "mpl_toolkits",
+    "pylab",
+    "zstandard",
+    "bertattn",
+    "__editable__",
+    "__pycache__",
+)
 
 
 def _site_dirs() -> list[Path]:
@@ -47,8 +55,9 @@ def _site_dirs() -> list[Path]:
 
 
 def _link_dependencies(target: Path) -> None:
-    """``target``: links to everything in the dependencies' site-packages but matplotlib and
-    bertattn (``.pth`` files are left out: only a real site folder runs them)."""
+    """``target``: links to everything in the dependencies' site-packages but the optional
+    packages (matplotlib, zstandard) and bertattn (``.pth`` files are left out: only a real
+    site folder runs them)."""
     target.mkdir()
     for site in _site_dirs():
         for entry in site.iterdir():
@@ -132,11 +141,12 @@ def test_wheel_metadata_extras_license_and_data(wheel):
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
         meta = email.message_from_bytes(zf.read(f"{info}/METADATA"))
         license_text = zf.read(f"{info}/licenses/LICENSE").decode()
-    assert sorted(meta.get_all("Provides-Extra")) == ["onnx", "png", "test"]
+    assert sorted(meta.get_all("Provides-Extra")) == ["onnx", "png", "test", "zstd"]
     requires = meta.get_all("Requires-Dist")
     plain = sorted(r.split(">")[0].split("=")[0].strip() for r in requires if ";" not in r)
     assert plain == ["numpy", "safetensors", "tokenizers", "torch", "tqdm"], requires
     assert 'matplotlib>=3.7; extra == "png"' in requires
+    assert 'zstandard>=0.22; extra == "zstd"' in requires
     assert not any("huggingface" in r for r in requires), requires
     assert meta["License-Expression"] == "MIT" and meta["License-File"] == "LICENSE"
     assert license_text.startswith("MIT License") and "2026 the bertattn authors" in license_text
@@ -193,3 +203,13 @@ def test_png_with_matplotlib_works_from_the_wheel(fresh, tmp_path):
         )
     )
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_zst_input_without_zstandard_names_the_extra(fresh, tmp_path):
+    import zstandard
+
+    (tmp_path / "in.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(b"a text\n"))
+    proc = _run([fresh / "bertattn", "encode", "in.txt.zst", "-o", "e.npy"], cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "pip install 'bertattn[zstd]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "e.npy").exists()
