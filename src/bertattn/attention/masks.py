@@ -223,7 +223,9 @@ def _padding_only(
     device: torch.device,
 ) -> PreparedMask | None:
     """The common case, a valid ``key_padding_mask`` alone with a key in every row, in three
-    tensor ops; None for anything else (the general path then checks, raises or zeroes)."""
+    tensor ops (none kept when nothing is padding: an all-ones mask is no mask, as in
+    transformers' sdpa path); None for anything else (the general path then checks, raises or
+    zeroes)."""
     if key_padding_mask.is_complex() or key_padding_mask.shape != (batch, key_len):
         return None
     # the same mask tensor again, unchanged (every layer of an encoder, a loop over calls):
@@ -242,12 +244,15 @@ def _padding_only(
     keep = key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask != 0
     if keep.device != device:
         keep = keep.to(device)
-    live = keep.any() if batch == 1 else keep.any(dim=-1).all()
-    if not bool(live):  # a row of padding only: dead rows, general path
-        return None
-    zero, neg_inf = _fill_values(score_dtype(dtype), device)
-    keep = keep.reshape(batch, 1, 1, key_len)  # a view when it can be (indexing is slower)
-    prepared = PreparedMask(bias=torch.where(keep, zero, neg_inf))  # (B, 1, 1, Lk)
+    if bool(keep.all()):  # no padding at all: no mask (the kernels then run unmasked)
+        prepared = _EMPTY
+    else:
+        live = keep.any() if batch == 1 else keep.any(dim=-1).all()
+        if not bool(live):  # a row of padding only: dead rows, general path
+            return None
+        zero, neg_inf = _fill_values(score_dtype(dtype), device)
+        keep = keep.reshape(batch, 1, 1, key_len)  # a view when it can be (indexing is slower)
+        prepared = PreparedMask(bias=torch.where(keep, zero, neg_inf))  # (B, 1, 1, Lk)
     if cacheable:
         _LAST_PADDING[0] = (
             weakref.ref(key_padding_mask),
