@@ -216,7 +216,8 @@ class EncodeOptions:
     )
     restart: bool = _opt(
         False,
-        "discard OUTPUT.parts/ of an earlier run first (implies --resumable)",
+        "discard the chunks of an earlier run first (OUTPUT.parts/, or OUT/); implies "
+        "--resumable",
         group="distributed / resumable",
         output=False,
     )
