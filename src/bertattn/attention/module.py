@@ -30,14 +30,6 @@ def _shape(t: Tensor) -> str:
 
 
 _QKV_NAMES = ("q_linear", "k_linear", "v_linear")
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-    return name
 
 _MISSING = object()
 
@@ -129,14 +121,9 @@ class MultiHeadAttention(nn.Module):
     def _qkv_tensors(self) -> tuple[Tensor, ...]:
         out = []
         for name in _QKV_NAMES:  # plain dict reads: nn.Module.__getattr__ is slow per call
-            lin = self._modules[name]
-            params = lin._parameters  # type: ignore[union-attr]
-            w = params.get("weight", _MISSING)
-            if w is _MISSING:
-                w = lin.weight  # type: ignore[union-attr]
-            b = params.get("bias", _MISSING)
-            if b is _MISSING:
-                b = getattr(lin, "bias", None)
+            lin = _fast.submodule(self, name)
+            w = _fast.param(lin, "weight")
+            b = _fast.param(lin, "bias")
             out.append(w)
             if b is not None:
                 out.append(b)
@@ -419,7 +406,8 @@ class MultiHeadAttention(nn.Module):
         if torch.compiler.is_compiling() if compiling is None else compiling:
             return  # a compiled graph replays one fixed decision
         if recording():  # an explain() block or the DEBUG logger wants the record now
-            decision = Dispatch(requested, name, reason, tuple(q.shape), _dtype_name(q.dtype))
+            dtype = _policy.dtype_name(q.dtype)
+            decision = Dispatch(requested, name, reason, tuple(q.shape), dtype)
             self.__dict__["_last_dispatch"] = decision
             record(decision)
         else:  # nobody is looking: keep the parts; last_dispatch builds the record when read
@@ -432,7 +420,7 @@ class MultiHeadAttention(nn.Module):
         last = self.__dict__.get("_last_dispatch")
         if isinstance(last, tuple):
             requested, name, reason, shape, dtype = last
-            last = Dispatch(requested, name, reason, tuple(shape), _dtype_name(dtype))
+            last = Dispatch(requested, name, reason, tuple(shape), _policy.dtype_name(dtype))
             self.__dict__["_last_dispatch"] = last
         return last
 
