@@ -92,6 +92,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "exceeds what the model takes (max_position_embeddings 512)",
     ),
     (
+        "cuda-graphs-on-cpu",
+        ENC + ["in.txt", "-o", "o.npy", "--device", "cpu", "--cuda-graphs"],
+        2,
+        "--cuda-graphs needs the PyTorch model on a CUDA device; this run is on cpu",
+    ),
+    (
         "chunk-size-alone",
         ENC + ["in.txt", "-o", "o.npy", "--chunk-size", "100K"],
         2,

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .capture import is_capturing
+
 __all__ = ["PreparedMask", "prepare_mask", "score_dtype"]
 
 
@@ -63,6 +65,12 @@ def _shape(t: Tensor) -> str:
 def _tracing() -> bool:
     """Under torch.compile / export / ONNX tracing: stay branch-free on tensor values."""
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def _branch_free(device: torch.device) -> bool:
+    """Traced, or captured into a graph (capture.py): no branch on a tensor's values, no read
+    back to the host, no result cached across calls."""
+    return _tracing() or is_capturing(device)
 
 
 #: ``(shape, target)`` pairs that passed :func:`_check_broadcast` (a shape-only check: failing
@@ -172,7 +180,7 @@ def prepare_mask(
     if mask is None and attn_bias is None:
         if key_padding_mask is None:
             return _EMPTY
-        if isinstance(key_padding_mask, Tensor) and not _tracing():
+        if isinstance(key_padding_mask, Tensor) and not _branch_free(device):
             fast = _padding_only(key_padding_mask, batch, key_len, dtype, device)
             if fast is not None:
                 return fast
@@ -207,7 +215,7 @@ def prepare_mask(
     # a count, not .any(): the same in eager; exported, ReduceSum keeps ONNX Runtime's symbolic
     # shape inference (and so its fusions) working, where any()'s ReduceMax stops it
     live = (bias != float("-inf")).sum(dim=-1, keepdim=True) > 0  # (B|1, H|1, Lq|1, 1)
-    if not _tracing() and bool(live.all()):  # eager: skip the zeroing when no row is dead
+    if not _branch_free(device) and bool(live.all()):  # eager: no zeroing when no row is dead
         return PreparedMask(bias=bias)
     return PreparedMask(bias=bias.masked_fill(~live, 0.0), live_rows=live)
 

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
 from ..attention import fastcall as _fast
+from ..attention.capture import is_capturing
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from .config import BertConfig
@@ -352,11 +353,12 @@ class BertModel(nn.Module):
             return None, ""
         if not explicit and self.device.type != "cpu":  # auto packs on CPU only (dispatch.py)
             return None, ""
-        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        if torch.compiler.is_compiling() or torch.jit.is_tracing() or is_capturing(self.device):
             if explicit:
                 raise ValueError(
-                    "backend 'varlen' cannot be traced (torch.compile / export): its "
-                    "per-sequence loop depends on the mask's values; use 'sdpa' or 'auto'."
+                    "backend 'varlen' cannot be traced or captured (torch.compile, export, a "
+                    "CUDA graph): its packing depends on the mask's values; use 'sdpa' or "
+                    "'auto'."
                 )
             return None, ""
         if attention_mask is None:  # explicit varlen, no padding: one sequence per row

@@ -27,6 +27,7 @@ from ..errors import ModelFolderError
 from ..maps import AttentionMaps
 from .device import resolve_device
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
+from .graphs import GraphedBert
 from .model import BertModel
 from .pooling import EncodeStats, length_batches, pool
 from .st_compat import (
@@ -92,7 +93,10 @@ class Bert:
         (tokens; also :attr:`max_seq_length`), name;
         folder: the :class:`ModelFolder` it was loaded from (None when built directly);
         prompts, default_prompt_name, similarity_fn_name, truncate_dim, include_prompt: the
-        folder's ``config_sentence_transformers.json`` (see :class:`SentenceTransformerConfig`).
+        folder's ``config_sentence_transformers.json`` (see :class:`SentenceTransformerConfig`);
+        cuda_graphs: on a CUDA device, encode by replaying CUDA graphs (default True; see
+        :mod:`bertattn.bert.graphs`); graph_runner: the :class:`GraphedBert` doing it (made on
+        first use on CUDA; assign one to choose its settings).
     """
 
     def __init__(
@@ -122,6 +126,8 @@ class Bert:
         self._similarity_fn_name = st.similarity_fn_name
         self.truncate_dim = st.truncate_dim
         self.include_prompt = st.include_prompt
+        self.cuda_graphs = True
+        self.graph_runner: GraphedBert | None = None
 
     @classmethod
     def load(
@@ -544,9 +550,9 @@ class Bert:
                 batch = self.tokenizer.pad([encodings[i] for i in idx])
                 stats.padded += batch.input_ids.numel()
                 mask = batch.attention_mask.to(device)
-                hidden = self.model(
+                hidden = self._last_hidden(
                     batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
-                ).last_hidden_state
+                )  # (B, L, E)
                 if sentences or output_value is None:
                     pool_mask = mask
                     if skip:  # sentence-transformers' include_prompt=false
@@ -582,6 +588,23 @@ class Bert:
                 if progress is not None:
                     progress(len(idx))
         return out, stats
+
+    def _last_hidden(self, ids: Tensor, mask: Tensor, types: Tensor) -> Tensor:
+        """One padded batch through the model -> ``(B, L, E)``; replayed from a CUDA graph
+        where :attr:`cuda_graphs` allows (on CUDA, or with an assigned :attr:`graph_runner`)."""
+        runner = self.graph_runner
+        if (
+            runner is None
+            and self.cuda_graphs
+            and isinstance(self.model, BertModel)
+            and self.model.device.type == "cuda"
+        ):
+            runner = self.graph_runner = GraphedBert(self.model)
+        if runner is not None and self.cuda_graphs:
+            hidden = runner(ids, mask, types)
+            logger.debug("batch %s: %s", tuple(ids.shape), runner.last_run)
+            return hidden
+        return self.model(ids, mask, types).last_hidden_state
 
     # ------------------------------------------------------------------ attention
     def attention_maps(

@@ -119,6 +119,13 @@ def _check_machine(options: EncodeOptions, world_size: int) -> None:
         )
     if options.device != "auto":
         job_device(options.device)  # a device this machine lacks: refused before any work
+    if options.cuda_graphs:
+        where = "ONNX Runtime's CPU provider" if options.onnx else str(job_device(options.device))
+        if not where.startswith("cuda"):
+            raise UsageError(
+                f"--cuda-graphs needs the PyTorch model on a CUDA device; this run is on "
+                f"{where}. Drop --cuda-graphs (graphs are used by default on CUDA)."
+            )
     if options.workers is None:
         return
     if world_size > 1:
@@ -201,6 +208,7 @@ def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
         bert = load_onnx_bert(options.onnx, options.model)
     else:
         bert = Bert.load(options.model, dtype=options.dtype, device=device)
+        bert.cuda_graphs = options.cuda_graphs is not False
     limit = bert.model.config.max_position_embeddings
     if options.max_length is not None and options.max_length > limit:
         raise UsageError(

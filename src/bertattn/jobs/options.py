@@ -185,6 +185,12 @@ class EncodeOptions:
         choices=DTYPES,
     )
     device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)", output=False)
+    cuda_graphs: bool | None = _opt(
+        None,
+        "on CUDA, replay one captured CUDA graph per padded batch shape instead of launching "
+        "every kernel (default: on with CUDA; --no-cuda-graphs runs every batch eagerly)",
+        output=False,
+    )
     onnx: str | None = _opt(
         None,
         "run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "
