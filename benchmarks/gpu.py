@@ -7,7 +7,11 @@
    every backend vs Hugging Face on the same GPU;
 2. the padded-batch BERT-base case of ByteTransformer's paper (B=16, max length 512, mean
    length 0.6 x max): bertattn varlen / sdpa vs HF BertModel sdpa, fp16 and bf16;
-3. the module at L=512 and 2048 (bf16), achieved TFLOP/s vs torch.nn.MultiheadAttention.
+   bertattn sdpa replayed from CUDA graphs (``GraphedBert``) too;
+3. launch-bound batches (BERT-base fp16, B=1..32, L=16..128): HF sdpa vs bertattn eager vs
+   bertattn replayed from CUDA graphs;
+4. the module at L=512 and 2048 (bf16), achieved TFLOP/s vs torch.nn.MultiheadAttention;
+5. the issue's GPU targets, each printed as met / not met.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 
 import bertattn
 from bertattn.bench.module import attention_flops
+from bertattn.bert.graphs import GraphedBert
 
 DEV = torch.device("cuda")
 
@@ -125,17 +130,20 @@ def padded_bert() -> list[dict[str, object]]:
                 be: bertattn.BertModel.from_pretrained(tmp, dtype=dtype, backend=be).to(DEV)
                 for be in ("varlen", "sdpa")
             }
+            graphed = GraphedBert(ours["sdpa"], min_uses=1)
             with torch.inference_mode():
                 t_hf = _time(lambda m=hf: m(input_ids=ids, attention_mask=mask))
                 times = {
                     f"bertattn {be}": _time(lambda m=m: m(ids, mask)) for be, m in ours.items()
                 }
+                times["bertattn sdpa graphed"] = _time(lambda g=graphed: g(ids, mask))
                 ref = hf(input_ids=ids, attention_mask=mask).last_hidden_state
                 real = mask.bool()
                 diff = {
                     be: (m(ids, mask).last_hidden_state[real] - ref[real]).abs().max().item()
                     for be, m in ours.items()
                 }
+                diff["sdpa graphed"] = (graphed(ids, mask)[real] - ref[real]).abs().max().item()
             row = {
                 "dtype": str(dtype),
                 "mean_len": float(lengths.float().mean()),
@@ -148,6 +156,74 @@ def padded_bert() -> list[dict[str, object]]:
             print(f"padded BERT-base {dtype}: {json.dumps(row)}", flush=True)
             torch.cuda.empty_cache()
     return rows
+
+
+def small_batches() -> list[dict[str, object]]:
+    """Launch-bound BERT-base fp16 batches: what replaying a CUDA graph saves."""
+    from transformers import BertConfig as HFConfig
+    from transformers import BertModel as HFBertModel
+
+    gen = torch.Generator().manual_seed(2)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        HFBertModel(HFConfig()).save_pretrained(tmp)
+        hf = HFBertModel.from_pretrained(tmp, attn_implementation="sdpa", dtype=torch.float16)
+        hf = hf.to(DEV).eval()
+        ours = bertattn.BertModel.from_pretrained(tmp, dtype=torch.float16).to(DEV)
+        graphed = GraphedBert(ours, min_uses=1)
+        for b, length in ((1, 16), (1, 128), (8, 64), (32, 128)):
+            ids = torch.randint(1000, 30000, (b, length), generator=gen).to(DEV)
+            mask = torch.ones(b, length, dtype=torch.long, device=DEV)
+            mask[b // 2 :, length // 2 :] = 0  # half the rows padded to half length
+            with torch.inference_mode():
+                t_hf = _time(lambda i=ids, k=mask: hf(input_ids=i, attention_mask=k))
+                t_eager = _time(lambda i=ids, k=mask: ours(i, k))
+                t_graph = _time(lambda i=ids, k=mask: graphed(i, k))
+            row = {
+                "batch": b,
+                "seq_len": length,
+                "hf_sdpa_ms": t_hf * 1e3,
+                "bertattn_eager_ms": t_eager * 1e3,
+                "bertattn_graphed_ms": t_graph * 1e3,
+                "graphed_speedup_vs_hf": t_hf / t_graph,
+                "last_run": graphed.last_run,
+            }
+            rows.append(row)
+            print(f"launch-bound BERT-base fp16: {json.dumps(row)}", flush=True)
+    return rows
+
+
+def targets(out: dict[str, object]) -> list[str]:
+    """The issue's GPU targets, each met / not met / not measured, from this run's rows."""
+    lines = []
+    padded = out.get("padded_bert")
+    fp16 = (
+        [r for r in padded if r.get("dtype") == "torch.float16"] if isinstance(padded, list) else []
+    )
+    if fp16:
+        best = max(fp16[0]["speedup_vs_hf"].items(), key=lambda kv: kv[1])
+        verdict = "met" if best[1] >= 2.0 else "not met"
+        lines.append(
+            f"BERT-base B=16 max 512 mean 0.6x fp16 >= 2x HF sdpa: {verdict} "
+            f"(best {best[0]}: {best[1]:.2f}x)"
+        )
+    else:
+        lines.append("BERT-base B=16 fp16 >= 2x HF sdpa: not measured (padded_bert failed)")
+    tflops = out.get("module_tflops")
+    for b, length in ((8, 512), (1, 2048)):
+        row = (
+            next((r for r in tflops if r["batch"] == b and r["seq_len"] == length), None)
+            if isinstance(tflops, list)
+            else None
+        )
+        if row is None:
+            lines.append(f"module bf16 B={b} L={length} >= 1.0x torch MHA: not measured")
+            continue
+        ratio = row["torch_mha_ms"] / row["bertattn_ms"]
+        verdict = "met" if ratio >= 1.0 else "not met"
+        lines.append(f"module bf16 B={b} L={length} >= 1.0x torch MHA: {verdict} ({ratio:.2f}x)")
+    return lines
 
 
 def padding_sweep() -> list[dict[str, object]]:
@@ -221,6 +297,7 @@ def main() -> int:
         ("module_check", check_module),
         ("bert_check", check_bert),
         ("padded_bert", padded_bert),
+        ("small_batches", small_batches),
         ("module_tflops", module_tflops),
     ):
         try:
@@ -228,6 +305,9 @@ def main() -> int:
         except Exception as exc:  # report and go on: one call must bring back everything
             print(f"{name} FAILED: {type(exc).__name__}: {exc}", flush=True)
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    out["targets"] = targets(out)
+    for line in out["targets"]:
+        print(f"target: {line}", flush=True)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
     print(f"wrote {args.json}")
