@@ -224,6 +224,20 @@ def test_weights_and_dropout_like_eager():
         torch.testing.assert_close(ours, ref, rtol=0, atol=1e-6)
 
 
+def test_auto_reads_the_policy_row_of_the_call():
+    """The dispatch table's row for this device, dtype and key length decides, as in the
+    module (a row that names math for short fp32 keys, and only for those)."""
+    from bertattn.attention import policy
+
+    q, k, v = qkv()  # key length 8: the "tiny" class
+    rule = policy.Rule("cpu", "float32", "tiny", "math", 0.1, "test row")
+    with policy.use_table((rule, *policy.TABLE)), bertattn.explain() as log:
+        bt.attention_forward(layer(), q, k, v, None)
+        bt.attention_forward(layer(), q.double(), k.double(), v.double(), None)
+    assert log.backends() == ["math", "sdpa"]
+    assert "policy: cpu float32 tiny" in log.records[0].reason
+
+
 def test_in_place_edit_of_the_mask_is_seen():
     """The prepared mask is reused across layers, but not after the mask tensor changes."""
     q, k, v = qkv(b=2, lq=5, lk=5)

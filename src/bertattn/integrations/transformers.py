@@ -289,7 +289,14 @@ def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callab
             query = query * (scaling * math.sqrt(d))  # the backends divide by sqrt(d)
 
         need_weights = bool(kwargs.get("output_attentions", False))
-        chosen, reason = choose_backend(backend, need_weights=need_weights)
+        chosen, reason = choose_backend(
+            backend,
+            need_weights=need_weights,
+            device_type=query.device.type,
+            dtype=query.dtype,
+            key_len=k_len,
+            training=float(dropout) > 0.0,
+        )
         spec = get_backend(chosen)
         if need_weights and not spec.returns_weights:
             raise ValueError(
