@@ -54,3 +54,37 @@ def test_bf16_encode_min_cosine_vs_fp32(minilm_dir) -> None:
     assert bf16.dtype == np.float32
     cos = (fp32 * bf16).sum(1) / (np.linalg.norm(fp32, axis=1) * np.linalg.norm(bf16, axis=1))
     assert cos.min() >= 0.9999, cos
+
+
+def test_mixed_precision_widens_in_the_residual_add(tiny_checkpoint, monkeypatch) -> None:
+    """to_compute_dtype: the bf16 block outputs are widened inside the residual add (one op,
+    not a cast and an add): two dtype casts per layer remain, the LayerNorm outputs going into
+    the bf16 matrix products; the result is bitwise what the explicit casts gave."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from bertattn.bert import model as model_module
+
+    class Casts(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype):
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    model = BertModel.from_pretrained(tiny_checkpoint, backend="sdpa").to_compute_dtype(
+        torch.bfloat16
+    )
+    ids = torch.randint(5, 99, (2, 11))
+    with torch.inference_mode():
+        with Casts() as casts:
+            out = model(ids).last_hidden_state
+        layers = model.config.num_hidden_layers
+        # per layer: the attention input and the MLP input to bf16; then the pooler's in and out
+        assert casts.n == 2 * layers + 2
+        monkeypatch.setattr(model_module, "residual_add", lambda x, a: x + a.to(x.dtype))
+        explicit = model(ids).last_hidden_state
+    assert out.dtype == torch.float32
+    assert torch.equal(out, explicit)

@@ -65,6 +65,18 @@ def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
         )
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def residual_add(x: Tensor, a: Tensor) -> Tensor:
+    """``x + a`` in the dtype of the residual stream ``x``. With :meth:`BertModel.to_compute_dtype`
+    the block output ``a`` is bf16/fp16 and ``x`` float32: the add kernel widens ``a`` as it
+    reads it (exact), one op where a cast then an add were two, with the same values."""
+    if a.dtype == x.dtype or (x.dtype == torch.float32 and a.dtype in _HALF):
+        return x + a
+    return x + a.to(x.dtype)
+
+
 #: the output fields in transformers' order (``BaseModelOutputWithPoolingAndCrossAttentions``)
 _OUTPUT_FIELDS = ("last_hidden_state", "pooler_output", "hidden_states", "attentions")
 
@@ -199,14 +211,10 @@ class BertLayer(nn.Module):
     def block(self, x: Tensor, a: Tensor) -> Tensor:
         """Residual + LayerNorm around the attention output ``a``, then the MLP block."""
         a = _fast.dropout(_fast.submodule(self, "attn_dropout"), a)
-        x = _fast.layer_norm(
-            _fast.submodule(self, "attn_norm"), x + (a if a.dtype == x.dtype else a.to(x.dtype))
-        )  # (..., E)
+        x = _fast.layer_norm(_fast.submodule(self, "attn_norm"), residual_add(x, a))  # (..., E)
         mlp = _fast.submodule(self, "mlp")
         m = mlp.forward(x) if type(mlp) is BertMLP and _fast.plain_call(mlp) else mlp(x)
-        return _fast.layer_norm(
-            _fast.submodule(self, "mlp_norm"), x + (m if m.dtype == x.dtype else m.to(x.dtype))
-        )  # (..., E)
+        return _fast.layer_norm(_fast.submodule(self, "mlp_norm"), residual_add(x, m))  # (..., E)
 
 
 class BertEncoder(nn.Module):
