@@ -2,6 +2,7 @@
 
 from .config import BertConfig
 from .folder import ModelFolder, resolve_model
+from .graphs import GraphedBert
 from .model import BertModel, BertModelOutput
 from .pipeline import Bert, quantize_embeddings, resolve_device
 from .tokenizer import BertTokenizer
@@ -12,6 +13,7 @@ __all__ = [
     "BertModel",
     "BertModelOutput",
     "BertTokenizer",
+    "GraphedBert",
     "ModelFolder",
     "quantize_embeddings",
     "resolve_device",
