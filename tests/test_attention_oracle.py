@@ -139,6 +139,30 @@ def test_qkv_share_one_storage_after_construction_to_and_assign() -> None:
         torch.testing.assert_close(fresh(x)[0], article(x)[0], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "torch.save"])
+def test_qkv_share_one_storage_after_deepcopy_and_pickle(how: str) -> None:
+    """Both copy each parameter on its own; the copy packs again (else every call would
+    concatenate q/k/v) and stays independent of the original."""
+    import copy
+    import io
+
+    article, ours = article_pair(E, H)
+    if how == "deepcopy":
+        twin = copy.deepcopy(ours)
+    else:
+        buf = io.BytesIO()
+        torch.save(ours, buf)
+        buf.seek(0)
+        twin = torch.load(buf, weights_only=False)
+    assert _shares_one_storage(twin)
+    x = torch.randn(B, L, E)
+    with torch.no_grad():
+        assert twin.qkv_weight()[0].data_ptr() == twin.q_linear.weight.data_ptr()  # no cat
+        torch.testing.assert_close(twin(x)[0], article(x)[0], atol=ATOL, rtol=0)
+        twin.k_linear.weight.mul_(2.0)
+    assert not torch.equal(twin.k_linear.weight, ours.k_linear.weight)
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_in_place_change_of_q_weight_is_seen(grad: bool) -> None:
     article, ours = article_pair(E, H)

@@ -157,6 +157,14 @@ class MultiHeadAttention(nn.Module):
             vb.data_ptr(),
         ]
 
+    def __setstate__(self, state: dict) -> None:
+        # copy.deepcopy and pickling (torch.save / torch.load) copy each parameter on its own,
+        # so q/k/v come back in three storages: pack them again, or every call would
+        # concatenate the weights (about a fifth of a MiniLM query's time)
+        super().__setstate__(state)
+        if "_packed_weight" in self.__dict__ and not self._still_packed():
+            self._pack_qkv()
+
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         out = super()._apply(fn, recurse)
         self._pack_qkv()  # .to() / .half() / .cuda() gave new storages: pack them again
