@@ -16,7 +16,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules import module as _nn_module
 
-__all__ = ["submodule", "param", "plain_call", "linear", "layer_norm", "dropout"]
+__all__ = [
+    "submodule",
+    "param",
+    "hook_free",
+    "plain_context",
+    "stock",
+    "plain_call",
+    "linear",
+    "layer_norm",
+    "dropout",
+]
 
 _MISSING = object()
 
@@ -33,23 +43,41 @@ def param(mod: nn.Module, name: str) -> Tensor | None:
     return getattr(mod, name) if value is _MISSING else value
 
 
-def plain_call(mod: nn.Module, compiling: bool | None = None) -> bool:
-    """Whether ``mod(x)`` would only run ``mod.forward(x)``: no hook, no tracing, no compile
-    (``compiling``: ``torch.compiler.is_compiling()`` when the caller knows it already)."""
-    if torch.compiler.is_compiling() if compiling is None else compiling:
-        return False
+def hook_free(mod: nn.Module) -> bool:
+    """No hook of any kind on ``mod`` itself and no compiled call (``module.compile()``)."""
     return not (
         mod._forward_hooks
         or mod._forward_pre_hooks
         or mod._backward_hooks
         or mod._backward_pre_hooks
         or mod._compiled_call_impl is not None
-        or _nn_module._global_forward_hooks
+    )
+
+
+def plain_context() -> bool:
+    """No global module hook, no ``torch.jit`` tracing and no ``torch.compile``: whether a
+    module call does what its forward does is then up to the module alone."""
+    return not (
+        _nn_module._global_forward_hooks
         or _nn_module._global_forward_pre_hooks
         or _nn_module._global_backward_hooks
         or _nn_module._global_backward_pre_hooks
         or torch._C._get_tracing_state()
+        or torch.compiler.is_compiling()
     )
+
+
+def stock(mod: nn.Module, cls: type) -> bool:
+    """``mod`` is exactly a ``cls`` (not a subclass), in eval mode, and :func:`hook_free`."""
+    return type(mod) is cls and not mod.training and hook_free(mod)
+
+
+def plain_call(mod: nn.Module, compiling: bool | None = None) -> bool:
+    """Whether ``mod(x)`` would only run ``mod.forward(x)``: no hook, no tracing, no compile
+    (``compiling``: ``torch.compiler.is_compiling()`` when the caller knows it already)."""
+    if compiling:
+        return False
+    return hook_free(mod) and plain_context()
 
 
 def linear(mod: nn.Module, x: Tensor, compiling: bool | None = None) -> Tensor:
@@ -59,9 +87,10 @@ def linear(mod: nn.Module, x: Tensor, compiling: bool | None = None) -> Tensor:
     return mod(x)
 
 
-def layer_norm(mod: nn.Module, x: Tensor) -> Tensor:
-    """``mod(x)``; for a plain ``nn.LayerNorm`` without hooks, ``F.layer_norm`` directly."""
-    if type(mod) is nn.LayerNorm and plain_call(mod):
+def layer_norm(mod: nn.Module, x: Tensor, checked: bool = False) -> Tensor:
+    """``mod(x)``; for a plain ``nn.LayerNorm`` without hooks, ``F.layer_norm`` directly
+    (``checked``: the caller made sure of that already)."""
+    if checked or (type(mod) is nn.LayerNorm and plain_call(mod)):
         d = mod.__dict__
         return F.layer_norm(
             x, d["normalized_shape"], mod._parameters["weight"], mod._parameters["bias"], d["eps"]

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
 from ..attention import fastcall as _fast
+from ..attention import steps as _steps
 from ..attention.capture import is_capturing
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
@@ -176,6 +177,9 @@ class BertMLP(nn.Module):
         return _fast.dropout(_fast.submodule(self, "dropout"), out)
 
 
+_ATTN_LINEARS = ("q_linear", "k_linear", "v_linear", "out_linear")
+
+
 class BertLayer(nn.Module):
     """One post-LayerNorm transformer block, as in the original BERT."""
 
@@ -201,12 +205,84 @@ class BertLayer(nn.Module):
         )  # (B, L, E)
         return self.block(x, a), weights  # weights: (B, H, L, L) | None
 
-    def forward_packed(self, x: Tensor, packed: PackedBatch, reason: str) -> Tensor:
-        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``."""
+    def forward_packed(
+        self, x: Tensor, packed: PackedBatch, reason: str, lean: bool = False
+    ) -> Tensor:
+        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``. ``lean``: the
+        encoder found every layer :meth:`lean`."""
         requested = self.attn.backend
         cd = self.attn.out_linear.weight.dtype
         a = self.attn.attend_packed(x.to(cd), packed, reason=reason, requested=requested)
-        return self.block(x, a)
+        return self._block_lean(x, a) if lean else self.block(x, a)
+
+    # ------------------------------------------------------------------ the lean path
+    def lean(self) -> bool:
+        """Whether :meth:`forward_lean` computes what :meth:`forward` would: this layer and
+        every module in it are the stock classes (no subclass), in eval mode, with no hooks.
+        (The encoder checks the rest once per forward: no global hooks, tracing, compiling or
+        steps recording, no weights asked for.)"""
+        try:
+            mods = self._modules
+            attn, mlp = mods["attn"], mods["mlp"]
+            am, mm = attn._modules, mlp._modules  # type: ignore[union-attr]
+            return (
+                _fast.stock(self, BertLayer)
+                and _fast.stock(attn, MultiHeadAttention)  # type: ignore[arg-type]
+                and _fast.stock(mlp, BertMLP)  # type: ignore[arg-type]
+                and all(_fast.stock(am[n], nn.Linear) for n in _ATTN_LINEARS)  # type: ignore[arg-type]
+                and _fast.stock(mm["fc_in"], nn.Linear)  # type: ignore[arg-type]
+                and _fast.stock(mm["fc_out"], nn.Linear)  # type: ignore[arg-type]
+                and _fast.stock(mods["attn_norm"], nn.LayerNorm)  # type: ignore[arg-type]
+                and _fast.stock(mods["mlp_norm"], nn.LayerNorm)  # type: ignore[arg-type]
+                and all(
+                    _fast.stock(d, nn.Dropout) and 0.0 <= d.p <= 1.0  # type: ignore[union-attr,operator]
+                    for d in (am["dropout"], mods["attn_dropout"], mm["dropout"])
+                )
+            )
+        except KeyError:  # a module deleted or renamed: the ordinary path says what is wrong
+            return False
+
+    def forward_lean(self, x: Tensor, mask: PreparedMask) -> Tensor:
+        """:meth:`forward` without weights for a :meth:`lean` layer: the same tensor ops in the
+        same order, without the module calls between them (at one short query these calls
+        are a tenth of the forward). ``(B, L, E)`` -> ``(B, L, E)``."""
+        attn = self._modules["attn"]
+        cd = attn._modules["out_linear"]._parameters["weight"].dtype  # type: ignore[union-attr]
+        name, reason = choose_backend(
+            attn.backend,  # type: ignore[union-attr]
+            need_weights=False,
+            device_type=x.device.type,
+            dtype=cd,
+            key_len=x.size(1),
+        )
+        spec = get_backend(name)
+        if spec.layout != "padded":  # the ordinary path refuses it, with its message
+            return self.forward(x, mask)[0]
+        a, _ = attn._attend_padded(  # type: ignore[operator]
+            x if x.dtype == cd else x.to(cd),
+            mask,
+            None,
+            False,
+            attn.backend,  # type: ignore[union-attr]
+            name,
+            reason,
+            0.0,
+            compiling=False,
+            spec=spec,
+        )  # (B, L, E)
+        return self._block_lean(x, a)
+
+    def _block_lean(self, x: Tensor, a: Tensor) -> Tensor:
+        """:meth:`block` of a :meth:`lean` layer (eval: the dropouts are the identity)."""
+        mods = self._modules
+        x = _fast.layer_norm(mods["attn_norm"], residual_add(x, a), checked=True)  # type: ignore[arg-type]
+        mlp = mods["mlp"]
+        fc_in = mlp._modules["fc_in"]._parameters  # type: ignore[union-attr]
+        fc_out = mlp._modules["fc_out"]._parameters  # type: ignore[union-attr]
+        cd = fc_in["weight"].dtype  # type: ignore[union-attr]
+        h = mlp.act(F.linear(x if x.dtype == cd else x.to(cd), fc_in["weight"], fc_in["bias"]))  # type: ignore[operator]
+        m = F.linear(h, fc_out["weight"], fc_out["bias"])  # type: ignore[arg-type]
+        return _fast.layer_norm(mods["mlp_norm"], residual_add(x, m), checked=True)  # type: ignore[arg-type]
 
     def block(self, x: Tensor, a: Tensor) -> Tensor:
         """Residual + LayerNorm around the attention output ``a``, then the MLP block."""
@@ -235,6 +311,12 @@ class BertEncoder(nn.Module):
         collect: list[Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
         """``collect``: when a list, each layer's output is appended to it."""
+        if not output_attentions and self.lean():
+            for layer in self._modules["layers"]._modules.values():  # type: ignore[union-attr]
+                hidden = layer.forward_lean(hidden, mask)  # type: ignore[union-attr,operator]
+                if collect is not None:
+                    collect.append(hidden)
+            return hidden, (None,) * len(self.layers)
         attentions: list[Tensor | None] = []
         for i, layer in enumerate(self.layers):
             hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
@@ -242,6 +324,18 @@ class BertEncoder(nn.Module):
             if collect is not None:
                 collect.append(hidden)
         return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
+
+    def lean(self) -> bool:
+        """Whether every layer may run :meth:`BertLayer.forward_lean` (checked once per
+        forward): every layer :meth:`BertLayer.lean`, and no global hook, tracing, compiling or
+        steps recording (:func:`bertattn.attention.record_steps`) around."""
+        layers = self._modules.get("layers")
+        return (
+            type(layers) is nn.ModuleList
+            and not _steps._open_blocks
+            and _fast.plain_context()
+            and all(type(la) is BertLayer and la.lean() for la in layers._modules.values())  # type: ignore[union-attr]
+        )
 
     def forward_packed(
         self,
@@ -252,8 +346,9 @@ class BertEncoder(nn.Module):
     ) -> Tensor:
         """Every layer on packed real tokens ``(T, E)``; no attention weights. ``collect``:
         when a list, each layer's (packed) output is appended to it."""
+        lean = self.lean()
         for layer in self.layers:
-            hidden = layer.forward_packed(hidden, packed, reason)
+            hidden = layer.forward_packed(hidden, packed, reason, lean)
             if collect is not None:
                 collect.append(hidden)
         return hidden  # (T, E)

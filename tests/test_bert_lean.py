@@ -1,0 +1,139 @@
+"""The encoder's lean path (BertLayer.forward_lean): the same ops as the ordinary path without
+the module calls between them. It must give bitwise the same result, and step aside whenever a
+module call would do more than its forward (hooks, subclasses, training) or something watches
+(steps recording, weights asked for, explain)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_bert import TINY
+from torch import nn
+
+import bertattn
+from bertattn import BertConfig, BertModel
+from bertattn.attention import record_steps
+
+
+def _model(**kw: object) -> BertModel:
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**TINY), **kw).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, TINY["vocab_size"], (4, 13), generator=g)
+    mask = torch.ones(4, 13, dtype=torch.long)
+    mask[1, 9:] = 0
+    mask[2, 4:] = 0
+    return ids, mask
+
+
+def _ordinary(model: BertModel):  # type: ignore[no-untyped-def]
+    """A hook that does nothing: the layer is no longer lean, so the ordinary path runs."""
+    return model.encoder.layers[0].attn_norm.register_forward_hook(lambda *a: None)
+
+
+@pytest.mark.parametrize(
+    "backend, compute, padded",
+    [
+        ("auto", None, True),  # packs (varlen) on the CPU: the lean block after attend_packed
+        ("sdpa", None, True),
+        ("math", None, True),
+        ("auto", None, False),
+        ("sdpa", torch.bfloat16, True),  # mixed precision: casts into the GEMMs
+    ],
+)
+def test_lean_equals_the_ordinary_path_bitwise(backend, compute, padded):
+    model = _model(backend=backend)
+    if compute is not None:
+        model.to_compute_dtype(compute)
+    ids, mask = _batch()
+    if not padded:
+        mask = None
+    assert model.encoder.lean()
+    with torch.inference_mode():
+        lean = model(ids, mask, output_hidden_states=True)
+        handle = _ordinary(model)
+        assert not model.encoder.lean()
+        ordinary = model(ids, mask, output_hidden_states=True)
+        handle.remove()
+    assert torch.equal(lean.last_hidden_state, ordinary.last_hidden_state)
+    assert torch.equal(lean.pooler_output, ordinary.pooler_output)
+    assert all(
+        torch.equal(a, b) for a, b in zip(lean.hidden_states, ordinary.hidden_states, strict=True)
+    )
+
+
+def test_a_dead_row_is_zero_on_the_lean_path():
+    model = _model(backend="sdpa")
+    ids, mask = _batch()
+    mask[3] = 0  # a row of padding only
+    with torch.inference_mode():
+        out = model(ids, mask).last_hidden_state
+        handle = _ordinary(model)
+        ref = model(ids, mask).last_hidden_state
+        handle.remove()
+    assert torch.equal(out, ref) and torch.isfinite(out).all()
+
+
+def test_hooks_subclasses_and_training_take_the_ordinary_path():
+    model = _model(backend="sdpa")
+    ids, mask = _batch()
+    calls = []
+    handle = model.encoder.layers[1].mlp.fc_out.register_forward_hook(lambda *a: calls.append(1))
+    with torch.inference_mode():
+        model(ids, mask)
+    handle.remove()
+    assert calls == [1]  # the hook ran: the module was called
+
+    class Shifted(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x) + 1.0
+
+    with torch.inference_mode():
+        before = model(ids, mask).last_hidden_state
+        stock = model.encoder.layers[0].mlp.fc_in
+        shifted = Shifted(stock.in_features, stock.out_features)
+        shifted.load_state_dict(stock.state_dict())
+        model.encoder.layers[0].mlp.fc_in = shifted.eval()
+        assert not model.encoder.lean()
+        after = model(ids, mask).last_hidden_state
+    assert not torch.equal(before, after)  # the subclass's forward ran
+
+    model.encoder.layers[0].mlp.fc_in = stock
+    model.encoder.layers[1].attn_dropout.train()  # one module in training mode
+    assert not model.encoder.lean()
+
+
+def test_global_hooks_steps_and_weights_take_the_ordinary_path():
+    model = _model(backend="auto")
+    ids, mask = _batch()
+    calls = []
+    handle = nn.modules.module.register_module_forward_hook(lambda *a: calls.append(1))
+    try:
+        assert not model.encoder.lean()
+        with torch.inference_mode():
+            model(ids, mask)
+    finally:
+        handle.remove()
+    assert len(calls) > 10  # every submodule was called
+    with record_steps() as steps:
+        assert not model.encoder.lean()
+    with torch.inference_mode():
+        out = model(ids, mask, output_attentions=[1])
+    assert out.attentions[1] is not None and out.attentions[0] is None
+    assert steps is not None
+
+
+def test_explain_still_sees_every_layer():
+    model = _model(backend="sdpa")
+    ids, _ = _batch()
+    with torch.inference_mode(), bertattn.explain() as log:
+        model(ids)
+    assert log.backends() == ["sdpa"] * TINY["num_hidden_layers"]
+    assert model.encoder.layers[0].attn.last_dispatch.backend == "sdpa"
