@@ -62,16 +62,22 @@ def cuda_capture(
 ) -> tuple[Callable[[], None], Tensor]:
     """Capture ``fn`` into a ``torch.cuda.CUDAGraph`` on ``device`` (after two warm-up runs on
     a side stream, as torch's capture rules ask), sharing the memory ``pool``."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # lets lazy initialization (cuBLAS handles, autotuning) happen here
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool), capturing():
-        output = fn()
-    return graph.replay, output
+    with torch.cuda.device(device):  # the model's GPU, whichever is current
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # lazy initialization (cuBLAS handles, autotuning) happens here
+                fn()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool), capturing():
+            output = fn()
+
+    def replay() -> None:
+        with torch.cuda.device(device):
+            graph.replay()
+
+    return replay, output
 
 
 @dataclass
