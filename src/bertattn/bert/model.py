@@ -8,6 +8,9 @@ B batch, L sequence length, E hidden_size, H heads, I intermediate_size.
 The padding mask is prepared once per forward and shared by every layer. With the ``varlen``
 backend (or ``auto`` on a padded batch) the real tokens are packed once after the input ids are
 read, every layer works on ``(T, E)`` (T = real tokens), and the result is padded once at the end.
+When every layer is the stock class in eval mode without hooks (and nothing records steps or
+asks for weights), the encoder runs each layer as one sequence of tensor ops
+(:meth:`BertLayer.forward_lean`): the same ops in the same order, without the module calls.
 """
 
 from __future__ import annotations
