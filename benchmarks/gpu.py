@@ -26,6 +26,7 @@ import tempfile
 import torch
 
 import bertattn
+from bertattn.bench import environment
 from bertattn.bench.module import attention_flops
 from bertattn.bert.graphs import GraphedBert
 
@@ -291,8 +292,14 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
         return 0
+    host = environment()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
-    out: dict[str, object] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
+    print(f"host: {host}", flush=True)
+    out: dict[str, object] = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "host": host,
+    }
     for name, fn in (
         ("module_check", check_module),
         ("bert_check", check_bert),
