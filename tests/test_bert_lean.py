@@ -137,3 +137,22 @@ def test_explain_still_sees_every_layer():
         model(ids)
     assert log.backends() == ["sdpa"] * TINY["num_hidden_layers"]
     assert model.encoder.layers[0].attn.last_dispatch.backend == "sdpa"
+
+
+def test_gradients_through_the_lean_path_equal_the_ordinary_ones():
+    """Eval mode with autograd on (saliency, adversarial inputs): the same graph either way."""
+    model = _model(backend="sdpa")
+    ids, mask = _batch()
+    grads = []
+    for ordinary in (False, True):
+        handle = _ordinary(model) if ordinary else None
+        assert model.encoder.lean() is not ordinary
+        embeds = model.embeddings.word(ids).detach().requires_grad_(True)
+        model.zero_grad()
+        out = model(inputs_embeds=embeds, attention_mask=mask).pooler_output.sum()
+        out.backward()
+        grads.append((embeds.grad, model.encoder.layers[0].mlp.fc_in.weight.grad.clone()))
+        if handle is not None:
+            handle.remove()
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert torch.equal(grads[0][1], grads[1][1])
