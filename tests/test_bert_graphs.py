@@ -309,8 +309,9 @@ def test_cuda_graph_sees_in_place_weight_updates():
     batch = tuple(t.cuda() for t in _batch(2, 12, seed=0))
     with torch.inference_mode():
         before = graphed(*batch)
-        with torch.no_grad():
-            model.encoder.layers[0].mlp.fc_out.weight.mul_(2.0)
+    with torch.no_grad():  # in place: the captured graph reads the same storage
+        model.encoder.layers[0].mlp.fc_out.weight.mul_(2.0)
+    with torch.inference_mode():
         after = graphed(*batch)
         ref = model(*batch).last_hidden_state
     assert graphed.counts["captures"] == 1
