@@ -1,7 +1,7 @@
-"""The encoder's lean path (BertLayer.forward_lean): the same ops as the ordinary path without
-the module calls between them. It must give bitwise the same result, and step aside whenever a
-module call would do more than its forward (hooks, subclasses, training) or something watches
-(steps recording, weights asked for, explain)."""
+"""The encoder's lean path (``BertLayer.forward(..., lean=True)``): the same ops as the ordinary
+path without the module calls between them. It must give bitwise the same result, and step aside
+whenever a module call would do more than its forward (hooks, subclasses, training) or something
+watches (steps recording, weights asked for, explain)."""
 
 from __future__ import annotations
 

@@ -74,15 +74,18 @@ def stock(mod: nn.Module, cls: type) -> bool:
 
 def plain_call(mod: nn.Module, compiling: bool | None = None) -> bool:
     """Whether ``mod(x)`` would only run ``mod.forward(x)``: no hook, no tracing, no compile
-    (``compiling``: ``torch.compiler.is_compiling()`` when the caller knows it already)."""
+    (``compiling=True``: the caller knows it is compiling, so no)."""
     if compiling:
         return False
     return hook_free(mod) and plain_context()
 
 
-def linear(mod: nn.Module, x: Tensor, compiling: bool | None = None) -> Tensor:
-    """``mod(x)``; for a plain ``nn.Linear`` without hooks, ``F.linear`` directly."""
-    if type(mod) is nn.Linear and plain_call(mod, compiling):
+def linear(
+    mod: nn.Module, x: Tensor, compiling: bool | None = None, checked: bool = False
+) -> Tensor:
+    """``mod(x)``; for a plain ``nn.Linear`` without hooks, ``F.linear`` directly
+    (``checked``: the caller made sure of that already)."""
+    if checked or (type(mod) is nn.Linear and plain_call(mod, compiling)):
         return F.linear(x, mod._parameters["weight"], mod._parameters["bias"])
     return mod(x)
 

@@ -10,7 +10,8 @@ backend (or ``auto`` on a padded batch) the real tokens are packed once after th
 read, every layer works on ``(T, E)`` (T = real tokens), and the result is padded once at the end.
 When every layer is the stock class in eval mode without hooks (and nothing records steps or
 asks for weights), the encoder runs each layer as one sequence of tensor ops
-(:meth:`BertLayer.forward_lean`): the same ops in the same order, without the module calls.
+(``BertLayer.forward(..., lean=True)``): the same ops in the same order, without the module
+calls.
 """
 
 from __future__ import annotations
@@ -172,12 +173,15 @@ class BertMLP(nn.Module):
         self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, lean: bool = False) -> Tensor:
+        """``(..., E)`` -> ``(..., E)``. ``lean``: the caller found this block and its modules
+        stock, in eval mode, without hooks (:meth:`BertLayer.lean`)."""
         fc_in = _fast.submodule(self, "fc_in")
         cd = _fast.param(fc_in, "weight").dtype  # type: ignore[union-attr]
-        h = self.act(_fast.linear(fc_in, x if x.dtype == cd else x.to(cd)))  # (B, L, I)
-        out = _fast.linear(_fast.submodule(self, "fc_out"), h)  # (B, L, E)
-        return _fast.dropout(_fast.submodule(self, "dropout"), out)
+        x = x if x.dtype == cd else x.to(cd)
+        h = self.act(_fast.linear(fc_in, x, checked=lean))  # (..., I)
+        out = _fast.linear(_fast.submodule(self, "fc_out"), h, checked=lean)  # (..., E)
+        return out if lean else _fast.dropout(_fast.submodule(self, "dropout"), out)
 
 
 _ATTN_LINEARS = ("q_linear", "k_linear", "v_linear", "out_linear")
@@ -198,15 +202,17 @@ class BertLayer(nn.Module):
         self.mlp_norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
 
     def forward(
-        self, x: Tensor, mask: PreparedMask, need_weights: bool = False
+        self, x: Tensor, mask: PreparedMask, need_weights: bool = False, lean: bool = False
     ) -> tuple[Tensor, Tensor | None]:
+        """``(B, L, E)`` -> ``(B, L, E)`` and the weights when asked for. ``lean``: the
+        encoder found every layer :meth:`lean` (no module call between the tensor ops)."""
         attn = _fast.submodule(self, "attn")
         # compute dtype; x (the residual) may be wider
         cd = _fast.param(_fast.submodule(attn, "out_linear"), "weight").dtype  # type: ignore[union-attr]
         a, weights = attn.attend(  # type: ignore[operator]
             x if x.dtype == cd else x.to(cd), mask, need_weights=need_weights
         )  # (B, L, E)
-        return self.block(x, a), weights  # weights: (B, H, L, L) | None
+        return self.block(x, a, lean), weights  # weights: (B, H, L, L) | None
 
     def forward_packed(
         self, x: Tensor, packed: PackedBatch, reason: str, lean: bool = False
@@ -216,12 +222,13 @@ class BertLayer(nn.Module):
         requested = self.attn.backend
         cd = self.attn.out_linear.weight.dtype
         a = self.attn.attend_packed(x.to(cd), packed, reason=reason, requested=requested)
-        return self._block_lean(x, a) if lean else self.block(x, a)
+        return self.block(x, a, lean)
 
     # ------------------------------------------------------------------ the lean path
     def lean(self) -> bool:
-        """Whether :meth:`forward_lean` computes what :meth:`forward` would: this layer and
-        every module in it are the stock classes (no subclass), in eval mode, with no hooks.
+        """Whether :meth:`forward` may run ``lean`` (the tensor ops without the module calls
+        between them): this layer and every module in it are the stock classes (no subclass),
+        in eval mode, with no hooks.
         (The encoder checks the rest once per forward: no global hooks, tracing, compiling or
         steps recording, no weights asked for.)"""
         try:
@@ -245,55 +252,21 @@ class BertLayer(nn.Module):
         except KeyError:  # a module deleted or renamed: the ordinary path says what is wrong
             return False
 
-    def forward_lean(self, x: Tensor, mask: PreparedMask) -> Tensor:
-        """:meth:`forward` without weights for a :meth:`lean` layer: the same tensor ops in the
-        same order, without the module calls between them (at one short query these calls
-        are a tenth of the forward). ``(B, L, E)`` -> ``(B, L, E)``."""
-        attn = self._modules["attn"]
-        cd = attn._modules["out_linear"]._parameters["weight"].dtype  # type: ignore[union-attr]
-        name, reason = choose_backend(
-            attn.backend,  # type: ignore[union-attr]
-            need_weights=False,
-            device_type=x.device.type,
-            dtype=cd,
-            key_len=x.size(1),
-        )
-        spec = get_backend(name)
-        if spec.layout != "padded":  # the ordinary path refuses it, with its message
-            return self.forward(x, mask)[0]
-        a, _ = attn._attend_padded(  # type: ignore[operator]
-            x if x.dtype == cd else x.to(cd),
-            mask,
-            None,
-            False,
-            attn.backend,  # type: ignore[union-attr]
-            name,
-            reason,
-            0.0,
-            compiling=False,
-            spec=spec,
-        )  # (B, L, E)
-        return self._block_lean(x, a)
-
-    def _block_lean(self, x: Tensor, a: Tensor) -> Tensor:
-        """:meth:`block` of a :meth:`lean` layer (eval: the dropouts are the identity)."""
-        mods = self._modules
-        x = _fast.layer_norm(mods["attn_norm"], residual_add(x, a), checked=True)  # type: ignore[arg-type]
-        mlp = mods["mlp"]
-        fc_in = mlp._modules["fc_in"]._parameters  # type: ignore[union-attr]
-        fc_out = mlp._modules["fc_out"]._parameters  # type: ignore[union-attr]
-        cd = fc_in["weight"].dtype  # type: ignore[union-attr]
-        h = mlp.act(F.linear(x if x.dtype == cd else x.to(cd), fc_in["weight"], fc_in["bias"]))  # type: ignore[operator]
-        m = F.linear(h, fc_out["weight"], fc_out["bias"])  # type: ignore[arg-type]
-        return _fast.layer_norm(mods["mlp_norm"], residual_add(x, m), checked=True)  # type: ignore[arg-type]
-
-    def block(self, x: Tensor, a: Tensor) -> Tensor:
-        """Residual + LayerNorm around the attention output ``a``, then the MLP block."""
-        a = _fast.dropout(_fast.submodule(self, "attn_dropout"), a)
-        x = _fast.layer_norm(_fast.submodule(self, "attn_norm"), residual_add(x, a))  # (..., E)
+    def block(self, x: Tensor, a: Tensor, lean: bool = False) -> Tensor:
+        """Residual + LayerNorm around the attention output ``a``, then the MLP block.
+        ``lean``: every module here is stock, in eval mode, without hooks (:meth:`lean`), so
+        the dropouts are the identity and no module needs calling."""
+        if not lean:
+            a = _fast.dropout(_fast.submodule(self, "attn_dropout"), a)
+        norm = _fast.submodule(self, "attn_norm")
+        x = _fast.layer_norm(norm, residual_add(x, a), checked=lean)  # (..., E)
         mlp = _fast.submodule(self, "mlp")
-        m = mlp.forward(x) if type(mlp) is BertMLP and _fast.plain_call(mlp) else mlp(x)
-        return _fast.layer_norm(_fast.submodule(self, "mlp_norm"), residual_add(x, m))  # (..., E)
+        if lean or (type(mlp) is BertMLP and _fast.plain_call(mlp)):
+            m = mlp.forward(x, lean)  # type: ignore[operator]
+        else:
+            m = mlp(x)
+        norm = _fast.submodule(self, "mlp_norm")
+        return _fast.layer_norm(norm, residual_add(x, m), checked=lean)  # (..., E)
 
 
 class BertEncoder(nn.Module):
@@ -314,24 +287,22 @@ class BertEncoder(nn.Module):
         collect: list[Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
         """``collect``: when a list, each layer's output is appended to it."""
-        if not output_attentions and self.lean():
-            for layer in self._modules["layers"]._modules.values():  # type: ignore[union-attr]
-                hidden = layer.forward_lean(hidden, mask)  # type: ignore[union-attr,operator]
-                if collect is not None:
-                    collect.append(hidden)
-            return hidden, (None,) * len(self.layers)
+        lean = not output_attentions and self.lean()
         attentions: list[Tensor | None] = []
         for i, layer in enumerate(self.layers):
-            hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
+            if lean:  # no hook to run: the layer's forward itself
+                hidden, weights = layer.forward(hidden, mask, False, True)
+            else:
+                hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
             attentions.append(weights)
             if collect is not None:
                 collect.append(hidden)
         return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
 
     def lean(self) -> bool:
-        """Whether every layer may run :meth:`BertLayer.forward_lean` (checked once per
-        forward): every layer :meth:`BertLayer.lean`, and no global hook, tracing, compiling or
-        steps recording (:func:`bertattn.attention.record_steps`) around."""
+        """Whether every layer may run ``lean`` (checked once per forward): every layer
+        :meth:`BertLayer.lean`, and no global hook, tracing, compiling or steps recording
+        (:func:`bertattn.attention.record_steps`) around."""
         layers = self._modules.get("layers")
         return (
             type(layers) is nn.ModuleList
