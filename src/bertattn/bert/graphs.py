@@ -196,20 +196,12 @@ class GraphedBert:
     ) -> Tensor:
         """``input_ids``, ``attention_mask`` (1 = real token), ``token_type_ids``: ``(B, L)``
         on the model's device -> ``last_hidden_state (B, L, E)``."""
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            got = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids)
-            raise ValueError(f"input_ids must be a (batch, seq_len) tensor, got {got}.")
-        b, length = input_ids.shape
-        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if t is not None and tuple(t.shape) != (b, length):
-                raise ValueError(
-                    f"{name} has shape {tuple(t.shape)}; expected {(b, length)} like input_ids."
-                )
-        bucket, why = self._plan(input_ids)
-        if bucket is None:
+        bucket, why = self._plan(input_ids, attention_mask, token_type_ids)
+        if bucket is None:  # the model's own checks refuse bad input, with their messages
             self.counts["eager"] += 1
             self.last_run = f"eager: {why}"
             return self.model(input_ids, attention_mask, token_type_ids).last_hidden_state
+        b, length = input_ids.shape
         with torch.inference_mode():
             bucket.input_ids.fill_(self.model.config.pad_token_id)
             bucket.input_ids[:b, :length].copy_(input_ids)
@@ -227,13 +219,19 @@ class GraphedBert:
         self.last_run = f"graph {tuple(bucket.output.shape[:2])}"
         return out
 
-    def _plan(self, input_ids: Tensor) -> tuple[_Bucket | None, str]:
+    def _plan(
+        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
+    ) -> tuple[_Bucket | None, str]:
         """The bucket this call replays (captured now if its time has come), or None and why
         the call runs eagerly."""
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            return None, "input_ids is not a (batch, seq_len) tensor"
+        b, length = input_ids.shape
+        if any(t is not None and t.shape != (b, length) for t in (attention_mask, token_type_ids)):
+            return None, "the mask or token types do not match input_ids"
         why = self._why_eager(input_ids)
         if why:
             return None, why
-        b, length = input_ids.shape
         if length > self.model.config.max_position_embeddings:
             return None, "longer than max_position_embeddings"  # the model's error follows
         weights = self._weights_signature()
