@@ -1,0 +1,80 @@
+"""The speed targets `make bench` reports (benchmarks/run.py, benchmarks/overhead.py): each
+verdict follows from the measured ratios, the worst case decides, and a bf16 target is not
+judged on a CPU that emulates bf16."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.overhead import targets as overhead_targets
+from benchmarks.run import MODULE_TARGETS, format_module_targets, module_targets
+
+
+def _case(batch: int, length: int, dtype: str, **speedup: float) -> dict:
+    return {"batch": batch, "seq_len": length, "dtype": dtype, "speedup_vs": speedup}
+
+
+def _results(fp32_hf: tuple[float, float], bf16: dict[str, tuple[float, float]]) -> list[dict]:
+    return [
+        _case(8, 128, "float32", hf_sdpa=fp32_hf[0], article=1.1, torch_mha=1.0),
+        _case(8, 512, "float32", hf_sdpa=fp32_hf[1], article=1.9, torch_mha=1.4),
+        _case(8, 128, "bfloat16", **{p: r[0] for p, r in bf16.items()}),
+        _case(8, 512, "bfloat16", **{p: r[1] for p, r in bf16.items()}),
+    ]
+
+
+def _status(rows: list[dict], dtype: str, peer: str) -> str:
+    (row,) = [r for r in rows if r["dtype"] == dtype and r["peer"] == peer]
+    return str(row["status"])
+
+
+def test_every_target_is_reported() -> None:
+    rows = module_targets(
+        _results((1.02, 1.01), {"article": (1.2, 1.3), "torch_mha": (1.2, 1.2)}), "native"
+    )
+    assert [(r["dtype"], r["peer"], r["need"]) for r in rows] == list(MODULE_TARGETS)
+    assert {r["status"] for r in rows} == {"met"}
+
+
+def test_the_worst_case_decides() -> None:
+    rows = module_targets(
+        _results((1.05, 0.97), {"article": (1.3, 1.1), "torch_mha": (1.2, 1.3)}), "native"
+    )
+    assert _status(rows, "float32", "hf_sdpa") == "not met"  # 0.97x at B=8 L=512
+    assert _status(rows, "bfloat16", "article") == "not met"  # 1.1x < 1.15x
+    assert _status(rows, "bfloat16", "torch_mha") == "met"
+    fp32 = [r for r in rows if r["dtype"] == "float32"][0]
+    assert fp32["ratios"] == {"B=8 L=128": 1.05, "B=8 L=512": 0.97}
+
+
+@pytest.mark.parametrize("bf16_matmul", ["emulated", "unknown"])
+def test_bf16_targets_are_not_judged_when_emulated(bf16_matmul: str) -> None:
+    rows = module_targets(
+        _results((1.0, 1.0), {"article": (2.0, 2.0), "torch_mha": (2.0, 2.0)}), bf16_matmul
+    )
+    assert _status(rows, "bfloat16", "article").startswith("not measurable")
+    assert _status(rows, "float32", "hf_sdpa") == "met"  # 1.0x is enough
+    text = format_module_targets(rows)
+    assert "bfloat16 vs article >= 1.15x: B=8 L=128 2.00x, B=8 L=512 2.00x: not measurable" in text
+
+
+def test_a_missing_peer_is_said_not_measured() -> None:
+    rows = module_targets([_case(8, 128, "float32", article=1.1)], "native")
+    assert _status(rows, "float32", "hf_sdpa").startswith("not measured")
+    assert _status(rows, "bfloat16", "torch_mha").startswith("not measured")
+
+
+def test_overhead_targets_carry_the_floor() -> None:
+    times = {
+        "tiny": {"bertattn": 40e-6, "torch MHA": 50e-6, "kernels only": 30e-6},
+        "MiniLM one query": {
+            "bertattn": 7.6e-3,
+            "transformers sdpa": 10e-3,
+            "bare tensor ops": 6.4e-3,
+        },
+    }
+    rows = {r["case"]: r for r in overhead_targets(times)}
+    assert rows["tiny"]["status"] == "met" and rows["tiny"]["floor_ratio"] == pytest.approx(0.6)
+    assert rows["MiniLM one query"]["status"] == "not met"
+    assert rows["MiniLM one query"]["floor_ratio"] == pytest.approx(0.64)
+    assert rows["tiny + key_padding_mask"]["status"].startswith("not measured")
