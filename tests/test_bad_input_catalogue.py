@@ -107,7 +107,25 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "timeout-alone",
         ENC + ["in.txt", "-o", "o.npy", "--timeout", "5"],
         2,
-        "--timeout applies only to a chunked run",
+        "a single process has no other rank to wait for: drop --timeout, or add --workers N",
+    ),
+    (
+        "timeout-one-process",
+        ENC + ["in.txt", "-o", "o.npy", "--resumable", "--timeout", "5"],
+        2,
+        "a single process has no other rank to wait for",
+    ),
+    (
+        "max-length-2",
+        ENC + ["in.txt", "-o", "o.npy", "--max-length", "2"],
+        2,
+        "--max-length must be an integer >= 3, got 2 ([CLS], [SEP] and at least one token",
+    ),
+    (
+        "onnx-dtype",
+        ENC + ["in.txt", "-o", "o.npy", "--onnx", "m.onnx", "--dtype", "bfloat16"],
+        2,
+        "--dtype bfloat16 applies to the PyTorch model; an --onnx model runs in the precision",
     ),
     (
         "timeout-zero",

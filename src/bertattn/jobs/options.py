@@ -69,12 +69,15 @@ def flag(cls: type, name: str) -> str:
     return meta.get("flags", (f"--{name.replace('_', '-')}",))[-1]
 
 
-def _int(cls: type, obj: object, name: str, *, low: int = 1, optional: bool = True) -> None:
+def _int(
+    cls: type, obj: object, name: str, *, low: int = 1, optional: bool = True, because: str = ""
+) -> None:
     value = getattr(obj, name)
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise UsageError(f"{flag(cls, name)} must be an integer >= {low}, got {value!r}.")
+        why = f" ({because})" if because and isinstance(value, int) else ""
+        raise UsageError(f"{flag(cls, name)} must be an integer >= {low}, got {value!r}{why}.")
 
 
 def _choice(cls: type, obj: object, name: str, choices: tuple[str, ...]) -> None:
@@ -90,6 +93,9 @@ def _text(cls: type, obj: object, name: str, *, optional: bool = True) -> None:
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise UsageError(f"{flag(cls, name)} must be a non-empty path or name, got {value!r}.")
 
+
+#: the fewest tokens a text can keep: [CLS], one token, [SEP] (a pair: one more [SEP])
+_MAX_LENGTH_WHY = "[CLS], [SEP] and at least one token of the text"
 
 _DEVICE = re.compile(r"\A(auto|cpu|cuda(:\d+)?)\Z")
 _DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
@@ -222,8 +228,7 @@ class EncodeOptions:
     )
     restart: bool = _opt(
         False,
-        "discard the chunks of an earlier run first (OUTPUT.parts/, or OUT/); implies "
-        "--resumable",
+        "discard the chunks of an earlier run first (OUTPUT.parts/, or OUT/); implies --resumable",
         group="distributed / resumable",
         output=False,
     )
@@ -237,7 +242,7 @@ class EncodeOptions:
     timeout: float | None = _opt(
         None,
         f"give up when no chunk finishes (or a collective waits) this long (default "
-        f"{DEFAULT_TIMEOUT:.0f}); needs a chunked run",
+        f"{DEFAULT_TIMEOUT:.0f}); needs several ranks (--workers N or torchrun)",
         type=float,
         metavar="SECONDS",
         group="distributed / resumable",
@@ -264,7 +269,7 @@ class EncodeOptions:
         _choice(cls, self, "dtype", DTYPES)
         _device(cls, self)
         _int(cls, self, "batch_size", optional=False)
-        _int(cls, self, "max_length", low=2)  # [CLS] and [SEP]
+        _int(cls, self, "max_length", low=3, because=_MAX_LENGTH_WHY)
         _int(cls, self, "workers")
         self.chunk_bytes  # noqa: B018  (parses --chunk-size)
         if self.normalize is not None and not isinstance(self.normalize, bool):
@@ -276,6 +281,11 @@ class EncodeOptions:
             or self.timeout <= 0
         ):
             raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}.")
+        if self.onnx is not None and self.dtype != "float32":
+            raise UsageError(
+                f"--dtype {self.dtype} applies to the PyTorch model; an --onnx model runs in the "
+                f"precision it was exported in (float32): drop --dtype, or drop --onnx."
+            )
         if self.onnx is not None and (self.chunked or self.workers is not None):
             raise UsageError(
                 "--onnx runs in a single process; drop --workers / --resumable / --restart (or "
@@ -286,6 +296,12 @@ class EncodeOptions:
                 "a chunked run (--workers, --resumable, --restart, torchrun) cannot read stdin: "
                 "every rank reads the input, and a rerun must find it again; write it to a file "
                 "first."
+            )
+        if self.timeout is not None and self.workers is None and _world_size() <= 1:
+            raise UsageError(
+                "--timeout says how long a rank waits for the others (a chunk or a collective) "
+                "before giving up; a single process has no other rank to wait for: drop "
+                "--timeout, or add --workers N."
             )
         if not (self.chunked or self.workers is not None):
             given = [flag(cls, n) for n in ("chunk_size", "timeout") if getattr(self, n)]
@@ -386,7 +402,16 @@ class AttendOptions:
         for name in ("model", "file"):
             _text(cls, self, name)
         _device(cls, self)
-        _int(cls, self, "max_length", low=2)
+        _int(
+            cls,
+            self,
+            "max_length",
+            low=4 if self.pair is not None else 3,
+            because=(
+                _MAX_LENGTH_WHY
+                + (" and of the pair, after its [SEP]" if self.pair is not None else "")
+            ),
+        )
         for name in ("layer", "head"):  # the range depends on the model: checked by the job
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
