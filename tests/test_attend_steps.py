@@ -163,7 +163,7 @@ def test_text_from_stdin_and_file_and_max_length(cli, tmp_path):
         (["--file", "nothere.txt"], 2, "--file nothere.txt does not exist"),
         (["hi", "--max-length", "600"], 2, "--max-length 600 exceeds what the model takes"),
         (["hi", "--max-length", "2"], 2, "--max-length must be an integer >= 3, got 2"),
-        (["hi", "--pair", "yo", "--max-length", "3"], 2, "must be an integer >= 4, got 3"),
+        (["hi", "--pair", "yo", "--max-length", "4"], 2, "must be an integer >= 5, got 4"),
         (["hi", "--explain", "2:0"], 2, "expected LAYER:HEAD:TOKEN"),
         (["hi", "--explain", "x:0:hi"], 2, "expected LAYER:HEAD:TOKEN"),
         (["hi", "--explain", "9:0:hi"], 2, "--layer 9 is out of range"),

@@ -7,9 +7,13 @@ the jobs all write through it:
   fsync'ed, then renamed over the output. A reader sees the old file or the new one, never half.
 * **the mode a plain ``open()`` gives**: ``0o666`` less the umask (``0644`` under umask 022,
   ``0600`` under 077), not the ``0600`` of ``mkstemp``.
-* **checked before the work** (:func:`check_output`): an output that is a folder, that sits in a
-  missing or unwritable folder, or that is one of the job's inputs (also through a symlink or a
-  hard link) is refused with a :class:`~bertattn.errors.UsageError` before anything is computed.
+* **checked before the work** (:func:`check_output`): an output that is a folder or a device,
+  pipe or socket, that sits in a missing or unwritable folder, or that is one of the job's
+  inputs (also through a symlink or a hard link) is refused with a
+  :class:`~bertattn.errors.UsageError` before anything is computed; :func:`overlapping` finds
+  two outputs that are one file.
+* **through symlinks**: an output that is a symlink replaces the file it points to; the link
+  stays.
 * **no leftovers**: a temporary file is removed on every exit path (errors, Ctrl-C, SIGTERM once
   the CLI turns it into ``SystemExit``). Temporary names carry the host and process id
   (``.NAME.HOST-PID-XXXX.tmp``), so one left by a killed run (SIGKILL, power loss) is recognised
@@ -39,6 +43,7 @@ __all__ = [
     "Payload",
     "check_output",
     "file_mode",
+    "overlapping",
     "remove_stale_temps",
     "same_file",
     "write_all",
@@ -116,15 +121,22 @@ def check_output(
 ) -> Path:
     """Refuse, before any work, an output that cannot be written; return it as a ``Path``.
 
-    Raises :class:`UsageError` when ``path`` is a folder, has a suffix outside ``suffixes``, is
-    one of ``inputs``, or its folder is missing or not writable (probed by creating and removing
-    a temporary file there, so read-only filesystems and permissions are both caught). Also
-    removes the temporary files a dead earlier run left for ``path``.
+    Raises :class:`UsageError` when ``path`` is a folder or another non-regular file (a device,
+    a pipe), has a suffix outside ``suffixes``, is one of ``inputs``, or its folder is missing
+    or not writable (probed by creating and removing a temporary file there, so read-only
+    filesystems and permissions are both caught). Also removes the temporary files a dead
+    earlier run left for ``path``. A symlink is followed: the returned path is its target,
+    which the writers replace, so the link stays (as ``open(path, "w")`` would keep it).
     """
-    out = Path(path)
-    flag = f"{what} {out}"
+    flag = f"{what} {path}"
+    out = _through_link(Path(path))
     if out.is_dir():
         raise UsageError(f"{flag} is a folder; give a file name inside it.")
+    if out.exists() and not out.is_file():
+        raise UsageError(
+            f"{flag} is not a regular file (a device, pipe or socket); bertattn replaces an "
+            f"output whole, so give a file name (or - for stdout where the option takes it)."
+        )
     if suffixes is not None and out.suffix.lower() not in suffixes:
         raise UsageError(
             f"{flag}: unknown format {out.suffix or '(no suffix)'!r}; the format is taken from "
@@ -153,6 +165,27 @@ def check_output(
         ) from None
     remove_stale_temps(out)
     return out
+
+
+def _through_link(path: Path) -> Path:
+    """``path``, or the file a symlink at ``path`` points to (followed to the end): an output
+    written through a link replaces the target, not the link."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def overlapping(paths: Iterable[str | os.PathLike[str]]) -> tuple[str, str] | None:
+    """The first two of ``paths`` that name the same file (after ``..``, symlinks and hard
+    links), or None; ``"-"`` (stdout) is not a file."""
+    seen: list[tuple[str, str]] = []
+    for p in paths:
+        if str(p) == "-":
+            continue
+        real = os.path.realpath(p)
+        for q, q_real in seen:
+            if real == q_real or same_file(real, q_real):
+                return q, str(p)
+        seen.append((str(p), real))
+    return None
 
 
 def _write_temp(path: Path, data: Payload) -> Path:
@@ -193,7 +226,7 @@ def write_all(items: Sequence[tuple[str | os.PathLike[str], Payload]]) -> list[P
     temps: list[tuple[Path, Path]] = []
     try:
         for path, data in items:
-            out = Path(path)
+            out = _through_link(Path(path))
             try:
                 temps.append((_write_temp(out, data), out))
             except OSError as exc:

@@ -166,8 +166,10 @@ class BertTokenizer:
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs; give one pair each.")
         limit = self.model_max_length if max_length is None else int(max_length)
-        if limit < (4 if pairs is not None else 3):
-            raise ValueError(f"max_length={limit} leaves no room for a token after [CLS]/[SEP].")
+        if limit < (5 if pairs is not None else 3):  # [CLS] a [SEP] (b [SEP]): a token each
+            raise ValueError(
+                f"max_length={limit} leaves no room for a token of each text after [CLS]/[SEP]."
+            )
         self._set_truncation(limit)
         inputs = list(texts) if pairs is None else list(zip(texts, pairs, strict=True))
         encodings = self._tok.encode_batch(inputs)

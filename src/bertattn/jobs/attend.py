@@ -50,7 +50,7 @@ def read_text(options: AttendOptions) -> str:
     if options.file is None:
         raw = sys.stdin.buffer.read()
     else:
-        raw = check_input(options.file, what="--file").read_bytes()
+        raw = check_input(options.file, what="--file", stream=True).read_bytes()
     try:
         text = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as exc:
@@ -72,9 +72,10 @@ def run_attend(options: AttendOptions) -> AttendResult:
     from .. import viz
     from ..bert import Bert
 
+    inputs = [] if options.file is None else [options.file]
     for path, kind in options.outputs:
         if path != "-":
-            check_output(path, what=f"--{kind.lower()}")
+            check_output(path, what=f"--{kind.lower()}", inputs=inputs)
     device = job_device(options.device)
     text = read_text(options)
     bert = Bert.load(options.model, device=device)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,13 +12,23 @@ from ..errors import UsageError
 __all__ = ["check_input", "read_records", "read_texts"]
 
 
-def check_input(source: str | Path, *, what: str = "input file") -> Path:
-    """An existing, readable regular file (``UsageError`` naming it otherwise)."""
+def check_input(source: str | Path, *, what: str = "input file", stream: bool = False) -> Path:
+    """An existing, readable regular file (``UsageError`` naming it otherwise); with
+    ``stream``, also a pipe (a FIFO, ``<(command)``) or a character device read once."""
     path = Path(source)
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder; give a file.")
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"{what} {path} does not exist.")
+    if not path.is_file() and not (stream and (path.is_fifo() or path.is_char_device())):
+        raise UsageError(
+            f"{what} {path} is not a regular file (a device, pipe or socket); give a file"
+            + (", or - to read stdin." if stream else ".")
+        )
+    if not path.is_file():  # a pipe: opening it to probe would wait for (or lose) its writer
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{what} {path} cannot be read (permission denied).")
+        return path
     try:
         with path.open("rb"):
             pass
@@ -44,6 +55,8 @@ def read_records(
 
 def read_texts(source: str | Path, *, field: str | None = None) -> list[str]:
     """One text per line of a UTF-8 file (``"-"``: stdin), a folder of files or a glob
-    (``.gz`` / ``.zst`` files decompressed). A ``.jsonl`` file, or any input when ``field`` is
-    given, is read as JSON lines and ``field`` (default ``"text"``) taken."""
+    (``.gz`` / ``.zst`` files decompressed); an empty line is an empty text. A ``.jsonl`` file,
+    or any input when ``field`` is given, is read as JSON lines and ``field`` (default
+    ``"text"``) taken: one text per record, blank lines skipped. A leading UTF-8 byte order
+    mark is dropped."""
     return read_records(source, field=field)[0]

@@ -22,6 +22,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from ..errors import UsageError
+from ..files import overlapping
 
 __all__ = [
     "DTYPES",
@@ -406,10 +407,11 @@ class AttendOptions:
             cls,
             self,
             "max_length",
-            low=4 if self.pair is not None else 3,
+            low=5 if self.pair is not None else 3,
             because=(
-                _MAX_LENGTH_WHY
-                + (" and of the pair, after its [SEP]" if self.pair is not None else "")
+                "[CLS], [SEP], [SEP] and at least one token of each text of the pair"
+                if self.pair is not None
+                else _MAX_LENGTH_WHY
             ),
         )
         for name in ("layer", "head"):  # the range depends on the model: checked by the job
@@ -419,8 +421,14 @@ class AttendOptions:
         outputs = [str(p) for p in (self.png, self.html, self.json) if p is not None]
         for name in ("png", "html", "json"):
             _text(cls, self, name)
-        if len(set(outputs)) != len(outputs):
-            raise UsageError(f"one file is named for two outputs ({', '.join(outputs)}).")
+        twice = ("-", "-") if outputs.count("-") > 1 else overlapping(outputs)
+        if twice is not None:
+            raise UsageError(f"one file is named for two outputs ({twice[0]} and {twice[1]}).")
+        if self.explain is not None and "-" in outputs:
+            raise UsageError(
+                "--explain prints the article's steps on stdout, where the output asked for as "
+                "- would go too: write that output to a file, or run --explain on its own."
+            )
         if self.png == "-":
             raise UsageError("--png - is not supported (a PNG is binary); give a file name.")
         if self.explain is not None:

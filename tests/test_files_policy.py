@@ -1,0 +1,96 @@
+"""The one write policy (bertattn.files) at its edges: symlinked outputs, devices and pipes,
+two spellings of one output; and reading a job's text from a pipe (jobs/inputs.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from bertattn.errors import UsageError
+from bertattn.files import check_output, overlapping, write_atomic
+from bertattn.jobs.inputs import check_input
+
+
+def test_an_output_symlink_is_written_through(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    target = real / "t.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert check_output(link) == target.resolve()
+    write_atomic(link, b"new")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real"]
+    assert sorted(p.name for p in real.iterdir()) == ["t.json"]  # no temporary file left
+
+
+def test_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "made.json")
+    write_atomic(check_output(link), b"{}")
+    assert link.is_symlink() and (tmp_path / "made.json").read_bytes() == b"{}"
+
+
+@pytest.mark.parametrize("make", ["fifo", "device"])
+def test_devices_and_pipes_are_refused_as_outputs(make: str, tmp_path: Path) -> None:
+    if make == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/null")
+    with pytest.raises(UsageError, match="is not a regular file .* give a file name"):
+        check_output(path, what="--json")
+    assert path.exists() and not path.is_file()  # still the device / pipe
+
+
+def test_a_symlink_to_a_device_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "null.json"
+    link.symlink_to("/dev/null")
+    with pytest.raises(UsageError, match=r"--json .*null\.json is not a regular file"):
+        check_output(link, what="--json")
+
+
+def test_overlapping_outputs(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    a = tmp_path / "a.json"
+    assert overlapping([a, tmp_path / "sub" / ".." / "a.json"]) == (
+        str(a),
+        f"{tmp_path}/sub/../a.json",
+    )
+    (tmp_path / "l.json").symlink_to(a)  # a link to a file that does not exist yet
+    assert overlapping([a, tmp_path / "l.json"]) is not None
+    a.write_text("x")
+    os.link(a, tmp_path / "hard.json")
+    assert overlapping([tmp_path / "hard.json", a]) is not None
+    assert overlapping(["-", "-", a, tmp_path / "b.json"]) is None  # stdout is not a file
+
+
+def test_check_input_reads_a_pipe_only_when_streaming(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    assert check_input(pipe, what="--file", stream=True) == pipe
+    with pytest.raises(UsageError, match="is not a regular file"):
+        check_input(pipe, what="--onnx file")
+    with pytest.raises(UsageError, match="does not exist"):
+        check_input(tmp_path / "nothing", what="--file", stream=True)
+
+
+def test_attend_reads_its_text_from_a_pipe(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+
+    def feed() -> None:
+        with open(pipe, "w", encoding="utf-8") as f:
+            f.write("the cat sat\n")
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    r = cli("attend", "--file", str(pipe), "--json", str(tmp_path / "a.json"), "-q")
+    writer.join(5)
+    assert r.code == 0, r
+    assert '"the"' in (tmp_path / "a.json").read_text()
