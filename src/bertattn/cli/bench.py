@@ -1,16 +1,37 @@
 """`bertattn bench`: the module-level benchmark (the rest: `make bench`); `--dispatch`: the
-attention dispatch policy table in use (`--measure`: re-measured on this machine, short)."""
+attention dispatch policy table in use (`--measure`: re-measured on this machine, short).
+
+Every option is checked before any work (exit 2, one line): ``--repeats`` and ``--cases`` >= 1,
+``--threads`` >= 0, the ``--json`` file writable (:func:`bertattn.files.check_output`).
+``--json -`` puts the JSON on stdout and the human-readable lines on stderr; the ``wrote``
+status line goes to stderr, as for the other commands.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+PROG = "bertattn bench"
+
+log = logging.getLogger("bertattn.bench")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed rounds per peer (default 5)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
-    p.add_argument("--cases", type=int, default=0, help="run only the first N cases")
-    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (default 0: torch's own choice)"
+    )
+    p.add_argument(
+        "--cases", type=int, default=None, help="run only the first N cases (default: all)"
+    )
+    p.add_argument(
+        "--json", help="also write the results to this JSON file (-: to stdout, table to stderr)"
+    )
     p.add_argument(
         "--dispatch",
         action="store_true",
@@ -25,46 +46,80 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    import json
+def _check_options(args: argparse.Namespace) -> Path | None:
+    """Refuse, before any work, options that cannot work; return the ``--json`` file (None:
+    none, or ``-`` for stdout). A ``--cases`` above the number of cases runs them all."""
+    from ..errors import UsageError
+    from ..files import check_output
 
+    if args.measure and not args.dispatch:
+        raise UsageError("--measure goes with --dispatch (bertattn bench --dispatch --measure)")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be an integer >= 1, got {args.repeats}.")
+    if args.cases is not None and args.cases < 1:
+        from ..bench.module import DEFAULT_CASES
+
+        raise UsageError(
+            f"--cases must be an integer >= 1, got {args.cases} (there are "
+            f"{len(DEFAULT_CASES)} cases; drop --cases to run them all)."
+        )
+    if args.threads < 0:
+        raise UsageError(
+            f"--threads must be an integer >= 1 (or 0 for torch's default), got {args.threads}."
+        )
+    out = None
+    if args.json is not None and args.json != "-":
+        if not args.json.strip():
+            raise UsageError(f"--json must be a file name (or - for stdout), got {args.json!r}.")
+        out = check_output(args.json, what="--json")
+    cpus = os.cpu_count()
+    if cpus and args.threads > cpus:
+        log.warning(
+            "--threads %d: this machine has %d CPUs; the timings will be oversubscribed.",
+            args.threads,
+            cpus,
+        )
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..bench import environment
-
+    out = _check_options(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.measure and not args.dispatch:
-        from ..errors import UsageError
-
-        raise UsageError("--measure goes with --dispatch (bertattn bench --dispatch --measure)")
+    # --json -: stdout holds the JSON alone; the human-readable lines go to stderr
+    human = sys.stderr if args.json == "-" else sys.stdout
     if args.dispatch:
-        return _dispatch(args)
-    from ..bench.module import DEFAULT_CASES, format_module_table, run_module_bench
-
-    cases = DEFAULT_CASES[: args.cases] if args.cases else DEFAULT_CASES
-    env = environment()
-    print(f"module benchmark: E=768 H=12, eval, need_weights=False; {env}")
-    results = run_module_bench(cases, repeats=args.repeats)
-    print(format_module_table(results))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"environment": env, "module": results}, f, indent=1)
-        print(f"wrote {args.json}")
+        data = _dispatch(args, human)
+    else:
+        data = _module(args, human)
+    _write_json(data, out, to_stdout=args.json == "-")
     return 0
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _module(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
+    from ..bench import environment
+    from ..bench.module import DEFAULT_CASES, format_module_table, run_module_bench
+
+    cases = DEFAULT_CASES if args.cases is None else DEFAULT_CASES[: args.cases]
+    env = environment()
+    print(f"module benchmark: E=768 H=12, eval, need_weights=False; {env}", file=human)
+    results = run_module_bench(cases, repeats=args.repeats)
+    print(format_module_table(results), file=human)
+    return {"environment": env, "module": results}
+
+
+def _dispatch(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
     import dataclasses
-    import json
 
     from ..attention import policy
     from ..bench import environment
 
     env = environment()
-    print(f"environment: {env}")
-    print("in use (src/bertattn/attention/policy.py):")
-    print(policy.format_table())
+    print(f"environment: {env}", file=human)
+    print("in use (src/bertattn/attention/policy.py):", file=human)
+    print(policy.format_table(), file=human)
     out: dict[str, object] = {
         "environment": env,
         "table": [dataclasses.asdict(r) for r in policy.TABLE],
@@ -73,19 +128,35 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ..bench.dispatch import derive_table, format_measurement, measure
 
         m = measure(quick=True, repeats=max(3, min(args.repeats, 5)))
-        print()
-        print(format_measurement(m))
+        print(file=human)
+        print(format_measurement(m), file=human)
         table = derive_table(m)
-        print()
-        print("measured here (quick; not installed: python -m benchmarks.dispatch regenerates):")
-        print(policy.format_table(table))
+        print(file=human)
+        print(
+            "measured here (quick; not installed: python -m benchmarks.dispatch regenerates):",
+            file=human,
+        )
+        print(policy.format_table(table), file=human)
         out["measured"] = {
             "kernels": m.kernels,
             "varlen": m.varlen,
             "table": [dataclasses.asdict(r) for r in table],
         }
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
-        print(f"wrote {args.json}")
-    return 0
+    return out
+
+
+def _write_json(data: dict[str, object], out: Path | None, *, to_stdout: bool) -> None:
+    import json
+
+    from ..files import write_atomic
+
+    if out is None and not to_stdout:
+        return
+    text = json.dumps(data, indent=1) + "\n"
+    if out is None:
+        sys.stdout.flush()
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_atomic(out, text.encode("utf-8"))
+    print(f"{PROG}: wrote {out.resolve()}", file=sys.stderr)
