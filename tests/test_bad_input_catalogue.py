@@ -208,7 +208,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("input-bad-utf8", ENC + ["bad.txt", "-o", "o.npy"], 1, "bad.txt: line 2: invalid UTF-8"),
     ("jsonl-broken", ENC + ["broken.jsonl", "-o", "o.npy"], 1, "line 1: not valid JSON"),
     ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),
-    ("jsonl-not-str", ENC + ["num.jsonl", "-o", "o.npy"], 1, "field 'text' is a int"),
+    ("jsonl-not-str", ENC + ["num.jsonl", "-o", "o.npy"], 1, "field 'text' is a number"),
     # models
     ("model-missing", ENC + ["in.txt", "-o", "o.npy", "--model", "nomodel/"], 1, "nomodel"),
     ("model-is-file", ENC + ["in.txt", "-o", "o.npy", "--model", "model.txt"], 1, "model.txt"),
@@ -231,6 +231,32 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "one file is named for two outputs",
     ),
+    (
+        "attend-same-file-two-spellings",
+        ["attend", "hi", "--html", "x.html", "--json", "texts/../x.html"],
+        2,
+        "one file is named for two outputs (x.html and texts/../x.html)",
+    ),
+    ("attend-out-is-file", ["attend", "--file", "in.txt", "--json", "in.txt"], 2, "is the input"),
+    (
+        "attend-out-links-to-file",
+        ["attend", "--file", "d.jsonl", "--html", "link.jsonl"],
+        2,
+        "--html link.jsonl is the input file d.jsonl; writing it would destroy the input",
+    ),
+    (
+        "attend-stdout-and-explain",
+        ["attend", "hi", "--json", "-", "--explain", "0:0:hi"],
+        2,
+        "--explain prints the article's steps on stdout, where the output asked for as -",
+    ),
+    (
+        "attend-pair-too-short",
+        ["attend", "hi", "--pair", "yo", "--max-length", "4"],
+        2,
+        "--max-length must be an integer >= 5, got 4 ([CLS], [SEP], [SEP] and at least one",
+    ),
+    ("attend-out-device", ["attend", "hi", "--json", "/dev/null"], 2, "is not a regular file"),
     ("attend-model-missing", ["attend", "hi", "--model", "nomodel/"], 1, "nomodel"),
     # export-onnx
     ("export-opset-low", ["export-onnx", "-o", "m.onnx", "--opset", "7"], 2, "opset 7"),

@@ -12,8 +12,11 @@ shards to the input::
 
 ``first_row`` is the shard's first row in the whole output, ``input`` / ``first_line`` the file
 (an index into ``inputs``) and the 1-based line in it where the shard starts, ``bytes`` the
-shard's byte range of that file (a compressed file is one shard: its whole stored size). Any
-tool can read the shards with ``numpy.load``; :func:`open_embeddings` does it for you.
+shard's byte range of that file (a compressed file is one shard: its whole stored size). A
+JSON-lines input has one row per record, not per line (its blank lines are skipped): a shard's
+stats file (``chunk-NNNNN.json``) may list them as ``"skipped"``, line numbers counted from 1 at
+the shard's first line, which :meth:`Embeddings.locate` takes into account. Any tool can read
+the shards with ``numpy.load``; :func:`open_embeddings` does it for you.
 """
 
 from __future__ import annotations
@@ -153,7 +156,22 @@ class Embeddings:
             raise IndexError(f"row {row} is out of range for {self._rows} rows.")
         k = bisect.bisect_right(self._starts, row) - 1
         info = self._shards[k]
-        return self.index["inputs"][info["input"]], int(info["first_line"]) + row - self._starts[k]
+        line = row - self._starts[k] + 1  # within the shard, blank JSON lines not yet counted
+        for blank in self._skipped(info):
+            if blank > line:
+                break
+            line += 1
+        return self.index["inputs"][info["input"]], int(info["first_line"]) + line - 1
+
+    def _skipped(self, info: dict[str, Any]) -> list[int]:
+        """The blank JSON lines a shard skipped (its stats' ``"skipped"``), sorted."""
+        if "stats" not in info or not self.path.is_dir():
+            return []
+        try:
+            stats = json.loads((self.path / info["stats"]).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        return sorted(int(n) for n in stats.get("skipped", ()))
 
     def ids(self) -> list[object] | None:
         """Each row's id (``--id-field``), in order; None when the run recorded none."""

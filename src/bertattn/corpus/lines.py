@@ -1,9 +1,13 @@
 """From bytes to texts: lines of a byte range or a stream, UTF-8, and JSON-lines records.
 
-The rules, the same for a whole file, a chunk of it and stdin: lines end at ``\\n`` (a ``\\r``
-before it is dropped), the newline that ends the last line does not start another one, every
-line must be valid UTF-8, and a JSON-lines record must be an object whose text field is a
-string. An error names the file and the line number within the file.
+The rules, the same for a whole file (plain or compressed), a chunk of it and stdin: lines end
+at ``\\n`` (a ``\\r`` before it is dropped), the newline that ends the last line does not start
+another one, a UTF-8 byte order mark at the start of the file (or stream) is dropped, and every
+line must be valid UTF-8. In plain text every line is a text, an empty one too. In JSON lines a
+blank line (nothing but spaces, tabs and the line end) is skipped, as JSON-lines readers do, and
+every other line must be an object whose text field is a string: a JSON-lines input gives one
+text (one output row) per record, not per line. An error names the file and the line number
+within the file, blank lines counted.
 """
 
 from __future__ import annotations
@@ -16,23 +20,47 @@ from typing import BinaryIO
 
 from .sources import Corpus, Source
 
-__all__ = ["Block", "decode_line", "parse_record", "read_blocks", "read_corpus", "stream_blocks"]
+__all__ = [
+    "Block",
+    "decode_line",
+    "json_kind",
+    "parse_record",
+    "read_blocks",
+    "read_corpus",
+    "stream_blocks",
+    "strip_bom",
+]
 
 READ = 1 << 20  # bytes per read
 BLOCK_LINES = 4096  # texts per Block
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark (what Windows tools put first)
+_BLANK = b" \t\r"  # what a blank JSON line may hold (JSON's whitespace, less the newline)
 
 Where = Callable[[int], str]  # line number within the chunk (1-based) -> "FILE: line N"
 
 
 @dataclass
 class Block:
-    """Consecutive records of one chunk: ``texts``, their ``ids`` (with an id field) and the
+    """Consecutive records of one chunk: ``texts``, their ``ids`` (with an id field), the
     input bytes they took (``nbytes``; 0 for a compressed file, whose progress is counted at
-    its end)."""
+    its end) and the blank JSON lines skipped among them (``skipped``: line numbers counted
+    from 1 at the chunk's first line). A block covers ``lines`` lines of the input; one that
+    covers only blank lines (a chunk without a record) holds no text."""
 
     texts: list[str] = field(default_factory=list)
     ids: list[object] | None = None
     nbytes: int = 0
+    skipped: list[int] = field(default_factory=list)
+
+    @property
+    def lines(self) -> int:
+        """Input lines the block covers: its records and the blank lines skipped."""
+        return len(self.texts) + len(self.skipped)
+
+
+def strip_bom(raw: bytes) -> bytes:
+    """``raw`` without a leading UTF-8 byte order mark (for the first line of a file)."""
+    return raw[len(BOM) :] if raw.startswith(BOM) else raw
 
 
 def decode_line(raw: bytes, where: Where, n: int) -> str:
@@ -47,23 +75,68 @@ def decode_line(raw: bytes, where: Where, n: int) -> str:
         ) from None
 
 
+def json_kind(value: object, *, json_word: bool = False) -> str:
+    """A JSON value's type in JSON's words, with its article: ``"a string"``, ``"a number"``,
+    ``"a boolean"``, ``"null"``, ``"an array"``, ``"an object"`` (``json_word``: ``"a JSON
+    array"``, ``"JSON null"``)."""
+    if value is None:
+        article, noun = "", "null"
+    elif isinstance(value, bool):
+        article, noun = "a", "boolean"
+    elif isinstance(value, (int, float)):
+        article, noun = "a", "number"
+    elif isinstance(value, str):
+        article, noun = "a", "string"
+    elif isinstance(value, (list, tuple)):
+        article, noun = "an", "array"
+    else:
+        article, noun = "an", "object"
+    if json_word:
+        article = "a" if article else ""
+        noun = f"JSON {noun}"
+    return f"{article} {noun}".lstrip()
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def parse_record(
-    line: str, where: Where, n: int, text_field: str, id_field: str | None
+    line: str,
+    where: Where,
+    n: int,
+    text_field: str,
+    id_field: str | None,
+    *,
+    hint: str = "",
 ) -> tuple[str, object]:
-    """(text, id) of one JSON line (id None without ``id_field``)."""
+    """(text, id) of one JSON line (id None without ``id_field``). ``hint``: the fix to name
+    when the line is not a JSON object (instead of the usual one), e.g. for a file whose name
+    says plain text read as JSON lines because a field was given."""
+    example = json.dumps({text_field: "..."})
+    fix = hint or f"each line must be one JSON object, such as {example}"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where(n)}: not valid JSON ({exc.msg}).") from None
-    if not isinstance(obj, dict) or text_field not in obj:
-        keys = ", ".join(map(str, obj)) if isinstance(obj, dict) else type(obj).__name__
         raise ValueError(
-            f"{where(n)}: no field {text_field!r} (found: {keys}); choose it with --field."
+            f"{where(n)}: not valid JSON ({exc.msg} at column {exc.colno}); {fix}."
+        ) from None
+    if not isinstance(obj, dict):
+        raise ValueError(
+            f"{where(n)} is {json_kind(obj, json_word=True)}, not an object with a "
+            f"{text_field!r} field; {fix}."
         )
+    if text_field not in obj:
+        found = f"found: {', '.join(obj)}" if obj else "the object is empty"
+        raise ValueError(f"{where(n)}: no field {text_field!r} ({found}); choose it with --field.")
     text = obj[text_field]
     if not isinstance(text, str):
+        value = "" if text is None else f" ({_shown(text)})"
         raise ValueError(
-            f"{where(n)}: field {text_field!r} is a {type(text).__name__}, not a string."
+            f"{where(n)}: field {text_field!r} is {json_kind(text)}{value}, not a string; give "
+            f"every line a string there, such as {example}, or choose another field with "
+            f"--field."
         )
     if id_field is None:
         return text, None
@@ -106,6 +179,15 @@ def _stream_pieces(stream: BinaryIO) -> Iterator[bytes]:
         yield piece
 
 
+def _without_bom(lines: Iterable[tuple[bytes, int]]) -> Iterator[tuple[bytes, int]]:
+    """``lines`` with a byte order mark dropped from the first (its bytes still counted)."""
+    it = iter(lines)
+    for raw, took in it:
+        yield strip_bom(raw), took
+        break
+    yield from it
+
+
 def _records(
     lines: Iterable[tuple[bytes, int]],
     where: Where,
@@ -115,12 +197,27 @@ def _records(
     id_field: str | None,
     block_lines: int,
     count_bytes: bool,
+    at_start: bool,
+    hint: str = "",
 ) -> Iterator[Block]:
+    """Blocks of the records of ``lines`` (numbered from 1 for ``where``); ``at_start``: the
+    lines start the file, so a byte order mark may lead them. A full block is handed on when
+    the next record comes, so that blank lines after it are counted in it."""
+    if at_start:
+        lines = _without_bom(lines)
     block = Block(ids=None if id_field is None else [])
     for n, (raw, took) in enumerate(lines, start=1):
+        if jsonl and (not raw or raw[0] in _BLANK) and not raw.strip(_BLANK):
+            block.skipped.append(n)  # a blank line: no record
+            if count_bytes:
+                block.nbytes += took
+            continue
+        if len(block.texts) >= block_lines:
+            yield block
+            block = Block(ids=None if id_field is None else [])
         line = decode_line(raw, where, n)
         if jsonl:
-            text, ident = parse_record(line, where, n, text_field, id_field)
+            text, ident = parse_record(line, where, n, text_field, id_field, hint=hint)
             if block.ids is not None:
                 block.ids.append(ident)
         else:
@@ -128,10 +225,7 @@ def _records(
         block.texts.append(text)
         if count_bytes:
             block.nbytes += took
-        if len(block.texts) >= block_lines:
-            yield block
-            block = Block(ids=None if id_field is None else [])
-    if block.texts:
+    if block.lines:
         yield block
 
 
@@ -150,11 +244,13 @@ def read_blocks(
     block_lines: int = BLOCK_LINES,
 ) -> Iterator[Block]:
     """The records of bytes ``start``..``end`` of ``src`` (a compressed file: all of it), in
-    blocks of at most ``block_lines``. The range must start at a line start and end after a
-    newline or at the end of the file. A file is read as JSON lines when its name says so
-    (``.jsonl``, ``.ndjson``) or a field is given; ``text_field`` defaults to ``"text"``."""
+    blocks of at most ``block_lines`` texts. The range must start at a line start and end after
+    a newline or at the end of the file. A file is read as JSON lines when its name says so
+    (``.jsonl``, ``.ndjson``) or a field is given; ``text_field`` defaults to ``"text"``. A
+    JSON-lines range gives one text per record, its blank lines skipped (see the module)."""
     end = src.size if end is None else end
     jsonl = src.jsonl or text_field is not None or id_field is not None
+    hint = "" if src.jsonl or not jsonl else _plain_text_hint(src.name, text_field, id_field)
     offset: list[int] = []
 
     def where(n: int) -> str:
@@ -174,6 +270,21 @@ def read_blocks(
         id_field=id_field,
         block_lines=block_lines,
         count_bytes=src.compression is None,
+        at_start=src.compression is not None or start == 0,
+        hint=hint,
+    )
+
+
+def _flags(text_field: str | None, id_field: str | None) -> str:
+    given = [f for f, v in (("--field", text_field), ("--id-field", id_field)) if v is not None]
+    return " and ".join(given) or "--field"
+
+
+def _plain_text_hint(name: str, text_field: str | None, id_field: str | None) -> str:
+    """The fix for a file named as plain text that a field made read as JSON lines."""
+    return (
+        f"--field/--id-field read every input as JSON lines; {name} looks like plain text: drop "
+        f"{_flags(text_field, id_field)}, or give a .jsonl file"
     )
 
 
@@ -202,7 +313,14 @@ def stream_blocks(
     text_field: str | None = None,
     id_field: str | None = None,
 ) -> Iterator[Block]:
-    """The records of an open binary stream (stdin), by the same rules."""
+    """The records of an open binary stream (stdin), by the same rules; ``jsonl``: the stream
+    is JSON lines (as it is anyway when a field is given)."""
+    hint = ""
+    if not jsonl and (text_field is not None or id_field is not None):
+        hint = (
+            f"--field/--id-field read {name} as JSON lines: drop "
+            f"{_flags(text_field, id_field)} to read one text per line"
+        )
     return _records(
         _split(_stream_pieces(stream)),
         lambda n: f"{name}: line {n}",
@@ -211,6 +329,8 @@ def stream_blocks(
         id_field=id_field,
         block_lines=BLOCK_LINES,
         count_bytes=False,
+        at_start=True,
+        hint=hint,
     )
 
 

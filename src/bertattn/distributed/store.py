@@ -7,7 +7,8 @@ Files:
     claim-00012             chunk 12 is being computed (created with O_EXCL: exactly one rank
                             wins it; the claims of an earlier run are removed when a run starts)
     chunk-00012.npy         its embeddings, (rows, E) float32 (a shard)
-    chunk-00012.json        its counts (rows, empty, truncated, tokens, padded, rank, ids);
+    chunk-00012.json        its counts (rows, empty, truncated, tokens, padded, rank, ids,
+                            skipped: the blank JSON lines it read, which gave no row);
                             written after the .npy: its presence means the chunk is finished
     failed-rank1.json       rank 1 failed (which chunk, the error): the others stop
     index.json              (sharded output) the shards in input order, written last:
@@ -168,6 +169,7 @@ class ChunkStore:
         row count), then write its counts, the marker of a finished chunk. Returns them."""
         counts = dict.fromkeys(_COUNTS, 0)
         ids: list[object] = []
+        skipped: list[int] = []  # blank JSON lines, numbered from 1 at the chunk's first line
         with_ids = False
 
         def shard(f: BinaryIO) -> None:
@@ -183,6 +185,7 @@ class ChunkStore:
                 counts["rows"] += arr.shape[0]
                 for k in _COUNTS[1:]:
                     counts[k] += int(stats.get(k, 0))
+                skipped.extend(stats.get("skipped", ()))
                 if piece_ids is not None:
                     with_ids = True
                     ids.extend(piece_ids)
@@ -200,6 +203,8 @@ class ChunkStore:
         }
         if with_ids:
             record["ids"] = ids
+        if skipped:
+            record["skipped"] = skipped
         _write_json(self.stats_path(chunk.index), record)
         return record
 
@@ -271,7 +276,7 @@ class ChunkStore:
                 }
             )
             row += rows
-            line[c.file] += rows
+            line[c.file] += rows + len(stats.get("skipped", ()))
         return {
             "format": FORMAT,
             "version": VERSION,

@@ -298,6 +298,8 @@ def _chunk_work(bert, corpus: Corpus, options: EncodeOptions, kwargs: dict):  # 
                 emb, st = bert.encode_with_stats(block.texts, **kwargs)
             counts = {"empty": st.empty, "truncated": st.truncated}
             counts.update(tokens=st.tokens, padded=st.padded)
+            if block.skipped:  # blank JSON lines: no row, but the line numbers count them
+                counts["skipped"] = block.skipped
             yield emb, counts, block.ids, block.nbytes
 
     return work
