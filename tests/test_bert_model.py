@@ -227,8 +227,35 @@ def test_wrong_shape(tiny_checkpoint, tmp_path):
     with pytest.raises(ValueError) as err:
         BertModel.from_pretrained(folder)
     msg = str(err.value)
-    assert "shape mismatch" in msg and str(folder / "model.safetensors") in msg
+    assert "tensors do not have the shapes config.json gives" in msg
+    assert str(folder / "model.safetensors") in msg
     assert "pooler.dense.weight -> pooler.dense.weight (file (32, 31), model (32, 32))" in msg
+
+
+def test_config_of_another_width_is_summarised(tiny_checkpoint, tmp_path):
+    """A config.json of another model: one short line with the widths, not every tensor."""
+    for f in tiny_checkpoint.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["hidden_size"] *= 2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError) as err:
+        BertModel.from_pretrained(tmp_path)
+    msg = str(err.value)
+    assert f"says hidden_size={config['hidden_size']}, the weights are " in msg
+    assert "Use the config.json that came with these weights" in msg
+    assert msg.count("(file (") == 3 and "more)" in msg and len(msg) < 1000
+
+
+def test_corrupt_bin_gives_no_unsafe_advice(tiny_checkpoint, tmp_path):
+    (tmp_path / "config.json").write_text((tiny_checkpoint / "config.json").read_text())
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x02garbage that is no pickle" * 10)
+    with pytest.raises(ValueError) as err:
+        BertModel.from_pretrained(tmp_path)
+    msg = str(err.value)
+    assert f"cannot read weights file {tmp_path / 'pytorch_model.bin'}" in msg
+    assert "weights_only` set to `False`" not in msg and "file an issue" not in msg
+    assert "truncated or corrupt" in msg and len(msg) < 400
 
 
 def test_truncated_safetensors(tiny_checkpoint, tmp_path):

@@ -92,12 +92,23 @@ def read_state_dict(path: Path) -> dict[str, Tensor]:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # safetensors / pickle errors have no common base class
         raise ModelFolderError(
-            f"cannot read weights file {path}: {exc}. The file is truncated or corrupt; "
-            f"download it again."
+            f"cannot read weights file {path}: {_load_failure(exc)}. The file is truncated or "
+            f"corrupt, or not a plain dict of tensors; download it again."
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ModelFolderError(f"weights file {path} does not hold a flat dict of tensors.")
     return state
+
+
+def _load_failure(exc: Exception) -> str:
+    """What went wrong, short. torch.load's weights-only refusal is a paragraph whose advice
+    (load with weights_only=False, file an issue) is wrong for a damaged file and unsafe for an
+    unknown one: keep only the unpickler's reason."""
+    text = str(exc)
+    found = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:Check the documentation|$)", text, re.S)
+    if found and found.group(1).strip():
+        return f"torch.load (weights only) refused it: {found.group(1).strip().rstrip('.')}"
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
 
 
 # ---------------------------------------------------------------------- remapping
@@ -283,8 +294,21 @@ def load_pretrained(
     ]
     if bad:
         inverse = bertattn_to_hf_keys(config, pooler=has_pooler)
-        bad = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad]
-        raise ModelFolderError(f"{wfile}: shape mismatch with config.json: {'; '.join(bad)}.")
+        shown = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad[:3]]
+        if len(bad) > 3:
+            shown.append(f"and {len(bad) - 3} more")
+        words = state.get("embeddings.word.weight")
+        wide = ""
+        if words is not None and words.dim() == 2 and words.shape[1] != config.hidden_size:
+            wide = (
+                f" config.json says hidden_size={config.hidden_size}, the weights are "
+                f"{words.shape[1]} wide."
+            )
+        raise ModelFolderError(
+            f"{wfile}: {len(bad)} of {len(state)} tensors do not have the shapes config.json "
+            f"gives ({'; '.join(shown)}).{wide} Use the config.json that came with these "
+            f"weights."
+        )
     half = target in (torch.float16, torch.bfloat16)  # mixed precision: see to_compute_dtype
     state = {k: v.to(torch.float32 if half else target) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
