@@ -3,14 +3,16 @@ two spellings of one output; and reading a job's text from a pipe (jobs/inputs.p
 
 from __future__ import annotations
 
+import errno
 import os
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from bertattn.errors import UsageError
-from bertattn.files import check_output, overlapping, write_atomic
+from bertattn.files import check_output, overlapping, write_atomic, write_stdout
 from bertattn.jobs.inputs import check_input
 
 
@@ -94,3 +96,45 @@ def test_attend_reads_its_text_from_a_pipe(tmp_path: Path, cli) -> None:  # type
     writer.join(5)
     assert r.code == 0, r
     assert '"the"' in (tmp_path / "a.json").read_text()
+
+
+class _FullDisk:
+    """A stdout whose binary buffer fails as a full disk does (``> file`` on a full disk)."""
+
+    class buffer:  # noqa: N801
+        @staticmethod
+        def write(data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        @staticmethod
+        def flush() -> None:
+            pass
+
+
+def test_a_failed_stdout_write_names_stdout(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(sys, "stdout", _FullDisk())
+    with pytest.raises(OSError) as err:
+        write_stdout(b"[1, 2]\n")
+    assert err.value.filename == "<stdout>" and err.value.errno == errno.ENOSPC
+
+
+def test_a_closed_pipe_stays_a_broken_pipe(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    class Closed(_FullDisk):
+        class buffer:  # noqa: N801
+            @staticmethod
+            def write(data: bytes) -> int:
+                raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    with pytest.raises(BrokenPipeError):
+        write_stdout(lambda f: f.write(b"x"))
+
+
+def test_verbose_says_what_was_loaded_and_written(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "a.txt").write_text("hello\nworld\n")
+    r = cli("-v", "encode", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o.npy"))
+    assert r.code == 0, r
+    assert "bertattn.bert: model " in r.err and " 6 layers, hidden 384, 12 heads" in r.err
+    assert f"bertattn.files: wrote {tmp_path / 'o.npy'}" in r.err
+    quiet = cli("encode", str(tmp_path / "a.txt"), "-o", str(tmp_path / "p.npy"))
+    assert "bertattn.bert" not in quiet.err and "bertattn.files" not in quiet.err

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import secrets
 import socket
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -48,10 +50,13 @@ __all__ = [
     "same_file",
     "write_all",
     "write_atomic",
+    "write_stdout",
 ]
 
 #: what a writer gets: bytes, or a function that writes into an open binary file
 Payload = bytes | Callable[[BinaryIO], object]
+
+logger = logging.getLogger("bertattn.files")
 
 _HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
 _TEMP = re.compile(r"\A\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]+\.tmp\Z")
@@ -238,7 +243,26 @@ def write_all(items: Sequence[tuple[str | os.PathLike[str], Payload]]) -> list[P
             tmp.unlink(missing_ok=True)  # no-op for the ones already renamed
     for folder in {out.parent for _, out in temps}:
         _sync_folder(folder)
+    for _, out in temps:
+        logger.info("wrote %s", out)
     return [out for _, out in temps]
+
+
+def write_stdout(data: Payload) -> None:
+    """Write ``data`` to stdout (binary) and flush. A failure names stdout (``OSError`` with
+    filename ``<stdout>``: a full disk behind ``> file`` says where it could not write); a
+    closed pipe stays a ``BrokenPipeError``, which the command line turns into a quiet 141."""
+    out = sys.stdout.buffer
+    try:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            out.write(data)
+        else:
+            data(out)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), "<stdout>") from None
 
 
 def write_atomic(path: str | os.PathLike[str], data: Payload) -> Path:

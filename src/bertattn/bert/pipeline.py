@@ -159,7 +159,23 @@ class Bert:
             name=folder.name,
             folder=folder,
         )
-        return bert if target is None else bert.to(target)
+        bert = bert if target is None else bert.to(target)
+        cfg = model.config
+        logger.info(
+            "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
+            "normalize %s, max_length %s",
+            folder.name,
+            folder.model_dir,
+            cfg.num_hidden_layers,
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            str(model.dtype).replace("torch.", ""),
+            bert.device,
+            folder.pooling,
+            folder.normalize,
+            bert.max_length,
+        )
+        return bert
 
     # ------------------------------------------------------------------ device, settings
     @property
