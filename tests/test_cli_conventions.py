@@ -185,3 +185,25 @@ def test_device_option(cli, tmp_path, command):
     assert sorted(p.name for p in tmp_path.iterdir()) == (
         ["in.txt", "o.npy"] if command[0] == "encode" else ["in.txt"]
     )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "--foo"], "bertattn bench: error: unrecognized arguments: --foo"),
+        (["demo", "extra"], "bertattn demo: error: unrecognized arguments: extra"),
+        (["attend", "hi", "--foo"], "bertattn attend: error: unrecognized arguments: --foo"),
+        (
+            ["encode", "a.txt", "b.txt", "c.txt", "-o", "o.npy"],
+            "bertattn encode: error: encode takes one INPUT, got 3 paths (a.txt, b.txt, c.txt): "
+            "a shell glob expands into every file it matches; quote it",
+        ),
+    ],
+)
+def test_unknown_arguments_are_reported_by_the_subcommand(cli, tmp_path, argv, message):
+    """Every parse error names the subcommand and shows its usage, as the other errors do."""
+    r = cli(*argv, cwd=tmp_path)
+    assert r.code == 2, r
+    assert message in r.err, r.err
+    assert f"usage: bertattn {argv[0]}" in r.err, r.err
+    assert not list(tmp_path.iterdir())

@@ -72,7 +72,27 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text, parents=[debug])
         module.add_arguments(p)
         p.set_defaults(func=module.run)
+    parser.set_defaults(subparsers=sub.choices)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, but an argument no option takes is reported by the subcommand's
+    parser (its usage, ``bertattn COMMAND: error:``), and a second input path of ``encode`` (a
+    shell glob that expanded) says to quote the glob."""
+    args, extras = parser.parse_known_args(argv)
+    if not extras:
+        return args
+    command = args.subparsers[args.command]
+    paths = [e for e in extras if not e.startswith("-")]
+    if args.command == "encode" and paths and len(paths) == len(extras):
+        command.error(
+            f"encode takes one INPUT, got {len(paths) + 1} paths ({args.input}, "
+            f"{', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}): a shell glob expands "
+            f"into every file it matches; quote it ('corpus/*.txt'), or give the folder."
+        )
+    command.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args  # not reached: error() exits
 
 
 def _prefix(command: str) -> str:
@@ -121,7 +141,7 @@ class _HeldInterrupts:
 
 
 def _start_up(argv: list[str]) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)  # imports the jobs' options (numpy)
+    args = _parse(build_parser(), argv)  # imports the jobs' options (numpy)
     import numpy  # noqa: F401
     import torch  # noqa: F401  (every command needs it)
 
