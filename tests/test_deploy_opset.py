@@ -168,3 +168,18 @@ def test_missing_onnxruntime_is_missing_extra_error(tmp_path, monkeypatch):
         OnnxBertModel(tmp_path / "m.onnx")
     assert info.value.extra == "onnx"
     assert "'onnxruntime'" in str(info.value) and "pip install 'bertattn[onnx]'" in str(info.value)
+
+
+@pytest.mark.slow
+def test_cli_shows_no_exporter_noise_about_another_opset(tmp_path, tiny_checkpoint, cli_subprocess):
+    """torch logs "Setting ONNX exporter to use operator set version 18 because the requested
+    opset_version 17 is a lower version ..." on stderr: next to bertattn's "opset 17" line (the
+    file is converted to 17) it reads as a contradiction, so it is not shown."""
+    out = tmp_path / "m.onnx"
+    r = cli_subprocess(
+        "export-onnx", "--model", str(tiny_checkpoint), "-o", str(out), "--opset", str(MIN_OPSET)
+    )
+    assert r.code == 0, r
+    assert _default_opset(out) == [MIN_OPSET]
+    assert "operator set version" not in r.err, r.err
+    assert f"opset {MIN_OPSET}" in r.err

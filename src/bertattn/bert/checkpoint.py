@@ -105,7 +105,9 @@ def _load_failure(exc: Exception) -> str:
     (load with weights_only=False, file an issue) is wrong for a damaged file and unsafe for an
     unknown one: keep only the unpickler's reason."""
     text = str(exc)
-    found = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:Check the documentation|$)", text, re.S)
+    found = re.search(
+        r"WeightsUnpickler error:\s*(.*?)\s*(?:Check the documentation|$)", text, re.S
+    )
     if found and found.group(1).strip():
         return f"torch.load (weights only) refused it: {found.group(1).strip().rstrip('.')}"
     return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__

@@ -185,6 +185,10 @@ def _quiet_exporter() -> Iterator[None]:
         logging.getLogger("torch.onnx._internal.exporter._registration"),
         # "not supported by the onnxscript version converter and fallback is enabled" (opset 17)
         logging.getLogger("onnxscript.version_converter"),
+        # "Setting ONNX exporter to use operator set version 18 because the requested
+        # opset_version 17 is a lower version ...": the file is converted to the opset asked
+        # for, and check_opset / the summary line say which it is
+        logging.getLogger("torch.onnx._internal.exporter._compat"),
     ]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
