@@ -166,7 +166,7 @@ def test_text_from_stdin_and_file_and_max_length(cli, tmp_path):
         (["hi", "--pair", "yo", "--max-length", "4"], 2, "must be an integer >= 5, got 4"),
         (["hi", "--explain", "2:0"], 2, "expected LAYER:HEAD:TOKEN"),
         (["hi", "--explain", "x:0:hi"], 2, "expected LAYER:HEAD:TOKEN"),
-        (["hi", "--explain", "9:0:hi"], 2, "--layer 9 is out of range"),
+        (["hi", "--explain", "9:0:hi"], 2, "--explain 9:0:hi: layer 9 is out of range"),
         (["hi", "--explain", "0:0:zebra"], 2, "token 'zebra' is not in the text's tokens"),
         (["hi", "--steps", "1"], 2, "--steps chooses layers for the page's step view; add --html"),
         (["hi", "--html", "p.html", "--steps", "9"], 2, "--steps 9 is out of range"),

@@ -110,6 +110,10 @@ class _FullDisk:
         def flush() -> None:
             pass
 
+    @staticmethod
+    def flush() -> None:
+        pass
+
 
 def test_a_failed_stdout_write_names_stdout(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(sys, "stdout", _FullDisk())
@@ -138,3 +142,28 @@ def test_verbose_says_what_was_loaded_and_written(tmp_path: Path, cli) -> None: 
     assert f"bertattn.files: wrote {tmp_path / 'o.npy'}" in r.err
     quiet = cli("encode", str(tmp_path / "a.txt"), "-o", str(tmp_path / "p.npy"))
     assert "bertattn.bert" not in quiet.err and "bertattn.files" not in quiet.err
+
+
+def test_a_short_write_is_completed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A raw write may take fewer bytes than given: the rest is written, nothing lost."""
+    got = bytearray()
+
+    class Short:
+        class buffer:  # noqa: N801
+            @staticmethod
+            def write(data: memoryview) -> int:
+                got.extend(bytes(data[:1000]))
+                return min(len(data), 1000)
+
+            @staticmethod
+            def flush() -> None:
+                pass
+
+        @staticmethod
+        def flush() -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Short())
+    data = bytes(range(256)) * 1000
+    write_stdout(data)
+    assert bytes(got) == data

@@ -248,14 +248,28 @@ def write_all(items: Sequence[tuple[str | os.PathLike[str], Payload]]) -> list[P
     return [out for _, out in temps]
 
 
+#: bytes per write of :func:`write_stdout`
+_STDOUT_CHUNK = 1 << 16
+
+
 def write_stdout(data: Payload) -> None:
-    """Write ``data`` to stdout (binary) and flush. A failure names stdout (``OSError`` with
-    filename ``<stdout>``: a full disk behind ``> file`` says where it could not write); a
-    closed pipe stays a ``BrokenPipeError``, which the command line turns into a quiet 141."""
+    """Write ``data`` to stdout (binary, after flushing the text layer) and flush.
+
+    Bytes go out in 64 KiB pieces until all are written: one large write to a pipe whose reader
+    goes away part way (``| head``) can come back short instead of failing, which would lose
+    the rest silently; the next piece raises. A closed pipe stays a ``BrokenPipeError``, which
+    the command line turns into a quiet exit 141; any other failure names stdout (``OSError``
+    with filename ``<stdout>``: a full disk behind ``> file`` says where it could not write)."""
+    sys.stdout.flush()
     out = sys.stdout.buffer
     try:
         if isinstance(data, (bytes, bytearray, memoryview)):
-            out.write(data)
+            view = memoryview(data).cast("B")
+            while view:
+                n = out.write(view[:_STDOUT_CHUNK])
+                if n == 0:
+                    raise BrokenPipeError(errno.EPIPE, "stdout takes no more bytes")
+                view = view[min(len(view), _STDOUT_CHUNK) if n is None else n :]
         else:
             data(out)
         out.flush()

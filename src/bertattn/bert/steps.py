@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionSteps", "attention_steps", "find_token"]
+__all__ = ["AttentionSteps", "attention_steps", "find_token", "find_tokens"]
 
 
 @dataclass
@@ -105,6 +105,16 @@ class AttentionSteps:
         return "\n".join(lines)
 
 
+def find_tokens(tokens: list[str], text: str) -> list[int]:
+    """Every index whose token is ``text``: compared as is; if none, case-insensitively; if
+    none, also without WordPiece's ``##`` ([] when none matches)."""
+    for key in (lambda t: t, str.lower, lambda t: t.lower().removeprefix("##")):
+        matches = [i for i, t in enumerate(tokens) if key(t) == key(text)]
+        if matches:
+            return matches
+    return []
+
+
 def find_token(tokens: list[str], token: str | int) -> int:
     """The index of ``token`` (an index, or a token's text; the first match wins, compared
     as is, then case-insensitively, then without WordPiece's ``##``)."""
@@ -117,10 +127,9 @@ def find_token(tokens: list[str], token: str | int) -> int:
     text = str(token)
     if text.lstrip("-").isdigit():
         return find_token(tokens, int(text))
-    for key in (lambda t: t, str.lower, lambda t: t.lower().removeprefix("##")):
-        matches = [i for i, t in enumerate(tokens) if key(t) == key(text)]
-        if matches:
-            return matches[0]
+    matches = find_tokens(tokens, text)
+    if matches:
+        return matches[0]
     raise ValueError(
         f"token {text!r} is not in the text's tokens ({' '.join(tokens[:40])}"
         f"{' ...' if len(tokens) > 40 else ''}); give its index or one of these."

@@ -24,14 +24,17 @@ def run(args: argparse.Namespace) -> int:
     maps = result.maps
     for message in result.warnings:  # e.g. "1 text truncated to 256 tokens": reported
         print(f"bertattn attend: warning: {message}", file=sys.stderr)
+    if not options.quiet:  # how the options were read, e.g. which of two equal tokens
+        for message in result.notes:
+            print(f"bertattn attend: warning: {message}", file=sys.stderr)
     if result.steps is not None:
         print(result.steps.table())
         print()
         print(result.steps.formula())
     if result.stdout is not None:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(result.stdout)
-        sys.stdout.buffer.flush()
+        from ..files import write_stdout
+
+        write_stdout(result.stdout)
     elif not options.outputs and result.steps is None:
         print(viz.summary(maps, layer=options.layer or 0, head=options.head or 0))
         if options.rollout:
@@ -48,4 +51,5 @@ def run(args: argparse.Namespace) -> int:
         )
         for path in result.written:
             print(f"bertattn attend: wrote {path.resolve()}", file=sys.stderr)
+    sys.stdout.flush()  # a closed stdout fails here, inside main (exit 141), not at exit
     return 0

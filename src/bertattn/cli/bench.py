@@ -148,15 +148,13 @@ def _dispatch(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
 def _write_json(data: dict[str, object], out: Path | None, *, to_stdout: bool) -> None:
     import json
 
-    from ..files import write_atomic
+    from ..files import write_atomic, write_stdout
 
     if out is None and not to_stdout:
         return
     text = json.dumps(data, indent=1) + "\n"
     if out is None:
-        sys.stdout.flush()
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        write_stdout(text.encode("utf-8"))
         return
     write_atomic(out, text.encode("utf-8"))
     print(f"{PROG}: wrote {out.resolve()}", file=sys.stderr)

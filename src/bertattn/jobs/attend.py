@@ -16,6 +16,7 @@ from .inputs import check_input
 from .options import AttendOptions, flag, job_device
 
 if TYPE_CHECKING:
+    from ..bert import Bert
     from ..bert.steps import AttentionSteps
 
 __all__ = ["AttendResult", "read_text", "run_attend"]
@@ -24,13 +25,24 @@ __all__ = ["AttendResult", "read_text", "run_attend"]
 @dataclass
 class AttendResult:
     """The maps computed, the files written (in PNG, HTML, JSON order), the steps asked for
-    with ``--explain``, and the warnings raised while computing (e.g. truncation)."""
+    with ``--explain``, the warnings raised while computing (e.g. truncation), and notes on
+    how the options were read (e.g. which of several equal tokens ``--explain`` took; the
+    command prints them as warnings unless ``-q``)."""
 
     maps: AttentionMaps
     written: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     steps: AttentionSteps | None = None
     stdout: bytes | None = None  # the output asked for as ``-`` (JSON or HTML), for stdout
+    notes: list[str] = field(default_factory=list)
+
+
+#: the suffixes each output takes (lower case); the format comes from the option, not the name
+SUFFIXES: dict[str, tuple[str, ...]] = {
+    "PNG": (".png",),
+    "HTML": (".html", ".htm"),
+    "JSON": (".json",),
+}
 
 
 def _check_range(name: str, value: int, count: int) -> None:
@@ -39,6 +51,78 @@ def _check_range(name: str, value: int, count: int) -> None:
             f"{flag(AttendOptions, name)} {value} is out of range: this model has {name}s "
             f"0..{count - 1}."
         )
+
+
+def _check_explain_part(spec: str, name: str, value: int, count: int) -> None:
+    """``--explain``'s layer or head, named as a part of ``--explain`` (not ``--layer``)."""
+    if 0 <= value < count:
+        return
+    parts = spec.split(":", 2)
+    parts[0 if name == "layer" else 1] = str(count - 1 if value >= count else 0)
+    raise UsageError(
+        f"--explain {spec}: {name} {value} is out of range; this model has {name}s "
+        f"0..{count - 1}: give one of those, e.g. --explain {':'.join(parts)}."
+    )
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` as Python writes it in ASCII (invisible characters spelled out), cut short."""
+    return ascii(text[:limit]) + (" ..." if len(text) > limit else "")
+
+
+def _tokens(bert: Bert, text: str, pair: str | None, max_length: int | None) -> list[str]:
+    """The tokens the model will see (truncation is reported once, by the model's run)."""
+    limit = bert.max_length if max_length is None else max_length
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = bert.tokenizer([text], None if pair is None else [pair], max_length=limit)
+    return list(batch.tokens[0])
+
+
+def _check_known_tokens(bert: Bert, options: AttendOptions, text: str) -> None:
+    """Refuse a text (or pair) of which the tokenizer keeps nothing: only characters it drops
+    (control, format, zero-width), so that only [CLS] and [SEP] would remain."""
+    for what, value, fix in (
+        ("the text", text, "give a text with words in it"),
+        ("--pair", options.pair, "give a second text with words in it, or drop --pair"),
+    ):
+        if value is not None and len(_tokens(bert, value, None, options.max_length)) <= 2:
+            raise UsageError(
+                f"{what} has no token the model knows (only [CLS] and [SEP] remain): "
+                f"{_shown(value)} holds only characters the tokenizer drops (control, format or "
+                f"zero-width characters); {fix}."
+            )
+
+
+def _explain_query(spec: str, token: int | str, tokens: list[str]) -> tuple[int, str | None]:
+    """``--explain``'s TOKEN as an index into ``tokens``, and a note when its text occurs
+    more than once (the first is taken). A negative index is refused like one past the end."""
+    from ..bert.steps import find_token, find_tokens
+
+    last = len(tokens) - 1
+    if isinstance(token, int):
+        if not 0 <= token <= last:
+            raise UsageError(
+                f"--explain {spec}: token index {token} is out of range: the text has tokens "
+                f"0..{last} (0 is {tokens[0]}, {last} is {tokens[last]}); give an index in "
+                f"0..{last} or the token's text."
+            )
+        return token, None
+    try:
+        first = find_token(tokens, token)
+    except ValueError as exc:
+        raise UsageError(f"--explain {spec}: {exc}") from None
+    same = find_tokens(tokens, token)
+    if len(same) < 2:
+        return first, None
+    layer_head = ":".join(spec.split(":", 2)[:2])
+    others = [str(i) for i in same if i != first]
+    note = (
+        f"--explain {spec}: {token!r} occurs {len(same)} times in the text; explaining the "
+        f"first, token {first} (the other{'s' if len(others) > 1 else ''}: {', '.join(others)}); "
+        f"to explain another, give its index, e.g. --explain {layer_head}:{others[0]}."
+    )
+    return first, note
 
 
 def read_text(options: AttendOptions) -> str:
@@ -65,17 +149,20 @@ def read_text(options: AttendOptions) -> str:
 def run_attend(options: AttendOptions) -> AttendResult:
     """Compute the attention of the text and write the files asked for.
 
-    Every output path, ``layer`` / ``head`` / ``max_length`` / ``--steps`` / ``--explain`` are
-    checked before the model runs; the files are rendered first and written together
-    (:func:`bertattn.files.write_all`).
+    Every output path (and its suffix: :data:`SUFFIXES`) is checked before the model loads;
+    ``layer`` / ``head`` / ``max_length`` / ``--steps`` / ``--explain`` and a text of which the
+    tokenizer keeps nothing are refused before the model runs; the files are rendered first
+    and written together (:func:`bertattn.files.write_all`).
     """
     from .. import viz
     from ..bert import Bert
 
     inputs = [] if options.file is None else [options.file]
-    for path, kind in options.outputs:
-        if path != "-":
-            check_output(path, what=f"--{kind.lower()}", inputs=inputs)
+    files = [(path, kind) for path, kind in options.outputs if path != "-"]
+    for path, kind in files:
+        check_output(path, what=f"--{kind.lower()}", inputs=inputs)
+    for path, kind in files:  # then the suffix: an output that is the input is named as such
+        check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
     device = job_device(options.device)
     text = read_text(options)
     bert = Bert.load(options.model, device=device)
@@ -91,15 +178,22 @@ def run_attend(options: AttendOptions) -> AttendResult:
     qkv_layers = options.steps_layers(cfg.num_hidden_layers)
     target = None
     if options.explain is not None:
-        layer, head, _ = target = options.explain_target()
-        _check_range("layer", layer, cfg.num_hidden_layers)
-        _check_range("head", head, cfg.num_attention_heads)
+        layer, head, token = options.explain_target()
+        _check_explain_part(options.explain, "layer", layer, cfg.num_hidden_layers)
+        _check_explain_part(options.explain, "head", head, cfg.num_attention_heads)
+    _check_known_tokens(bert, options, text)
+    notes = []
+    if options.explain is not None:
+        tokens = _tokens(bert, text, options.pair, options.max_length)
+        query, note = _explain_query(options.explain, token, tokens)
+        target = (layer, head, query)
+        notes += [note] if note else []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         maps = bert.attention_maps(
             text, options.pair, max_length=options.max_length, qkv_layers=qkv_layers
         )
-    result = AttendResult(maps, warnings=[str(w.message) for w in caught])
+    result = AttendResult(maps, warnings=[str(w.message) for w in caught], notes=notes)
     if target is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # truncation was reported above

@@ -373,15 +373,18 @@ class AttendOptions:
         "head shown large / summarized / the only head the page opens on (default: 0)",
         type=int,
     )
-    png: str | None = _opt(None, "write a PNG: every layer x head + one large")
-    html: str | None = _opt(None, "write one self-contained interactive page (- for stdout)")
-    json: str | None = _opt(None, "write the tokens and weights as JSON (- for stdout)")
+    png: str | None = _opt(None, "write a PNG (.png): every layer x head + one large")
+    html: str | None = _opt(
+        None, "write one self-contained interactive page (.html or .htm; - for stdout)"
+    )
+    json: str | None = _opt(None, "write the tokens and weights as JSON (.json; - for stdout)")
     rollout: bool = _opt(False, "add attention rollout to outputs")
     quiet: bool = _opt(False, "no status lines on stderr", flags=("-q", "--quiet"))
     explain: str | None = _opt(
         None,
         "print the article's steps (q·k, /√d, mask, softmax, Σ weights·v) for one head and one "
-        "query token: LAYER:HEAD:TOKEN, TOKEN an index or the token's text",
+        "query token: LAYER:HEAD:TOKEN, TOKEN an index (0 is [CLS]) or the token's text (its "
+        "first occurrence); its own layer and head, not --layer/--head",
         metavar="L:H:TOKEN",
     )
     steps: str | None = _opt(
@@ -432,7 +435,7 @@ class AttendOptions:
         if self.png == "-":
             raise UsageError("--png - is not supported (a PNG is binary); give a file name.")
         if self.explain is not None:
-            self.explain_target()
+            self._check_explain_layer_head()
         if self.steps is not None:
             if self.html is None:
                 raise UsageError("--steps chooses layers for the page's step view; add --html.")
@@ -446,6 +449,30 @@ class AttendOptions:
             for p, k in ((self.png, "PNG"), (self.html, "HTML"), (self.json, "JSON"))
             if p is not None
         ]
+
+    def _check_explain_layer_head(self) -> None:
+        """``--explain`` has its own layer and head; ``--layer`` / ``--head`` choose the picture
+        (PNG, page). With no picture they would do nothing: refused when they differ."""
+        layer, head, _ = self.explain_target()
+        if self.png is not None or self.html is not None:
+            return
+        cls = type(self)
+        given = [
+            (name, value)
+            for name, value, own in (("layer", self.layer, layer), ("head", self.head, head))
+            if value is not None and value != own
+        ]
+        if not given:
+            return
+        token = str(self.explain).split(":", 2)[2]
+        named = " and ".join(f"{flag(cls, name)} {value}" for name, value in given)
+        wanted = dict(given)
+        raise UsageError(
+            f"{named} {'do' if len(given) > 1 else 'does'} nothing here: --explain {self.explain} "
+            f"explains its own layer {layer}, head {head}, and only --png and --html draw "
+            f"--layer/--head. Put them in --explain (--explain {wanted.get('layer', layer)}:"
+            f"{wanted.get('head', head)}:{token}), drop them, or add --png/--html for a picture."
+        )
 
     def explain_target(self) -> tuple[int, int, int | str]:
         """``--explain LAYER:HEAD:TOKEN`` as ``(layer, head, token)`` (token: index or text)."""
