@@ -167,3 +167,10 @@ def test_a_short_write_is_completed(monkeypatch) -> None:  # type: ignore[no-unt
     data = bytes(range(256)) * 1000
     write_stdout(data)
     assert bytes(got) == data
+
+
+def test_verbose_chunked_run_logs_each_line_once(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "a.txt").write_text("hello\nworld\n")
+    r = cli("-v", "encode", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o.npy"), "--resumable")
+    assert r.code == 0, r
+    assert r.err.count("bytes in 1 chunks (0 done before), 1 rank(s)") == 1, r.err

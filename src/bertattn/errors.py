@@ -16,7 +16,17 @@ Any other ``ValueError`` / ``OSError`` that reaches the command line is also rep
 
 from __future__ import annotations
 
-__all__ = ["JobError", "MissingExtraError", "ModelFolderError", "UsageError"]
+import os
+
+__all__ = [
+    "JobError",
+    "MissingExtraError",
+    "ModelFolderError",
+    "UsageError",
+    "describe_os_error",
+    "exit_status",
+    "one_line",
+]
 
 
 class UsageError(ValueError):
@@ -42,3 +52,33 @@ class MissingExtraError(ImportError):
             f"pip install 'bertattn[{extra}]'",
             name=module,
         )
+
+
+def exit_status(exc: BaseException) -> int | None:
+    """The command line's exit status for an anticipated error (2: usage, 1: run time); None
+    for anything else, a bug (shown with its traceback)."""
+    if isinstance(exc, UsageError):
+        return 2
+    if isinstance(exc, (ValueError, OSError, ImportError, JobError)):
+        return 1
+    return None
+
+
+def describe_os_error(exc: OSError) -> str:
+    """An ``OSError`` in words: its strerror and the path (no class name, no ``[Errno N]``)."""
+    text = exc.strerror or " ".join(str(exc).split()) or "input/output error"
+    if exc.filename is not None:
+        name = os.fsdecode(exc.filename)
+        if name not in text:
+            text = f"{name}: {text}"
+    return text
+
+
+def one_line(exc: BaseException) -> str:
+    """The error as the one line the command line prints after ``error:``."""
+    if isinstance(exc, OSError):
+        return describe_os_error(exc)
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ImportError) and "pip install" not in text:
+        text += " (a package is missing: pip install bertattn with the extra that needs it)"
+    return text

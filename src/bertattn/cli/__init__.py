@@ -31,6 +31,8 @@ import traceback
 import warnings
 from collections.abc import Sequence
 
+from ..errors import exit_status, one_line
+
 #: subcommand -> one-line help; the code is in ``bertattn/cli/<name>.py``.
 COMMANDS: dict[str, str] = {
     "demo": "run the article's example on every attention backend",
@@ -207,12 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _caused_by_interrupt(exc):  # e.g. a C extension's init stopped by Ctrl-C
             print(f"{prefix} interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
-        code = _exit_code(exc)
+        code = exit_status(exc)
         if code is None or debug:
             traceback.print_exc()
         if code is None:
             return EXIT_RUNTIME
-        print(f"{prefix} error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prefix} error: {one_line(exc)}", file=sys.stderr)
         return code
     finally:
         if held.previous is not None:  # an error during start-up: put Ctrl-C back as it was
@@ -232,26 +234,6 @@ def _caused_by_interrupt(exc: BaseException) -> bool:
             return True
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     return False
-
-
-def _exit_code(exc: BaseException) -> int | None:
-    """The status for an anticipated error; None for a bug (shown with its traceback)."""
-    from ..errors import JobError, UsageError
-
-    if isinstance(exc, UsageError):
-        return EXIT_USAGE
-    if isinstance(exc, (ValueError, OSError, ImportError, JobError)):
-        return EXIT_RUNTIME
-    return None
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        return f"{exc.filename}: {exc.strerror}"
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, ImportError) and "pip install" not in text:
-        text += " (a package is missing: pip install bertattn with the extra that needs it)"
-    return text
 
 
 def console() -> None:

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("bertattn.distributed")
     log.addHandler(handler)
     log.setLevel(logging.WARNING if options.quiet else logging.INFO)
+    propagate, log.propagate = log.propagate, False  # -v's handler would print it again
     keep = str(options.output) if options.sharded else f"{options.output}.parts"
     try:
         summary = run_encode(options, progress=progress)
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
         log.removeHandler(handler)
+        log.propagate = propagate
     if summary is not None and not options.quiet:
         print(f"bertattn encode: {summary}", file=sys.stderr)
     return 0

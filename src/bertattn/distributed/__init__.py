@@ -16,6 +16,7 @@ from .runner import (
     ChunkedSummary,
     ChunkFailed,
     DistributedEncodeError,
+    failure_message,
     run_chunks,
     run_identity,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "SoloGroup",
     "TorchGroup",
     "auto_chunk_bytes",
+    "failure_message",
     "launch_workers",
     "make_chunks",
     "run_chunks",

@@ -3,17 +3,57 @@
 Runs torchrun's launcher in this process, as ``torchrun --standalone --nproc-per-node N -m
 bertattn ARGS`` would (a local rendezvous on a free loopback port): it stops the other ranks when
 one fails. Unless ``OMP_NUM_THREADS`` is set, each rank gets the CPU cores divided by N.
+
+The launching process reports a failure once, for all ranks: each rank that stops on an error
+writes it to the report folder named by ``BERTATTN_WORKERS_REPORT`` (:func:`write_report`) and
+exits without printing it; the launcher reads them (:func:`read_reports`) and says the cause.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["launch_workers", "torchrun_command"]
+__all__ = ["REPORT_ENV", "launch_workers", "read_reports", "torchrun_command", "write_report"]
+
+#: the folder where the ranks of ``--workers`` leave their errors for the launcher
+REPORT_ENV = "BERTATTN_WORKERS_REPORT"
+
+
+def write_report(folder: str | Path, rank: int, report: dict) -> None:
+    """Leave this rank's error (``message``, ``code``, ``echo``: it repeats another rank's)."""
+    from ..files import write_atomic
+
+    write_atomic(Path(folder) / f"rank{rank}.json", json.dumps({"rank": rank, **report}).encode())
+
+
+def read_reports(folder: str | Path) -> list[dict]:
+    """The ranks' reports, by rank."""
+    out = []
+    for p in Path(folder).glob("rank*.json"):
+        try:
+            report = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(report, dict):
+            out.append(report)
+    return sorted(out, key=lambda r: int(r.get("rank", 0)))
+
+
+def wait_for_reports(folder: str | Path, world_size: int, seconds: float) -> None:
+    """Until every rank has reported or ``seconds`` have passed: a rank that failed first
+    gives the others a moment to see it and stop by themselves (rather than be killed by the
+    launcher mid-chunk)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if len(list(Path(folder).glob("rank*.json"))) >= world_size:
+            return
+        time.sleep(0.05)
 
 
 def torchrun_command(nprocs: int, argv: Sequence[str]) -> list[str]:
@@ -31,9 +71,10 @@ def torchrun_command(nprocs: int, argv: Sequence[str]) -> list[str]:
     ]
 
 
-def launch_workers(nprocs: int, argv: Sequence[str]) -> int:
+def launch_workers(nprocs: int, argv: Sequence[str], *, report: str | Path | None = None) -> int:
     """Run ``bertattn ARGV`` as ``nprocs`` ranks; return the exit status (0, the first failed
-    rank's status, or 128 + N when this process got signal N).
+    rank's status, or 128 + N when this process got signal N). ``report``: a folder where the
+    ranks leave their errors (see :func:`read_reports`) instead of printing them.
 
     torchrun's launcher runs inside this process (``torch.distributed.run.run``), so its
     failure report (``ChildFailedError`` and its traceback) is turned into a status here: the
@@ -49,6 +90,8 @@ def launch_workers(nprocs: int, argv: Sequence[str]) -> int:
     path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, path) if p)
     threads = "OMP_NUM_THREADS" not in os.environ
+    if report is not None:
+        os.environ[REPORT_ENV] = str(report)
     if threads:  # the cores shared out (torchrun would give each rank 1, with a banner)
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nprocs))
     # torchrun's own log lines (rendezvous, "death signal", the failure report) repeat what the
@@ -76,4 +119,6 @@ def launch_workers(nprocs: int, argv: Sequence[str]) -> int:
             del os.environ["PYTHONPATH"]
         if threads:
             del os.environ["OMP_NUM_THREADS"]
+        if report is not None:
+            os.environ.pop(REPORT_ENV, None)
     return 0

@@ -154,9 +154,31 @@ def _short(digest: str) -> str:
     return digest[:12]
 
 
-def check_identity(old: dict, new: dict, parts_dir: Path) -> None:
+def _names(paths: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _inputs_differ(old: Sequence[str], new: Sequence[str]) -> str:
+    """What differs between two lists of input paths, naming the files."""
+    gone = [p for p in old if p not in new]
+    added = [p for p in new if p not in old]
+    if gone and added:
+        return f"{_names(gone)} then, {_names(added)} now"
+    if added:
+        return f"{_names(added)} added to the {len(old)} file(s) of then"
+    if gone:
+        return f"{_names(gone)} no longer given, of the {len(old)} file(s) of then"
+    return f"the same files in another order: {_names(list(old))} then, {_names(list(new))} now"
+
+
+def check_identity(old: dict, new: dict, parts_dir: Path, *, finished: bool = False) -> None:
     """Raise ``UsageError`` (the fix is ``--restart``) naming what differs between a
-    manifest's identity and this run's."""
+    manifest's identity and this run's. ``finished``: the folder holds a finished sharded
+    output (its index), not the chunks of an interrupted run."""
+    if finished:
+        _check_finished(old, new, parts_dir)
+        return
     fix = (
         f"pass --restart to discard the finished chunks in {parts_dir}, or rerun with what the "
         f"interrupted run used"
@@ -167,10 +189,12 @@ def check_identity(old: dict, new: dict, parts_dir: Path) -> None:
             f"writes format {new['format']} — {fix}."
         )
     o_in, n_in = old.get("inputs", []), new["inputs"]
-    if [f.get("path") for f in o_in] != [f["path"] for f in n_in]:
+    o_paths = [str(f.get("path")) for f in o_in]
+    n_paths = [str(f["path"]) for f in n_in]
+    if o_paths != n_paths:
         raise UsageError(
-            f"the input files differ from the interrupted run's ({len(o_in)} file(s) then, "
-            f"{len(n_in)} now) — {fix}."
+            f"the input files differ from the interrupted run's "
+            f"({_inputs_differ(o_paths, n_paths)}) — {fix}."
         )
     for o, n in zip(o_in, n_in, strict=True):
         if o != n:
@@ -191,3 +215,33 @@ def check_identity(old: dict, new: dict, parts_dir: Path) -> None:
         raise UsageError(
             f"the settings changed since the interrupted run ({', '.join(diff)}) — {fix}."
         )
+
+
+def _check_finished(old: dict, new: dict, folder: Path) -> None:
+    """A finished sharded output folder reused by another run: what it holds, and the fix."""
+    fix = "choose another folder, or pass --restart to replace it"
+    holds = f"{folder}/ holds the finished output of"
+    if old.get("format") != new["format"]:
+        raise UsageError(
+            f"{holds} an older bertattn (parts format {old.get('format')!r}, this one writes "
+            f"{new['format']}); {fix}."
+        )
+    o_in, n_in = old.get("inputs", []), new["inputs"]
+    o_paths = [str(f.get("path")) for f in o_in]
+    n_paths = [str(f["path"]) for f in n_in]
+    if o_paths != n_paths:
+        raise UsageError(f"{holds} another input ({_inputs_differ(o_paths, n_paths)}); {fix}.")
+    for o, n in zip(o_in, n_in, strict=True):
+        if o != n:
+            what = ", ".join(k for k in n if o.get(k) != n[k] and k != "path")
+            raise UsageError(f"{holds} {n['path']} as it was before it changed ({what}); {fix}.")
+    o_m, n_m = old.get("model", {}), new["model"]
+    if o_m.get("sha256") != n_m["sha256"]:
+        raise UsageError(
+            f"{holds} another model (files sha256 {_short(str(o_m.get('sha256')))}… in "
+            f"{o_m.get('path')} then, {_short(n_m['sha256'])}… in {n_m['path']} now); {fix}."
+        )
+    o_s, n_s = old.get("settings", {}), new["settings"]
+    diff = [f"{k} {o_s.get(k)!r} -> {n_s.get(k)!r}" for k in n_s if o_s.get(k) != n_s.get(k)]
+    if diff:
+        raise UsageError(f"{holds} other settings ({', '.join(diff)}); {fix}.")

@@ -15,6 +15,11 @@ and runs the model (:mod:`bertattn.jobs.encode`); the tests run a billion-line i
 stub. The output equals a single-process encode up to float rounding (≤ 1e-6 here): batches are
 formed within a chunk, so their padding differs from the whole-input batches.
 
+A failure is said in one line, without exception class names, with its fix
+(:func:`failure_message`): a bad input line (fix that line), a full disk (free space in the
+folder), another ``OSError`` (its strerror and path), anything else (rerun); and how many
+finished chunks are kept, when there are some.
+
 Test hooks (environment variables, read by every rank): ``BERTATTN_TEST_FAIL_CHUNK=3`` (or
 ``3,5``) makes encoding those chunks raise; ``BERTATTN_TEST_CHUNK_DELAY=0.5`` sleeps that many
 seconds after each chunk is written.
@@ -22,8 +27,10 @@ seconds after each chunk is written.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +38,7 @@ from pathlib import Path
 
 from ..corpus.embeddings import Embeddings
 from ..corpus.sources import Source
+from ..errors import describe_os_error
 from ..files import FolderLock
 from .group import Group, RankInfo, SoloGroup, TorchGroup
 from .plan import (
@@ -51,6 +59,7 @@ __all__ = [
     "ChunkedSummary",
     "DistributedEncodeError",
     "RankInfo",
+    "failure_message",
     "run_chunks",
     "run_identity",
 ]
@@ -63,11 +72,78 @@ Progress = Callable[[int], Callable[[int], object]]
 
 
 class DistributedEncodeError(RuntimeError):
-    """A chunked run stopped: a rank failed, a peer vanished, or rank 0 refused the plan."""
+    """A chunked run stopped: a rank failed, a peer vanished, or rank 0 refused the plan.
+
+    ``echo``: this rank only repeats what another rank reported (that rank says it too)."""
+
+    def __init__(self, message: str, *, echo: bool = False) -> None:
+        super().__init__(message)
+        self.echo = echo
 
 
 class ChunkFailed(DistributedEncodeError):
-    """Encoding a chunk raised (on this rank or, reported through the folder, another)."""
+    """Encoding a chunk raised (on this rank or, reported through the folder, another);
+    ``record``: the failure as the folder records it (see :func:`failure_message`)."""
+
+    def __init__(self, message: str, record: dict, *, echo: bool = False) -> None:
+        super().__init__(message, echo=echo)
+        self.record = record
+
+
+# ---------------------------------------------------------------------- failure messages
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _plain(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        return describe_os_error(exc)
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _failure_record(exc: BaseException, chunk: Chunk, rank: int, store: ChunkStore) -> dict:
+    """What went wrong (``problem``) and what fixes it (``fix``: a sentence that the count of
+    finished chunks completes, or "" when the problem names its own fix)."""
+    text = _plain(exc)
+    line = re.match(rf"{re.escape(chunk.name)}: line (\d+)\b", text) if chunk.name else None
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+        kind, problem = "disk", text
+        fix = f"Free disk space in {store.path}, then rerun the same command"
+    elif isinstance(exc, OSError):
+        kind, problem = "os", text
+        fix = "Once that is fixed, rerun the same command"
+    elif isinstance(exc, ValueError) and line:
+        kind, problem = "input", text
+        # an edited input no longer matches the run's manifest: the rerun starts over
+        fix = (
+            f"Fix line {line.group(1)} of {chunk.name}, then rerun with --restart (the input "
+            f"changes, so it is encoded again from the start)"
+        )
+    elif isinstance(exc, ValueError):  # names its own fix (e.g. --restart)
+        kind, problem, fix = "value", f"rank {rank} failed on {chunk.describe()}: {text}", ""
+    else:
+        kind, problem = "error", f"rank {rank} failed on {chunk.describe()}: {text}"
+        fix = "Rerun the same command"
+    return {"kind": kind, "problem": problem, "fix": fix}
+
+
+def failure_message(record: dict, finished: int, folder: Path | str) -> str:
+    """One line from a failure ``record`` (a marker, see :func:`_failure_record`): the problem,
+    the fix, and the ``finished`` chunks that are kept in ``folder`` (said only when some are)."""
+    problem = str(record.get("problem") or "")
+    if not problem:  # a marker of an older bertattn: rank, chunk, error
+        problem = f"rank {record.get('rank')} failed on {record.get('what')}: {record.get('error')}"
+    problem = problem.removesuffix(".")
+    fix = str(record.get("fix", "Rerun the same command"))
+    kept = ""
+    if finished > 0 and record.get("kind") != "input":  # a fixed input restarts: none kept
+        kept = (
+            f"the {finished} finished chunk{'s are' if finished != 1 else ' is'} kept in {folder}"
+        )
+    if fix and kept:
+        return f"{problem}. {fix}: {kept}."
+    if fix or kept:
+        return f"{problem}. {fix or kept[0].upper() + kept[1:]}."
+    return f"{problem}."
 
 
 @dataclass
@@ -137,7 +213,7 @@ def _plan(
     manifest = store.read_manifest()
     names = [f.name for f in files]
     if manifest is not None:
-        check_identity(manifest, identity, store.path)
+        check_identity(manifest, identity, store.path, finished=store.index_path.is_file())
         chunks = [Chunk.from_list(row, names) for row in manifest.get("chunks", [])]
         check_partition(chunks, files)
     else:
@@ -183,7 +259,11 @@ def _encode_chunks(
     """Take pending chunks one at a time, in input order, until none is left."""
     fail, delay = _test_hooks()
     for chunk in chunks:
-        if chunk.index in reused or not store.claim(chunk, rank):
+        if chunk.index in reused:
+            continue
+        if store.failures():  # another rank failed: take no more (the wait reports it)
+            return
+        if not store.claim(chunk, rank):
             continue
         update.mine.add(chunk.index)
         done = [0]
@@ -197,12 +277,13 @@ def _encode_chunks(
                 raise RuntimeError(f"injected failure (BERTATTN_TEST_FAIL_CHUNK={chunk.index})")
             store.write_part(chunk, _counted(work(chunk), add), width, rank)
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            store.mark_failed(rank, chunk, error)
-            raise ChunkFailed(
-                f"rank {rank} failed on {chunk.describe()}: {error}; the finished chunks are "
-                f"kept in {store.path}: rerun the same command to resume"
-            ) from exc
+            record = _failure_record(exc, chunk, rank, store)
+            message = failure_message(record, len(store.present(chunks)), store.path)
+            try:  # the other ranks stop when they see it
+                store.mark_failed(rank, chunk, message, **record)
+            except OSError:  # a full disk may refuse even that: torchrun stops them
+                pass
+            raise ChunkFailed(message, {"rank": rank, **record}) from exc
         update.own(chunk.size - done[0])  # a compressed chunk is counted at its end
         if delay:
             time.sleep(delay)
@@ -225,10 +306,8 @@ def _wait_for_chunks(
         failures = store.failures()
         if failures:
             f = failures[0]
-            raise ChunkFailed(
-                f"rank {f.get('rank')} failed on {f.get('what')}: {f.get('error')}; "
-                f"{_missing(chunks, store.present(chunks))}. Rerun the same command to resume."
-            )
+            finished = len(store.present(chunks))
+            raise ChunkFailed(failure_message(f, finished, store.path), f, echo=True)
         now = store.present(chunks)
         if now - seen:
             update.others(now)
@@ -309,6 +388,7 @@ def run_chunks(
             try:
                 store.create()
                 lock.acquire()  # type: ignore[union-attr]
+                store.forget_failures()  # an earlier run's: reported by that run already
                 plan: object = _plan(
                     store,
                     identity,
@@ -319,13 +399,13 @@ def run_chunks(
                     world_size=group.world_size,
                 )
             except BaseException as exc:
-                group.broadcast(f"rank 0 stopped the run: {exc}")
+                group.broadcast(f"rank 0 stopped the run: {_plain(exc)}")
                 raise
             group.broadcast(plan)
         else:
             plan = group.broadcast(None)
         if isinstance(plan, str):
-            raise DistributedEncodeError(plan)
+            raise DistributedEncodeError(plan, echo=True)  # rank 0 reports it
         if group.rank != 0 and not store.manifest_path.is_file():
             raise DistributedEncodeError(
                 f"rank {group.rank} cannot see {store.manifest_path}, which rank 0 wrote: the "

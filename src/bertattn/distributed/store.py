@@ -10,7 +10,8 @@ Files:
     chunk-00012.json        its counts (rows, empty, truncated, tokens, padded, rank, ids,
                             skipped: the blank JSON lines it read, which gave no row);
                             written after the .npy: its presence means the chunk is finished
-    failed-rank1.json       rank 1 failed (which chunk, the error): the others stop
+    failed-rank1.json       rank 1 failed (which chunk, the problem, its fix): the others
+                            stop; removed when the next run starts
     index.json              (sharded output) the shards in input order, written last:
                             :func:`bertattn.corpus.open_embeddings` reads it
 Every file is written to a temporary name and renamed into place, so a crash at any moment
@@ -30,6 +31,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..corpus.embeddings import FORMAT, INDEX, VERSION, Embeddings, npy_header
+from ..errors import JobError
 from ..files import FolderLock, write_atomic
 from .plan import Chunk
 
@@ -42,6 +44,7 @@ _OURS = re.compile(
     r"(manifest\.json|run\.json|index\.json|claim-\d{5,}|chunk-\d{5,}\.(npy|json)|"
     r"failed-rank\d+\.json|\..*\.tmp|\.lock)\Z"
 )
+_FINISHED = re.compile(r"chunk-\d{5,}\.json\Z")
 _COUNTS = ("rows", "empty", "truncated", "tokens", "padded")
 
 
@@ -238,14 +241,36 @@ class ChunkStore:
         return {c.index for c in chunks if self.stats_path(c.index).name in names}
 
     # ------------------------------------------------------------------ failures
-    def mark_failed(self, rank: int, chunk: Chunk, error: str) -> None:
+    def mark_failed(self, rank: int, chunk: Chunk, error: str, **record: object) -> None:
+        """Record that ``rank`` failed on ``chunk`` (``error``: the one-line message; ``record``:
+        more fields, e.g. the problem and the fix apart, for whoever reports it)."""
         path = self.path / f"failed-rank{rank}.json"
         _write_json(
-            path, {"rank": rank, "chunk": chunk.index, "what": chunk.describe(), "error": error}
+            path,
+            {
+                "rank": rank,
+                "chunk": chunk.index,
+                "what": chunk.describe(),
+                "error": error,
+                **record,
+            },
         )
 
     def failures(self) -> list[dict]:
         return [f for p in sorted(self.path.glob("failed-rank*.json")) if (f := _read_json(p))]
+
+    def forget_failures(self) -> None:
+        """Remove the failure markers of an earlier run (the lock is held: that run is over)."""
+        for p in self.path.glob("failed-rank*.json"):
+            p.unlink(missing_ok=True)
+
+    def finished_count(self) -> int:
+        """How many chunks are finished (their counts exist), without the chunk list."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return 0
+        return sum(1 for n in names if _FINISHED.match(n))
 
     # ------------------------------------------------------------------ the result
     def index(self, chunks: Sequence[Chunk], inputs: Sequence[str], width: int) -> dict:
@@ -253,7 +278,7 @@ class ChunkStore:
         chunk's counts; raises when a chunk is missing."""
         missing = [c for c in chunks if not self.has_part(c, width)]
         if missing:
-            raise RuntimeError(
+            raise JobError(  # explained, so no traceback
                 f"cannot finish: {len(missing)} chunk(s) missing or incomplete: "
                 f"{', '.join(c.describe() for c in missing[:10])}; rerun the same command to "
                 f"compute them."

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from ..errors import JobError, UsageError
-from ..files import check_output, write_atomic
+from ..errors import JobError, UsageError, describe_os_error, exit_status, one_line
+from ..files import check_output, write_atomic, write_stdout
 from .inputs import check_input, read_records
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
@@ -107,8 +107,7 @@ def _write(out: Path | None, payload: Callable[[BinaryIO], None]) -> None:
     if out is not None:
         write_atomic(out, payload)
         return
-    payload(sys.stdout.buffer)
-    sys.stdout.buffer.flush()
+    write_stdout(payload)
 
 
 def _check_machine(options: EncodeOptions, world_size: int) -> None:
@@ -237,6 +236,13 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
     from ..distributed import RankInfo
 
     info = RankInfo.from_env()
+    report = os.environ.get("BERTATTN_WORKERS_REPORT", "")
+    if report and info.world_size > 1 and options.workers is None:
+        return _as_worker(options, progress, info, report)
+    return _run_encode(options, progress, info)
+
+
+def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
     _check_machine(options, info.world_size)
     out, corpus = check_paths(options)
     if options.workers is not None:
@@ -246,11 +252,57 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
     return _run_single(options, out, corpus, progress)
 
 
+def _as_worker(options: EncodeOptions, progress: Progress | None, info, folder: str):  # type: ignore[no-untyped-def]
+    """A rank of ``--workers``: the job, but an error goes to the launcher, which reports the
+    cause once for every rank (``bertattn.distributed.launch``); this rank leaves quietly."""
+    from ..distributed.launch import wait_for_reports, write_report
+
+    updates: list[Callable[[int], object]] = []
+
+    def tracked(total: int, **kw: object) -> Callable[[int], object]:
+        update = progress(total, **kw)  # type: ignore[misc]
+        updates.append(update)
+        return update
+
+    try:
+        return _run_encode(options, None if progress is None else tracked, info)
+    except Exception as exc:
+        code = exit_status(exc)
+        if code is None:  # a bug: its traceback, from the command line
+            raise
+        cause = exc.__cause__
+        record = getattr(cause, "record", None)
+        echo = bool(getattr(cause, "echo", False))
+        report = {"code": code, "message": one_line(exc), "echo": echo}
+        if isinstance(record, dict):
+            report["record"] = record
+        try:
+            write_report(folder, info.rank, report)
+        except OSError:
+            raise exc from None  # said by this rank, then
+        if not echo:
+            wait_for_reports(folder, info.world_size, 5.0)
+    for update in updates:  # the progress bar, closed as the command line would
+        close = getattr(getattr(update, "__self__", None), "close", None)
+        if callable(close):
+            close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _run_single(
     options: EncodeOptions, out: Path | None, corpus: Corpus | None, progress: Progress | None
 ) -> EncodeSummary:
     parts = None if out is None else out.with_name(out.name + ".parts")
     if parts is not None and parts.is_dir():
+        from ..files import FolderLock
+
+        if (parts / FolderLock.NAME).is_file():
+            try:  # a live chunked run writing the same output: refused (UsageError, its pid)
+                FolderLock(parts, what=str(parts)).acquire().release()
+            except OSError:  # cannot even open the lock file: nothing to tell
+                pass
         warnings.warn(
             f"{parts} holds the chunks of an interrupted chunked run; this run ignores it "
             f"(pass --resumable to resume it, or remove it)",
@@ -335,6 +387,13 @@ def _run_chunked(
         )
     )
     store = ChunkStore.for_output(out, sharded=options.sharded)
+
+    def finish(emb: Embeddings) -> None:
+        try:
+            write_atomic(out, embeddings_payload(out, emb, emb.ids()))
+        except OSError as exc:
+            raise JobError(_output_failed(exc, out, store.path)) from exc
+
     try:
         summary = run_chunks(
             store=store,
@@ -342,7 +401,7 @@ def _run_chunked(
             identity=identity,
             work=_chunk_work(bert, corpus, options, kwargs),
             width=bert.model.config.hidden_size,
-            finish=lambda emb: write_atomic(out, embeddings_payload(out, emb, emb.ids())),
+            finish=finish,
             chunk_bytes=options.chunk_bytes,
             restart=options.restart,
             timeout=options.wait_seconds,
@@ -351,26 +410,68 @@ def _run_chunked(
         )
     except DistributedEncodeError as exc:
         raise JobError(str(exc)) from exc
+    except OSError as exc:  # e.g. the manifest or the index on a full disk: said in words
+        raise JobError(_folder_failed(exc, store.path)) from exc
     if summary is None:
         return None
     where = f"{out}/ ({summary.chunks} shards + index.json)" if options.sharded else out
     return EncodeSummary(Path(str(where)), str(summary))
 
 
+def _disk_full(exc: OSError) -> bool:
+    import errno
+
+    return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def _output_failed(exc: OSError, out: Path, parts: Path) -> str:
+    """Writing the output of a chunked run failed: every chunk is finished and kept."""
+    what = describe_os_error(exc).removesuffix(".")
+    kept = f"every chunk is finished and kept in {parts}, so the rerun only writes {out}"
+    if _disk_full(exc):
+        return f"{what}. Free disk space in {out.parent}, then rerun the same command: {kept}."
+    return f"{what}. Once that is fixed, rerun the same command: {kept}."
+
+
+def _folder_failed(exc: OSError, parts: Path) -> str:
+    """The chunk folder could not be written (outside a chunk: its manifest, its index)."""
+    what = describe_os_error(exc).removesuffix(".")
+    if _disk_full(exc):
+        return f"{what}. Free disk space in {parts}, then rerun the same command."
+    return f"{what}. Once that is fixed, rerun the same command."
+
+
 def _run_workers(options: EncodeOptions, out: Path) -> EncodeSummary:
-    from ..distributed import ChunkStore, launch_workers
+    import tempfile
+
+    from ..distributed import ChunkStore, failure_message, launch_workers
+    from ..distributed.launch import read_reports
 
     argv = ["encode", *to_argv(options, drop=("workers",), resumable=True)]
-    code = launch_workers(options.workers, argv)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory(prefix="bertattn-workers-") as folder:
+        code = launch_workers(options.workers, argv, report=folder)  # type: ignore[arg-type]
+        reports = read_reports(folder)
     if code == 0:
         return EncodeSummary(out, f"{options.workers} ranks finished")
+    parts = ChunkStore.for_output(out, sharded=options.sharded)
+    finished = parts.finished_count() if parts.path.is_dir() else 0
+    where = f"{flag(EncodeOptions, 'workers')} {options.workers}"
+    # a rank that stopped on an error reported it (the others may have been stopped by a
+    # signal from the launcher: their status is not the cause); a signal alone reports nothing
+    if reports:  # the rank that failed first, not the ones that stopped because it did
+        first = next((r for r in reports if not r.get("echo")), reports[0])
+        record = first.get("record")
+        if isinstance(record, dict):  # said again with the chunks finished by now
+            message = failure_message(record, finished, parts.path)
+        else:
+            message = str(first.get("message", "")).strip()
+        raise (UsageError if first.get("code") == 2 else JobError)(f"{where}: {message}")
     if code >= 128:
         raise KeyboardInterrupt if code == 130 else SystemExit(code)
-    parts = ChunkStore.for_output(out, sharded=options.sharded)
     failed = parts.failures() if parts.path.is_dir() else []
-    what = "; ".join(f"rank {f.get('rank')} on {f.get('what')}: {f.get('error')}" for f in failed)
+    if failed:
+        raise JobError(f"{where}: {failure_message(failed[0], finished, parts.path)}")
+    kept = f": the finished chunks are kept in {parts.path}" if finished else ""
     raise JobError(
-        f"{flag(EncodeOptions, 'workers')} {options.workers}: "
-        f"{what or f'a rank exited with status {code}'}; the finished chunks are kept in "
-        f"{parts.path}: rerun the same command to resume."
+        f"{where}: a rank exited with status {code}. Rerun the same command to resume{kept}."
     )
