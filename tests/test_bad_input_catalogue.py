@@ -261,7 +261,9 @@ CASES: list[tuple[str, list[str], int, str]] = [
     # export-onnx
     ("export-opset-low", ["export-onnx", "-o", "m.onnx", "--opset", "7"], 2, "opset 7"),
     ("export-opset-high", ["export-onnx", "-o", "m.onnx", "--opset", "99"], 2, "opset 99"),
-    ("export-suffix", ["export-onnx", "-o", "m.txt"], 2, "must end in .onnx"),
+    ("export-suffix", ["export-onnx", "-o", "m.txt"], 2, "unknown format '.txt'; the format"),
+    ("export-folder", ["export-onnx", "-o", "afolder.npy"], 2, "is a folder; give a file name"),
+    ("export-stdout", ["export-onnx", "-o", "-"], 2, "not written to stdout; give a file name"),
     ("export-missing-folder", ["export-onnx", "-o", "nodir/m.onnx"], 2, "nodir does not exist"),
     ("export-model-missing", ["export-onnx", "-o", "m.onnx", "--model", "nomodel/"], 1, "nomodel"),
     # the command line itself

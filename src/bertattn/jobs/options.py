@@ -536,8 +536,13 @@ class ExportOptions:
         _text(cls, self, "model")
         _int(cls, self, "opset")
         _choice(cls, self, "backend", ("math", "sdpa"))
-        if not str(self.output).lower().endswith(".onnx"):
-            raise UsageError(f"--output {self.output}: the file name must end in .onnx.")
+        if str(self.output) == "-":
+            raise UsageError(
+                "--output -: an ONNX model is a binary file of tens of MB, not written to "
+                "stdout; give a file name ending in .onnx."
+            )
+        # a folder or a wrong suffix: the job's check_output says which, in the words every
+        # command uses
 
 
 # ---------------------------------------------------------------------- the command line
