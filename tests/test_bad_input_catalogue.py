@@ -81,6 +81,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("out-missing-folder", ENC + ["in.txt", "-o", "nodir/o.npy"], 2, "nodir does not exist"),
     ("out-unknown-suffix", ENC + ["in.txt", "-o", "o.csv"], 2, "unknown format '.csv'"),
     ("out-no-suffix", ENC + ["in.txt", "-o", "o"], 2, "use .npy or .jsonl"),
+    ("out-only-suffix", ENC + ["in.txt", "-o", ".npy"], 2, ".npy is only a suffix; give a name"),
     # option ranges and combinations, all refused before any work
     ("batch-size-0", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "0"], 2, "--batch-size"),
     ("batch-size-neg", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "-3"], 2, ">= 1, got -3"),

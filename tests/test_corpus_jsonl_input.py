@@ -335,3 +335,20 @@ def test_locate_counts_the_blank_lines_a_shard_skipped(tmp_path):
     emb = Embeddings(tmp_path, shards, 2, {"inputs": ["in.jsonl"], "shards": shards})
     # lines: 1 blank, 2 row 0, 3 blank, 4 blank, 5 row 1, 6 row 2 | 7 row 3
     assert [emb.locate(i) for i in range(4)] == [("in.jsonl", n) for n in (2, 5, 6, 7)]
+
+
+# ---------------------------------------------------------------------- JSON read as plain text
+def test_json_lines_read_as_plain_text_are_warned_about(tmp_path, monkeypatch, cli, model):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.json").write_text('{"id": 1, "body": "a"}\n{"id": 2, "body": "b"}\n')
+    r = cli("encode", "d.json", "-o", "o.npy", *model)
+    assert r.code == 0, r
+    assert (
+        "warning: d.json: line 1 is a JSON object, but this input is read as plain text, so each "
+        "line is embedded as raw JSON; for JSON lines name the file .jsonl or give --field body"
+    ) in r.err
+    r = cli("encode", "-", "-o", "p.npy", *model, input=b'{"text": "x"}\n')
+    assert r.code == 0 and "<stdin>: line 1 is a JSON object" in r.err, r
+    (tmp_path / "t.txt").write_text("{not json, just braces}\n")
+    r = cli("encode", "t.txt", "-o", "q.npy", *model)
+    assert r.code == 0 and "JSON" not in r.err, r

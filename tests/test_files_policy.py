@@ -174,3 +174,12 @@ def test_verbose_chunked_run_logs_each_line_once(tmp_path: Path, cli) -> None:  
     r = cli("-v", "encode", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o.npy"), "--resumable")
     assert r.code == 0, r
     assert r.err.count("bytes in 1 chunks (0 done before), 1 rank(s)") == 1, r.err
+
+
+def test_encode_input_pipe_says_to_use_stdin(tmp_path: Path) -> None:
+    from bertattn.corpus.sources import open_corpus
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(UsageError, match=r"is a pipe or a device; encode reads it from stdin: "):
+        open_corpus(pipe)

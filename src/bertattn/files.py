@@ -142,6 +142,10 @@ def check_output(
             f"{flag} is not a regular file (a device, pipe or socket); bertattn replaces an "
             f"output whole, so give a file name (or - for stdout where the option takes it)."
         )
+    if suffixes is not None and not out.suffix and out.name.lower() in suffixes:
+        raise UsageError(
+            f"{flag}: {out.name} is only a suffix; give a name before it (out{out.name})."
+        )
     if suffixes is not None and out.suffix.lower() not in suffixes:
         raise UsageError(
             f"{flag}: unknown format {out.suffix or '(no suffix)'!r}; the format is taken from "

@@ -13,6 +13,7 @@ within the file, blank lines counted.
 from __future__ import annotations
 
 import json
+import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -222,11 +223,34 @@ def _records(
                 block.ids.append(ident)
         else:
             text = line
+            if n == 1 and at_start:
+                _warn_if_json_lines(text, where(n))
         block.texts.append(text)
         if count_bytes:
             block.nbytes += took
     if block.lines:
         yield block
+
+
+def _warn_if_json_lines(first: str, where: str) -> None:
+    """A plain-text input whose first line is a JSON object with a string field was most
+    likely meant as JSON lines (a ``.json`` name, or piped to stdin): its lines would be
+    embedded as raw JSON text. Say so (a warning: it may be meant)."""
+    if not (first.startswith("{") and first.rstrip().endswith("}")):
+        return
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        return
+    fields = [k for k, v in obj.items() if isinstance(v, str)] if isinstance(obj, dict) else []
+    if fields:
+        field = "text" if "text" in fields else fields[0]
+        warnings.warn(
+            f"{where} is a JSON object, but this input is read as plain text, so each line is "
+            f"embedded as raw JSON; for JSON lines name the file .jsonl or give --field "
+            f"{field}",
+            stacklevel=2,
+        )
 
 
 def _count_lines(src: Source, end: int) -> int:
