@@ -258,6 +258,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "--max-length must be an integer >= 5, got 4 ([CLS], [SEP], [SEP] and at least one",
     ),
     ("attend-out-device", ["attend", "hi", "--json", "/dev/null"], 2, "is not a regular file"),
+    (
+        "attend-layer-with-json-only",
+        ["attend", "hi", "--json", "a.json", "--layer", "2"],
+        2,
+        "--layer does nothing with --json alone: the JSON holds every layer and head",
+    ),
     ("attend-model-missing", ["attend", "hi", "--model", "nomodel/"], 1, "nomodel"),
     # export-onnx
     ("export-opset-low", ["export-onnx", "-o", "m.onnx", "--opset", "7"], 2, "opset 7"),

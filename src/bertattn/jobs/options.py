@@ -436,6 +436,15 @@ class AttendOptions:
             raise UsageError("--png - is not supported (a PNG is binary); give a file name.")
         if self.explain is not None:
             self._check_explain_layer_head()
+        elif self.json is not None and self.png is None and self.html is None:
+            given = [flag(cls, n) for n in ("layer", "head") if getattr(self, n) is not None]
+            if given:  # the JSON holds every layer and head; nothing else is drawn
+                raise UsageError(
+                    f"{' and '.join(given)} {'do' if len(given) > 1 else 'does'} nothing "
+                    f"with --json alone: the JSON holds every layer and head, and only --png, "
+                    f"--html and the printed summary show one; drop {' and '.join(given)}, or "
+                    f"add --png/--html."
+                )
         if self.steps is not None:
             if self.html is None:
                 raise UsageError("--steps chooses layers for the page's step view; add --html.")
