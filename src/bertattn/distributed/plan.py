@@ -172,76 +172,67 @@ def _inputs_differ(old: Sequence[str], new: Sequence[str]) -> str:
     return f"the same files in another order: {_names(list(old))} then, {_names(list(new))} now"
 
 
+def _first_difference(old: dict, new: dict) -> tuple[str, dict[str, str]] | None:
+    """What first differs between a manifest's identity ``old`` and this run's ``new``:
+    ``(kind, details)`` with kind ``format`` / ``inputs`` / ``input`` / ``model`` /
+    ``settings``, or None when they agree."""
+    if old.get("format") != new["format"]:
+        return "format", {"old": repr(old.get("format")), "new": str(new["format"])}
+    o_in, n_in = old.get("inputs", []), new["inputs"]
+    o_paths = [str(f.get("path")) for f in o_in]
+    n_paths = [str(f["path"]) for f in n_in]
+    if o_paths != n_paths:
+        return "inputs", {"what": _inputs_differ(o_paths, n_paths)}
+    for o, n in zip(o_in, n_in, strict=True):
+        if o != n:
+            what = ", ".join(k for k in n if o.get(k) != n[k] and k != "path")
+            return "input", {"path": str(n["path"]), "what": what}
+    o_m, n_m = old.get("model", {}), new["model"]
+    if o_m.get("sha256") != n_m["sha256"]:
+        return "model", {
+            "old": f"{_short(str(o_m.get('sha256')))}… in {o_m.get('path')}",
+            "new": f"{_short(n_m['sha256'])}… in {n_m['path']}",
+        }
+    o_s, n_s = old.get("settings", {}), new["settings"]
+    diff = [f"{k} {o_s.get(k)!r} -> {n_s.get(k)!r}" for k in n_s if o_s.get(k) != n_s.get(k)]
+    if diff:
+        return "settings", {"what": ", ".join(diff)}
+    return None
+
+
+#: how each difference reads for the chunks of an interrupted run ...
+_INTERRUPTED = {
+    "format": "{folder} was written in parts format {old}, this bertattn writes format {new}",
+    "inputs": "the input files differ from the interrupted run's ({what})",
+    "input": "the input file {path} changed since the interrupted run ({what})",
+    "model": "the model changed since the interrupted run (files sha256 {old}, now {new})",
+    "settings": "the settings changed since the interrupted run ({what})",
+}
+#: ... and for a finished sharded output folder
+_FINISHED = {
+    "format": "{folder}/ holds the finished output of an older bertattn (parts format {old}, "
+    "this one writes {new})",
+    "inputs": "{folder}/ holds the finished output of another input ({what})",
+    "input": "{folder}/ holds the finished output of {path} as it was before it changed ({what})",
+    "model": "{folder}/ holds the finished output of another model (files sha256 {old} then, "
+    "{new} now)",
+    "settings": "{folder}/ holds the finished output of other settings ({what})",
+}
+
+
 def check_identity(old: dict, new: dict, parts_dir: Path, *, finished: bool = False) -> None:
     """Raise ``UsageError`` (the fix is ``--restart``) naming what differs between a
     manifest's identity and this run's. ``finished``: the folder holds a finished sharded
     output (its index), not the chunks of an interrupted run."""
-    if finished:
-        _check_finished(old, new, parts_dir)
+    found = _first_difference(old, new)
+    if found is None:
         return
-    fix = (
-        f"pass --restart to discard the finished chunks in {parts_dir}, or rerun with what the "
-        f"interrupted run used"
+    kind, details = found
+    if finished:
+        problem = _FINISHED[kind].format(folder=parts_dir, **details)
+        raise UsageError(f"{problem}; choose another folder, or pass --restart to replace it.")
+    problem = _INTERRUPTED[kind].format(folder=parts_dir, **details)
+    raise UsageError(
+        f"{problem} — pass --restart to discard the finished chunks in {parts_dir}, or rerun "
+        f"with what the interrupted run used."
     )
-    if old.get("format") != new["format"]:
-        raise UsageError(
-            f"{parts_dir} was written in parts format {old.get('format')!r}, this bertattn "
-            f"writes format {new['format']} — {fix}."
-        )
-    o_in, n_in = old.get("inputs", []), new["inputs"]
-    o_paths = [str(f.get("path")) for f in o_in]
-    n_paths = [str(f["path"]) for f in n_in]
-    if o_paths != n_paths:
-        raise UsageError(
-            f"the input files differ from the interrupted run's "
-            f"({_inputs_differ(o_paths, n_paths)}) — {fix}."
-        )
-    for o, n in zip(o_in, n_in, strict=True):
-        if o != n:
-            what = ", ".join(k for k in n if o.get(k) != n[k] and k != "path")
-            raise UsageError(
-                f"the input file {n['path']} changed since the interrupted run ({what}) — {fix}."
-            )
-    o_m, n_m = old.get("model", {}), new["model"]
-    if o_m.get("sha256") != n_m["sha256"]:
-        raise UsageError(
-            f"the model changed since the interrupted run (files sha256 "
-            f"{_short(str(o_m.get('sha256')))}… in {o_m.get('path')}, now "
-            f"{_short(n_m['sha256'])}… in {n_m['path']}) — {fix}."
-        )
-    o_s, n_s = old.get("settings", {}), new["settings"]
-    diff = [f"{k} {o_s.get(k)!r} -> {n_s.get(k)!r}" for k in n_s if o_s.get(k) != n_s.get(k)]
-    if diff:
-        raise UsageError(
-            f"the settings changed since the interrupted run ({', '.join(diff)}) — {fix}."
-        )
-
-
-def _check_finished(old: dict, new: dict, folder: Path) -> None:
-    """A finished sharded output folder reused by another run: what it holds, and the fix."""
-    fix = "choose another folder, or pass --restart to replace it"
-    holds = f"{folder}/ holds the finished output of"
-    if old.get("format") != new["format"]:
-        raise UsageError(
-            f"{holds} an older bertattn (parts format {old.get('format')!r}, this one writes "
-            f"{new['format']}); {fix}."
-        )
-    o_in, n_in = old.get("inputs", []), new["inputs"]
-    o_paths = [str(f.get("path")) for f in o_in]
-    n_paths = [str(f["path"]) for f in n_in]
-    if o_paths != n_paths:
-        raise UsageError(f"{holds} another input ({_inputs_differ(o_paths, n_paths)}); {fix}.")
-    for o, n in zip(o_in, n_in, strict=True):
-        if o != n:
-            what = ", ".join(k for k in n if o.get(k) != n[k] and k != "path")
-            raise UsageError(f"{holds} {n['path']} as it was before it changed ({what}); {fix}.")
-    o_m, n_m = old.get("model", {}), new["model"]
-    if o_m.get("sha256") != n_m["sha256"]:
-        raise UsageError(
-            f"{holds} another model (files sha256 {_short(str(o_m.get('sha256')))}… in "
-            f"{o_m.get('path')} then, {_short(n_m['sha256'])}… in {n_m['path']} now); {fix}."
-        )
-    o_s, n_s = old.get("settings", {}), new["settings"]
-    diff = [f"{k} {o_s.get(k)!r} -> {n_s.get(k)!r}" for k in n_s if o_s.get(k) != n_s.get(k)]
-    if diff:
-        raise UsageError(f"{holds} other settings ({', '.join(diff)}); {fix}.")
