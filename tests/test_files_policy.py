@@ -98,38 +98,34 @@ def test_attend_reads_its_text_from_a_pipe(tmp_path: Path, cli) -> None:  # type
     assert '"the"' in (tmp_path / "a.json").read_text()
 
 
-class _FullDisk:
-    """A stdout whose binary buffer fails as a full disk does (``> file`` on a full disk)."""
+class _Stdout:
+    """A stand-in for ``sys.stdout`` whose binary buffer writes with ``write``."""
 
-    class buffer:  # noqa: N801
-        @staticmethod
-        def write(data: bytes) -> int:
-            raise OSError(errno.ENOSPC, "No space left on device")
+    def __init__(self, write) -> None:  # type: ignore[no-untyped-def]
+        self.buffer = self
+        self.write = write
 
-        @staticmethod
-        def flush() -> None:
-            pass
-
-    @staticmethod
-    def flush() -> None:
+    def flush(self) -> None:
         pass
 
 
+def _raise(exc: OSError):  # type: ignore[no-untyped-def]
+    def write(data: bytes) -> int:
+        raise exc
+
+    return write
+
+
 def test_a_failed_stdout_write_names_stdout(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(sys, "stdout", _FullDisk())
+    """``> file`` on a full disk."""
+    monkeypatch.setattr(sys, "stdout", _Stdout(_raise(OSError(errno.ENOSPC, "No space left"))))
     with pytest.raises(OSError) as err:
         write_stdout(b"[1, 2]\n")
     assert err.value.filename == "<stdout>" and err.value.errno == errno.ENOSPC
 
 
 def test_a_closed_pipe_stays_a_broken_pipe(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    class Closed(_FullDisk):
-        class buffer:  # noqa: N801
-            @staticmethod
-            def write(data: bytes) -> int:
-                raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-
-    monkeypatch.setattr(sys, "stdout", Closed())
+    monkeypatch.setattr(sys, "stdout", _Stdout(_raise(BrokenPipeError(errno.EPIPE, "Broken"))))
     with pytest.raises(BrokenPipeError):
         write_stdout(lambda f: f.write(b"x"))
 
@@ -148,22 +144,11 @@ def test_a_short_write_is_completed(monkeypatch) -> None:  # type: ignore[no-unt
     """A raw write may take fewer bytes than given: the rest is written, nothing lost."""
     got = bytearray()
 
-    class Short:
-        class buffer:  # noqa: N801
-            @staticmethod
-            def write(data: memoryview) -> int:
-                got.extend(bytes(data[:1000]))
-                return min(len(data), 1000)
+    def short(data: memoryview) -> int:
+        got.extend(bytes(data[:1000]))
+        return min(len(data), 1000)
 
-            @staticmethod
-            def flush() -> None:
-                pass
-
-        @staticmethod
-        def flush() -> None:
-            pass
-
-    monkeypatch.setattr(sys, "stdout", Short())
+    monkeypatch.setattr(sys, "stdout", _Stdout(short))
     data = bytes(range(256)) * 1000
     write_stdout(data)
     assert bytes(got) == data
