@@ -38,6 +38,15 @@ def _chunked(cli, tmp_path, model, *args, env=None):  # type: ignore[no-untyped-
     return cli("encode", *args, "--model", model, "--chunk-size", "16", env=env, cwd=tmp_path)
 
 
+def _failed_line(cli, tmp_path, model, name: str, records: list) -> str:  # type: ignore[no-untyped-def]
+    """Write ``records`` as ``name``, encode it resumably to r.npy: it fails (exit 1) with one
+    error line, which is returned."""
+    _jsonl(tmp_path / name, records)
+    got = _chunked(cli, tmp_path, model, name, "-o", "r.npy", "--resumable")
+    assert got.code == 1, got
+    return _error_line(got.err)
+
+
 # ---------------------------------------------------------------------- 1. input errors
 FIX_3 = (
     "Fix line 3 of bad.jsonl, then rerun with --restart (the input changes, so it is encoded "
@@ -46,10 +55,7 @@ FIX_3 = (
 
 
 def test_bad_line_says_fix_that_line_then_restart(tmp_path, cli, tiny_checkpoint):
-    _jsonl(tmp_path / "bad.jsonl", [GOOD, GOOD, BAD, GOOD])
-    got = _chunked(cli, tmp_path, tiny_checkpoint, "bad.jsonl", "-o", "r.npy", "--resumable")
-    assert got.code == 1, got
-    line = _error_line(got.err)
+    line = _failed_line(cli, tmp_path, tiny_checkpoint, "bad.jsonl", [GOOD, GOOD, BAD, GOOD])
     assert line.startswith("bertattn encode: error: bad.jsonl: line 3: not valid JSON ("), line
     assert line.endswith(FIX_3), line
     assert "resume" not in line and "kept" not in line, line
@@ -64,10 +70,7 @@ def test_bad_line_says_fix_that_line_then_restart(tmp_path, cli, tiny_checkpoint
 
 
 def test_bad_first_line_does_not_claim_finished_chunks(tmp_path, cli, tiny_checkpoint):
-    _jsonl(tmp_path / "bad.jsonl", [BAD, GOOD])
-    got = _chunked(cli, tmp_path, tiny_checkpoint, "bad.jsonl", "-o", "r.npy", "--resumable")
-    assert got.code == 1, got
-    line = _error_line(got.err)
+    line = _failed_line(cli, tmp_path, tiny_checkpoint, "bad.jsonl", [BAD, GOOD])
     assert line.endswith(
         "Fix line 1 of bad.jsonl, then rerun with --restart (the input "
         "changes, so it is encoded again from the start)."
@@ -99,10 +102,7 @@ def test_os_error_writing_a_chunk_says_the_fix(
         return original(self, chunk, pieces, width, rank)
 
     monkeypatch.setattr(ChunkStore, "write_part", write_part)
-    _jsonl(tmp_path / "in.jsonl", [GOOD, GOOD, GOOD])
-    got = _chunked(cli, tmp_path, tiny_checkpoint, "in.jsonl", "-o", "r.npy", "--resumable")
-    assert got.code == 1, got
-    line = _error_line(got.err)
+    line = _failed_line(cli, tmp_path, tiny_checkpoint, "in.jsonl", [GOOD, GOOD, GOOD])
     assert f"cannot write r.npy.parts/chunk-00001.npy: {os.strerror(code)}" in line, line
     assert line.endswith(f"{fix}: the 1 finished chunk is kept in r.npy.parts."), line
 
@@ -114,10 +114,7 @@ def test_full_disk_before_any_chunk_says_nothing_is_kept(
         raise OSError(errno.ENOSPC, f"cannot write {self.part(chunk.index)}: No space left")
 
     monkeypatch.setattr(ChunkStore, "write_part", write_part)
-    _jsonl(tmp_path / "in.jsonl", [GOOD, GOOD])
-    got = _chunked(cli, tmp_path, tiny_checkpoint, "in.jsonl", "-o", "r.npy", "--resumable")
-    assert got.code == 1, got
-    line = _error_line(got.err)
+    line = _failed_line(cli, tmp_path, tiny_checkpoint, "in.jsonl", [GOOD, GOOD])
     assert line.endswith("Free disk space in r.npy.parts, then rerun the same command."), line
     assert "kept" not in line, line
 
@@ -131,10 +128,7 @@ def test_full_disk_writing_the_output_keeps_every_chunk(
         raise OSError(errno.ENOSPC, f"cannot write {path}: No space left on device")
 
     monkeypatch.setattr(job, "write_atomic", write_atomic)
-    _jsonl(tmp_path / "in.jsonl", [GOOD, GOOD])
-    got = _chunked(cli, tmp_path, tiny_checkpoint, "in.jsonl", "-o", "r.npy", "--resumable")
-    assert got.code == 1, got
-    line = _error_line(got.err)
+    line = _failed_line(cli, tmp_path, tiny_checkpoint, "in.jsonl", [GOOD, GOOD])
     assert "cannot write r.npy: No space left on device. Free disk space in ." in line, line
     assert line.endswith(
         "then rerun the same command: every chunk is finished and kept in r.npy.parts, so the "

@@ -16,6 +16,7 @@ Any other ``ValueError`` / ``OSError`` that reaches the command line is also rep
 
 from __future__ import annotations
 
+import errno
 import os
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "ModelFolderError",
     "UsageError",
     "describe_os_error",
+    "disk_full",
     "exit_status",
     "one_line",
 ]
@@ -72,6 +74,14 @@ def describe_os_error(exc: OSError) -> str:
         if name not in text:
             text = f"{name}: {text}"
     return text
+
+
+def disk_full(exc: BaseException) -> bool:
+    """The error is a full disk or an exceeded quota: the fix is free space, not a rerun."""
+    return isinstance(exc, OSError) and exc.errno in (
+        errno.ENOSPC,
+        getattr(errno, "EDQUOT", errno.ENOSPC),
+    )
 
 
 def one_line(exc: BaseException) -> str:

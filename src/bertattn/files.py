@@ -127,7 +127,7 @@ def check_output(
     """Refuse, before any work, an output that cannot be written; return it as a ``Path``.
 
     Raises :class:`UsageError` when ``path`` is a folder or another non-regular file (a device,
-    a pipe), has a suffix outside ``suffixes``, is one of ``inputs``, or its folder is missing
+    a pipe), is one of ``inputs``, has a suffix outside ``suffixes``, or its folder is missing
     or not writable (probed by creating and removing a temporary file there, so read-only
     filesystems and permissions are both caught). Also removes the temporary files a dead
     earlier run left for ``path``. A symlink is followed: the returned path is its target,
@@ -142,6 +142,12 @@ def check_output(
             f"{flag} is not a regular file (a device, pipe or socket); bertattn replaces an "
             f"output whole, so give a file name (or - for stdout where the option takes it)."
         )
+    for source in inputs:  # first: the worst mistake, named as such
+        if str(source) != "-" and same_file(out, source):
+            raise UsageError(
+                f"{flag} is the input file {source}; writing it would destroy the input: "
+                f"choose another output name."
+            )
     if suffixes is not None and not out.suffix and out.name.lower() in suffixes:
         raise UsageError(
             f"{flag}: {out.name} is only a suffix; give a name before it (out{out.name})."
@@ -151,12 +157,6 @@ def check_output(
             f"{flag}: unknown format {out.suffix or '(no suffix)'!r}; the format is taken from "
             f"the suffix: use {' or '.join(suffixes)}."
         )
-    for source in inputs:
-        if str(source) != "-" and same_file(out, source):
-            raise UsageError(
-                f"{flag} is the input file {source}; writing it would destroy the input: "
-                f"choose another output name."
-            )
     folder = out.parent
     if not folder.is_dir():
         raise UsageError(

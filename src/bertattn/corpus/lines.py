@@ -180,15 +180,6 @@ def _stream_pieces(stream: BinaryIO) -> Iterator[bytes]:
         yield piece
 
 
-def _without_bom(lines: Iterable[tuple[bytes, int]]) -> Iterator[tuple[bytes, int]]:
-    """``lines`` with a byte order mark dropped from the first (its bytes still counted)."""
-    it = iter(lines)
-    for raw, took in it:
-        yield strip_bom(raw), took
-        break
-    yield from it
-
-
 def _records(
     lines: Iterable[tuple[bytes, int]],
     where: Where,
@@ -204,10 +195,10 @@ def _records(
     """Blocks of the records of ``lines`` (numbered from 1 for ``where``); ``at_start``: the
     lines start the file, so a byte order mark may lead them. A full block is handed on when
     the next record comes, so that blank lines after it are counted in it."""
-    if at_start:
-        lines = _without_bom(lines)
     block = Block(ids=None if id_field is None else [])
     for n, (raw, took) in enumerate(lines, start=1):
+        if n == 1 and at_start:  # a byte order mark leads the file: dropped (its bytes counted)
+            raw = strip_bom(raw)
         if jsonl and (not raw or raw[0] in _BLANK) and not raw.strip(_BLANK):
             block.skipped.append(n)  # a blank line: no record
             if count_bytes:

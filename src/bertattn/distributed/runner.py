@@ -27,7 +27,6 @@ seconds after each chunk is written.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from pathlib import Path
 
 from ..corpus.embeddings import Embeddings
 from ..corpus.sources import Source
-from ..errors import describe_os_error
+from ..errors import disk_full, one_line
 from ..files import FolderLock
 from .group import Group, RankInfo, SoloGroup, TorchGroup
 from .plan import (
@@ -91,21 +90,12 @@ class ChunkFailed(DistributedEncodeError):
 
 
 # ---------------------------------------------------------------------- failure messages
-_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-
-def _plain(exc: BaseException) -> str:
-    if isinstance(exc, OSError):
-        return describe_os_error(exc)
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 def _failure_record(exc: BaseException, chunk: Chunk, rank: int, store: ChunkStore) -> dict:
     """What went wrong (``problem``) and what fixes it (``fix``: a sentence that the count of
     finished chunks completes, or "" when the problem names its own fix)."""
-    text = _plain(exc)
+    text = one_line(exc)
     line = re.match(rf"{re.escape(chunk.name)}: line (\d+)\b", text) if chunk.name else None
-    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+    if disk_full(exc):
         kind, problem = "disk", text
         fix = f"Free disk space in {store.path}, then rerun the same command"
     elif isinstance(exc, OSError):
@@ -399,7 +389,7 @@ def run_chunks(
                     world_size=group.world_size,
                 )
             except BaseException as exc:
-                group.broadcast(f"rank 0 stopped the run: {_plain(exc)}")
+                group.broadcast(f"rank 0 stopped the run: {one_line(exc)}")
                 raise
             group.broadcast(plan)
         else:

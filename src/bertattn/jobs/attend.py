@@ -158,11 +158,9 @@ def run_attend(options: AttendOptions) -> AttendResult:
     from ..bert import Bert
 
     inputs = [] if options.file is None else [options.file]
-    files = [(path, kind) for path, kind in options.outputs if path != "-"]
-    for path, kind in files:
-        check_output(path, what=f"--{kind.lower()}", inputs=inputs)
-    for path, kind in files:  # then the suffix: an output that is the input is named as such
-        check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
+    for path, kind in options.outputs:
+        if path != "-":
+            check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
     device = job_device(options.device)
     text = read_text(options)
     bert = Bert.load(options.model, device=device)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from ..errors import JobError, UsageError, describe_os_error, exit_status, one_line
+from ..errors import JobError, UsageError, describe_os_error, disk_full, exit_status, one_line
 from ..files import check_output, write_atomic, write_stdout
 from .inputs import check_input, read_records
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
@@ -418,17 +418,11 @@ def _run_chunked(
     return EncodeSummary(Path(str(where)), str(summary))
 
 
-def _disk_full(exc: OSError) -> bool:
-    import errno
-
-    return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
-
-
 def _output_failed(exc: OSError, out: Path, parts: Path) -> str:
     """Writing the output of a chunked run failed: every chunk is finished and kept."""
     what = describe_os_error(exc).removesuffix(".")
     kept = f"every chunk is finished and kept in {parts}, so the rerun only writes {out}"
-    if _disk_full(exc):
+    if disk_full(exc):
         return f"{what}. Free disk space in {out.parent}, then rerun the same command: {kept}."
     return f"{what}. Once that is fixed, rerun the same command: {kept}."
 
@@ -436,7 +430,7 @@ def _output_failed(exc: OSError, out: Path, parts: Path) -> str:
 def _folder_failed(exc: OSError, parts: Path) -> str:
     """The chunk folder could not be written (outside a chunk: its manifest, its index)."""
     what = describe_os_error(exc).removesuffix(".")
-    if _disk_full(exc):
+    if disk_full(exc):
         return f"{what}. Free disk space in {parts}, then rerun the same command."
     return f"{what}. Once that is fixed, rerun the same command."
 
