@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules import module as _nn_module
 
+from . import prepack as _prepack
+
 __all__ = [
     "submodule",
     "param",
@@ -83,10 +85,11 @@ def plain_call(mod: nn.Module, compiling: bool | None = None) -> bool:
 def linear(
     mod: nn.Module, x: Tensor, compiling: bool | None = None, checked: bool = False
 ) -> Tensor:
-    """``mod(x)``; for a plain ``nn.Linear`` without hooks, ``F.linear`` directly
-    (``checked``: the caller made sure of that already)."""
+    """``mod(x)``; for a plain ``nn.Linear`` without hooks, ``F.linear`` directly (through
+    the weight's MKL pack when it has one: :mod:`bertattn.attention.prepack`) (``checked``: the
+    caller made sure of that already)."""
     if checked or (type(mod) is nn.Linear and plain_call(mod, compiling)):
-        return F.linear(x, mod._parameters["weight"], mod._parameters["bias"])
+        return _prepack.linear(x, mod._parameters["weight"], mod._parameters["bias"])
     return mod(x)
 
 

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from . import fastcall as _fast
 from . import policy as _policy
+from . import prepack as _prepack
 from . import steps as _steps
 from .backends import BackendSpec, get_backend
 from .dispatch import Dispatch, choose_backend, record, recording
@@ -364,7 +365,7 @@ class MultiHeadAttention(nn.Module):
         h, d, e = self.num_heads, self.head_dim, self.embed_dim
         weight, bias = self.qkv_weight()
         if key_value is None:
-            qkv = F.linear(x, weight, bias)  # (B, L, 3E)
+            qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)
             qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
             return tuple(qkv.unbind(0))
         lk = key_value.size(1)
@@ -478,7 +479,7 @@ class MultiHeadAttention(nn.Module):
         if type(out_linear) is nn.Linear and _fast.plain_call(out_linear, compiling):
             # exactly what the module call runs, without its per-call overhead
             params = out_linear._parameters
-            output = F.linear(context, params["weight"], params["bias"])
+            output = _prepack.linear(context, params["weight"], params["bias"])
         else:
             output = self.out_linear(context)  # (B, Lq, E)
         self._record(requested, name, reason, q, compiling)
@@ -504,7 +505,7 @@ class MultiHeadAttention(nn.Module):
         t = x.size(0)
         h, d = self.num_heads, self.head_dim
         weight, bias = self.qkv_weight()
-        qkv = F.linear(x, weight, bias).view(t, 3, h, d)  # (T, 3, H, D)
+        qkv = _prepack.linear(x, weight, bias).view(t, 3, h, d)  # (T, 3, H, D)
         q, k, v = qkv.unbind(1)  # (T, H, D) each
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
         context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)

@@ -17,7 +17,7 @@ calls.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
 from ..attention import fastcall as _fast
+from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.capture import is_capturing
 from ..attention.dispatch import choose_backend
@@ -337,7 +338,7 @@ class BertPooler(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         first = hidden[:, 0].to(self.dense.weight.dtype)  # (B, E)
-        return torch.tanh(self.dense(first)).to(hidden.dtype)  # (B, E)
+        return torch.tanh(_fast.linear(self.dense, first)).to(hidden.dtype)  # (B, E)
 
 
 class BertModel(nn.Module):
@@ -387,6 +388,20 @@ class BertModel(nn.Module):
             layer.mlp.to(dtype)
         if self.pooler is not None:
             self.pooler.to(dtype)
+        return self
+
+    def prepack(self, token_counts: Iterable[int]) -> BertModel:
+        """Pack every GEMM weight once for MKL, for inputs of exactly these token counts: a
+        latency option for float32 CPU inference at small, known shapes (one short query).
+
+        A token count is the rows each linear layer sees: batch x sequence length for a padded
+        batch, the real tokens for a packed one (``[9]`` for one 9-token query). Calls at those
+        counts, without autograd, skip MKL's per-call re-layout of the weights; other counts
+        run as before. Each count keeps one more copy of the weights (logged at INFO); an empty
+        ``token_counts`` drops the packs. Outputs match the unpacked model to float32 rounding.
+        Returns the model. See :mod:`bertattn.attention.prepack`.
+        """
+        _prepack.prepack(self, token_counts)
         return self
 
     def _layers_for_weights(self, output_attentions: bool | Sequence[int]) -> frozenset[int]:
