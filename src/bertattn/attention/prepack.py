@@ -85,6 +85,8 @@ def _pack(weight: Tensor, rows: int) -> Tensor:
 def _state(weight: Tensor, watched: tuple[weakref.ref[Tensor], ...]) -> tuple[object, ...]:
     """Where ``weight`` lives and the version of it and of each watched tensor: any in-place
     change (``mul_``, ``copy_``, ``load_state_dict``) or new storage changes it."""
+    if not watched:  # a plain linear weight: the common case, kept cheap
+        return weight.data_ptr(), weight._version
     versions = [weight._version]
     for ref in watched:
         t = ref()
@@ -107,7 +109,7 @@ def _forget(weight: Tensor, packs: _Packs) -> None:
 
 
 def _packable(t: Tensor) -> bool:
-    return t.dtype is torch.float32 and t.device.type == "cpu"
+    return t.dtype is torch.float32 and t.is_cpu
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -125,8 +127,8 @@ def _through_pack(x: Tensor, weight: Tensor, bias: Tensor | None, packs: _Packs)
     if not _packable(weight):  # cast or moved in place (.double(), .to(...)): old values
         _forget(weight, packs)
         return F.linear(x, weight, bias)
-    k = x.shape[-1] if x.dim() else 0
-    rows = x.numel() // k if k else 0
+    shape = x.shape
+    rows = x.numel() // shape[-1] if shape and shape[-1] else 0
     packed = packs.by_rows.get(rows)
     if (
         packed is None
