@@ -84,9 +84,15 @@ def test_invalid_utf8(tmp_path, cli):
 def test_missing_model_and_corrupt_weights(tmp_path, minilm_dir, cli):
     src = tmp_path / "in.txt"
     src.write_text("hello\n")
-    proc = cli("encode", src, "-o", tmp_path / "o.npy", "--model", tmp_path / "nomodel")
-    assert proc.code == 1, proc
-    assert f"model folder {tmp_path / 'nomodel'} does not exist" in proc.err
+    for command in (["encode", src, "-o", tmp_path / "o.npy"], ["attend", "hello"]):
+        # a mistyped --model is a usage error, as a missing input file is
+        proc = cli(*command, "--model", tmp_path / "nomodel")
+        assert proc.code == 2, proc
+        assert f"model folder {tmp_path / 'nomodel'} does not exist" in proc.err
+    empty = tmp_path / "empty"  # a folder that exists but is not a model: a runtime error
+    empty.mkdir()
+    proc = cli("encode", src, "-o", tmp_path / "o.npy", "--model", empty)
+    assert proc.code == 1 and "config.json" in proc.err, proc
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json"):

@@ -31,6 +31,7 @@ from ..errors import ModelFolderError
 from .config import BertConfig
 from .jsonfile import (
     ModelFolderNotFoundError,
+    ModelPathNotFoundError,
     check_bool,
     check_int,
     json_type,
@@ -49,6 +50,7 @@ __all__ = [
     "ModelFolder",
     "ModelFolderError",
     "ModelFolderNotFoundError",
+    "ModelPathNotFoundError",
     "default_model_dir",
     "locate_model",
     "read_model_folder",
@@ -226,7 +228,7 @@ def locate_model(path: str | Path) -> Path:
         except FileNotFoundError:
             pass  # not installed: the Hugging Face cache may still have it
     if not _HUB_NAME.match(name) or name.startswith((".", "~")):
-        raise ModelFolderNotFoundError(
+        raise ModelPathNotFoundError(
             f"model folder {p} does not exist; pass the path of a folder with config.json "
             f"(check the spelling), or a Hugging Face hub name such as org/name."
         )

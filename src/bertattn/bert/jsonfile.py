@@ -20,13 +20,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelFolderError
+from ..errors import ModelFolderError, UsageError
 
 __all__ = [
     "ModelFolderNotFoundError",
     "check_bool",
     "check_int",
     "check_real",
+    "ModelPathNotFoundError",
     "check_str",
     "json_type",
     "read_json",
@@ -38,6 +39,12 @@ __all__ = [
 class ModelFolderNotFoundError(ModelFolderError, FileNotFoundError):
     """A model folder, or a file it needs, does not exist. Both a :class:`ModelFolderError`
     (a ``ValueError``) and a ``FileNotFoundError``, so either ``except`` catches it."""
+
+
+class ModelPathNotFoundError(ModelFolderNotFoundError, UsageError):
+    """The model path given is neither a folder nor a hub name: a mistyped argument, which the
+    command line reports as a usage error (exit 2), like a missing input file. (A folder that
+    exists but lacks a file it needs stays a :class:`ModelFolderNotFoundError`: exit 1.)"""
 
 
 def json_type(value: object) -> str:
