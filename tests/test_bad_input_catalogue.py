@@ -211,7 +211,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),
     ("jsonl-not-str", ENC + ["num.jsonl", "-o", "o.npy"], 1, "field 'text' is a number"),
     # models
-    ("model-missing", ENC + ["in.txt", "-o", "o.npy", "--model", "nomodel/"], 1, "nomodel"),
+    ("model-missing", ENC + ["in.txt", "-o", "o.npy", "--model", "nomodel/"], 2, "nomodel"),
     ("model-is-file", ENC + ["in.txt", "-o", "o.npy", "--model", "model.txt"], 1, "model.txt"),
     # attend
     ("attend-empty", ["attend", "   "], 2, "TEXT is empty"),
@@ -264,7 +264,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "--layer does nothing with --json alone: the JSON holds every layer and head",
     ),
-    ("attend-model-missing", ["attend", "hi", "--model", "nomodel/"], 1, "nomodel"),
+    ("attend-model-missing", ["attend", "hi", "--model", "nomodel/"], 2, "nomodel"),
     # export-onnx
     ("export-opset-low", ["export-onnx", "-o", "m.onnx", "--opset", "7"], 2, "opset 7"),
     ("export-opset-high", ["export-onnx", "-o", "m.onnx", "--opset", "99"], 2, "opset 99"),
@@ -272,7 +272,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("export-folder", ["export-onnx", "-o", "afolder.npy"], 2, "is a folder; give a file name"),
     ("export-stdout", ["export-onnx", "-o", "-"], 2, "not written to stdout; give a file name"),
     ("export-missing-folder", ["export-onnx", "-o", "nodir/m.onnx"], 2, "nodir does not exist"),
-    ("export-model-missing", ["export-onnx", "-o", "m.onnx", "--model", "nomodel/"], 1, "nomodel"),
+    ("export-model-missing", ["export-onnx", "-o", "m.onnx", "--model", "nomodel/"], 2, "nomodel"),
     # the command line itself
     ("no-command", [], 2, "required: COMMAND"),
     ("unknown-command", ["frobnicate"], 2, "invalid choice"),
