@@ -207,7 +207,7 @@ def test_export_onnx_cli(tiny_checkpoint, tiny_export, tmp_path, cli_subprocess)
     assert "wrote" in err and "opset 18, backend math" in err and "Warning" not in err
     _check_parity(tiny_export[0], _session(out), _padded(_random_rows([7, 0, 3], 4), 7))
     bad = cli_subprocess("export-onnx", "--model", tmp_path / "no", "-o", out, timeout=120)
-    assert bad.code == 1 and "does not exist" in bad.err, bad
+    assert bad.code == 2 and "does not exist" in bad.err, bad  # a mistyped path: usage
 
 
 # ---------------------------------------------------------------------- ORT's BERT optimizer

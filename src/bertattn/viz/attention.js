@@ -197,7 +197,7 @@
         "V = self.v_linear(x).view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)",
       ],
       file: "attention/module.py", fn: "project_qkv",
-      ours: ["qkv = F.linear(x, weight, bias)  # (B, L, 3E)"],
+      ours: ["qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)"],
     },
     split: {
       article: [".view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)"],
