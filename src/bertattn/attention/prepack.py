@@ -53,10 +53,8 @@ class _Packs:
 
 
 #: ``id(weight)`` -> its packs; an entry goes when its weight goes (a WeakKeyDictionary would
-#: compare tensors with ``==`` on lookup)
+#: compare tensors with ``==`` on lookup). While it is empty the no-pack path checks only this.
 _PACKS: dict[int, _Packs] = {}
-#: whether anything was ever packed and not dropped: the no-pack path checks only this
-_ACTIVE = False
 
 
 @functools.cache
@@ -116,7 +114,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)``, through ``weight``'s pack for ``x``'s row count when it
     has one and using it changes nothing but the speed. ``x``: ``(..., K)``; ``weight``:
     ``(N, K)``; returns ``(..., N)``."""
-    if _ACTIVE:
+    if _PACKS:
         packs = _packs_of(weight)
         if packs is not None:
             return _through_pack(x, weight, bias, packs)
@@ -199,7 +197,6 @@ def prepack(module: nn.Module, token_counts: Iterable[int]) -> int:
     not ints >= 1, more than :data:`MAX_COUNTS` of them, or weights that are not float32 on the
     CPU; warns and packs nothing when this torch build has no MKL packed GEMM.
     """
-    global _ACTIVE
     counts = _counts(token_counts)
     weights = _gemm_weights(module)
     for w, _ in weights:
@@ -207,7 +204,6 @@ def prepack(module: nn.Module, token_counts: Iterable[int]) -> int:
         if packs is not None:
             _forget(w, packs)
     if not counts:
-        _ACTIVE = len(_PACKS) > 0
         return 0
     wrong = next((w for w, _ in weights if not _packable(w)), None)
     if wrong is not None:
@@ -238,7 +234,6 @@ def prepack(module: nn.Module, token_counts: Iterable[int]) -> int:
             by_rows = {r: _pack(w, r) for r in counts}
             _PACKS[id(w)] = _Packs(weakref.ref(w), watched, gone, _state(w, watched), by_rows)
             held += w.numel() * w.element_size() * len(counts)
-    _ACTIVE = True
     log.info(
         "packed %d GEMM weights for token counts %s: about %.1f MiB more memory",
         len(weights),
