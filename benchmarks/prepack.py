@@ -2,9 +2,10 @@
 
     python -m benchmarks.prepack [--rows 1,5,9,...] [--repeats 15] [--threads N] [--back-to-back]
 
-The 25 linear layers of all-MiniLM-L6-v2 (its own weights, from ``default_model_dir()``), run in
-sequence on random inputs of M rows, fp32, ``torch.inference_mode()``: plain ``F.linear``
-against ``bertattn.attention.prepack.linear`` with every weight packed for exactly M rows.
+The 25 per-token linear layers of all-MiniLM-L6-v2 (its own weights, from
+``default_model_dir()``; not the pooler, which sees one row per text), run in sequence on
+random inputs of M rows, fp32, ``torch.inference_mode()``: plain ``F.linear`` against
+``bertattn.attention.prepack.linear`` with every weight packed for exactly M rows.
 Interleaved round by round (each round then starts with the other peer's weights in the
 caches) or, with ``--back-to-back``, all plain rounds and then all packed ones (warm caches, as
 in a service running one model); medians of loops; prints the CPU's capabilities and, per M,
@@ -22,16 +23,7 @@ import torch.nn.functional as F
 from bertattn.attention import prepack as pp
 from bertattn.bench import environment, interleaved_medians
 
-
-def _linears(model) -> list[tuple[torch.Tensor, torch.Tensor]]:  # type: ignore[no-untyped-def]
-    """(weight, bias) of every GEMM of the forward, in order (fused q/k/v as one)."""
-    out = []
-    for layer in model.encoder.layers:
-        out.append(layer.attn.qkv_weight())
-        for lin in (layer.attn.out_linear, layer.mlp.fc_in, layer.mlp.fc_out):
-            out.append((lin.weight, lin.bias))
-    out.append((model.pooler.dense.weight, model.pooler.dense.bias))
-    return out
+from .overhead import gemm_weights
 
 
 def run(rows: list[int], repeats: int, back_to_back: bool = False) -> list[dict[str, float]]:
@@ -39,9 +31,9 @@ def run(rows: list[int], repeats: int, back_to_back: bool = False) -> list[dict[
     from bertattn.bert.pipeline import default_model_dir
 
     model = BertModel.from_pretrained(default_model_dir()).eval()
-    gemms = _linears(model)
     results = []
-    with torch.inference_mode():
+    with torch.inference_mode():  # qkv_weight() is the fused storage itself only without autograd
+        gemms = [(w, b) for w, b, per_token in gemm_weights(model) if per_token]
         for m in rows:
             xs = [torch.randn(m, w.shape[1]) for w, _ in gemms]
             model.prepack([m])
@@ -56,6 +48,8 @@ def run(rows: list[int], repeats: int, back_to_back: bool = False) -> list[dict[
                     for x, (w, b) in zip(xs, gemms, strict=True):
                         pp.linear(x, w, b)
 
+            if pp.packed_counts(model) != (m,) or any(pp._packs_of(w) is None for w, _ in gemms):
+                raise RuntimeError("a GEMM weight of the benchmark has no pack: fix the benchmark")
             for x, (w, b) in zip(xs, gemms, strict=True):  # same values, to float32 rounding
                 torch.testing.assert_close(pp.linear(x, w, b), F.linear(x, w, b))
             fns = {"plain": plain, "packed": packed}
@@ -92,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [int(r) for r in args.rows.split(",") if r.strip()]
     env = environment()
     print(
-        f"25 MiniLM GEMMs + pooler in sequence, fp32, inference_mode; threads={env['threads']}, "
+        f"the 25 MiniLM GEMMs in sequence, fp32, inference_mode; threads={env['threads']}, "
         f"cpu_capability={env['cpu_capability']}, "
         + ("back to back" if args.back_to_back else "interleaved round by round")
     )
