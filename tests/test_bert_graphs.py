@@ -15,10 +15,10 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from tiny_bert import TINY
+from tiny_bert import TINY, tiny_bertattn
 from torch import Tensor
 
-from bertattn import BertConfig, BertModel
+from bertattn import BertModel
 from bertattn.attention.capture import capturing, is_capturing
 from bertattn.bert.graphs import GraphedBert, bucket_batch, bucket_length
 
@@ -72,12 +72,7 @@ def eager_capture(fn, device, pool):  # type: ignore[no-untyped-def]
 
 
 def _model(dtype: torch.dtype = torch.float32, **kw: object) -> BertModel:
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(**TINY), **kw).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model.to(dtype)
+    return tiny_bertattn(**kw).to(dtype)
 
 
 def _batch(b: int, length: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:

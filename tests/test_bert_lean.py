@@ -8,20 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_bert import TINY
+from tiny_bert import tiny_bertattn as _model
 from torch import nn
 
 import bertattn
-from bertattn import BertConfig, BertModel
+from bertattn import BertModel
 from bertattn.attention import record_steps
-
-
-def _model(**kw: object) -> BertModel:
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(**TINY), **kw).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,6 +15,7 @@ import io
 import pytest
 import torch
 from tiny_bert import TINY
+from tiny_bert import tiny_bertattn as _tiny
 
 from bertattn import BertConfig, BertModel, MultiHeadAttention
 from bertattn.attention import prepack as pp
@@ -36,15 +37,6 @@ def mkl_calls(monkeypatch):  # type: ignore[no-untyped-def]
 
     monkeypatch.setattr(pp, "_mkl_linear", counting)
     return calls
-
-
-def _tiny(seed: int = 0) -> BertModel:
-    torch.manual_seed(seed)
-    model = BertModel(BertConfig(**TINY)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return model
 
 
 def _ids(batch: int, length: int) -> torch.Tensor:

@@ -45,6 +45,22 @@ def tiny_vocab(size: int = TINY["vocab_size"]) -> list[str]:
     return vocab
 
 
+def tiny_bertattn(seed: int = 0, **kw: object):  # type: ignore[no-untyped-def]
+    """A ``bertattn.BertModel`` of ``TINY`` sizes in eval mode (``kw``: its constructor's
+    keywords, e.g. ``backend``), every parameter moved by N(0, 0.1) noise from ``seed`` so that
+    LayerNorms and biases are not the identity and zeros they start as."""
+    import torch
+
+    from bertattn import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig(**TINY), **kw).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
 def save_tiny_checkpoint(folder: str | Path, seed: int = 0, **overrides: object) -> Path:
     """Write a random ``transformers.BertModel`` of ``TINY`` sizes (``overrides`` on top) and
     its tokenizer to ``folder``. Every parameter, LayerNorms included, gets N(0, 0.1) noise
