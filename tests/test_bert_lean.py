@@ -148,3 +148,72 @@ def test_gradients_through_the_lean_path_equal_the_ordinary_ones():
             handle.remove()
     assert torch.equal(grads[0][0], grads[1][0])
     assert torch.equal(grads[0][1], grads[1][1])
+
+
+# ---------------------------------------------------------------- embeddings, pooler, top level
+def _ordinary_embeddings(model: BertModel):  # type: ignore[no-untyped-def]
+    """A hook that does nothing on the embeddings' LayerNorm: they run module by module."""
+    return model.embeddings.norm.register_forward_hook(lambda *a: None)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "auto"])  # auto packs this padded batch
+@pytest.mark.parametrize("given", ["nothing", "token_type_ids", "position_ids", "inputs_embeds"])
+def test_lean_embeddings_equal_the_lookups_bitwise(backend, given):
+    """Positions 0..L-1 read as the first L rows and segment 0 as row 0 give the same sums as
+    the lookups of the ordinary path, with or without the optional inputs."""
+    model = _model(backend=backend)
+    ids, mask = _batch()
+    g = torch.Generator().manual_seed(1)
+    kw: dict[str, object] = {"input_ids": ids, "attention_mask": mask}
+    if given == "token_type_ids":
+        kw["token_type_ids"] = torch.randint(0, TINY["type_vocab_size"], ids.shape, generator=g)
+    elif given == "position_ids":
+        kw["position_ids"] = torch.randint(0, ids.shape[1], ids.shape, generator=g)
+    elif given == "inputs_embeds":
+        kw["inputs_embeds"] = model.embeddings.word(kw.pop("input_ids")).detach()
+    assert model.embeddings._lean()
+    with torch.inference_mode():
+        lean = model(**kw, output_hidden_states=True)
+        handle = _ordinary_embeddings(model)
+        assert not model.embeddings._lean()
+        ordinary = model(**kw, output_hidden_states=True)
+        handle.remove()
+    assert torch.equal(lean.hidden_states[0], ordinary.hidden_states[0])
+    assert torch.equal(lean.last_hidden_state, ordinary.last_hidden_state)
+    if given == "nothing":  # no token types means segment 0 everywhere
+        with torch.inference_mode():
+            zeros = model(**kw, token_type_ids=torch.zeros_like(ids)).last_hidden_state
+        assert torch.equal(lean.last_hidden_state, zeros)
+
+
+def test_embedding_options_and_hooks_take_the_lookups():
+    model = _model(backend="sdpa")
+    ids, mask = _batch()
+    seen = []
+    handle = model.embeddings.position.register_forward_hook(lambda m, i, o: seen.append(i[0]))
+    assert not model.embeddings._lean()
+    with torch.inference_mode():
+        model(ids, mask)
+    handle.remove()
+    assert len(seen) == 1 and seen[0].tolist() == list(range(ids.shape[1]))
+    model.embeddings.word.max_norm = 0.5  # the lookup renormalizes rows: not a plain read
+    assert not model.embeddings._lean()
+    model.embeddings.word.max_norm = None
+    model.embeddings.train()
+    assert not model.embeddings._lean()
+
+
+@pytest.mark.parametrize("part", ["embeddings", "encoder", "pooler"])
+def test_hooks_on_the_top_level_modules_still_run(part):
+    """The forward calls embeddings, encoder and pooler without the module call only when the
+    call would add nothing: a hook on any of them runs, and can change the output."""
+    model = _model(backend="sdpa")
+    ids, mask = _batch()
+    with torch.inference_mode():
+        before = model(ids, mask)
+        handle = getattr(model, part).register_forward_hook(
+            lambda m, i, o: (o[0] * 2, o[1]) if isinstance(o, tuple) else o * 2
+        )
+        after = model(ids, mask)
+        handle.remove()
+    assert not torch.equal(before.pooler_output, after.pooler_output)

@@ -11,6 +11,8 @@ guards). Anything else goes the ordinary way, so behaviour is unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,7 +26,9 @@ __all__ = [
     "hook_free",
     "plain_context",
     "stock",
+    "all_stock",
     "plain_call",
+    "call",
     "linear",
     "layer_norm",
     "dropout",
@@ -74,12 +78,37 @@ def stock(mod: nn.Module, cls: type) -> bool:
     return type(mod) is cls and not mod.training and hook_free(mod)
 
 
+def all_stock(pairs: Iterable[tuple[nn.Module, type]]) -> bool:
+    """:func:`stock` for every ``(module, class)`` pair: one loop, for checks made per forward
+    over many modules."""
+    for mod, cls in pairs:
+        if (
+            type(mod) is not cls
+            or mod.training
+            or mod._forward_hooks
+            or mod._forward_pre_hooks
+            or mod._backward_hooks
+            or mod._backward_pre_hooks
+            or mod._compiled_call_impl is not None
+        ):
+            return False
+    return True
+
+
 def plain_call(mod: nn.Module, compiling: bool | None = None) -> bool:
     """Whether ``mod(x)`` would only run ``mod.forward(x)``: no hook, no tracing, no compile
     (``compiling=True``: the caller knows it is compiling, so no)."""
     if compiling:
         return False
     return hook_free(mod) and plain_context()
+
+
+def call(mod: nn.Module, *args: object) -> object:
+    """``mod(*args)``; ``mod.forward(*args)`` itself when that is all the call would run
+    (:func:`plain_call`)."""
+    if plain_call(mod):
+        return mod.forward(*args)
+    return mod(*args)
 
 
 def linear(

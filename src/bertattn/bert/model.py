@@ -148,20 +148,72 @@ class BertEmbeddings(nn.Module):
     def forward(
         self,
         input_ids: Tensor | None,
-        token_type_ids: Tensor,
+        token_type_ids: Tensor | None,
         position_ids: Tensor | None = None,
         inputs_embeds: Tensor | None = None,
     ) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, E)``; or packed ``(T,)`` ids with their ``position_ids``.
-        ``inputs_embeds`` (``(B, L, E)`` or packed ``(T, E)``) replaces the word lookup."""
+        ``inputs_embeds`` (``(B, L, E)`` or packed ``(T, E)``) replaces the word lookup.
+        ``token_type_ids`` None: every token is segment 0; ``position_ids`` None: ``0..L-1``."""
+        mods = self._modules
+        word, position, token_type = mods["word"], mods["position"], mods["token_type"]
+        if self._lean():
+            # the same rows as the lookups below, read as views: positions 0..L-1 are the
+            # first L rows, segment 0 is row 0 (bitwise the same sums, two ops fewer)
+            if inputs_embeds is None:
+                words = F.embedding(input_ids, word._parameters["weight"], word.padding_idx)
+            else:
+                words = inputs_embeds.to(word._parameters["weight"].dtype)
+            length = words.shape[-2]
+            if position_ids is None:
+                pos = position._parameters["weight"][:length]  # (L, E)
+            else:
+                pos = F.embedding(position_ids, position._parameters["weight"])
+            types = token_type._parameters["weight"]
+            types = types[0] if token_type_ids is None else F.embedding(token_type_ids, types)
+            return _fast.layer_norm(mods["norm"], words + pos + types, checked=True)
+        if token_type_ids is None:
+            shape = (input_ids if inputs_embeds is None else inputs_embeds[..., 0]).shape
+            token_type_ids = torch.zeros(shape, dtype=torch.long, device=word.weight.device)
         if position_ids is None:
             position_ids = torch.arange(token_type_ids.shape[-1], device=token_type_ids.device)
         if inputs_embeds is None:
-            words = self.word(input_ids)
+            words = word(input_ids)
         else:
-            words = inputs_embeds.to(self.word.weight.dtype)
-        x = words + self.position(position_ids) + self.token_type(token_type_ids)
+            words = inputs_embeds.to(word.weight.dtype)
+        x = words + position(position_ids) + token_type(token_type_ids)
         return self.dropout(self.norm(x))  # (B, L, E) or (T, E)
+
+    def _lean(self) -> bool:
+        """Whether :meth:`forward` may read the tables and run the LayerNorm itself: this module
+        and every one in it the stock class, in eval mode, without hooks, and no tracing,
+        compiling or global hook around (the dropout is then the identity)."""
+        mods = self._modules
+        try:
+            word, position, token_type = mods["word"], mods["position"], mods["token_type"]
+            return (
+                _fast.all_stock(
+                    (
+                        (self, BertEmbeddings),
+                        (word, nn.Embedding),
+                        (position, nn.Embedding),
+                        (token_type, nn.Embedding),
+                        (mods["norm"], nn.LayerNorm),
+                        (mods["dropout"], nn.Dropout),
+                    )
+                )
+                and _plain_embedding(word)  # type: ignore[arg-type]
+                and _plain_embedding(position)  # type: ignore[arg-type]
+                and _plain_embedding(token_type)  # type: ignore[arg-type]
+                and _fast.plain_context()
+            )
+        except KeyError:  # a module deleted or renamed: the ordinary path says what is wrong
+            return False
+
+
+def _plain_embedding(mod: nn.Embedding) -> bool:
+    """A lookup that is only a lookup: no max_norm renormalization, not sparse."""
+    return mod.max_norm is None and not mod.sparse and not mod.scale_grad_by_freq
 
 
 class BertMLP(nn.Module):
@@ -183,9 +235,6 @@ class BertMLP(nn.Module):
         h = self.act(_fast.linear(fc_in, x, checked=lean))  # (..., I)
         out = _fast.linear(_fast.submodule(self, "fc_out"), h, checked=lean)  # (..., E)
         return out if lean else _fast.dropout(_fast.submodule(self, "dropout"), out)
-
-
-_ATTN_LINEARS = ("q_linear", "k_linear", "v_linear", "out_linear")
 
 
 class BertLayer(nn.Module):
@@ -236,20 +285,23 @@ class BertLayer(nn.Module):
             mods = self._modules
             attn, mlp = mods["attn"], mods["mlp"]
             am, mm = attn._modules, mlp._modules  # type: ignore[union-attr]
-            return (
-                _fast.stock(self, BertLayer)
-                and _fast.stock(attn, MultiHeadAttention)  # type: ignore[arg-type]
-                and _fast.stock(mlp, BertMLP)  # type: ignore[arg-type]
-                and all(_fast.stock(am[n], nn.Linear) for n in _ATTN_LINEARS)  # type: ignore[arg-type]
-                and _fast.stock(mm["fc_in"], nn.Linear)  # type: ignore[arg-type]
-                and _fast.stock(mm["fc_out"], nn.Linear)  # type: ignore[arg-type]
-                and _fast.stock(mods["attn_norm"], nn.LayerNorm)  # type: ignore[arg-type]
-                and _fast.stock(mods["mlp_norm"], nn.LayerNorm)  # type: ignore[arg-type]
-                and all(
-                    _fast.stock(d, nn.Dropout) and 0.0 <= d.p <= 1.0  # type: ignore[union-attr,operator]
-                    for d in (am["dropout"], mods["attn_dropout"], mm["dropout"])
+            dropouts = (am["dropout"], mods["attn_dropout"], mm["dropout"])
+            return _fast.all_stock(
+                (
+                    (self, BertLayer),
+                    (attn, MultiHeadAttention),
+                    (mlp, BertMLP),
+                    (am["q_linear"], nn.Linear),
+                    (am["k_linear"], nn.Linear),
+                    (am["v_linear"], nn.Linear),
+                    (am["out_linear"], nn.Linear),
+                    (mm["fc_in"], nn.Linear),
+                    (mm["fc_out"], nn.Linear),
+                    (mods["attn_norm"], nn.LayerNorm),
+                    (mods["mlp_norm"], nn.LayerNorm),
+                    *((d, nn.Dropout) for d in dropouts),
                 )
-            )
+            ) and all(0.0 <= d.p <= 1.0 for d in dropouts)  # type: ignore[operator]
         except KeyError:  # a module deleted or renamed: the ordinary path says what is wrong
             return False
 
@@ -337,8 +389,11 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        first = hidden[:, 0].to(self.dense.weight.dtype)  # (B, E)
-        return torch.tanh(_fast.linear(self.dense, first)).to(hidden.dtype)  # (B, E)
+        dense = _fast.submodule(self, "dense")
+        first = hidden.select(1, 0)  # (B, E): the [CLS] token
+        cd = _fast.param(dense, "weight").dtype  # type: ignore[union-attr]
+        pooled = torch.tanh(_fast.linear(dense, first if first.dtype == cd else first.to(cd)))
+        return pooled if pooled.dtype == hidden.dtype else pooled.to(hidden.dtype)  # (B, E)
 
 
 class BertModel(nn.Module):
@@ -367,14 +422,19 @@ class BertModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.embeddings.word.weight.device
+        """Where the weights are (that of the word embeddings)."""
+        word = _fast.submodule(_fast.submodule(self, "embeddings"), "word")
+        return _fast.param(word, "weight").device  # type: ignore[union-attr]
 
     @property
     def dtype(self) -> torch.dtype:
         """The compute dtype: that of the matrix products (see :meth:`to_compute_dtype`)."""
-        if self.encoder.layers:
-            return self.encoder.layers[0].attn.out_linear.weight.dtype
-        return self.embeddings.word.weight.dtype
+        layers = _fast.submodule(_fast.submodule(self, "encoder"), "layers")._modules
+        if layers:
+            attn = _fast.submodule(next(iter(layers.values())), "attn")  # type: ignore[arg-type]
+            return _fast.param(_fast.submodule(attn, "out_linear"), "weight").dtype  # type: ignore[union-attr]
+        word = _fast.submodule(_fast.submodule(self, "embeddings"), "word")
+        return _fast.param(word, "weight").dtype  # type: ignore[union-attr]
 
     def to_compute_dtype(self, dtype: torch.dtype) -> BertModel:
         """Run the matrix products in ``dtype`` (e.g. bfloat16) and keep the embeddings, every
@@ -432,7 +492,10 @@ class BertModel(nn.Module):
         return chosen
 
     def _packing(
-        self, attention_mask: Tensor | None, want: frozenset[int], shape: tuple[int, int]
+        self,
+        attention_mask: Tensor | None,
+        want: frozenset[int],
+        shape: tuple[int, int],
     ) -> tuple[PackedBatch | None, str]:
         """Whether this forward runs packed (varlen), and why; decided once per forward.
 
@@ -443,9 +506,10 @@ class BertModel(nn.Module):
         explicit = self.backend != "auto" and get_backend(self.backend).layout == "packed"
         if not explicit and (self.backend != "auto" or want or attention_mask is None):
             return None, ""
-        if not explicit and self.device.type != "cpu":  # auto packs on CPU only (dispatch.py)
+        device = self.device
+        if not explicit and device.type != "cpu":  # auto packs on CPU only (dispatch.py)
             return None, ""
-        if torch.compiler.is_compiling() or torch.jit.is_tracing() or is_capturing(self.device):
+        if torch.compiler.is_compiling() or torch.jit.is_tracing() or is_capturing(device):
             if explicit:
                 raise ValueError(
                     "backend 'varlen' cannot be traced or captured (torch.compile, export, a "
@@ -454,7 +518,7 @@ class BertModel(nn.Module):
                 )
             return None, ""
         if attention_mask is None:  # explicit varlen, no padding: one sequence per row
-            attention_mask = torch.ones(shape, dtype=torch.bool, device=self.device)
+            attention_mask = torch.ones(shape, dtype=torch.bool, device=device)
         if explicit:
             packed = pack_padding_mask(attention_mask)
             pad_fraction = packed.pad_fraction
@@ -467,7 +531,7 @@ class BertModel(nn.Module):
             self.backend,
             need_weights=False,
             pad_fraction=pad_fraction,
-            device_type=self.device.type,
+            device_type=device.type,
             dtype=self.dtype,
             key_len=shape[1],
         )
@@ -561,19 +625,19 @@ class BertModel(nn.Module):
                 )
             position_ids = position_ids.expand(b, seq_len)
         want = self._layers_for_weights(output_attentions or False)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros((b, seq_len), dtype=torch.long, device=device)
         collect: list[Tensor] | None = [] if output_hidden_states else None
 
+        mods = self._modules
+        embeddings = _fast.submodule(self, "embeddings")
         packed, reason = self._packing(attention_mask, want, (b, seq_len))
         if packed is not None:  # pack once, every layer on (T, E), pad once
             ids = None if input_ids is None else unpad(input_ids, packed)  # (T,)
             embeds = None if inputs_embeds is None else unpad(inputs_embeds, packed)  # (T, E)
-            types = unpad(token_type_ids, packed)  # (T,)
+            types = None if token_type_ids is None else unpad(token_type_ids, packed)  # (T,)
             if position_ids is None:
                 position_ids = torch.arange(seq_len, device=device).expand(b, -1)
             positions = unpad(position_ids, packed)  # (T,)
-            hidden = self.embeddings(ids, types, positions, embeds)  # (T, E)
+            hidden = _fast.call(embeddings, ids, types, positions, embeds)  # (T, E)
             if collect is not None:
                 collect.append(hidden)
             hidden = self.encoder.forward_packed(hidden, packed, reason, collect)
@@ -582,8 +646,8 @@ class BertModel(nn.Module):
                 collect = [pad(h, packed) for h in collect[:-1]] + [hidden]
             attentions: tuple[Tensor | None, ...] = ()
         else:
-            hidden = self.embeddings(
-                input_ids, token_type_ids, position_ids, inputs_embeds
+            hidden = _fast.call(
+                embeddings, input_ids, token_type_ids, position_ids, inputs_embeds
             )  # (B, L, E)
             if collect is not None:
                 collect.append(hidden)
@@ -596,8 +660,10 @@ class BertModel(nn.Module):
                 dtype=hidden.dtype,
                 device=hidden.device,
             )
-            hidden, attentions = self.encoder(hidden, mask, want, collect)  # (B, L, E)
-        pooled = None if self.pooler is None else self.pooler(hidden)  # (B, E)
+            encoder = _fast.submodule(self, "encoder")
+            hidden, attentions = _fast.call(encoder, hidden, mask, want, collect)  # (B, L, E)
+        pooler = mods["pooler"] if "pooler" in mods else self.pooler
+        pooled = None if pooler is None else _fast.call(pooler, hidden)  # (B, E)
         out = BertModelOutput(
             hidden,
             pooled,
