@@ -205,7 +205,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("no-output", ENC + ["in.txt"], 2, "-o/--output"),
     # inputs
     ("input-missing", ENC + ["nothere.txt", "-o", "o.npy"], 2, "nothere.txt does not exist"),
-    ("input-device", ENC + ["/dev/null", "-o", "o.npy"], 2, "is a pipe or a device; encode reads"),
+    (
+        "input-device-chunked",
+        ENC + ["/dev/null", "-o", "o.npy", "--resumable"],
+        2,
+        "cannot read /dev/null (a pipe or a device)",
+    ),
     ("input-bad-utf8", ENC + ["bad.txt", "-o", "o.npy"], 1, "bad.txt: line 2: invalid UTF-8"),
     ("jsonl-broken", ENC + ["broken.jsonl", "-o", "o.npy"], 1, "line 1: not valid JSON"),
     ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),

@@ -69,6 +69,61 @@ def test_jsonl_input_with_field_from_stdin(tmp_path, bert, cli):
     assert "line 1: no field 'text' (found: id, body); choose it with --field" in proc.err
 
 
+def _fifo_with(path, data: bytes):  # type: ignore[no-untyped-def]
+    """A named pipe at ``path`` and a thread that writes ``data`` into it once a reader opens
+    it (as ``<(command)`` does); join the returned thread after the run."""
+    import threading
+
+    os.mkfifo(path)
+
+    def write() -> None:
+        with open(path, "wb") as f:  # blocks until the job opens the pipe
+            f.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return writer
+
+
+@pytest.mark.slow
+def test_a_pipe_is_read_once_like_stdin(tmp_path, bert, cli):
+    """``bertattn encode <(zcat texts.gz) -o out.npy``: the pipe is read front to back once,
+    as stdin is (plain lines, or JSON lines by --field / a .jsonl name), with the same
+    output as the same lines from a file."""
+    texts = ["alpha beta", "", "gamma delta"]
+    pipe = tmp_path / "texts"
+    writer = _fifo_with(pipe, ("\n".join(texts) + "\n").encode())
+    out = tmp_path / "o.npy"
+    proc = cli("encode", pipe, "-o", out, "--max-length", "8")
+    writer.join(timeout=30)
+    assert proc.code == 0, proc
+    assert "3 texts (1 empty" in proc.err
+    np.testing.assert_allclose(np.load(out), bert.encode(texts, max_length=8), atol=1e-5)
+
+    rows = "".join(json.dumps({"n": 10 + i, "text": t}) + "\n" for i, t in enumerate(texts))
+    writer = _fifo_with(tmp_path / "rows.jsonl", rows.encode())
+    out = tmp_path / "o.jsonl"
+    proc = cli("encode", tmp_path / "rows.jsonl", "-o", out, "--id-field", "n", "--max-length", "8")
+    writer.join(timeout=30)
+    assert proc.code == 0, proc
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in got] == [10, 11, 12]
+    want = bert.encode(texts, max_length=8)
+    np.testing.assert_allclose(np.array([r["embedding"] for r in got]), want, atol=1e-5)
+
+
+def test_a_pipe_cannot_feed_a_chunked_run(tmp_path, cli):
+    """Every rank, and a rerun, must read the input again: a pipe (like stdin) is refused
+    before it is opened (its writer is not consumed), naming it and the fix."""
+    pipe = tmp_path / "texts"
+    os.mkfifo(pipe)
+    proc = cli("encode", pipe, "-o", tmp_path / "o.npy", "--resumable")
+    assert proc.code == 2, proc
+    assert f"cannot read {pipe} (a pipe or a device)" in proc.err
+    assert "write it to a file first" in proc.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["texts"]
+
+
 def test_invalid_utf8(tmp_path, cli):
     src = tmp_path / "bad.txt"
     src.write_bytes(b"fine\nalso fine\nbroken \xff\xfe here\n")

@@ -161,10 +161,15 @@ def test_verbose_chunked_run_logs_each_line_once(tmp_path: Path, cli) -> None:  
     assert r.err.count("bytes in 1 chunks (0 done before), 1 rank(s)") == 1, r.err
 
 
-def test_encode_input_pipe_says_to_use_stdin(tmp_path: Path) -> None:
+def test_a_pipe_is_not_a_corpus_file(tmp_path: Path) -> None:
+    """A corpus's files are read again (chunks, reruns, several inputs): a pipe cannot be one;
+    the jobs read a lone pipe themselves, once (jobs.inputs.is_stream)."""
     from bertattn.corpus.sources import open_corpus
+    from bertattn.jobs.inputs import is_stream
 
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
-    with pytest.raises(UsageError, match=r"is a pipe or a device; encode reads it from stdin: "):
-        open_corpus(pipe)
+    with pytest.raises(UsageError, match=r"is a pipe or a device, read once: it cannot be one"):
+        open_corpus([tmp_path / "pipe", tmp_path / "pipe"])
+    assert is_stream(pipe) and is_stream("-") and is_stream("/dev/null")
+    assert not is_stream(tmp_path) and not is_stream(tmp_path / "missing.txt")

@@ -163,8 +163,8 @@ def _listing(spec: str) -> list[Path]:
     if not path.is_file():
         if path.is_fifo() or path.is_char_device():  # <(zcat ...), /dev/stdin
             raise UsageError(
-                f"input {path} is a pipe or a device; encode reads it from stdin: "
-                f"... | bertattn encode - -o OUT (a .gz or .zst file can be given as it is)."
+                f"input {path} is a pipe or a device, read once: it cannot be one of several "
+                f"inputs or a chunked job's input; give files (a .gz or .zst file as it is)."
             )
         raise UsageError(f"input {path} is not a regular file or a folder.")
     return [path]

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import JobError, UsageError, describe_os_error, disk_full, exit_status, one_line
 from ..files import check_output, write_atomic, write_stdout
-from .inputs import check_input, read_records
+from .inputs import check_input, is_stream, read_records
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
 if TYPE_CHECKING:
@@ -175,12 +175,12 @@ def _check_folder(out: Path, corpus: Corpus | None) -> Path:
 
 
 def check_paths(options: EncodeOptions) -> tuple[Path | None, Corpus | None]:
-    """The input files (None for ``-``, stdin) and the output (None for ``-``, stdout): the
-    input exists and can be read, the output can be written (not an input, not a folder unless
-    a sharded output is asked for)."""
+    """The input files (None for a stream: ``-``, stdin, or a pipe) and the output (None for
+    ``-``, stdout): the input exists and can be read, the output can be written (not an input,
+    not a folder unless a sharded output is asked for)."""
     from ..corpus import open_corpus
 
-    corpus = None if str(options.input) == "-" else open_corpus(options.input)
+    corpus = None if is_stream(options.input) else open_corpus(options.input)
     inputs: list[str | Path] = [f.name for f in corpus.files] if corpus is not None else []
     if options.onnx is not None:
         inputs.append(check_input(options.onnx, what="--onnx file"))
@@ -310,7 +310,7 @@ def _run_single(
         )
     bert = _load(options, None if options.onnx else job_device(options.device))
     if corpus is None:
-        texts, ids = read_records("-", field=options.field, id_field=options.id_field)
+        texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     else:
         from ..corpus.lines import read_corpus
 

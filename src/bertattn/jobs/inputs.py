@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 
-__all__ = ["check_input", "read_records", "read_texts"]
+__all__ = ["check_input", "is_stream", "read_records", "read_texts"]
 
 
 def check_input(source: str | Path, *, what: str = "input file", stream: bool = False) -> Path:
@@ -37,6 +37,18 @@ def check_input(source: str | Path, *, what: str = "input file", stream: bool = 
     return path
 
 
+def is_stream(source: str | Path) -> bool:
+    """Whether ``source`` is an input read once, front to back: ``-`` (stdin), or a path that is
+    a pipe (a FIFO, ``<(command)``) or a character device (``/dev/stdin``, ``/dev/null``)."""
+    if str(source) == "-":
+        return True
+    try:
+        path = Path(source)
+        return path.is_fifo() or path.is_char_device()
+    except OSError:  # a name the system cannot even look at: not a stream (open_corpus says why)
+        return False
+
+
 def read_records(
     source: str | Path, *, field: str | None = None, id_field: str | None = None
 ) -> tuple[list[str], list[object] | None]:
@@ -50,11 +62,22 @@ def read_records(
             sys.stdin.buffer, "<stdin>", jsonl=False, text_field=field, id_field=id_field
         )
         return collect(blocks, id_field is not None)
+    if is_stream(source):  # a pipe or device: read once, as stdin is
+        name = str(source)
+        try:
+            stream = open(name, "rb")  # noqa: SIM115 (closed below, after the last block)
+        except OSError as exc:
+            raise UsageError(f"input {name} cannot be read ({exc.strerror or exc}).") from None
+        with stream:
+            jsonl = Path(name).suffix.lower() == ".jsonl"
+            blocks = stream_blocks(stream, name, jsonl=jsonl, text_field=field, id_field=id_field)
+            return collect(blocks, id_field is not None)
     return read_corpus(open_corpus(source), text_field=field, id_field=id_field)
 
 
 def read_texts(source: str | Path, *, field: str | None = None) -> list[str]:
-    """One text per line of a UTF-8 file (``"-"``: stdin), a folder of files or a glob
+    """One text per line of a UTF-8 file (``"-"``: stdin; a pipe such as ``<(zcat f.gz)`` is read
+    once, like stdin), a folder of files or a glob
     (``.gz`` / ``.zst`` files decompressed); an empty line is an empty text. A ``.jsonl`` file,
     or any input when ``field`` is given, is read as JSON lines and ``field`` (default
     ``"text"``) taken: one text per record, blank lines skipped. A leading UTF-8 byte order

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..files import overlapping
+from .inputs import is_stream
 
 __all__ = [
     "DTYPES",
@@ -163,7 +164,7 @@ class EncodeOptions:
     input: str = _opt(
         MISSING,
         "text file (one text per line), .jsonl, a folder or a quoted glob of them (.gz / .zst "
-        "too), or - for stdin",
+        "too), or - for stdin (a pipe such as <(zcat f.gz) is read once, like stdin)",
         positional=True,
     )
     output: str = _opt(
@@ -292,11 +293,12 @@ class EncodeOptions:
                 "--onnx runs in a single process; drop --workers / --resumable / --restart (or "
                 "torchrun), or encode with the PyTorch model."
             )
-        if str(self.input) == "-" and (self.chunked or self.workers is not None):
+        if (self.chunked or self.workers is not None) and is_stream(self.input):
+            what = "stdin" if str(self.input) == "-" else f"{self.input} (a pipe or a device)"
             raise UsageError(
-                "a chunked run (--workers, --resumable, --restart, torchrun) cannot read stdin: "
-                "every rank reads the input, and a rerun must find it again; write it to a file "
-                "first."
+                f"a chunked run (--workers, --resumable, --restart, torchrun) cannot read "
+                f"{what}: every rank reads the input, and a rerun must find it again; write it "
+                f"to a file first."
             )
         if self.timeout is not None and self.workers is None and _world_size() <= 1:
             raise UsageError(
