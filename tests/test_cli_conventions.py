@@ -52,6 +52,24 @@ def test_encode_to_stdout_with_ids(cli, tmp_path):
     assert json.loads(lines[0])["id"] == "a1"
 
 
+@pytest.mark.parametrize("command", ["encode", "attend"])
+def test_quiet_silences_status_but_not_a_warning_about_lost_text(command, cli, tmp_path):
+    """-q drops the summary / "wrote" lines; a warning that text was cut off still appears
+    (one line, no traceback): quiet is not blind."""
+    long = " ".join(["word"] * 40)
+    if command == "encode":
+        (tmp_path / "in.txt").write_text(f"short\n{long}\n")
+        argv = ["encode", str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.npy")]
+    else:
+        argv = ["attend", long, "--json", str(tmp_path / "a.json")]
+    argv += ["--max-length", "16"]
+    loud, quiet = cli(*argv), cli(*argv, "-q")
+    assert loud.code == 0 and quiet.code == 0, (loud, quiet)
+    warning = [line for line in quiet.err.splitlines() if "truncated" in line]
+    assert len(warning) == 1 and f"bertattn {command}: warning:" in warning[0], quiet.err
+    assert quiet.err.strip() == warning[0] and len(loud.err.splitlines()) > 1, (loud, quiet)
+
+
 def test_jsonl_numbers_read_back_as_the_same_float32(tmp_path):
     import io
 

@@ -206,7 +206,10 @@ class EncodeOptions:
         metavar="MODEL.onnx",
     )
     quiet: bool = _opt(
-        False, "no progress bar and no summary line", flags=("-q", "--quiet"), output=False
+        False,
+        "no progress bar and no summary line (warnings and errors still appear)",
+        flags=("-q", "--quiet"),
+        output=False,
     )
     progress: bool = _opt(
         False,
@@ -381,7 +384,11 @@ class AttendOptions:
     )
     json: str | None = _opt(None, "write the tokens and weights as JSON (.json; - for stdout)")
     rollout: bool = _opt(False, "add attention rollout to outputs")
-    quiet: bool = _opt(False, "no status lines on stderr", flags=("-q", "--quiet"))
+    quiet: bool = _opt(
+        False,
+        "no status lines on stderr (warnings and errors still appear)",
+        flags=("-q", "--quiet"),
+    )
     explain: str | None = _opt(
         None,
         "print the article's steps (q·k, /√d, mask, softmax, Σ weights·v) for one head and one "
@@ -537,7 +544,11 @@ class ExportOptions:
         "attention backend traced into the graph (default math: fastest in ONNX Runtime)",
         choices=("math", "sdpa"),
     )
-    quiet: bool = _opt(False, "no status line on stderr", flags=("-q", "--quiet"))
+    quiet: bool = _opt(
+        False,
+        "no status line on stderr (warnings and errors still appear)",
+        flags=("-q", "--quiet"),
+    )
     device: str = _opt("auto", f"where the model is traced: {_DEVICE_HELP} (default auto)")
 
     def __post_init__(self) -> None:
