@@ -10,7 +10,7 @@ launch.py   ``--workers N``: the same command as N local ranks through torchrun
 """
 
 from .group import Group, RankInfo, SoloGroup, TorchGroup
-from .launch import launch_workers
+from .launch import WorkersResult, launch_workers, run_workers
 from .plan import Chunk, auto_chunk_bytes, make_chunks
 from .runner import (
     ChunkedSummary,
@@ -33,10 +33,12 @@ __all__ = [
     "RankInfo",
     "SoloGroup",
     "TorchGroup",
+    "WorkersResult",
     "auto_chunk_bytes",
     "failure_message",
     "launch_workers",
     "make_chunks",
     "run_chunks",
     "run_identity",
+    "run_workers",
 ]

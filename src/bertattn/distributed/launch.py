@@ -14,12 +14,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["REPORT_ENV", "launch_workers", "read_reports", "torchrun_command", "write_report"]
+__all__ = [
+    "REPORT_ENV",
+    "WorkersResult",
+    "launch_workers",
+    "read_reports",
+    "run_workers",
+    "signal_name",
+    "torchrun_command",
+    "write_report",
+]
 
 #: the folder where the ranks of ``--workers`` leave their errors for the launcher
 REPORT_ENV = "BERTATTN_WORKERS_REPORT"
@@ -71,10 +82,37 @@ def torchrun_command(nprocs: int, argv: Sequence[str]) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class WorkersResult:
+    """How a ``--workers`` run ended: ``code`` (0, the first failed rank's status, or 128 + N),
+    ``rank`` (the first rank that failed, None when none did or this process was stopped),
+    ``signal`` (the signal that ended that rank, or this process when ``rank`` is None)."""
+
+    code: int
+    rank: int | None = None
+    signal: int | None = None
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9; ``signal N`` for a number the system does not name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def launch_workers(nprocs: int, argv: Sequence[str], *, report: str | Path | None = None) -> int:
     """Run ``bertattn ARGV`` as ``nprocs`` ranks; return the exit status (0, the first failed
     rank's status, or 128 + N when this process got signal N). ``report``: a folder where the
     ranks leave their errors (see :func:`read_reports`) instead of printing them.
+    :func:`run_workers` also says which rank failed, and by which signal."""
+    return run_workers(nprocs, argv, report=report).code
+
+
+def run_workers(
+    nprocs: int, argv: Sequence[str], *, report: str | Path | None = None
+) -> WorkersResult:
+    """Run ``bertattn ARGV`` as ``nprocs`` ranks (see :func:`launch_workers`): how it ended.
 
     torchrun's launcher runs inside this process (``torch.distributed.run.run``), so its
     failure report (``ChildFailedError`` and its traceback) is turned into a status here: the
@@ -107,10 +145,13 @@ def launch_workers(nprocs: int, argv: Sequence[str], *, report: str | Path | Non
     try:
         run(parse_args(cmd[3:]))
     except ChildFailedError as exc:
-        codes = [f.exitcode for f in exc.failures.values()]
-        return next((c if c > 0 else 128 - c for c in codes if c), 1)
+        first, failure = exc.get_first_failure()  # the earliest: the others followed it
+        code = failure.exitcode
+        if code < 0:  # ended by a signal (torchrun's exit code is minus its number)
+            return WorkersResult(128 - code, first, -code)
+        return WorkersResult(code or 1, first)
     except SignalException as exc:
-        return 128 + int(exc.sigval)
+        return WorkersResult(128 + int(exc.sigval), None, int(exc.sigval))
     finally:
         for log, level in zip(loggers, levels, strict=True):
             log.setLevel(level)
@@ -121,4 +162,4 @@ def launch_workers(nprocs: int, argv: Sequence[str], *, report: str | Path | Non
             del os.environ["OMP_NUM_THREADS"]
         if report is not None:
             os.environ.pop(REPORT_ENV, None)
-    return 0
+    return WorkersResult(0)

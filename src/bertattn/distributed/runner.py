@@ -40,6 +40,7 @@ from ..corpus.sources import Source
 from ..errors import disk_full, one_line
 from ..files import FolderLock
 from .group import Group, RankInfo, SoloGroup, TorchGroup
+from .launch import REPORT_ENV
 from .plan import (
     FORMAT_VERSION,
     Chunk,
@@ -434,7 +435,7 @@ def run_chunks(
         except DistributedEncodeError:
             raise
         except BaseException as exc:  # a signal (a peer died and torchrun stops us), Ctrl-C
-            if group.rank == 0:
+            if group.rank == 0 and not os.environ.get(REPORT_ENV):  # --workers: its launcher says
                 logger.warning(
                     "stopped (%s): %s", type(exc).__name__, _missing(chunks, store.present(chunks))
                 )

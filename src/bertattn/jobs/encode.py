@@ -266,6 +266,9 @@ def _as_worker(options: EncodeOptions, progress: Progress | None, info, folder: 
 
     try:
         return _run_encode(options, None if progress is None else tracked, info)
+    except (KeyboardInterrupt, SystemExit) as exc:  # stopped by the launcher (or Ctrl-C): the
+        code = 130 if isinstance(exc, KeyboardInterrupt) else exc.code  # launcher says it
+        code = code if isinstance(code, int) else 1
     except Exception as exc:
         code = exit_status(exc)
         if code is None:  # a bug: its traceback, from the command line
@@ -438,13 +441,14 @@ def _folder_failed(exc: OSError, parts: Path) -> str:
 def _run_workers(options: EncodeOptions, out: Path) -> EncodeSummary:
     import tempfile
 
-    from ..distributed import ChunkStore, failure_message, launch_workers
-    from ..distributed.launch import read_reports
+    from ..distributed import ChunkStore, failure_message, run_workers
+    from ..distributed.launch import read_reports, signal_name
 
     argv = ["encode", *to_argv(options, drop=("workers",), resumable=True)]
     with tempfile.TemporaryDirectory(prefix="bertattn-workers-") as folder:
-        code = launch_workers(options.workers, argv, report=folder)  # type: ignore[arg-type]
+        result = run_workers(options.workers, argv, report=folder)  # type: ignore[arg-type]
         reports = read_reports(folder)
+    code = result.code
     if code == 0:
         return EncodeSummary(out, f"{options.workers} ranks finished")
     parts = ChunkStore.for_output(out, sharded=options.sharded)
@@ -460,12 +464,18 @@ def _run_workers(options: EncodeOptions, out: Path) -> EncodeSummary:
         else:
             message = str(first.get("message", "")).strip()
         raise (UsageError if first.get("code") == 2 else JobError)(f"{where}: {message}")
-    if code >= 128:
-        raise KeyboardInterrupt if code == 130 else SystemExit(code)
+    if result.rank is None and code >= 128:  # this process was stopped (Ctrl-C, SIGTERM)
+        raise KeyboardInterrupt if code == 130 else SystemExit(code)  # said by the command line
     failed = parts.failures() if parts.path.is_dir() else []
     if failed:
         raise JobError(f"{where}: {failure_message(failed[0], finished, parts.path)}")
     kept = f": the finished chunks are kept in {parts.path}" if finished else ""
+    if result.signal is not None:  # a rank killed from outside, not by an error of its own
+        oom = " (the out-of-memory killer sends it too: see dmesg)" if result.signal == 9 else ""
+        raise JobError(
+            f"{where}: rank {result.rank} was killed by {signal_name(result.signal)}{oom}; "
+            f"the other ranks were stopped. Rerun the same command to resume{kept}."
+        )
     raise JobError(
         f"{where}: a rank exited with status {code}. Rerun the same command to resume{kept}."
     )
