@@ -10,6 +10,7 @@ umask of their own or a real signal run as subprocesses (``cli_subprocess``).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -49,6 +50,7 @@ def _work(tmp_path: Path) -> Path:
     (d / "num.jsonl").write_text('{"text": 3}\n', encoding="utf-8")
     (d / "broken.jsonl").write_text('{"text": "a"\n', encoding="utf-8")
     (d / "bad.txt").write_bytes(b"fine\nbroken \xff\xfe here\n")
+    (d / "zipped.txt").write_bytes(gzip.compress(b"hello\nworld\n"))  # a .gz under a .txt name
     (d / "afolder.npy").mkdir()
     (d / "afolder.npy" / "x").write_text("someone else's file\n")
     (d / "empty").mkdir()
@@ -212,6 +214,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "cannot read /dev/null (a pipe or a device)",
     ),
     ("input-bad-utf8", ENC + ["bad.txt", "-o", "o.npy"], 1, "bad.txt: line 2: invalid UTF-8"),
+    (
+        "input-gzip-as-text",
+        ENC + ["zipped.txt", "-o", "o.npy"],
+        1,
+        "zipped.txt: line 1: this is gzip-compressed data, not text; decompress it first",
+    ),
     ("jsonl-broken", ENC + ["broken.jsonl", "-o", "o.npy"], 1, "line 1: not valid JSON"),
     ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),
     ("jsonl-not-str", ENC + ["num.jsonl", "-o", "o.npy"], 1, "field 'text' is a number"),

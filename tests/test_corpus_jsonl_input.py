@@ -99,6 +99,20 @@ def test_blank_lines_in_compressed_files_folders_and_stdin(tmp_path):
     assert [(b.texts, b.skipped, b.lines) for b in only_blank] == [([], [1, 2], 2)]
 
 
+@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+@pytest.mark.parametrize("jsonl", [False, True])
+def test_compressed_bytes_on_a_stream_are_named_not_decoded(kind, jsonl):
+    """``cat f.gz | bertattn encode -``: the first line is compressed data; the error says so
+    and how to fix it, instead of an invalid UTF-8 (or JSON) error about binary."""
+    data = _with_blanks()
+    packed = gzip.compress(data) if kind == "gzip" else zstandard.ZstdCompressor().compress(data)
+    with pytest.raises(ValueError, match=rf"<stdin>: line 1: this is {kind}-compressed data"):
+        list(stream_blocks(io.BytesIO(packed), "<stdin>", jsonl=jsonl))
+    # the same bytes decompressed by the reader (a .gz / .zst name) are the texts
+    blocks = stream_blocks(io.BytesIO(data), "<stdin>", jsonl=True)
+    assert [t for b in blocks for t in b.texts] == TEXTS
+
+
 def test_blank_lines_on_stdin(cli, model):
     r = cli("encode", "-", "--field", "text", "-o", "-", *model, input=_with_blanks())
     assert r.code == 0, r

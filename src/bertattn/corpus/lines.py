@@ -64,6 +64,24 @@ def strip_bom(raw: bytes) -> bytes:
     return raw[len(BOM) :] if raw.startswith(BOM) else raw
 
 
+#: the first bytes of compressed data (what a pipe of ``cat f.gz`` or a misnamed file starts with)
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def _refuse_compressed(first: bytes, where: str) -> None:
+    """Compressed bytes where text lines were expected: one clear error instead of an invalid
+    UTF-8 one (or, worse, a line of binary that happens to decode)."""
+    for magic, kind in _MAGIC.items():
+        if first.startswith(magic):
+            tool = "zcat" if kind == "gzip" else "zstd -dc"
+            suffix = ".gz" if kind == "gzip" else ".zst"
+            raise ValueError(
+                f"{where}: this is {kind}-compressed data, not text; decompress it first "
+                f"({tool} FILE | ...), or give the file itself with a {suffix} name, which is "
+                f"read as it is."
+            )
+
+
 def decode_line(raw: bytes, where: Where, n: int) -> str:
     if raw.endswith(b"\r"):
         raw = raw[:-1]
@@ -199,6 +217,7 @@ def _records(
     for n, (raw, took) in enumerate(lines, start=1):
         if n == 1 and at_start:  # a byte order mark leads the file: dropped (its bytes counted)
             raw = strip_bom(raw)
+            _refuse_compressed(raw, where(n))
         if jsonl and (not raw or raw[0] in _BLANK) and not raw.strip(_BLANK):
             block.skipped.append(n)  # a blank line: no record
             if count_bytes:
