@@ -49,16 +49,16 @@ def _failed_line(cli, tmp_path, model, name: str, records: list) -> str:  # type
 
 # ---------------------------------------------------------------------- 1. input errors
 FIX_3 = (
-    "Fix line 3 of bad.jsonl, then rerun with --restart (the input changes, so it is encoded "
-    "again from the start)."
+    "Fix line 3 of bad.jsonl, then rerun with --restart (only the chunks whose input lines "
+    "changed are encoded again)"
 )
 
 
 def test_bad_line_says_fix_that_line_then_restart(tmp_path, cli, tiny_checkpoint):
     line = _failed_line(cli, tmp_path, tiny_checkpoint, "bad.jsonl", [GOOD, GOOD, BAD, GOOD])
     assert line.startswith("bertattn encode: error: bad.jsonl: line 3: not valid JSON ("), line
-    assert line.endswith(FIX_3), line
-    assert "resume" not in line and "kept" not in line, line
+    assert line.endswith(f"{FIX_3}: the 2 finished chunks are kept in r.npy.parts."), line
+    assert "resume" not in line, line
     assert not (tmp_path / "r.npy").exists()
     # the advice works: fix the line, rerun with --restart
     _jsonl(tmp_path / "bad.jsonl", [GOOD, GOOD, GOOD, GOOD])
@@ -72,8 +72,8 @@ def test_bad_line_says_fix_that_line_then_restart(tmp_path, cli, tiny_checkpoint
 def test_bad_first_line_does_not_claim_finished_chunks(tmp_path, cli, tiny_checkpoint):
     line = _failed_line(cli, tmp_path, tiny_checkpoint, "bad.jsonl", [BAD, GOOD])
     assert line.endswith(
-        "Fix line 1 of bad.jsonl, then rerun with --restart (the input "
-        "changes, so it is encoded again from the start)."
+        "Fix line 1 of bad.jsonl, then rerun with --restart (only the chunks whose input "
+        "lines changed are encoded again)."
     ), line
     assert "kept" not in line and "finished chunk" not in line, line
 
@@ -150,7 +150,7 @@ def test_workers_report_a_bad_line_once(tmp_path, tiny_checkpoint, cli_subproces
     assert line.startswith("bertattn encode: error: --workers 2: bad.jsonl: line 3: not valid"), (
         line
     )
-    assert line.endswith(FIX_3), line
+    assert f"{FIX_3}: the " in line and line.endswith(" kept in w.npy.parts."), line
     assert got.err.count("not valid JSON") == 1, got
 
 
@@ -242,7 +242,10 @@ def test_interrupted_sharded_folder_names_the_files_that_differ(tmp_path, cli, t
     assert "the input files differ from the interrupted run's (a.txt then, other.txt now)" in (
         line
     ), line
-    assert "pass --restart to discard the finished chunks in shards" in line, line
+    assert (
+        "pass --restart to start over, keeping the finished chunks in shards whose input bytes "
+        "are unchanged" in line
+    ), line
 
 
 def test_a_missing_chunk_at_the_end_is_explained_not_a_bug(tmp_path):

@@ -7,6 +7,11 @@ compressed file cannot be entered in the middle and is one chunk. Balance comes 
 chunks handed out one at a time (:mod:`bertattn.distributed.store`, claims), not from a
 precomputed cost. Everything here is deterministic: the same files and chunk size give the same
 chunks, whatever the number of ranks.
+
+Each chunk ends at the first line end at or after ``start + chunk_bytes``, relative to its own
+start: after an edit that changes one line's length, the later chunks are usually the same bytes
+at shifted offsets. :func:`chunk_sha256` (the sha256 of a chunk's stored bytes, recorded with
+each finished chunk) is what lets ``--restart`` find them and keep them (:mod:`.runner`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..corpus.sources import Source
@@ -25,6 +30,7 @@ __all__ = [
     "Chunk",
     "auto_chunk_bytes",
     "check_identity",
+    "chunk_sha256",
     "make_chunks",
     "sha256_file",
     "sha256_files",
@@ -35,18 +41,22 @@ MIN_AUTO_CHUNK_BYTES = 64 << 10  # auto chunks: at least 64 KiB ...
 MAX_AUTO_CHUNK_BYTES = 32 << 20  # ... at most 32 MiB ...
 AUTO_CHUNKS = 256  # ... and about this many in between (dynamic balance for up to ~64 ranks)
 _SEEK = 4 << 10  # bytes first read while looking for the end of a line
+_HASH_BLOCK = 1 << 20  # bytes read at a time by chunk_sha256
 
 
 @dataclass(frozen=True)
 class Chunk:
     """Bytes ``start`` (a line start) to ``end`` (after a newline, or the file's end) of input
-    file ``file`` (its position in the corpus); ``name`` is the file's name, for messages."""
+    file ``file`` (its position in the corpus); ``name`` is the file's name, for messages;
+    ``sha256``: the digest of those bytes once read (:func:`chunk_sha256`), recorded with the
+    finished chunk (not part of the chunk's identity: equality ignores it)."""
 
     index: int
     file: int
     start: int
     end: int
     name: str = ""
+    sha256: str | None = field(default=None, compare=False)
 
     @property
     def size(self) -> int:
@@ -110,6 +120,28 @@ def make_chunks(files: Sequence[Source], chunk_bytes: int) -> list[Chunk]:
             chunks.append(Chunk(len(chunks), i, pos, end, src.name))
             pos = end
     return chunks
+
+
+def chunk_sha256(src: Source, chunk: Chunk, *, block: int = _HASH_BLOCK) -> str:
+    """The sha256 (hex) of ``chunk``'s bytes of ``src`` as stored (a compressed file: its
+    compressed bytes), read ``block`` bytes at a time. Raises ``ValueError`` when the file ends
+    before ``chunk.end`` (it changed since the chunk was planned)."""
+    if chunk.start < 0 or chunk.end < chunk.start:
+        raise ValueError(f"{chunk.describe()}: not a byte range.")
+    if block < 1:
+        raise ValueError(f"block must be a positive int, got {block!r}.")
+    h = hashlib.sha256()
+    pos = chunk.start
+    while pos < chunk.end:
+        data = src.read_at(pos, min(block, chunk.end - pos))
+        if not data:
+            raise ValueError(
+                f"{chunk.describe()}: the file ends at byte {pos}; it changed since the run was "
+                f"planned; pass --restart."
+            )
+        h.update(data)
+        pos += len(data)
+    return h.hexdigest()
 
 
 def check_partition(chunks: Sequence[Chunk], files: Sequence[Source]) -> None:
@@ -232,7 +264,11 @@ def check_identity(old: dict, new: dict, parts_dir: Path, *, finished: bool = Fa
         problem = _FINISHED[kind].format(folder=parts_dir, **details)
         raise UsageError(f"{problem}; choose another folder, or pass --restart to replace it.")
     problem = _INTERRUPTED[kind].format(folder=parts_dir, **details)
-    raise UsageError(
-        f"{problem} — pass --restart to discard the finished chunks in {parts_dir}, or rerun "
-        f"with what the interrupted run used."
-    )
+    if kind in ("input", "inputs"):  # the rows of unchanged input bytes stay valid
+        restart = (
+            f"pass --restart to start over, keeping the finished chunks in {parts_dir} whose "
+            f"input bytes are unchanged"
+        )
+    else:
+        restart = f"pass --restart to discard the finished chunks in {parts_dir}"
+    raise UsageError(f"{problem} — {restart}, or rerun with what the interrupted run used.")

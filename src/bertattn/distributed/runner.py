@@ -10,15 +10,25 @@ mistaken for a dead one: a run fails only when a rank reports a failure or no ch
 ``timeout`` seconds); after a barrier rank 0 writes the index of a sharded output, or hands the
 rows in input order to the caller's ``finish`` (a single output file) and removes the folder.
 
+Each finished chunk records the sha256 of its input bytes. ``--restart`` keeps what it can: when
+only the inputs changed (same parts format, model and settings), rank 0 sets the old finished
+chunks aside, plans the new chunks as a fresh run does, and keeps every old chunk whose input
+file path, size and sha256 equal a new chunk's (hashed again now: never trusted by offsets), at
+that chunk's index and offsets; the rest is deleted. Chunk ends are found relative to each
+chunk's start, so after fixing one line the chunks after it usually keep the same bytes at
+shifted offsets, and are kept too. A store written without digests, or for another model,
+settings or format, keeps nothing.
+
 What a chunk is encoded with is the caller's ``work(chunk)``: the job reads the chunk's lines
 and runs the model (:mod:`bertattn.jobs.encode`); the tests run a billion-line input with a
 stub. The output equals a single-process encode up to float rounding (≤ 1e-6 here): batches are
 formed within a chunk, so their padding differs from the whole-input batches.
 
 A failure is said in one line, without exception class names, with its fix
-(:func:`failure_message`): a bad input line (fix that line), a full disk (free space in the
-folder), another ``OSError`` (its strerror and path), anything else (rerun); and how many
-finished chunks are kept, when there are some.
+(:func:`failure_message`): a bad input line (fix that line, then ``--restart``, which keeps the
+chunks whose input did not change), a full disk (free space in the folder), another ``OSError``
+(its strerror and path), anything else (rerun); and how many finished chunks are kept, when
+there are some.
 
 Test hooks (environment variables, read by every rank): ``BERTATTN_TEST_FAIL_CHUNK=3`` (or
 ``3,5``) makes encoding those chunks raise; ``BERTATTN_TEST_CHUNK_DELAY=0.5`` sleeps that many
@@ -27,11 +37,13 @@ seconds after each chunk is written.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +59,7 @@ from .plan import (
     auto_chunk_bytes,
     check_identity,
     check_partition,
+    chunk_sha256,
     make_chunks,
     sha256_files,
 )
@@ -104,10 +117,11 @@ def _failure_record(exc: BaseException, chunk: Chunk, rank: int, store: ChunkSto
         fix = "Once that is fixed, rerun the same command"
     elif isinstance(exc, ValueError) and line:
         kind, problem = "input", text
-        # an edited input no longer matches the run's manifest: the rerun starts over
+        # an edited input no longer matches the run's manifest: --restart, which keeps the
+        # finished chunks whose input bytes are unchanged
         fix = (
-            f"Fix line {line.group(1)} of {chunk.name}, then rerun with --restart (the input "
-            f"changes, so it is encoded again from the start)"
+            f"Fix line {line.group(1)} of {chunk.name}, then rerun with --restart (only the "
+            f"chunks whose input lines changed are encoded again)"
         )
     elif isinstance(exc, ValueError):  # names its own fix (e.g. --restart)
         kind, problem, fix = "value", f"rank {rank} failed on {chunk.describe()}: {text}", ""
@@ -126,7 +140,7 @@ def failure_message(record: dict, finished: int, folder: Path | str) -> str:
     problem = problem.removesuffix(".")
     fix = str(record.get("fix", "Rerun the same command"))
     kept = ""
-    if finished > 0 and record.get("kind") != "input":  # a fixed input restarts: none kept
+    if finished > 0:  # a fixed input too: --restart keeps the chunks it did not change
         kept = (
             f"the {finished} finished chunk{'s are' if finished != 1 else ' is'} kept in {folder}"
         )
@@ -198,9 +212,15 @@ def _plan(
     width: int,
     world_size: int,
 ) -> dict:
-    """Rank 0: the chunks (from the manifest when resuming) and which are done already."""
+    """Rank 0: the chunks (from the manifest when resuming) and which are done already.
+
+    ``restart``: start over, but keep the finished chunks whose input bytes are unchanged
+    (:func:`_hold_unchanged`, :func:`_reuse_held`)."""
+    held: dict[tuple[str, int, str], list[int]] = {}
     if restart:
-        store.clear()
+        store.drop_held()  # an interrupted --restart's: not known to be of this identity
+        held = _hold_unchanged(store, identity, width)
+        store.clear(keep_held=bool(held))
     manifest = store.read_manifest()
     names = [f.name for f in files]
     if manifest is not None:
@@ -214,6 +234,15 @@ def _plan(
         store.write_manifest(
             {**identity, "chunk_bytes": size, "chunks": [c.to_list() for c in chunks]}
         )
+    if restart:
+        kept = _reuse_held(store, held, chunks, files, identity) if held else 0
+        store.drop_held()  # what was not reused
+        if held or kept:
+            logger.info(
+                "--restart kept %d of %d finished chunk(s): their input bytes are unchanged",
+                kept,
+                kept + sum(len(v) for v in held.values()),
+            )
     store.start_run()
     done = [c.index for c in chunks if store.has_part(c, width)]
     store.write_run({"world_size": world_size, "reused": done, "started": time.time()})
@@ -222,6 +251,91 @@ def _plan(
         "reused": done,
         "inputs": [[f.name, f.size] for f in files],
     }
+
+
+def _same_work(old: dict, new: dict) -> bool:
+    """The manifest ``old`` and this run's identity ``new`` have the same parts format, model
+    and settings (the inputs may differ): their chunks' rows are interchangeable."""
+    o_model, n_model = old.get("model"), new.get("model")
+    return (
+        old.get("format") == new.get("format")
+        and isinstance(o_model, dict)
+        and isinstance(n_model, dict)
+        and o_model.get("sha256") == n_model.get("sha256")
+        and old.get("settings") == new.get("settings")
+    )
+
+
+def _input_paths(inputs: object) -> list[str | None]:
+    """The ``path`` of each input of an identity (None where it has none)."""
+    if not isinstance(inputs, list):
+        return []
+    return [str(f["path"]) if isinstance(f, dict) and "path" in f else None for f in inputs]
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def _hold_unchanged(
+    store: ChunkStore, identity: dict, width: int
+) -> dict[tuple[str, int, str], list[int]]:
+    """``--restart``, before clearing: set aside (:meth:`ChunkStore.hold`) the finished chunks
+    of the old run that a chunk of this one may reuse: the old manifest has this run's format,
+    model and settings, and the chunk is finished (:meth:`ChunkStore.has_part`) with a
+    ``sha256``. Returns ``{(input path, size, sha256): [old indices]}``; empty when nothing can
+    be kept (another identity, a store of an older bertattn, an unreadable manifest)."""
+    try:
+        old = store.read_manifest()
+    except ValueError:  # not valid JSON: --restart discards it
+        return {}
+    if old is None or not _same_work(old, identity):
+        return {}
+    paths = _input_paths(old.get("inputs"))
+    held: dict[tuple[str, int, str], list[int]] = {}
+    for row in old.get("chunks", []) if isinstance(old.get("chunks"), list) else []:
+        try:
+            chunk = Chunk.from_list(row)
+        except (TypeError, ValueError):
+            continue
+        path = paths[chunk.file] if 0 <= chunk.file < len(paths) else None
+        if path is None or chunk.size <= 0 or not store.has_part(chunk, width):
+            continue
+        digest = (store.read_stats(chunk) or {}).get("sha256")
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            continue
+        store.hold(chunk.index)
+        held.setdefault((path, chunk.size, digest), []).append(chunk.index)
+    return held
+
+
+def _reuse_held(
+    store: ChunkStore,
+    held: dict[tuple[str, int, str], list[int]],
+    chunks: Sequence[Chunk],
+    files: Sequence[Source],
+    identity: dict,
+) -> int:
+    """``--restart``, after planning: every new chunk whose input path and size equal a held
+    chunk's is hashed; when the sha256 is equal too, the held chunk becomes it
+    (:meth:`ChunkStore.reuse_held`; each held chunk once). Takes the reused chunks out of
+    ``held``; returns how many."""
+    paths = _input_paths(identity.get("inputs"))
+    sizes = {(path, size) for path, size, _ in held}
+    candidates = []
+    for chunk in chunks:
+        path = paths[chunk.file] if chunk.file < len(paths) else files[chunk.file].name
+        if (path, chunk.size) in sizes:
+            candidates.append((path, chunk))
+    # reading and hashing release the GIL: a few threads hash a large corpus faster
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        digests = list(pool.map(lambda pc: chunk_sha256(files[pc[1].file], pc[1]), candidates))
+    kept = 0
+    for (path, chunk), digest in zip(candidates, digests, strict=True):
+        olds = held.get((path, chunk.size, digest))
+        if olds:
+            store.reuse_held(olds.pop(0), chunk)
+            kept += 1
+    return kept
 
 
 # ---------------------------------------------------------------------- encoding (each rank)
@@ -246,8 +360,10 @@ def _encode_chunks(
     width: int,
     rank: int,
     update: _Progress,
+    digest: Callable[[Chunk], str] | None = None,
 ) -> None:
-    """Take pending chunks one at a time, in input order, until none is left."""
+    """Take pending chunks one at a time, in input order, until none is left. ``digest(chunk)``:
+    the sha256 of its input bytes, computed before encoding it and recorded with it."""
     fail, delay = _test_hooks()
     for chunk in chunks:
         if chunk.index in reused:
@@ -266,7 +382,9 @@ def _encode_chunks(
         try:
             if chunk.index in fail:
                 raise RuntimeError(f"injected failure (BERTATTN_TEST_FAIL_CHUNK={chunk.index})")
-            store.write_part(chunk, _counted(work(chunk), add), width, rank)
+            # the digest of its input bytes, recorded with it: what --restart compares
+            hashed = chunk if digest is None else dataclasses.replace(chunk, sha256=digest(chunk))
+            store.write_part(hashed, _counted(work(hashed), add), width, rank)
         except Exception as exc:
             record = _failure_record(exc, chunk, rank, store)
             message = failure_message(record, len(store.present(chunks)), store.path)
@@ -356,6 +474,7 @@ def run_chunks(
     group: Group | None = None,
     max_length: int = 0,
     poll: float = _POLL,
+    digests: bool = True,
 ) -> ChunkedSummary | None:
     """Encode ``files`` chunk by chunk with ``work`` into ``store``, as this rank of the run.
 
@@ -367,6 +486,9 @@ def run_chunks(
     folder. ``work(chunk)`` yields the chunk's :data:`~bertattn.distributed.store.Piece` s.
     Returns the summary on rank 0, None on the others. ``progress(total_bytes)`` (rank 0)
     returns a callback that takes a number of input bytes just finished, by any rank.
+    ``digests``: record the sha256 of each chunk's input bytes (read once more before encoding
+    it), which ``--restart`` needs to keep it; False for a stand-in source whose bytes are
+    costly to read (the tests' virtual corpus): ``restart`` then keeps none of its chunks.
     """
     started = time.perf_counter()
     owned = group is None
@@ -430,7 +552,16 @@ def run_chunks(
             )
         update = _Progress.start(progress if group.rank == 0 else None, chunks, reused, store)
         try:
-            _encode_chunks(store, chunks, reused, work, width, group.rank, update)
+            _encode_chunks(
+                store,
+                chunks,
+                reused,
+                work,
+                width,
+                group.rank,
+                update,
+                digest=(lambda c: chunk_sha256(files[c.file], c)) if digests else None,
+            )
             _wait_for_chunks(store, chunks, timeout, update, poll)
         except DistributedEncodeError:
             raise

@@ -8,8 +8,12 @@ Files:
                             wins it; the claims of an earlier run are removed when a run starts)
     chunk-00012.npy         its embeddings, (rows, E) float32 (a shard)
     chunk-00012.json        its counts (rows, empty, truncated, tokens, padded, rank, ids,
-                            skipped: the blank JSON lines it read, which gave no row);
-                            written after the .npy: its presence means the chunk is finished
+                            skipped: the blank JSON lines it read, which gave no row) and
+                            sha256: the digest of its input bytes; written after the .npy:
+                            its presence means the chunk is finished
+    held-chunk-00012.*      (only while ``--restart`` plans) a finished chunk of the old run set
+                            aside: renamed to the new chunk whose input bytes have the same
+                            sha256, or deleted; a run that starts removes any left over
     failed-rank1.json       rank 1 failed (which chunk, the problem, its fix): the others
                             stop; removed when the next run starts
     index.json              (sharded output) the shards in input order, written last:
@@ -17,6 +21,11 @@ Files:
 Every file is written to a temporary name and renamed into place, so a crash at any moment
 leaves only complete files (and ``.tmp`` leftovers, removed by the next run). ``.lock`` is the
 lock the running job holds (:class:`bertattn.files.FolderLock`).
+
+Everything in a chunk's ``.json`` but ``file`` / ``start`` / ``end`` is relative to the chunk's
+own lines (its counts, ids, skipped lines, digest), so ``--restart`` moves a chunk whose input
+bytes are unchanged to another index and byte range by rewriting only those three
+(:meth:`ChunkStore.reuse_held`).
 """
 
 from __future__ import annotations
@@ -42,9 +51,10 @@ Piece = tuple[np.ndarray, dict, "list[object] | None", int]
 
 _OURS = re.compile(
     r"(manifest\.json|run\.json|index\.json|claim-\d{5,}|chunk-\d{5,}\.(npy|json)|"
-    r"failed-rank\d+\.json|\..*\.tmp|\.lock)\Z"
+    r"held-chunk-\d{5,}\.(npy|json)|failed-rank\d+\.json|\..*\.tmp|\.lock)\Z"
 )
-_FINISHED = re.compile(r"chunk-\d{5,}\.json\Z")
+_FINISHED = re.compile(r"chunk-\d{5,}\.json\Z")  # matched from the name's start: not held-
+_HELD = "held-"
 _COUNTS = ("rows", "empty", "truncated", "tokens", "padded")
 
 
@@ -85,6 +95,14 @@ class ChunkStore:
     def claim_path(self, index: int) -> Path:
         return self.path / f"claim-{index:05d}"
 
+    def held_part(self, index: int) -> Path:
+        """Where :meth:`hold` sets chunk ``index``'s ``.npy`` aside."""
+        return self.path / (_HELD + self.part(index).name)
+
+    def held_stats_path(self, index: int) -> Path:
+        """Where :meth:`hold` sets chunk ``index``'s counts aside."""
+        return self.path / (_HELD + self.stats_path(index).name)
+
     # ------------------------------------------------------------------ folder
     def exists(self) -> bool:
         return self.path.exists()
@@ -112,16 +130,19 @@ class ChunkStore:
             p.unlink()
         self.path.rmdir()
 
-    def clear(self) -> None:
-        """Delete our files in the folder but keep the folder and its lock (``--restart``)."""
+    def clear(self, *, keep_held: bool = False) -> None:
+        """Delete our files in the folder but keep the folder and its lock (``--restart``);
+        ``keep_held``: keep the chunks set aside by :meth:`hold` too."""
         self._check_ours()
         for p in self.path.iterdir():
-            if p.name != FolderLock.NAME:
-                p.unlink()
+            if p.name == FolderLock.NAME or (keep_held and p.name.startswith(_HELD)):
+                continue
+            p.unlink()
 
     def start_run(self) -> None:
-        """Before a run: no temporary files, claims, failures or index of an earlier one."""
-        for pattern in (".*.tmp", "claim-*", "failed-rank*.json"):
+        """Before a run: no temporary files, claims, failures, held chunks or index of an
+        earlier one."""
+        for pattern in (".*.tmp", "claim-*", "failed-rank*.json", _HELD + "*"):
             for p in self.path.glob(pattern):
                 p.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
@@ -169,7 +190,9 @@ class ChunkStore:
     # ------------------------------------------------------------------ chunks
     def write_part(self, chunk: Chunk, pieces: Iterable[Piece], width: int, rank: int) -> dict:
         """Stream ``pieces`` into the chunk's ``.npy`` (its header rewritten with the final
-        row count), then write its counts, the marker of a finished chunk. Returns them."""
+        row count), then write its counts, the marker of a finished chunk. Returns them.
+        ``chunk.sha256`` (the digest of its input bytes, when known) is recorded with them, so
+        that ``--restart`` can keep the chunk when those bytes are unchanged."""
         counts = dict.fromkeys(_COUNTS, 0)
         ids: list[object] = []
         skipped: list[int] = []  # blank JSON lines, numbered from 1 at the chunk's first line
@@ -208,6 +231,8 @@ class ChunkStore:
             record["ids"] = ids
         if skipped:
             record["skipped"] = skipped
+        if chunk.sha256 is not None:
+            record["sha256"] = chunk.sha256
         _write_json(self.stats_path(chunk.index), record)
         return record
 
@@ -231,6 +256,30 @@ class ChunkStore:
         except (OSError, ValueError):
             return False
         return arr.dtype == np.float32 and arr.shape == (stats.get("rows"), width)
+
+    # ------------------------------------------------------------------ --restart keeps
+    def hold(self, index: int) -> None:
+        """Set finished chunk ``index`` aside (its counts first: a chunk without them is not
+        finished), so that :meth:`clear` with ``keep_held`` keeps it."""
+        os.replace(self.stats_path(index), self.held_stats_path(index))
+        os.replace(self.part(index), self.held_part(index))
+
+    def reuse_held(self, old: int, chunk: Chunk) -> None:
+        """Make held chunk ``old`` the finished ``chunk`` (same input bytes, maybe at another
+        index and offsets): its ``.npy`` renamed, its counts rewritten with ``chunk``'s
+        ``file``, ``start`` and ``end`` (written last: the finished marker)."""
+        stats = _read_json(self.held_stats_path(old))
+        if stats is None:
+            raise ValueError(f"{self.held_stats_path(old)} is missing or not valid JSON.")
+        os.replace(self.held_part(old), self.part(chunk.index))
+        stats.update(file=chunk.file, start=chunk.start, end=chunk.end)
+        _write_json(self.stats_path(chunk.index), stats)
+        self.held_stats_path(old).unlink()
+
+    def drop_held(self) -> None:
+        """Delete the held chunks that were not reused."""
+        for p in self.path.glob(_HELD + "*"):
+            p.unlink(missing_ok=True)
 
     def present(self, chunks: Sequence[Chunk]) -> set[int]:
         """Indices of chunks whose counts (the finished marker) exist (cheap: no validation)."""

@@ -233,7 +233,8 @@ class EncodeOptions:
     )
     restart: bool = _opt(
         False,
-        "discard the chunks of an earlier run first (OUTPUT.parts/, or OUT/); implies --resumable",
+        "start over from an earlier run's chunks (OUTPUT.parts/, or OUT/), keeping those whose "
+        "input bytes are unchanged when only the input changed; implies --resumable",
         group="distributed / resumable",
         output=False,
     )
