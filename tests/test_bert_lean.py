@@ -100,6 +100,10 @@ def test_hooks_subclasses_and_training_take_the_ordinary_path():
     model.encoder.layers[0].mlp.fc_in = stock
     model.encoder.layers[1].attn_dropout.train()  # one module in training mode
     assert not model.encoder.lean()
+    model.encoder.layers[1].attn_dropout.eval()
+    assert model.encoder.lean()
+    model.encoder.layers[1].attn.out_linear.compile()  # module.compile(): its call is compiled
+    assert not model.encoder.lean()
 
 
 def test_global_hooks_steps_and_weights_take_the_ordinary_path():
