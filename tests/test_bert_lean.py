@@ -73,6 +73,7 @@ def test_a_dead_row_is_zero_on_the_lean_path():
     assert torch.equal(out, ref) and torch.isfinite(out).all()
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's own, on importing dynamo
 def test_hooks_subclasses_and_training_take_the_ordinary_path():
     model = _model(backend="sdpa")
     ids, mask = _batch()
