@@ -201,6 +201,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "cannot read stdin",
     ),
+    (
+        "sharded-stdin",
+        ENC + ["-", "-o", "shards/"],
+        2,
+        "a sharded output (-o FOLDER/, written chunk by chunk) cannot read stdin",
+    ),
     ("onnx-missing", ENC + ["in.txt", "-o", "o.npy", "--onnx", "m.onnx"], 2, "m.onnx does not"),
     ("batch-size-text", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "abc"], 2, "invalid int"),
     ("dtype-unknown", ENC + ["in.txt", "-o", "o.npy", "--dtype", "float64"], 2, "invalid choice"),

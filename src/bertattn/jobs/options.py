@@ -299,10 +299,15 @@ class EncodeOptions:
             )
         if (self.chunked or self.workers is not None) and is_stream(self.input):
             what = "stdin" if str(self.input) == "-" else f"{self.input} (a pipe or a device)"
+            how = (
+                "a sharded output (-o FOLDER/, written chunk by chunk)"
+                if self.sharded
+                else "a chunked run (--workers, --resumable, --restart, torchrun)"
+            )
+            fix = ", or write one .npy / .jsonl file" if self.sharded else ""
             raise UsageError(
-                f"a chunked run (--workers, --resumable, --restart, torchrun) cannot read "
-                f"{what}: every rank reads the input, and a rerun must find it again; write it "
-                f"to a file first."
+                f"{how} cannot read {what}: every rank reads the input, and a rerun must find it "
+                f"again; write it to a file first{fix}."
             )
         if self.timeout is not None and self.workers is None and _world_size() <= 1:
             raise UsageError(
