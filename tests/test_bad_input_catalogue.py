@@ -234,6 +234,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("model-is-file", ENC + ["in.txt", "-o", "o.npy", "--model", "model.txt"], 1, "model.txt"),
     # attend
     ("attend-empty", ["attend", "   "], 2, "TEXT is empty"),
+    (
+        "attend-gzip-file",
+        ["attend", "--file", "zipped.txt"],
+        1,
+        "zipped.txt: this is gzip-compressed data, not text; decompress it first (zcat FILE",
+    ),
     ("attend-empty-pair", ["attend", "hi", "--pair", " "], 2, "--pair is empty"),
     ("attend-layer", ["attend", "hi", "--layer", "6"], 2, "--layer 6 is out of range"),
     ("attend-head", ["attend", "hi", "--head", "12"], 2, "--head 12 is out of range"),

@@ -28,6 +28,7 @@ __all__ = [
     "parse_record",
     "read_blocks",
     "read_corpus",
+    "refuse_compressed",
     "stream_blocks",
     "strip_bom",
 ]
@@ -68,17 +69,19 @@ def strip_bom(raw: bytes) -> bytes:
 _MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
 
 
-def _refuse_compressed(first: bytes, where: str) -> None:
-    """Compressed bytes where text lines were expected: one clear error instead of an invalid
-    UTF-8 one (or, worse, a line of binary that happens to decode)."""
+def refuse_compressed(first: bytes, where: str, *, by_name: bool = True) -> None:
+    """Raise ``ValueError`` when ``first`` (the first bytes of a text input) starts compressed
+    data: one clear error instead of an invalid UTF-8 one (or, worse, a line of binary that
+    happens to decode). ``by_name``: the reader decompresses a file named .gz / .zst, and the
+    message says so."""
     for magic, kind in _MAGIC.items():
         if first.startswith(magic):
             tool = "zcat" if kind == "gzip" else "zstd -dc"
             suffix = ".gz" if kind == "gzip" else ".zst"
+            named = f", or give the file itself with a {suffix} name, which is read as it is"
             raise ValueError(
                 f"{where}: this is {kind}-compressed data, not text; decompress it first "
-                f"({tool} FILE | ...), or give the file itself with a {suffix} name, which is "
-                f"read as it is."
+                f"({tool} FILE | ...){named if by_name else ''}."
             )
 
 
@@ -217,7 +220,7 @@ def _records(
     for n, (raw, took) in enumerate(lines, start=1):
         if n == 1 and at_start:  # a byte order mark leads the file: dropped (its bytes counted)
             raw = strip_bom(raw)
-            _refuse_compressed(raw, where(n))
+            refuse_compressed(raw, where(n))
         if jsonl and (not raw or raw[0] in _BLANK) and not raw.strip(_BLANK):
             block.skipped.append(n)  # a blank line: no record
             if count_bytes:

@@ -128,6 +128,8 @@ def _explain_query(spec: str, token: int | str, tokens: list[str]) -> tuple[int,
 def read_text(options: AttendOptions) -> str:
     """The text: as given, from stdin (``-``) or from ``--file`` (UTF-8; a final newline is
     not part of the text)."""
+    from ..corpus.lines import refuse_compressed
+
     if options.file is None and options.text != "-":
         return str(options.text)
     name = "<stdin>" if options.file is None else str(options.file)
@@ -135,6 +137,7 @@ def read_text(options: AttendOptions) -> str:
         raw = sys.stdin.buffer.read()
     else:
         raw = check_input(options.file, what="--file", stream=True).read_bytes()
+    refuse_compressed(raw, name, by_name=False)
     try:
         text = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as exc:
