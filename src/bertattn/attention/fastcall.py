@@ -24,7 +24,6 @@ __all__ = [
     "param",
     "hook_free",
     "plain_context",
-    "stock",
     "all_stock",
     "plain_call",
     "call",
@@ -72,14 +71,10 @@ def plain_context() -> bool:
     )
 
 
-def stock(mod: nn.Module, cls: type) -> bool:
-    """``mod`` is exactly a ``cls`` (not a subclass), in eval mode, and :func:`hook_free`."""
-    return type(mod) is cls and not mod.training and hook_free(mod)
-
-
 def all_stock(pairs: Iterable[tuple[nn.Module, type]]) -> bool:
-    """:func:`stock` for every ``(module, class)`` pair: one loop, for checks made per forward
-    over many modules. Reads each module's ``__dict__`` (the type is checked first, so no
+    """Every ``(module, class)`` pair is stock: the module is exactly that class (not a
+    subclass), in eval mode and :func:`hook_free`. One loop for the checks made per forward
+    over many modules; it reads each module's ``__dict__`` (the type is checked first, so no
     property of a subclass can stand in): a third faster than attribute lookups."""
     for mod, cls in pairs:
         if type(mod) is not cls:

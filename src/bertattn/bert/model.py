@@ -155,8 +155,9 @@ class BertEmbeddings(nn.Module):
         """``(B, L)`` ids -> ``(B, L, E)``; or packed ``(T,)`` ids with their ``position_ids``.
         ``inputs_embeds`` (``(B, L, E)`` or packed ``(T, E)``) replaces the word lookup.
         ``token_type_ids`` None: every token is segment 0; ``position_ids`` None: ``0..L-1``."""
-        mods = self._modules
-        word, position, token_type = mods["word"], mods["position"], mods["token_type"]
+        word = _fast.submodule(self, "word")
+        position = _fast.submodule(self, "position")
+        token_type = _fast.submodule(self, "token_type")
         if self._lean():
             # the same rows as the lookups below, read as views: positions 0..L-1 are the
             # first L rows, segment 0 is row 0 (bitwise the same sums, two ops fewer)
@@ -171,7 +172,8 @@ class BertEmbeddings(nn.Module):
                 pos = F.embedding(position_ids, position._parameters["weight"])
             types = token_type._parameters["weight"]
             types = types[0] if token_type_ids is None else F.embedding(token_type_ids, types)
-            return _fast.layer_norm(mods["norm"], words + pos + types, checked=True)
+            norm = _fast.submodule(self, "norm")
+            return _fast.layer_norm(norm, words + pos + types, checked=True)
         if token_type_ids is None:
             shape = (input_ids if inputs_embeds is None else inputs_embeds[..., 0]).shape
             token_type_ids = torch.zeros(shape, dtype=torch.long, device=word.weight.device)
@@ -627,7 +629,6 @@ class BertModel(nn.Module):
         want = self._layers_for_weights(output_attentions or False)
         collect: list[Tensor] | None = [] if output_hidden_states else None
 
-        mods = self._modules
         embeddings = _fast.submodule(self, "embeddings")
         packed, reason = self._packing(attention_mask, want, (b, seq_len))
         if packed is not None:  # pack once, every layer on (T, E), pad once
@@ -662,7 +663,7 @@ class BertModel(nn.Module):
             )
             encoder = _fast.submodule(self, "encoder")
             hidden, attentions = _fast.call(encoder, hidden, mask, want, collect)  # (B, L, E)
-        pooler = mods["pooler"] if "pooler" in mods else self.pooler
+        pooler = _fast.submodule(self, "pooler")  # None for a model without one
         pooled = None if pooler is None else _fast.call(pooler, hidden)  # (B, E)
         out = BertModelOutput(
             hidden,

@@ -22,7 +22,7 @@ from typing import BinaryIO, Protocol
 
 from ..errors import MissingExtraError, UsageError
 
-__all__ = ["COMPRESSIONS", "Corpus", "InputFile", "Source", "open_corpus"]
+__all__ = ["COMPRESSIONS", "Corpus", "InputFile", "Source", "is_pipe_or_device", "open_corpus"]
 
 #: suffix -> compression
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
@@ -137,6 +137,12 @@ class Corpus:
         return f"{self.spec} ({len(self.files)} files)"
 
 
+def is_pipe_or_device(path: Path) -> bool:
+    """A pipe (a FIFO, ``<(command)``) or a character device (``/dev/stdin``): bytes that can be
+    read once, front to back, and have no size to plan chunks by."""
+    return path.is_fifo() or path.is_char_device()
+
+
 def _is_glob(spec: str) -> bool:
     return not Path(spec).exists() and any(c in spec for c in _GLOB_CHARS)
 
@@ -161,7 +167,7 @@ def _listing(spec: str) -> list[Path]:
     if not path.exists():
         raise UsageError(f"input file {path} does not exist.")
     if not path.is_file():
-        if path.is_fifo() or path.is_char_device():  # <(zcat ...), /dev/stdin
+        if is_pipe_or_device(path):
             raise UsageError(
                 f"input {path} is a pipe or a device, read once: it cannot be one of several "
                 f"inputs or a chunked job's input; give files (a .gz or .zst file as it is)."

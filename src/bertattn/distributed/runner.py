@@ -235,7 +235,7 @@ def _plan(
             {**identity, "chunk_bytes": size, "chunks": [c.to_list() for c in chunks]}
         )
     if restart:
-        kept = _reuse_held(store, held, chunks, files, identity) if held else 0
+        kept = _reuse_held(store, held, chunks, files) if held else 0
         store.drop_held()  # what was not reused
         if held or kept:
             logger.info(
@@ -298,9 +298,10 @@ def _hold_unchanged(
         except (TypeError, ValueError):
             continue
         path = paths[chunk.file] if 0 <= chunk.file < len(paths) else None
-        if path is None or chunk.size <= 0 or not store.has_part(chunk, width):
+        stats = None if path is None or chunk.size <= 0 else store.finished_stats(chunk, width)
+        if stats is None:
             continue
-        digest = (store.read_stats(chunk) or {}).get("sha256")
+        digest = stats.get("sha256")
         if not isinstance(digest, str) or not _SHA256.match(digest):
             continue
         store.hold(chunk.index)
@@ -313,17 +314,15 @@ def _reuse_held(
     held: dict[tuple[str, int, str], list[int]],
     chunks: Sequence[Chunk],
     files: Sequence[Source],
-    identity: dict,
 ) -> int:
     """``--restart``, after planning: every new chunk whose input path and size equal a held
     chunk's is hashed; when the sha256 is equal too, the held chunk becomes it
     (:meth:`ChunkStore.reuse_held`; each held chunk once). Takes the reused chunks out of
     ``held``; returns how many."""
-    paths = _input_paths(identity.get("inputs"))
     sizes = {(path, size) for path, size, _ in held}
     candidates = []
     for chunk in chunks:
-        path = paths[chunk.file] if chunk.file < len(paths) else files[chunk.file].name
+        path = files[chunk.file].name  # the path the identity records for it
         if (path, chunk.size) in sizes:
             candidates.append((path, chunk))
     # reading and hashing release the GIL: a few threads hash a large corpus faster

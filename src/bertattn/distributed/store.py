@@ -248,14 +248,20 @@ class ChunkStore:
 
     def has_part(self, chunk: Chunk, width: int) -> bool:
         """A finished chunk: counts for this byte range and a ``(rows, width)`` float32 array."""
+        return self.finished_stats(chunk, width) is not None
+
+    def finished_stats(self, chunk: Chunk, width: int) -> dict | None:
+        """The counts of ``chunk`` when it is finished (:meth:`has_part`), else None."""
         stats = self.read_stats(chunk)
         if stats is None or not self.part(chunk.index).is_file():
-            return False
+            return None
         try:
             arr = np.load(self.part(chunk.index), mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError):
-            return False
-        return arr.dtype == np.float32 and arr.shape == (stats.get("rows"), width)
+            return None
+        if arr.dtype != np.float32 or arr.shape != (stats.get("rows"), width):
+            return None
+        return stats
 
     # ------------------------------------------------------------------ --restart keeps
     def hold(self, index: int) -> None:

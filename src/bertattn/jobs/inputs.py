@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ def check_input(source: str | Path, *, what: str = "input file", stream: bool = 
         raise UsageError(f"{what} {path} is a folder; give a file.")
     if not path.exists():
         raise UsageError(f"{what} {path} does not exist.")
-    if not path.is_file() and not (stream and (path.is_fifo() or path.is_char_device())):
+    if not path.is_file() and not (stream and _pipe_or_device(path)):
         raise UsageError(
             f"{what} {path} is not a regular file (a device, pipe or socket); give a file"
             + (", or - to read stdin." if stream else ".")
@@ -43,10 +44,15 @@ def is_stream(source: str | Path) -> bool:
     if str(source) == "-":
         return True
     try:
-        path = Path(source)
-        return path.is_fifo() or path.is_char_device()
+        return _pipe_or_device(Path(source))
     except OSError:  # a name the system cannot even look at: not a stream (open_corpus says why)
         return False
+
+
+def _pipe_or_device(path: Path) -> bool:
+    from ..corpus.sources import is_pipe_or_device  # imported when used: --help stays light
+
+    return is_pipe_or_device(path)
 
 
 def read_records(
@@ -57,22 +63,21 @@ def read_records(
     from ..corpus.lines import collect, read_corpus, stream_blocks
     from ..corpus.sources import open_corpus
 
+    if not is_stream(source):
+        return read_corpus(open_corpus(source), text_field=field, id_field=id_field)
+    # stdin, or a pipe or device read once as stdin is
     if str(source) == "-":
-        blocks = stream_blocks(
-            sys.stdin.buffer, "<stdin>", jsonl=False, text_field=field, id_field=id_field
-        )
-        return collect(blocks, id_field is not None)
-    if is_stream(source):  # a pipe or device: read once, as stdin is
+        name, stream = "<stdin>", contextlib.nullcontext(sys.stdin.buffer)
+    else:
         name = str(source)
         try:
             stream = open(name, "rb")  # noqa: SIM115 (closed below, after the last block)
         except OSError as exc:
             raise UsageError(f"input {name} cannot be read ({exc.strerror or exc}).") from None
-        with stream:
-            jsonl = Path(name).suffix.lower() == ".jsonl"
-            blocks = stream_blocks(stream, name, jsonl=jsonl, text_field=field, id_field=id_field)
-            return collect(blocks, id_field is not None)
-    return read_corpus(open_corpus(source), text_field=field, id_field=id_field)
+    with stream as f:
+        jsonl = name != "<stdin>" and Path(name).suffix.lower() == ".jsonl"
+        blocks = stream_blocks(f, name, jsonl=jsonl, text_field=field, id_field=id_field)
+        return collect(blocks, id_field is not None)
 
 
 def read_texts(source: str | Path, *, field: str | None = None) -> list[str]:
