@@ -58,12 +58,15 @@ def test_threads_negative_is_a_usage_error(cli, bench_calls, mode) -> None:
     assert bench_calls == []
 
 
-def test_threads_above_the_cpu_count_warns_on_stderr(cli_subprocess, tmp_path) -> None:
-    cpus = os.cpu_count() or 1
-    r = cli_subprocess("bench", "--dispatch", "--threads", cpus + 1, cwd=tmp_path, timeout=120)
+def test_threads_above_the_usable_cpus_warns_on_stderr(cli_subprocess, tmp_path) -> None:
+    from bertattn.threads import cpu_budget
+
+    budget = cpu_budget()
+    n = budget.cpus + 1
+    r = cli_subprocess("bench", "--dispatch", "--threads", n, cwd=tmp_path, timeout=120)
     assert r.code == 0, r
     assert "Traceback" not in r.err, r
-    assert f"--threads {cpus + 1}: this machine has {cpus} CPUs" in r.err, r
+    assert f"--threads {n}: this process may use {budget.describe()}" in r.err, r
     assert "oversubscribed" in r.err, r
     assert "attention dispatch policy" in r.out  # the work still ran
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..threads import cpu_budget
+
 
 @dataclass
 class Timer:
@@ -63,6 +65,7 @@ def environment() -> dict[str, object]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
+        "usable_cpus": cpu_budget().describe(),
         "machine": platform.machine(),
         "processor": _cpu_name(),
         "cpu_capability": cap["capability"],

@@ -25,6 +25,8 @@ from torch import Tensor
 from ..attention.steps import record_steps
 from ..errors import ModelFolderError
 from ..maps import AttentionMaps
+from ..threads import ThreadChoice, ThreadGovernor, choose_threads
+from ..threads import apply as apply_threads
 from .device import resolve_device
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
@@ -97,6 +99,10 @@ class Bert:
         cuda_graphs: on a CUDA device, encode by replaying CUDA graphs (default True; see
         :mod:`bertattn.bert.graphs`); graph_runner: the :class:`GraphedBert` doing it (made on
         first use on CUDA; assign one to choose its settings).
+        threads: the thread policy's choice (:class:`bertattn.threads.ThreadChoice`; set by
+        :meth:`load`, None for a hand-built ``Bert``); governor: the
+        :class:`bertattn.threads.ThreadGovernor` that lowers the count in :meth:`encode`'s loop
+        when other processes take cores (None: the count stays as torch has it).
     """
 
     def __init__(
@@ -128,6 +134,8 @@ class Bert:
         self.include_prompt = st.include_prompt
         self.cuda_graphs = True
         self.graph_runner: GraphedBert | None = None
+        self.threads: ThreadChoice | None = None
+        self.governor: ThreadGovernor | None = None
 
     @classmethod
     def load(
@@ -137,13 +145,18 @@ class Bert:
         dtype: torch.dtype | str | None = None,
         backend: str = "auto",
         device: str | int | torch.device | None = None,
+        threads: int | None = None,
     ) -> Bert:
         """Load a model folder (default: all-MiniLM-L6-v2), a cached hub name, or a resolved
         :class:`ModelFolder` (see :func:`bertattn.bert.folder.resolve_model`); the tokenizer
         is checked against the config before the weights are read. ``device``: ``"auto"``
         (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a torch.device (None:
-        the CPU), checked before anything is read."""
+        the CPU), checked before anything is read. ``threads``: CPU threads to compute with
+        (None: the thread policy of :mod:`bertattn.threads`: the CPUs this process may use,
+        lowered under co-located load; a count set with ``torch.set_num_threads`` or
+        ``OMP_NUM_THREADS`` is kept)."""
         target = None if device is None else resolve_device(device)
+        choice = choose_threads(threads)
         folder = resolve_model(path)
         tokenizer = folder.load_tokenizer()
         with warnings.catch_warnings():
@@ -160,6 +173,10 @@ class Bert:
             folder=folder,
         )
         bert = bert if target is None else bert.to(target)
+        if bert.device.type == "cpu":
+            apply_threads(choice)
+            bert.threads = choice
+            bert.governor = ThreadGovernor(choice.threads) if choice.adaptive else None
         cfg = model.config
         logger.info(
             "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
@@ -560,46 +577,49 @@ class Bert:
         from tqdm import tqdm
 
         bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
-        with torch.inference_mode(), bar:
+        governor = self.governor if device.type == "cpu" else None
+        with torch.inference_mode(), bar, governor.loop() if governor else nullcontext():
             for start, end in ranges:
                 idx = order[start:end]
-                batch = self.tokenizer.pad([encodings[i] for i in idx])
-                stats.padded += batch.input_ids.numel()
-                mask = batch.attention_mask.to(device)
-                hidden = self._last_hidden(
-                    batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
-                )  # (B, L, E)
-                if sentences or output_value is None:
-                    pool_mask = mask
-                    if skip:  # sentence-transformers' include_prompt=false
-                        pool_mask = mask.clone()
-                        pool_mask[:, :skip] = 0
-                    emb = pool(hidden, pool_mask, pooling).float()  # (B, E)
-                    if normalize:
-                        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                    if truncate_dim is not None:
-                        emb = emb[:, :truncate_dim]
-                if sentences:
-                    if normalize_embeddings:
-                        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                    out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
-                else:
-                    for j, i in enumerate(idx):
-                        n = len(encodings[i].ids)
-                        if output_value == "token_embeddings":
-                            out[i] = hidden[j, :n]
-                            continue
-                        item: dict[str, object] = {
-                            "input_ids": batch.input_ids[j, :n].to(device),
-                            "token_type_ids": batch.token_type_ids[j, :n].to(device),
-                            "attention_mask": mask[j, :n],
-                            "modality": "text",
-                        }
-                        if prompt:
-                            item["prompt_length"] = prompt_length
-                        item["token_embeddings"] = hidden[j, :n]
-                        item["sentence_embedding"] = emb[j]
-                        out[i] = item
+                timed = governor.batch(sum(lengths[start:end])) if governor else nullcontext()
+                with timed:
+                    batch = self.tokenizer.pad([encodings[i] for i in idx])
+                    stats.padded += batch.input_ids.numel()
+                    mask = batch.attention_mask.to(device)
+                    hidden = self._last_hidden(
+                        batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
+                    )  # (B, L, E)
+                    if sentences or output_value is None:
+                        pool_mask = mask
+                        if skip:  # sentence-transformers' include_prompt=false
+                            pool_mask = mask.clone()
+                            pool_mask[:, :skip] = 0
+                        emb = pool(hidden, pool_mask, pooling).float()  # (B, E)
+                        if normalize:
+                            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                        if truncate_dim is not None:
+                            emb = emb[:, :truncate_dim]
+                    if sentences:
+                        if normalize_embeddings:
+                            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                        out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
+                    else:
+                        for j, i in enumerate(idx):
+                            n = len(encodings[i].ids)
+                            if output_value == "token_embeddings":
+                                out[i] = hidden[j, :n]
+                                continue
+                            item: dict[str, object] = {
+                                "input_ids": batch.input_ids[j, :n].to(device),
+                                "token_type_ids": batch.token_type_ids[j, :n].to(device),
+                                "attention_mask": mask[j, :n],
+                                "modality": "text",
+                            }
+                            if prompt:
+                                item["prompt_length"] = prompt_length
+                            item["token_embeddings"] = hidden[j, :n]
+                            item["sentence_embedding"] = emb[j]
+                            out[i] = item
                 bar.update(1)
                 if progress is not None:
                     progress(len(idx))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -72,22 +71,24 @@ def _check_options(args: argparse.Namespace) -> Path | None:
         if not args.json.strip():
             raise UsageError(f"--json must be a file name (or - for stdout), got {args.json!r}.")
         out = check_output(args.json, what="--json")
-    cpus = os.cpu_count()
-    if cpus and args.threads > cpus:
+    from ..threads import cpu_budget
+
+    budget = cpu_budget()
+    if args.threads > budget.cpus:
         log.warning(
-            "--threads %d: this machine has %d CPUs; the timings will be oversubscribed.",
+            "--threads %d: this process may use %s; the timings will be oversubscribed.",
             args.threads,
-            cpus,
+            budget.describe(),
         )
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+
+    from ..threads import apply, choose_threads
 
     out = _check_options(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply(choose_threads(args.threads or None))
     # --json -: stdout holds the JSON alone; the human-readable lines go to stderr
     human = sys.stderr if args.json == "-" else sys.stdout
     if args.dispatch:

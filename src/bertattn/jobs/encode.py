@@ -203,10 +203,13 @@ def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
 
     if options.onnx is not None:
         from ..deploy.onnx_runtime import load_onnx_bert
+        from ..threads import choose_threads
 
-        bert = load_onnx_bert(options.onnx, options.model)
+        bert = load_onnx_bert(
+            options.onnx, options.model, threads=choose_threads(options.threads).threads
+        )
     else:
-        bert = Bert.load(options.model, dtype=options.dtype, device=device)
+        bert = Bert.load(options.model, dtype=options.dtype, device=device, threads=options.threads)
         bert.cuda_graphs = options.cuda_graphs is not False
     limit = bert.model.config.max_position_embeddings
     if options.max_length is not None and options.max_length > limit:

@@ -121,15 +121,15 @@ def job_device(spec: str):  # type: ignore[no-untyped-def]
 
 
 def max_workers() -> int:
-    """The most local ranks worth starting: one per GPU with CUDA, else one per CPU core."""
+    """The most local ranks worth starting: one per GPU with CUDA, else one per CPU this
+    process may use (affinity capped by a cgroup CPU quota: :func:`bertattn.threads.cpu_budget`)."""
     import torch
 
     if torch.cuda.is_available():
         return torch.cuda.device_count()
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    from ..threads import cpu_budget
+
+    return cpu_budget().cpus
 
 
 _SIZE = re.compile(r"\A\s*(\d+)\s*([kmgt]?)(i?b)?\s*\Z", re.IGNORECASE)
@@ -193,6 +193,14 @@ class EncodeOptions:
         choices=DTYPES,
     )
     device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)", output=False)
+    threads: int | None = _opt(
+        None,
+        "CPU threads (default: the CPUs this process may use, affinity and cgroup quota, "
+        "lowered while other processes hold cores; OMP_NUM_THREADS fixes it too)",
+        type=int,
+        metavar="N",
+        output=False,
+    )
     cuda_graphs: bool | None = _opt(
         None,
         "on CUDA, replay one captured CUDA graph per padded batch shape instead of launching "
@@ -277,6 +285,7 @@ class EncodeOptions:
         _int(cls, self, "batch_size", optional=False)
         _int(cls, self, "max_length", low=3, because=_MAX_LENGTH_WHY)
         _int(cls, self, "workers")
+        _int(cls, self, "threads")
         self.chunk_bytes  # noqa: B018  (parses --chunk-size)
         if self.normalize is not None and not isinstance(self.normalize, bool):
             raise UsageError(f"normalize must be True, False or None, got {self.normalize!r}.")

@@ -1,0 +1,463 @@
+"""How many CPU threads bertattn computes with: one policy, one owner.
+
+Two parts:
+
+* :func:`cpu_budget` / :func:`choose_threads`: the threads a process may really use. That is the
+  CPUs it may run on (``os.sched_getaffinity``: ``taskset``, ``docker --cpuset-cpus``), capped by
+  the cgroup CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``: ``docker
+  --cpus``, Kubernetes CPU limits), rounded up. An explicit count (``Bert.load(threads=N)``,
+  ``--threads N``) wins, then ``OMP_NUM_THREADS``; a count the user gave torch themselves
+  (``torch.set_num_threads``) is left alone.
+* :class:`ThreadGovernor`: keeps throughput when other processes take cores. PyTorch's OpenMP
+  pool splits every operation across all its threads and waits at a barrier; when another
+  process holds a core, each barrier waits for a descheduled thread, and a 2-core machine with
+  one busy neighbour runs ~3x slower than with one thread. The governor times batches (seconds
+  per token) and, when the process's threads were seen waiting for a CPU (the kernel's
+  per-thread run-queue delay, ``/proc/self/task/*/schedstat``), tries one batch at fewer
+  threads; it keeps the count that measures faster and now and then tries one rung back up.
+  On a quiet machine it costs two reads of ``/proc`` per probe interval and nothing else.
+
+The library never changes torch's thread count behind a user's back: the governor only runs
+inside bertattn's own batch loops (``Bert.encode``, the jobs, the server), restores the count it
+found when a loop ends, and stays off when the count is fixed (explicit, ``OMP_NUM_THREADS``, or
+set by the user).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger("bertattn.threads")
+
+__all__ = [
+    "CpuBudget",
+    "ThreadChoice",
+    "ThreadGovernor",
+    "choose_threads",
+    "cpu_budget",
+    "split_threads",
+]
+
+#: the count bertattn itself last gave torch (so that it is not mistaken for the user's own)
+_ours: int | None = None
+
+
+@dataclass(frozen=True)
+class CpuBudget:
+    """What the process may use: ``affinity`` CPUs to run on, and a cgroup ``quota`` in CPUs
+    (None: no quota) read from ``quota_file``."""
+
+    affinity: int
+    quota: float | None = None
+    quota_file: str | None = None
+
+    @property
+    def cpus(self) -> int:
+        """Threads worth running: the affinity, capped by the quota rounded up (>= 1)."""
+        n = self.affinity
+        if self.quota is not None:
+            n = min(n, math.ceil(self.quota - 1e-9))
+        return max(1, n)
+
+    def describe(self) -> str:
+        """E.g. ``"2 CPUs in affinity, cgroup quota 1.5 CPUs (/sys/fs/cgroup/cpu.max)"``."""
+        text = f"{self.affinity} CPU{'s' if self.affinity != 1 else ''} in affinity"
+        if self.quota is None:
+            return text + ", no CPU quota"
+        return text + f", cgroup quota {self.quota:g} CPUs ({self.quota_file})"
+
+
+def _affinity() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _cgroup_paths(proc: Path) -> tuple[str | None, str | None]:
+    """The process's cgroup v2 path and its v1 ``cpu`` controller path, from ``/proc/self/cgroup``
+    (lines ``hierarchy:controllers:path``)."""
+    v2 = v1 = None
+    for line in (_read(proc / "self" / "cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif "cpu" in parts[1].split(","):
+            v1 = parts[2]
+    return v2, v1
+
+
+def _ancestors(root: Path, path: str) -> Iterator[Path]:
+    """``root/path`` and each parent folder up to ``root`` (a quota anywhere above applies)."""
+    parts = [p for p in path.split("/") if p and p != ".."]
+    for n in range(len(parts), -1, -1):
+        yield root.joinpath(*parts[:n])
+
+
+def _quota_v2(root: Path, path: str) -> tuple[float, str] | None:
+    best: tuple[float, str] | None = None
+    for folder in _ancestors(root, path):
+        text = _read(folder / "cpu.max")
+        fields = (text or "").split()
+        if len(fields) != 2 or fields[0] == "max":
+            continue
+        try:
+            quota = int(fields[0]) / int(fields[1])
+        except (ValueError, ZeroDivisionError):
+            continue
+        if quota > 0 and (best is None or quota < best[0]):
+            best = (quota, str(folder / "cpu.max"))
+    return best
+
+
+def _quota_v1(root: Path, path: str) -> tuple[float, str] | None:
+    best: tuple[float, str] | None = None
+    for mount in ("cpu,cpuacct", "cpu", "cpuacct,cpu"):
+        base = root / mount
+        if not base.is_dir():
+            continue
+        for folder in _ancestors(base, path):
+            quota_text = _read(folder / "cpu.cfs_quota_us")
+            period_text = _read(folder / "cpu.cfs_period_us")
+            try:
+                quota = int(quota_text or "") / int(period_text or "")
+            except (ValueError, ZeroDivisionError):
+                continue
+            if quota > 0 and (best is None or quota < best[0]):  # -1: no quota
+                best = (quota, str(folder / "cpu.cfs_quota_us"))
+        break
+    return best
+
+
+def cpu_budget(
+    *,
+    proc: str | Path = "/proc",
+    cgroup: str | Path = "/sys/fs/cgroup",
+    affinity: int | None = None,
+) -> CpuBudget:
+    """The CPUs this process may use: its affinity and the tightest cgroup CPU quota on its
+    cgroup path (v2 first, then v1). ``proc`` / ``cgroup`` / ``affinity`` are for tests."""
+    proc, cgroup = Path(proc), Path(cgroup)
+    count = _affinity() if affinity is None else affinity
+    v2, v1 = _cgroup_paths(proc)
+    found = None
+    if v2 is not None and (cgroup / "cgroup.controllers").exists():
+        found = _quota_v2(cgroup, v2)
+    if found is None and v1 is not None:
+        found = _quota_v1(cgroup, v1)
+    if found is None:
+        return CpuBudget(count)
+    return CpuBudget(count, quota=found[0], quota_file=found[1])
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The thread count chosen, where it came from, and whether the governor may lower it
+    under co-located load (``adaptive``)."""
+
+    threads: int
+    source: str
+    adaptive: bool
+    budget: CpuBudget
+
+    def describe(self) -> str:
+        """One line for ``-v``, ``bench`` and logs."""
+        mode = "adaptive under load" if self.adaptive else "fixed"
+        return f"{self.threads} thread{'s' if self.threads != 1 else ''} ({self.source}; {mode})"
+
+
+def _env_threads(environ: Mapping[str, str]) -> int | None:
+    text = environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 1 else None
+
+
+def choose_threads(
+    threads: int | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    budget: CpuBudget | None = None,
+    current: int | None = None,
+) -> ThreadChoice:
+    """The policy. ``threads``: an explicit count (a positive int) or None. In order:
+
+    1. an explicit count: used as given, fixed;
+    2. ``OMP_NUM_THREADS`` in the environment: fixed (torchrun and ``--workers`` set it per rank);
+    3. a count the user set with ``torch.set_num_threads`` (torch's count differs from the
+       affinity and from what bertattn set): left alone, fixed;
+    4. otherwise the budget's CPUs (affinity capped by the cgroup quota), adaptive.
+
+    ``current`` is torch's count now (read from torch when None)."""
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ValueError(f"threads must be a positive int or None (the policy), got {threads!r}.")
+    environ = os.environ if environ is None else environ
+    budget = cpu_budget() if budget is None else budget
+    if threads is not None:
+        return ThreadChoice(threads, "explicit", False, budget)
+    env = _env_threads(environ)
+    if env is not None:
+        return ThreadChoice(env, f"OMP_NUM_THREADS={env}", False, budget)
+    if current is None:
+        import torch
+
+        current = torch.get_num_threads()
+    if current not in (budget.affinity, _ours):
+        return ThreadChoice(current, "set with torch.set_num_threads, left alone", False, budget)
+    return ThreadChoice(budget.cpus, budget.describe(), True, budget)
+
+
+def apply(choice: ThreadChoice) -> None:
+    """Give torch the chosen count (only when it is bertattn's to set: not a user's own)."""
+    global _ours
+    import torch
+
+    if choice.source.startswith("set with torch"):
+        return
+    if torch.get_num_threads() != choice.threads:
+        torch.set_num_threads(choice.threads)
+    _ours = choice.threads
+    logger.info("threads: %s", choice.describe())
+
+
+def split_threads(total: int, ranks: int) -> int:
+    """Threads for each of ``ranks`` local processes sharing ``total`` (>= 1 each)."""
+    return max(1, total // max(1, ranks))
+
+
+def _rungs(top: int) -> list[int]:
+    """Counts the governor may pick, descending: top, top-1, 3/4, 1/2, 1/4, ... of top, 1."""
+    counts = {top, top - 1, math.ceil(top * 3 / 4)}
+    n = top
+    while n > 1:
+        n = math.ceil(n / 2)
+        counts.add(n)
+    counts.add(1)
+    return sorted((c for c in counts if c >= 1), reverse=True)
+
+
+class _RunDelay:
+    """Cumulative run-queue delay of this process's threads (ns), from the kernel's schedstat;
+    ``None`` where it cannot be read (not Linux, no schedstat)."""
+
+    def __init__(self, proc: str | Path = "/proc") -> None:
+        self.tasks = os.path.join(str(proc), "self", "task")
+
+    def total(self) -> int | None:
+        try:
+            names = os.listdir(self.tasks)
+        except OSError:
+            return None
+        delay = 0
+        for name in names:
+            try:
+                with open(f"{self.tasks}/{name}/schedstat", "rb") as f:
+                    fields = f.read().split()
+                delay += int(fields[1])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended, or no schedstat
+        return delay
+
+
+@dataclass
+class GovernorStats:
+    """What the governor did: batches timed, probes tried, switches made, counts used."""
+
+    batches: int = 0
+    probes: int = 0
+    switches: int = 0
+
+
+class ThreadGovernor:
+    """Adapts the intra-op thread count to the cores that are really free, by measurement.
+
+    Use :meth:`batch` around each unit of work of a loop, ``work`` its size (tokens). Two kinds
+    of probe, each one batch at another count followed by one batch at the current count:
+
+    * down (fewer threads): when a look (at most every ``look_s`` seconds, doubling up to
+      ``max_look_s`` while probes lose) finds that this process's threads waited for a CPU
+      (run-queue delay above ``contention`` of wall time x threads), or at every look where
+      that cannot be read. One rung down first, one rung further after each loss (with many
+      cores and a few taken, N-1 threads can be as stuck at the barriers as N);
+    * up (more threads, when below the top): every ``interval`` batches, 2 doubling to
+      ``max_interval`` while probes lose.
+
+    The probe's cost per unit of work is held against the mean of the batches either side at
+    the current count; it wins when ``margin`` (10%) cheaper. A probe batch less than half or
+    more than twice the size of the reference is not judged.
+    """
+
+    def __init__(
+        self,
+        top: int,
+        *,
+        min_interval: int = 2,
+        max_interval: int = 64,
+        look_s: float = 0.2,
+        max_look_s: float = 12.8,
+        margin: float = 0.1,
+        contention: float = 0.1,
+        run_delay: _RunDelay | None = None,
+    ) -> None:
+        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+            raise ValueError(f"top must be a positive int, got {top!r}.")
+        self.rungs = _rungs(top)
+        self.level = 0
+        self.min_interval = min_interval
+        self.max_interval = max_interval
+        self.min_look_s = look_s
+        self.max_look_s = max_look_s
+        self.margin = margin
+        self.contention = contention
+        self.stats = GovernorStats()
+        self._delay = _RunDelay() if run_delay is None else run_delay
+        self._interval = min_interval
+        self._countdown = min_interval
+        self._look_s = look_s
+        self._down_step = 1  # rungs a down-probe skips: grows while down-probes lose
+        self._ref: tuple[float, int] | None = None  # (cost per unit, work) at the current count
+        self._probe: tuple[int, float, float, int] | None = None  # (level, ref cost, cost, work)
+        self._mark: tuple[float, int | None] = (time.perf_counter(), self._delay.total())
+
+    @property
+    def threads(self) -> int:
+        """The count the governor runs at now."""
+        return self.rungs[self.level]
+
+    def describe(self) -> str:
+        """E.g. ``"1 of 2 threads after 116 batches (6 probes, 1 switch)"``."""
+        s = self.stats
+        return (
+            f"{self.threads} of {self.rungs[0]} threads after {s.batches} batches "
+            f"({s.probes} probes, {s.switches} switches)"
+        )
+
+    def _waited(self, now: float) -> bool:
+        """Whether this process's threads waited for a CPU since the last look (True where
+        that cannot be read)."""
+        delay = self._delay.total()
+        then, before = self._mark
+        self._mark = (now, delay)
+        if delay is None or before is None or now <= then:
+            return True
+        share = (delay - before) / 1e9 / ((now - then) * self.threads)
+        return share > self.contention
+
+    def _plan(self) -> int:
+        """The level for the coming batch."""
+        if self._probe is not None or self._ref is None:
+            return self.level
+        self._countdown -= 1
+        now = time.perf_counter()
+        probe = None
+        if (
+            self.level + 1 < len(self.rungs)
+            and now - self._mark[0] >= self._look_s
+            and self._waited(now)
+        ):
+            probe = min(self.level + self._down_step, len(self.rungs) - 1)
+        elif self.level > 0 and self._countdown <= 0:
+            probe = self.level - 1
+        if probe is None:
+            return self.level
+        self.stats.probes += 1
+        self._probe = (probe, self._ref[0], math.nan, self._ref[1])
+        return probe
+
+    def _settle(self, plevel: int, won: bool) -> None:
+        """After a judged probe: reset the waits on a switch, else back off that kind."""
+        if won:
+            self._interval, self._look_s = self.min_interval, self.min_look_s
+            self._down_step = 1
+        elif plevel > self.level:  # a lost down-probe: look less often, and further down
+            self._look_s = min(self._look_s * 2, self.max_look_s)
+            self._down_step = 1 if plevel == len(self.rungs) - 1 else self._down_step + 1
+        else:
+            self._interval = min(self._interval * 2, self.max_interval)
+        self._countdown = self._interval
+
+    def _comparable(self, work: int, ref_work: int) -> bool:
+        return ref_work / 2 <= work <= ref_work * 2
+
+    def _record(self, level: int, cost: float, work: int) -> None:
+        probe = self._probe
+        if probe is None:
+            self._ref = (cost, work)
+            return
+        plevel, before, pcost, pwork = probe
+        if level == plevel and math.isnan(pcost):  # the probe batch itself
+            if not self._comparable(work, pwork):
+                self._probe = None  # not judged: refresh the reference, then try again
+                self._countdown = 2
+                return
+            self._probe = (plevel, before, cost, work)
+            return
+        # the batch after the probe, at the current count: judge
+        self._probe = None
+        self._ref = (cost, work)
+        if not self._comparable(work, pwork):
+            self._countdown = 2
+            return
+        reference = (before + cost) / 2
+        won = pcost < reference * (1 - self.margin)
+        if won:
+            logger.info(
+                "threads: %d -> %d (%.3g vs %.3g us per unit of work)",
+                self.threads,
+                self.rungs[plevel],
+                reference * 1e6,
+                pcost * 1e6,
+            )
+            self.stats.switches += 1
+            self._ref = (pcost, pwork)
+        self._settle(plevel, won)
+        if won:
+            self.level = plevel
+
+    @contextmanager
+    def batch(self, work: int) -> Iterator[int]:
+        """Run one unit of work of size ``work`` (> 0) at the governed count; yields the count."""
+        import torch
+
+        level = self._plan()
+        n = self.rungs[level]
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+        start = time.perf_counter()
+        yield n
+        elapsed = time.perf_counter() - start
+        self.stats.batches += 1
+        if work > 0 and elapsed > 0:
+            self._record(level, elapsed / work, work)
+
+    @contextmanager
+    def loop(self) -> Iterator[ThreadGovernor]:
+        """Around a batch loop: torch's thread count is restored when it ends."""
+        import torch
+
+        before = torch.get_num_threads()
+        try:
+            yield self
+        finally:
+            if torch.get_num_threads() != before:
+                torch.set_num_threads(before)

@@ -1,0 +1,305 @@
+"""The thread policy (bertattn.threads): what the process may use (affinity, cgroup v1/v2 quota
+files as fixtures, not the real cgroup), the order of explicit settings, the split for
+``--workers``, and the governor's decisions on a scripted clock (no timing in tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertattn import threads
+from bertattn.threads import (
+    CpuBudget,
+    ThreadGovernor,
+    choose_threads,
+    cpu_budget,
+    split_threads,
+)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def v2(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A cgroup v2 tree: /proc/self/cgroup says 0::/kube/pod; quota files per test."""
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    _write(proc / "self" / "cgroup", "0::/kube/pod\n")
+    _write(root / "cgroup.controllers", "cpu memory\n")
+    return proc, root
+
+
+def test_v2_quota_caps_the_affinity_rounded_up(v2) -> None:
+    proc, root = v2
+    _write(root / "kube" / "pod" / "cpu.max", "150000 100000\n")
+    budget = cpu_budget(proc=proc, cgroup=root, affinity=8)
+    assert budget.quota == pytest.approx(1.5)
+    assert budget.cpus == 2
+    assert budget.quota_file == str(root / "kube" / "pod" / "cpu.max")
+    assert "quota 1.5 CPUs" in budget.describe()
+
+
+def test_v2_the_tightest_quota_on_the_path_wins(v2) -> None:
+    proc, root = v2
+    _write(root / "kube" / "pod" / "cpu.max", "max 100000\n")
+    _write(root / "kube" / "cpu.max", "100000 100000\n")  # a parent's limit applies below it
+    budget = cpu_budget(proc=proc, cgroup=root, affinity=8)
+    assert budget.cpus == 1
+    assert budget.quota_file == str(root / "kube" / "cpu.max")
+
+
+def test_v2_no_quota_and_unreadable_files_leave_the_affinity(v2) -> None:
+    proc, root = v2
+    _write(root / "kube" / "pod" / "cpu.max", "max 100000\n")
+    _write(root / "kube" / "cpu.max", "garbage\n")
+    budget = cpu_budget(proc=proc, cgroup=root, affinity=3)
+    assert (budget.cpus, budget.quota) == (3, None)
+    assert budget.describe() == "3 CPUs in affinity, no CPU quota"
+
+
+def test_quota_above_the_affinity_does_not_raise_it(v2) -> None:
+    proc, root = v2
+    _write(root / "kube" / "pod" / "cpu.max", "800000 100000\n")
+    assert cpu_budget(proc=proc, cgroup=root, affinity=2).cpus == 2
+
+
+def test_v1_cfs_quota(tmp_path: Path) -> None:
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    _write(proc / "self" / "cgroup", "5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n")
+    base = root / "cpu,cpuacct" / "docker" / "abc"
+    _write(base / "cpu.cfs_quota_us", "250000\n")
+    _write(base / "cpu.cfs_period_us", "100000\n")
+    budget = cpu_budget(proc=proc, cgroup=root, affinity=16)
+    assert budget.quota == pytest.approx(2.5)
+    assert budget.cpus == 3
+    _write(base / "cpu.cfs_quota_us", "-1\n")  # v1's "no quota"
+    assert cpu_budget(proc=proc, cgroup=root, affinity=16).quota is None
+
+
+def test_fractional_quota_below_one_cpu_still_gives_one_thread(v2) -> None:
+    proc, root = v2
+    _write(root / "kube" / "pod" / "cpu.max", "20000 100000\n")
+    assert cpu_budget(proc=proc, cgroup=root, affinity=4).cpus == 1
+
+
+def test_no_cgroup_file_at_all(tmp_path: Path) -> None:
+    assert cpu_budget(proc=tmp_path, cgroup=tmp_path, affinity=5) == CpuBudget(5)
+
+
+def test_the_real_machine_reads_without_error() -> None:
+    budget = cpu_budget()
+    assert 1 <= budget.cpus <= (len(__import__("os").sched_getaffinity(0)))
+
+
+BUDGET = CpuBudget(affinity=4, quota=2.0, quota_file="/q")
+
+
+def test_policy_order() -> None:
+    env_set = {"OMP_NUM_THREADS": "3"}
+    explicit = choose_threads(5, environ=env_set, budget=BUDGET, current=4)
+    assert (explicit.threads, explicit.source, explicit.adaptive) == (5, "explicit", False)
+    env = choose_threads(None, environ=env_set, budget=BUDGET, current=4)
+    assert (env.threads, env.adaptive) == (3, False)
+    assert "OMP_NUM_THREADS=3" in env.describe()
+    default = choose_threads(None, environ={}, budget=BUDGET, current=4)
+    assert (default.threads, default.adaptive) == (2, True)  # the quota, not the affinity
+    assert "quota 2 CPUs" in default.describe() and "adaptive" in default.describe()
+
+
+def test_a_users_own_torch_count_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "_ours", None)
+    mine = choose_threads(None, environ={}, budget=BUDGET, current=3)  # not the affinity (4)
+    assert (mine.threads, mine.adaptive) == (3, False)
+    assert "left alone" in mine.source
+    before = torch.get_num_threads()
+    threads.apply(mine)  # changes nothing
+    assert torch.get_num_threads() == before
+    # the count bertattn set itself is not taken for the user's
+    monkeypatch.setattr(threads, "_ours", 2)
+    assert choose_threads(None, environ={}, budget=BUDGET, current=2).adaptive
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_bad_explicit_counts_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        choose_threads(bad, environ={}, budget=BUDGET, current=4)  # type: ignore[arg-type]
+
+
+def test_malformed_omp_num_threads_is_ignored() -> None:
+    assert choose_threads(None, environ={"OMP_NUM_THREADS": "x"}, budget=BUDGET, current=4).adaptive
+
+
+def test_split_for_workers() -> None:
+    assert split_threads(8, 3) == 2
+    assert split_threads(2, 4) == 1
+    assert split_threads(4, 0) == 4
+
+
+def test_workers_launcher_splits_the_budget_not_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bertattn.jobs import options
+
+    monkeypatch.setattr(threads, "cpu_budget", lambda: CpuBudget(6, 1.5, "/q"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert options.max_workers() == 2
+
+
+# ---------------------------------------------------------------------------- the governor
+class Scripted:
+    """A clock and a run-queue delay the test drives: each batch costs ``cost[threads]``
+    seconds per unit of work; ``waiting`` is the share of time the threads wait for a CPU."""
+
+    def __init__(self, cost: dict[int, float], waiting: float) -> None:
+        self.now = 0.0
+        self.delay = 0
+        self.cost = cost
+        self.waiting = waiting
+
+    def clock(self) -> float:
+        return self.now
+
+    def total(self) -> int:
+        return self.delay
+
+    def run(self, governor: ThreadGovernor, work: int) -> int:
+        with governor.batch(work) as n:
+            spent = self.cost[n] * work
+            self.now += spent
+            self.delay += int(self.waiting * spent * n * 1e9)
+        return n
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    def make(cost: dict[int, float], waiting: float) -> tuple[Scripted, ThreadGovernor]:
+        s = Scripted(cost, waiting)
+        monkeypatch.setattr(threads.time, "perf_counter", s.clock)
+        return s, ThreadGovernor(max(cost), run_delay=s)  # type: ignore[arg-type]
+
+    before = torch.get_num_threads()
+    yield make
+    torch.set_num_threads(before)
+
+
+def test_quiet_machine_never_probes(scripted) -> None:  # type: ignore[no-untyped-def]
+    s, gov = scripted({2: 1e-4, 1: 0.5e-4}, waiting=0.0)  # 1 thread would even be faster
+    used = [s.run(gov, 500) for _ in range(200)]
+    assert set(used) == {2}
+    assert gov.stats.probes == 0
+
+
+def test_contention_moves_to_fewer_threads_and_stays(scripted) -> None:  # type: ignore[no-untyped-def]
+    s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
+    used = [s.run(gov, 500) for _ in range(200)]
+    assert gov.threads == 1
+    assert gov.stats.switches == 1
+    assert used[-50:].count(1) >= 48  # up-probes back off: at most one per interval
+    assert gov.stats.probes < 15
+
+
+def test_contention_where_fewer_threads_are_not_faster_keeps_the_count(scripted) -> None:  # type: ignore[no-untyped-def]
+    s, gov = scripted({2: 1e-4, 1: 1.8e-4}, waiting=0.4)
+    for _ in range(300):
+        s.run(gov, 500)
+    assert gov.threads == 2 and gov.stats.switches == 0
+    assert gov.stats.probes < 12  # the looks back off (0.2 s doubling to 12.8 s)
+
+
+def test_load_going_away_brings_the_threads_back(scripted) -> None:  # type: ignore[no-untyped-def]
+    s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
+    for _ in range(40):
+        s.run(gov, 500)
+    assert gov.threads == 1
+    s.cost, s.waiting = {2: 0.5e-4, 1: 1e-4}, 0.0
+    for _ in range(200):
+        s.run(gov, 500)
+    assert gov.threads == 2
+
+
+def test_batches_of_very_different_size_are_not_judged(scripted) -> None:  # type: ignore[no-untyped-def]
+    s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
+    sizes = [4000, 100] * 100  # every probe meets a batch 40x larger or smaller
+    for w in sizes:
+        s.run(gov, w)
+    assert gov.stats.switches == 0 and gov.threads == 2
+
+
+def test_many_cores_step_down_a_ladder(scripted) -> None:  # type: ignore[no-untyped-def]
+    # 16 cores, 5 taken: 11 threads are best; fewer or more cost more
+    cost = {n: (1.0 / n if n <= 11 else 3.0 / n) * 1e-3 for n in range(1, 17)}
+    s, gov = scripted(cost, waiting=0.3)
+    assert gov.rungs == [16, 15, 12, 8, 4, 2, 1]
+    for _ in range(400):
+        s.run(gov, 500)
+    assert gov.threads == 8  # the best rung within the ladder (12 and up oversubscribe)
+
+
+def test_loop_restores_torchs_count(scripted) -> None:  # type: ignore[no-untyped-def]
+    s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
+    torch.set_num_threads(2)
+    with gov.loop():
+        used = [s.run(gov, 500) for _ in range(20)]
+        assert used.count(1) > 10 and torch.get_num_threads() == used[-1]
+    assert torch.get_num_threads() == 2
+
+
+def test_bad_top_is_refused() -> None:
+    with pytest.raises(ValueError, match="top must be a positive int"):
+        ThreadGovernor(0)
+
+
+# ---------------------------------------------------------------------------- Bert and the CLI
+def test_bert_load_threads_explicit_and_policy(tiny_checkpoint: Path) -> None:
+    from bertattn import Bert
+
+    before = torch.get_num_threads()
+    try:
+        fixed = Bert.load(tiny_checkpoint, threads=1)
+        assert torch.get_num_threads() == 1
+        assert fixed.governor is None and fixed.threads.source == "explicit"
+        texts = ["a short text", "another, rather longer text with more words in it"] * 40
+        plain = fixed.encode(texts, batch_size=4)
+        torch.set_num_threads(threads.cpu_budget().cpus)
+        threads._ours = None
+        auto = Bert.load(tiny_checkpoint)
+        assert auto.threads.adaptive and auto.governor is not None
+        assert auto.governor.rungs[0] == threads.cpu_budget().cpus
+        governed = auto.encode(texts, batch_size=4)
+        assert auto.governor.stats.batches == 20
+        np.testing.assert_allclose(governed, plain, rtol=0, atol=1e-6)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_encode_verbose_reports_the_thread_choice(cli, tiny_checkpoint: Path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    src = tmp_path / "in.txt"
+    src.write_text("one\ntwo\n")
+    r = cli(
+        "encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint, "-v", "--threads", "1"
+    )
+    assert r.code == 0, r
+    assert "threads: 1 thread (explicit; fixed)" in r.err
+    r = cli(
+        "encode",
+        src,
+        "-o",
+        tmp_path / "p.npy",
+        "--model",
+        tiny_checkpoint,
+        "-v",
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert r.code == 0, r
+    assert "OMP_NUM_THREADS=1" in r.err
+
+
+def test_encode_threads_must_be_positive(cli, tiny_checkpoint: Path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    r = cli("encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint, "--threads", "0")
+    assert r.code == 2
+    assert "--threads must be an integer >= 1, got 0" in r.err
