@@ -28,11 +28,9 @@ def _docstrings(tree: ast.AST):  # type: ignore[no-untyped-def]
             yield doc
 
 
-def stdlib_docstring_corpus(n: int = 1000) -> list[str]:
-    """``n`` first paragraphs of docstrings of the running Python's standard library."""
+def _stdlib_docstrings():  # type: ignore[no-untyped-def]
+    """Every docstring of the running Python's standard library, files in sorted order."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    seen: set[str] = set()
-    texts: list[str] = []
     for path in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py")):
         if "site-packages" in path.parts or "test" in path.parts[len(root.parts) :]:
             continue
@@ -40,14 +38,31 @@ def stdlib_docstring_corpus(n: int = 1000) -> list[str]:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        for doc in _docstrings(tree):
-            para = " ".join(doc.split("\n\n")[0].split())
-            if 20 <= len(para) <= 600 and para not in seen:
-                seen.add(para)
-                texts.append(para)
-                if len(texts) == n:
-                    return texts
+        yield from _docstrings(tree)
+
+
+def _collect(n: int, texts_of, low: int, high: int) -> list[str]:  # type: ignore[no-untyped-def]
+    seen: set[str] = set()
+    texts: list[str] = []
+    for doc in _stdlib_docstrings():
+        text = texts_of(doc)
+        if low <= len(text) <= high and text not in seen:
+            seen.add(text)
+            texts.append(text)
+            if len(texts) == n:
+                break
     return texts
+
+
+def stdlib_docstring_corpus(n: int = 1000) -> list[str]:
+    """``n`` first paragraphs of docstrings of the running Python's standard library."""
+    return _collect(n, lambda doc: " ".join(doc.split("\n\n")[0].split()), 20, 600)
+
+
+def stdlib_paragraph_corpus(n: int = 200) -> list[str]:
+    """``n`` whole docstrings of 800-3000 characters, whitespace collapsed: passages of
+    ~200-700 tokens (the encoders truncate them at their max length)."""
+    return _collect(n, lambda doc: " ".join(doc.split()), 800, 3000)
 
 
 if __name__ == "__main__":

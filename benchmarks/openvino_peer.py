@@ -67,12 +67,16 @@ def _encoder(compiled, tokenizer) -> Callable[[list[str]], np.ndarray]:  # type:
 
 
 def openvino_encoders(
-    folder: str | Path, tokenizer
+    folder: str | Path,
+    tokenizer,
+    precisions: tuple[str, ...] = PRECISIONS,
+    onnx: str | Path | None = None,
 ) -> tuple[dict[str, Callable[[list[str]], np.ndarray]], dict[str, object], str | None]:  # type: ignore[no-untyped-def]
     """``({"openvino f32": encode, "openvino bf16": encode}, info, None)``, or
     ``({}, {}, one line saying why the peer is missing)`` when openvino or the ONNX exporter is
     not installed. ``info``: the OpenVINO version and, per precision, the precision the compiled
-    model reports and how many runtime nodes run in bf16."""
+    model reports and how many runtime nodes run in bf16. ``onnx``: an export made earlier
+    (:func:`export_once`) instead of a new one."""
     try:
         import openvino as ov
     except ImportError:
@@ -83,7 +87,7 @@ def openvino_encoders(
     core = ov.Core()
     with tempfile.TemporaryDirectory(prefix="bertattn-ov-") as tmp:
         try:
-            path = export_onnx(str(folder), Path(tmp) / "model.onnx")
+            path = onnx or export_onnx(str(folder), Path(tmp) / "model.onnx")
         except ImportError as exc:  # MissingExtraError: the bertattn[onnx] extra
             return {}, {}, f"openvino peer missing: cannot export ONNX: {exc}"
         model = core.read_model(str(path))
@@ -97,7 +101,7 @@ def openvino_encoders(
                     "PERFORMANCE_HINT": "LATENCY",
                 },
             )
-            for p in PRECISIONS
+            for p in precisions
         }
     info: dict[str, object] = {"version": ov.get_version(), "threads": threads}
     for p, c in compiled.items():

@@ -275,6 +275,26 @@ def test_bert_load_threads_explicit_and_policy(tiny_checkpoint: Path) -> None:
         torch.set_num_threads(before)
 
 
+def test_explain_names_the_threads_an_encode_ran_with(tiny_checkpoint: Path) -> None:
+    import bertattn
+
+    before = torch.get_num_threads()
+    try:
+        bert = bertattn.Bert.load(tiny_checkpoint, threads=1)
+        with bertattn.explain() as log:
+            bert.encode(["one text", "two texts here"])
+        assert log.notes == ["encode: 1 thread (explicit; fixed)"]
+        assert str(log).endswith("encode: 1 thread (explicit; fixed)")
+        bert.governor = ThreadGovernor(1)
+        with bertattn.explain() as log:
+            bert.encode(["one text"])
+        assert log.notes[0].endswith(
+            "governor at 1 of 1 threads after 1 batch (0 probes, 0 switches)"
+        )
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_encode_verbose_reports_the_thread_choice(cli, tiny_checkpoint: Path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     src = tmp_path / "in.txt"
     src.write_text("one\ntwo\n")

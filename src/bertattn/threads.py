@@ -345,11 +345,15 @@ class ThreadGovernor:
         return self.rungs[self.level]
 
     def describe(self) -> str:
-        """E.g. ``"1 of 2 threads after 116 batches (6 probes, 1 switch)"``."""
+        """E.g. ``"governor at 1 of 2 threads after 116 batches (6 probes, 1 switch)"``."""
         s = self.stats
+
+        def n(count: int, word: str) -> str:
+            return f"{count} {word}{'' if count == 1 else ('es' if word.endswith('ch') else 's')}"
+
         return (
-            f"{self.threads} of {self.rungs[0]} threads after {s.batches} batches "
-            f"({s.probes} probes, {s.switches} switches)"
+            f"governor at {self.threads} of {self.rungs[0]} threads after "
+            f"{n(s.batches, 'batch')} ({n(s.probes, 'probe')}, {n(s.switches, 'switch')})"
         )
 
     def _waited(self, now: float) -> bool:

@@ -47,13 +47,16 @@ class DispatchLog:
     """The decisions recorded inside one :func:`explain` block, in call order."""
 
     records: list[Dispatch] = field(default_factory=list)
+    #: other choices made inside the block, one line each (e.g. the CPU threads an encode ran with)
+    notes: list[str] = field(default_factory=list)
 
     def backends(self) -> list[str]:
         """The backend that ran, per call."""
         return [r.backend for r in self.records]
 
     def __str__(self) -> str:
-        return "\n".join(str(r) for r in self.records) or "(no attention call recorded)"
+        lines = [str(r) for r in self.records] or ["(no attention call recorded)"]
+        return "\n".join(lines + self.notes)
 
 
 _active: ContextVar[DispatchLog | None] = ContextVar("bertattn_explain", default=None)
@@ -82,6 +85,13 @@ def recording() -> bool:
     """Whether a decision would go anywhere: an open :func:`explain` block or the DEBUG logger.
     When False a caller need not build its :class:`Dispatch` at all."""
     return (_open_blocks and _active.get() is not None) or logger.isEnabledFor(logging.DEBUG)
+
+
+def note(text: str) -> None:
+    """Add a line to the active :func:`explain` block (nothing when none is open)."""
+    log = _active.get() if _open_blocks else None
+    if log is not None:
+        log.notes.append(text)
 
 
 def record(decision: Dispatch) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
 from ..errors import ModelFolderError
 from ..maps import AttentionMaps
@@ -623,6 +624,9 @@ class Bert:
                 bar.update(1)
                 if progress is not None:
                     progress(len(idx))
+        if self.threads is not None and device.type == "cpu":
+            state = f"; {governor.describe()}" if governor else ""
+            explain_note(f"encode: {self.threads.describe()}{state}")
         return out, stats
 
     def _last_hidden(self, ids: Tensor, mask: Tensor, types: Tensor) -> Tensor:
