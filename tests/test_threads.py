@@ -46,8 +46,9 @@ def test_v2_quota_caps_the_affinity_rounded_up(v2) -> None:
 
 def test_v2_the_tightest_quota_on_the_path_wins(v2) -> None:
     proc, root = v2
-    _write(root / "kube" / "pod" / "cpu.max", "max 100000\n")
+    _write(root / "kube" / "pod" / "cpu.max", "300000 100000\n")
     _write(root / "kube" / "cpu.max", "100000 100000\n")  # a parent's limit applies below it
+    _write(root / "cpu.max", "max 100000\n")
     budget = cpu_budget(proc=proc, cgroup=root, affinity=8)
     assert budget.cpus == 1
     assert budget.quota_file == str(root / "kube" / "cpu.max")
@@ -245,6 +246,15 @@ def test_loop_restores_torchs_count(scripted) -> None:  # type: ignore[no-untype
         used = [s.run(gov, 500) for _ in range(20)]
         assert used.count(1) > 10 and torch.get_num_threads() == used[-1]
     assert torch.get_num_threads() == 2
+
+
+def test_a_batch_inside_another_runs_ungoverned(scripted) -> None:  # type: ignore[no-untyped-def]
+    s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
+    torch.set_num_threads(2)
+    with gov.batch(500):
+        with gov.batch(500) as inner:  # as a second thread's call would
+            assert inner == torch.get_num_threads()
+    assert gov.stats.batches == 1
 
 
 def test_bad_top_is_refused() -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -330,6 +331,7 @@ class ThreadGovernor:
         self.margin = margin
         self.contention = contention
         self.stats = GovernorStats()
+        self._busy = threading.Lock()
         self._delay = _RunDelay() if run_delay is None else run_delay
         self._interval = min_interval
         self._countdown = min_interval
@@ -440,7 +442,22 @@ class ThreadGovernor:
 
     @contextmanager
     def batch(self, work: int) -> Iterator[int]:
-        """Run one unit of work of size ``work`` (> 0) at the governed count; yields the count."""
+        """Run one unit of work of size ``work`` (> 0) at the governed count; yields the count.
+        A batch that starts while another is running (two threads encoding at once) runs
+        ungoverned at torch's current count: its timing would mix both."""
+        import torch
+
+        if not self._busy.acquire(blocking=False):
+            yield torch.get_num_threads()
+            return
+        try:
+            with self._governed(work) as n:
+                yield n
+        finally:
+            self._busy.release()
+
+    @contextmanager
+    def _governed(self, work: int) -> Iterator[int]:
         import torch
 
         level = self._plan()
