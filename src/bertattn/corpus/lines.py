@@ -330,15 +330,18 @@ def _stream_with(src: Source) -> Iterator[bytes]:
         try:
             yield from _stream_pieces(stream)
         except Exception as exc:
-            # gzip: OSError (BadGzipFile), EOFError, zlib.error; zstandard: ZstdError
+            # gzip: OSError (BadGzipFile), EOFError (truncated), zlib.error; zstandard:
+            # ZstdError; a zstd file that ends inside a frame: EOFError (sources._zstd_frames)
             damaged = isinstance(exc, (OSError, EOFError, zlib.error)) or type(
                 exc
             ).__module__.startswith("zstandard")
             if not damaged:
                 raise
+            tool = "gzip -t" if src.compression == "gzip" else "zstd -t"
             raise ValueError(
-                f"{src.name}: cannot decompress ({exc}); the file is damaged or not "
-                f"{src.compression}."
+                f"{src.name}: cannot decompress ({exc}); the file is damaged, truncated or not "
+                f"{src.compression}: test it with {tool} {src.name}, then copy or compress it "
+                f"again."
             ) from None
 
 

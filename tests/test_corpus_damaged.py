@@ -1,0 +1,80 @@
+"""Damaged inputs at the data edges: a compressed input cut short is refused (never encoded
+short with exit 0), in a plain run, a sharded run and a ``--workers`` run."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import zstandard
+
+from bertattn.corpus import open_corpus
+from bertattn.corpus.lines import read_corpus
+
+
+def _lines(first: int, last: int) -> bytes:
+    return b"".join(b"text number %d\n" % i for i in range(first, last))
+
+
+def _two_frames() -> tuple[bytes, int]:
+    """A .zst of 100 lines in two frames (50 lines each); returns it and the first's size."""
+    c = zstandard.ZstdCompressor()
+    a, b = c.compress(_lines(0, 50)), c.compress(_lines(50, 100))
+    return a + b, len(a)
+
+
+def _cut_files(tmp_path):
+    """one.txt.zst cut in its only frame, two.txt.zst cut in its second frame, whole.txt.zst"""
+    data, first = _two_frames()
+    one = zstandard.ZstdCompressor().compress(_lines(0, 100))
+    (tmp_path / "one.txt.zst").write_bytes(one[: len(one) // 2])
+    (tmp_path / "two.txt.zst").write_bytes(data[: first + (len(data) - first) // 2])
+    (tmp_path / "whole.txt.zst").write_bytes(data)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["one.txt.zst", "two.txt.zst"])
+def test_truncated_zst_is_refused_naming_the_file(tmp_path, name):
+    _cut_files(tmp_path)
+    texts, _ = read_corpus(open_corpus(tmp_path / "whole.txt.zst"))  # every frame is read
+    assert texts == [f"text number {i}" for i in range(100)]
+    with pytest.raises(ValueError, match=rf"{name}: cannot decompress .*truncated.*zstd -t"):
+        read_corpus(open_corpus(tmp_path / name))
+
+
+def test_truncated_gz_is_still_refused(tmp_path):
+    data = gzip.compress(_lines(0, 100))
+    (tmp_path / "cut.txt.gz").write_bytes(data[:-20])
+    with pytest.raises(ValueError, match=r"cut.txt.gz: cannot decompress .*gzip -t"):
+        read_corpus(open_corpus(tmp_path / "cut.txt.gz"))
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+@pytest.mark.parametrize("name", ["one.txt.zst", "two.txt.zst"])
+def test_cli_refuses_a_truncated_zst(tmp_path, cli, tiny_checkpoint, name, sharded):
+    _cut_files(tmp_path)
+    out = f"{tmp_path / 'sh'}/" if sharded else tmp_path / "o.npy"
+    r = cli("encode", tmp_path / name, "-o", out, "--model", tiny_checkpoint)
+    assert r.code == 1, r
+    assert "Traceback" not in r.err and f"{name}: cannot decompress" in r.err, r.err
+    assert "truncated" in r.err, r.err
+    assert not (tmp_path / "o.npy").exists() and not (tmp_path / "sh" / "index.json").exists()
+
+
+@pytest.mark.slow
+def test_workers_refuse_a_truncated_zst(tmp_path, cli_subprocess, tiny_checkpoint):
+    _cut_files(tmp_path)
+    r = cli_subprocess(
+        "encode",
+        tmp_path / "two.txt.zst",
+        "-o",
+        f"{tmp_path / 'sh'}/",
+        "--model",
+        tiny_checkpoint,
+        "--workers",
+        "2",
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert r.code == 1, r
+    assert "two.txt.zst: cannot decompress" in r.err and "Traceback" not in r.err, r.err
+    assert not (tmp_path / "sh" / "index.json").exists()
