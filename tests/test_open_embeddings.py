@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bertattn
 from bertattn.corpus.embeddings import FORMAT, VERSION, npy_header
@@ -102,3 +104,98 @@ def test_unfinished_or_damaged_folders_are_refused(tmp_path):
         emb[5]
     with pytest.raises(FileNotFoundError):
         bertattn.open_embeddings(tmp_path / "nothing")
+
+
+# ---------------------------------------------------------------------- NumPy's indexing, exactly
+N_ROWS, WIDTH = 13, 6
+_int = st.integers(-N_ROWS - 2, N_ROWS + 2)
+_col = st.integers(-WIDTH - 2, WIDTH + 2)
+_maybe = st.none() | st.integers(-N_ROWS - 3, N_ROWS + 3)
+_slice = st.builds(slice, _maybe, _maybe, st.none() | st.integers(-4, 4).filter(bool))
+
+
+def _ints(bound):
+    """a list of ints, or the same as an int64 array"""
+    lists = st.lists(bound, max_size=6)
+    return lists | lists.map(lambda xs: np.array(xs, dtype=np.int64).reshape(-1))
+
+
+def _mask(n):
+    return st.lists(st.booleans(), min_size=n, max_size=n).map(np.array)
+
+
+_rows_key = _int | _int.map(np.int32) | _slice | _ints(_int) | _mask(N_ROWS)
+_cols_key = _col | _slice | _ints(_col) | _mask(WIDTH)
+_key = (
+    _rows_key
+    | st.tuples(_rows_key, _cols_key)
+    | st.tuples(st.just(Ellipsis), _cols_key)
+    | st.tuples(_rows_key, st.just(Ellipsis))
+    | st.tuples(_rows_key)
+    | st.just(Ellipsis)
+    | st.just(())
+    | st.lists(st.lists(_int, min_size=2, max_size=2), min_size=1, max_size=3).map(np.array)
+    | st.lists(st.booleans(), min_size=N_ROWS * WIDTH, max_size=N_ROWS * WIDTH).map(
+        lambda b: np.array(b).reshape(N_ROWS, WIDTH)
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    out, rows = _folder(tmp_path_factory.mktemp("idx"))
+    assert rows.shape == (N_ROWS, WIDTH)
+    return bertattn.open_embeddings(out), rows
+
+
+def _same_as_numpy(emb, rows, key) -> None:
+    try:
+        want = rows[key]
+    except IndexError:
+        with pytest.raises(IndexError):
+            emb[key]
+        return
+    got = emb[key]
+    assert type(got) is type(want) and got.dtype == want.dtype
+    assert np.shape(got) == np.shape(want), key
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=400, deadline=None)
+@given(key=_key)
+def test_any_key_gives_what_numpy_gives(sharded, key):
+    _same_as_numpy(*sharded, key)
+
+
+def test_element_and_row_part_keys(sharded):
+    emb, rows = sharded
+    for key in ((5, 3), (5, slice(None, 10)), (slice(2, 9), 4), ([5, 3], [1, 2]), (-1, -1)):
+        _same_as_numpy(emb, rows, key)
+    assert emb[5, 3] == rows[5, 3] and np.shape(emb[5, 3]) == ()
+    assert emb[5, :10].shape == (WIDTH,)
+    np.testing.assert_array_equal(emb[..., 2], rows[:, 2])
+    for key in ((1, 2, 3), (..., ...), np.ones(5, dtype=bool)):
+        with pytest.raises(IndexError):
+            emb[key]
+
+
+@pytest.mark.parametrize("key", [None, (None, 1), True, 1.5, "a", [1.0, 2.0], {1}, (0, None)])
+def test_other_keys_are_a_clear_type_error(sharded, key):
+    with pytest.raises(TypeError, match="embeddings are indexed by an int, a slice"):
+        sharded[0][key]
+
+
+def test_locate_is_range_checked_with_numpy_negatives(tmp_path, sharded):
+    emb, _ = sharded
+    assert emb.locate(-1) == emb.locate(N_ROWS - 1) and emb.locate(-N_ROWS) == emb.locate(0)
+    a = np.zeros((50, 3), dtype=np.float32)
+    np.save(tmp_path / "a.npy", a)
+    npy = bertattn.open_embeddings(tmp_path / "a.npy")
+    assert npy.locate(-5) == (str(tmp_path / "a.npy"), 46)
+    assert npy.locate(np.int64(49)) == (str(tmp_path / "a.npy"), 50)
+    for bad in (10**9, 50, -51):
+        for e in (npy, emb):
+            with pytest.raises(IndexError, match="out of range"):
+                e.locate(bad if e is npy else bad % 1000 + N_ROWS)
+    with pytest.raises(TypeError, match="must be an int"):
+        npy.locate(1.0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import operator
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,10 +53,11 @@ def npy_header(rows: int, width: int) -> bytes:
 
 class Embeddings:
     """Rows of embeddings in input order, read on demand from one or more ``.npy`` shards
-    (memory-mapped: opening costs no reading). ``emb[i]``, ``emb[a:b]``, ``emb[[i, j]]`` return
-    NumPy arrays; ``len(emb)``, ``emb.shape``; ``np.asarray(emb)`` reads everything;
-    :meth:`shards` walks the shards in order; :meth:`locate` says which input line a row came
-    from (sharded folders)."""
+    (memory-mapped: opening costs no reading). ``emb[key]`` is ``np.asarray(emb)[key]``
+    (``emb[i]``, ``emb[a:b]``, ``emb[[i, j]]``, ``emb[i, j]``, ``emb[mask, :10]``, ...), reading
+    only the rows ``key`` selects; ``len(emb)``, ``emb.shape``; ``np.asarray(emb)`` reads
+    everything; :meth:`shards` walks the shards in order; :meth:`locate` says which input line
+    a row came from (sharded folders)."""
 
     def __init__(self, path: Path, shards: list[dict[str, Any]], width: int, index: dict | None):
         self.path = path
@@ -103,17 +105,8 @@ class Embeddings:
             yield start, self._shard(k)
 
     # ------------------------------------------------------------------ rows
-    def _row(self, i: int) -> np.ndarray:
-        if not -self._rows <= i < self._rows:
-            raise IndexError(f"row {i} is out of range for {self._rows} rows.")
-        i %= self._rows
-        k = bisect.bisect_right(self._starts, i) - 1
-        return np.array(self._shard(k)[i - self._starts[k]])
-
     def _rows_of(self, idx: np.ndarray) -> np.ndarray:
-        if idx.size and (idx.min() < -self._rows or idx.max() >= self._rows):
-            raise IndexError(f"a row index is out of range for {self._rows} rows.")
-        idx = idx % max(self._rows, 1)
+        """Rows ``idx`` (1-D, each in ``0 <= i < rows``), in that order, as one array."""
         out = np.empty((idx.size, self.width), dtype=np.float32)
         which = np.searchsorted(self._starts, idx, side="right") - 1
         for k in np.unique(which):
@@ -122,18 +115,13 @@ class Embeddings:
         return out
 
     def __getitem__(self, key: object) -> np.ndarray:
-        if isinstance(key, (int, np.integer)):
-            return self._row(int(key))
-        if isinstance(key, slice):
-            return self._rows_of(np.arange(self._rows)[key])
-        idx = np.asarray(key)
-        if idx.dtype == bool:
-            if idx.shape != (self._rows,):
-                raise IndexError(f"a boolean index must have {self._rows} entries.")
-            idx = np.flatnonzero(idx)
-        if idx.dtype.kind not in "iu":
-            raise TypeError(f"rows are indexed by int, slice or integer array, got {key!r}.")
-        return self._rows_of(idx.reshape(-1)).reshape(*idx.shape, self.width)
+        """What ``np.asarray(self)[key]`` gives, reading only the rows ``key`` selects: an int
+        (NumPy integers too), a slice, an integer array or list, a boolean mask, a tuple of
+        those for (rows, columns), and ``...``. Anything else (``None``, a bool, a float, a
+        string) raises ``TypeError``; an index out of range ``IndexError``."""
+        entries = _normalized_key(key, self.shape)
+        rows, row_key = _row_selection(entries[0], self._rows)
+        return self._rows_of(rows)[(row_key, *entries[1:])]
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         out = self.to_numpy()
@@ -149,11 +137,11 @@ class Embeddings:
     # ------------------------------------------------------------------ provenance
     def locate(self, row: int) -> tuple[str, int]:
         """``(input file, 1-based line)`` that row ``row`` was computed from (a sharded folder:
-        lines are counted per file)."""
+        lines are counted per file). A negative ``row`` counts from the end, as in NumPy; one
+        out of range raises ``IndexError``."""
+        row = _row_number(row, self._rows)
         if self.index is None:
-            return str(self.path), int(row) + 1
-        if not 0 <= row < self._rows:
-            raise IndexError(f"row {row} is out of range for {self._rows} rows.")
+            return str(self.path), row + 1
         k = bisect.bisect_right(self._starts, row) - 1
         info = self._shards[k]
         line = row - self._starts[k] + 1  # within the shard, blank JSON lines not yet counted
@@ -182,6 +170,99 @@ class Embeddings:
             stats = json.loads((self.path / info["stats"]).read_text(encoding="utf-8"))
             out += stats["ids"]
         return out
+
+
+# ---------------------------------------------------------------------- indexing
+_KEY_FORMS = (
+    "an int, a slice, an integer array or list, a boolean mask, ... or a tuple of those "
+    "(rows, columns)"
+)
+
+
+def _row_number(row: object, rows: int) -> int:
+    """``row`` as a row number in ``0 <= row < rows`` (negative: from the end, as in NumPy)."""
+    if isinstance(row, (bool, np.bool_)) or not hasattr(row, "__index__"):
+        raise TypeError(f"a row number must be an int, got {row!r}.")
+    i = operator.index(row)  # type: ignore[arg-type]
+    if not -rows <= i < rows:
+        raise IndexError(f"row {i} is out of range for {rows} rows.")
+    return i % rows
+
+
+def _entry(item: object) -> object:
+    """One entry of an index as NumPy would take it: ``...``, an int, a slice or an array
+    (integer or boolean); ``TypeError`` for anything else."""
+    if item is Ellipsis or isinstance(item, slice):
+        return item
+    if isinstance(item, (bool, np.bool_)) or item is None:
+        what = "None (np.newaxis)" if item is None else f"a bool ({item!r})"
+        raise TypeError(
+            f"embeddings are indexed by {_KEY_FORMS}; got {what}: index the array they give "
+            f"instead, e.g. np.asarray(emb[rows])[None]."
+        )
+    if isinstance(item, (int, np.integer)):
+        return int(item)
+    if isinstance(item, (list, np.ndarray)):
+        arr = np.asarray(item)
+        if isinstance(item, list) and arr.size == 0:
+            arr = arr.astype(np.intp)  # [] selects nothing, as in NumPy
+        if arr.dtype == bool and arr.ndim == 0:
+            return _entry(bool(arr))
+        if arr.dtype == bool or arr.dtype.kind in "iu":
+            return arr
+    raise TypeError(f"embeddings are indexed by {_KEY_FORMS}; got {item!r}.")
+
+
+def _dims(entry: object) -> int:
+    return entry.ndim if isinstance(entry, np.ndarray) and entry.dtype == bool else 1
+
+
+def _normalized_key(key: object, shape: tuple[int, int]) -> list[object]:
+    """``key`` as exactly two entries, (rows, columns): ``...`` expanded, a boolean mask
+    replaced by the integer arrays of its true entries (what NumPy does), each mask checked
+    against the dimensions it covers."""
+    entries = [_entry(item) for item in (key if isinstance(key, tuple) else (key,))]
+    if sum(e is Ellipsis for e in entries) > 1:
+        raise IndexError("an index can hold only one ellipsis (...).")
+    used = sum(_dims(e) for e in entries if e is not Ellipsis)
+    if used > len(shape):
+        raise IndexError(
+            f"too many indices: the embeddings are 2-dimensional (rows, width), the index "
+            f"has {used}."
+        )
+    fill = [slice(None)] * (len(shape) - used)
+    at = next((i for i, e in enumerate(entries) if e is Ellipsis), len(entries))
+    entries[at : at + 1] = fill
+    out: list[object] = []
+    for e in entries:
+        if isinstance(e, np.ndarray) and e.dtype == bool:
+            covered = shape[len(out) : len(out) + e.ndim]
+            if e.shape != covered:
+                raise IndexError(
+                    f"a boolean mask of shape {e.shape} does not match the dimensions it "
+                    f"indexes, {covered}."
+                )
+            out += list(e.nonzero())
+        else:
+            out.append(e)
+    return out
+
+
+def _row_selection(entry: object, rows: int) -> tuple[np.ndarray, object]:
+    """The rows that the row entry of a key selects (each once, in ``0 <= i < rows``, to
+    read) and the entry that selects the same thing from those rows alone."""
+    if isinstance(entry, slice):
+        picked = range(rows)[entry]
+        return np.arange(picked.start, picked.stop, picked.step, dtype=np.intp), slice(None)
+    if isinstance(entry, int):
+        return np.array([_row_number(entry, rows)], dtype=np.intp), 0
+    arr = np.asarray(entry)
+    if arr.size and (arr.min() < -rows or arr.max() >= rows):
+        bad = arr.min() if arr.min() < -rows else arr.max()
+        raise IndexError(f"row {bad} is out of range for {rows} rows.")
+    wanted = arr.astype(np.intp) % rows if arr.size else arr.astype(np.intp)
+    unique, inverse = np.unique(wanted, return_inverse=True)
+    return unique, inverse.reshape(arr.shape)
 
 
 def _bad(path: Path, why: str) -> ValueError:
