@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import gzip
 
+import numpy as np
 import pytest
 import zstandard
 
-from bertattn.corpus import open_corpus
+from bertattn.corpus import open_corpus, open_embeddings
 from bertattn.corpus.lines import read_corpus
 
 
@@ -78,3 +79,17 @@ def test_workers_refuse_a_truncated_zst(tmp_path, cli_subprocess, tiny_checkpoin
     assert r.code == 1, r
     assert "two.txt.zst: cannot decompress" in r.err and "Traceback" not in r.err, r.err
     assert not (tmp_path / "sh" / "index.json").exists()
+
+
+def test_a_damaged_shard_is_named_and_the_rerun_it_advises_mends_it(tmp_path, cli, tiny_checkpoint):
+    (tmp_path / "in.txt").write_bytes(_lines(0, 60))
+    argv = ["encode", tmp_path / "in.txt", "-o", f"{tmp_path / 'sh'}/", "--model", tiny_checkpoint]
+    assert cli(*argv, "--chunk-size", "300").code == 0
+    want = open_embeddings(tmp_path / "sh").to_numpy()
+    shard = tmp_path / "sh" / "chunk-00001.npy"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(ValueError, match=r"chunk-00001.npy is cut short.* rerun the encode"):
+        open_embeddings(tmp_path / "sh")
+    r = cli(*argv, "--chunk-size", "300")
+    assert r.code == 0, r
+    np.testing.assert_array_equal(open_embeddings(tmp_path / "sh").to_numpy(), want)

@@ -4,6 +4,7 @@ them equal to NumPy's on the same rows held in memory; damaged and unfinished fo
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -96,8 +97,8 @@ def test_unfinished_or_damaged_folders_are_refused(tmp_path):
     with pytest.raises(ValueError, match="the shards hold 13 rows, the index says 99"):
         bertattn.open_embeddings(out)
     (out / "index.json").write_text(json.dumps(index))
-    np.save(out / "chunk-00002.npy", np.zeros((2, 6), np.float32))  # changed after the run
     emb = bertattn.open_embeddings(out)
+    np.save(out / "chunk-00002.npy", np.zeros((2, 6), np.float32))  # changed after opening
     with pytest.raises(
         ValueError, match=r"chunk-00002.npy holds .* \(2, 6\); the index says \(5, 6\)"
     ):
@@ -199,3 +200,110 @@ def test_locate_is_range_checked_with_numpy_negatives(tmp_path, sharded):
                 e.locate(bad if e is npy else bad % 1000 + N_ROWS)
     with pytest.raises(TypeError, match="must be an int"):
         npy.locate(1.0)
+
+
+# ---------------------------------------------------------------------- index.json is not trusted
+def _edit_index(out, edit) -> None:
+    index = json.loads((out / "index.json").read_text())
+    edit(index)
+    (out / "index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    "field, name",
+    [
+        ("file", "/etc/passwd"),
+        ("file", "../x.npy"),
+        ("file", "sub/chunk-00000.npy"),
+        ("stats", "../x.json"),
+        ("stats", "/etc/passwd"),
+    ],
+)
+def test_index_naming_a_file_outside_the_folder_is_refused(tmp_path, field, name):
+    out, _ = _folder(tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((3, 6), np.float32))  # a valid shard, outside
+    (tmp_path / "x.json").write_text("{}")
+    _edit_index(out, lambda index: index["shards"][0].update({field: name}))
+    with pytest.raises(ValueError, match=rf"index.json: shard 0's .*{name!r}.* is never read"):
+        bertattn.open_embeddings(out)
+
+
+def test_a_link_to_outside_the_folder_is_refused(tmp_path):
+    out, _ = _folder(tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((3, 6), np.float32))
+    (out / "chunk-00000.npy").unlink()
+    (out / "chunk-00000.npy").symlink_to(tmp_path / "x.npy")
+    with pytest.raises(ValueError, match=r"'chunk-00000.npy' is a link to .*x.npy, outside"):
+        bertattn.open_embeddings(out)
+
+
+def test_truncated_or_mismatched_shards_are_refused_when_opening(tmp_path):
+    out, _ = _folder(tmp_path)
+    shard = out / "chunk-00002.npy"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-7])
+    with pytest.raises(ValueError, match=r"chunk-00002.npy is cut short: its header says float32"):
+        bertattn.open_embeddings(out)
+    shard.write_bytes(data + b"\0" * 24)
+    with pytest.raises(ValueError, match=r"chunk-00002.npy has bytes after its rows"):
+        bertattn.open_embeddings(out)
+    np.save(shard, np.zeros((5, 6), np.float64))
+    with pytest.raises(ValueError, match=r"chunk-00002.npy holds a float64 array .* says \(5, 6\)"):
+        bertattn.open_embeddings(out)
+    np.save(shard, np.zeros((5, 7), np.float32))
+    with pytest.raises(ValueError, match=r"chunk-00002.npy holds a float32 array of shape \(5, 7"):
+        bertattn.open_embeddings(out)
+    shard.write_text('{"index": 0, "embedding": [1.0]}\n')
+    with pytest.raises(ValueError, match=r"chunk-00002.npy is not a .npy file"):
+        bertattn.open_embeddings(out)
+    shard.unlink()
+    with pytest.raises(ValueError, match=r"chunk-00002.npy is missing; .* rerun the encode"):
+        bertattn.open_embeddings(out)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda i: i.update(shards="chunk-00000.npy"), "'shards' is not a list of objects"),
+        (lambda i: i.update(width="6"), "'width' is '6', not an integer >= 0"),
+        (lambda i: i.update(dtype="float64"), "dtype 'float64', not float32"),
+        (lambda i: i["shards"][1].update(rows=-1), "shard 1's 'rows' is -1"),
+        (lambda i: i["shards"][2].update(input=7), "shard 2 names input 7, of 2"),
+        (lambda i: i["shards"][0].pop("first_row"), "shard 0's 'first_row' is None"),
+        (lambda i: i.update(inputs=[1, 2]), "'inputs' is not a list of file names"),
+    ],
+)
+def test_malformed_index_fields_name_the_index(tmp_path, edit, message):
+    out, _ = _folder(tmp_path)
+    _edit_index(out, edit)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        bertattn.open_embeddings(out)
+
+
+def test_jsonl_or_truncated_npy_file_is_named(tmp_path):
+    (tmp_path / "o.jsonl").write_text('{"index": 0, "embedding": [0.5, 1.5]}\n')
+    with pytest.raises(ValueError, match=r"o.jsonl is not a .npy file .* read it line by line"):
+        bertattn.open_embeddings(tmp_path / "o.jsonl")
+    np.save(tmp_path / "a.npy", np.zeros((50, 4), np.float32))
+    data = (tmp_path / "a.npy").read_bytes()
+    (tmp_path / "a.npy").write_bytes(data[:200])
+    with pytest.raises(ValueError, match=r"a.npy is cut short: .* the file has 200"):
+        bertattn.open_embeddings(tmp_path / "a.npy")
+
+
+def test_corrupt_stats_file_is_named(tmp_path):
+    out, _ = _folder(tmp_path)
+    emb = bertattn.open_embeddings(out)
+    (out / "chunk-00002.json").write_text('{"ids": ["r3", ')
+    with pytest.raises(ValueError, match=r"chunk-00002.json is not valid JSON .* rerun the encode"):
+        emb.ids()
+    with pytest.raises(ValueError, match=r"chunk-00002.json is not valid JSON"):
+        emb.locate(4)
+    (out / "chunk-00002.json").write_text('{"ids": ["r3"], "skipped": ["x"]}')
+    with pytest.raises(ValueError, match=r"chunk-00002.json: 'ids' is not a list of 5 ids"):
+        emb.ids()
+    with pytest.raises(ValueError, match=r"chunk-00002.json: 'skipped' is not a list of line"):
+        emb.locate(4)
+    (out / "chunk-00002.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"chunk-00002.json holds list, not a JSON object"):
+        emb.ids()

@@ -31,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import one_line
+from .checks import INDEX, damaged, npy_layout, read_stats, shard_list
+
 __all__ = ["INDEX", "Embeddings", "npy_header", "open_embeddings"]
 
-INDEX = "index.json"
 FORMAT = "bertattn-embeddings"
 VERSION = 1
 NPY_HEADER_BYTES = 128
@@ -89,12 +91,15 @@ class Embeddings:
         if arr is None:
             info = self._shards[k]
             file = self.path / info["file"] if self.path.is_dir() else self.path
-            arr = np.load(file, mmap_mode="r", allow_pickle=False)
+            try:
+                arr = np.load(file, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as exc:  # changed since it was opened
+                raise damaged(self.path, f"{file} cannot be read ({one_line(exc)})") from None
             if arr.dtype != np.float32 or arr.shape != (int(info["rows"]), self.width):
-                raise ValueError(
+                raise damaged(
+                    self.path,
                     f"{file} holds a {arr.dtype} array of shape {arr.shape}; the index says "
-                    f"({info['rows']}, {self.width}) float32: the folder is damaged or was "
-                    f"changed after the run."
+                    f"({info['rows']}, {self.width}) float32",
                 )
             self._maps[k] = arr
         return arr
@@ -155,11 +160,15 @@ class Embeddings:
         """The blank JSON lines a shard skipped (its stats' ``"skipped"``), sorted."""
         if "stats" not in info or not self.path.is_dir():
             return []
-        try:
-            stats = json.loads((self.path / info["stats"]).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in stats.get("skipped", ()))
+        stats = read_stats(self.path, info["stats"], f"the stats file of {info['file']}")
+        skipped = stats.get("skipped", [])
+        if not isinstance(skipped, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in skipped
+        ):
+            raise damaged(
+                self.path, f"{self.path / info['stats']}: 'skipped' is not a list of line numbers"
+            )
+        return sorted(skipped)
 
     def ids(self) -> list[object] | None:
         """Each row's id (``--id-field``), in order; None when the run recorded none."""
@@ -167,8 +176,15 @@ class Embeddings:
             return None
         out: list[object] = []
         for info in self._shards:
-            stats = json.loads((self.path / info["stats"]).read_text(encoding="utf-8"))
-            out += stats["ids"]
+            stats = read_stats(self.path, info.get("stats"), f"the stats file of {info['file']}")
+            ids = stats.get("ids")
+            if not isinstance(ids, list) or len(ids) != int(info["rows"]):
+                raise damaged(
+                    self.path,
+                    f"{self.path / info['stats']}: 'ids' is not a list of {info['rows']} ids, "
+                    f"one per row of {info['file']}",
+                )
+            out += ids
         return out
 
 
@@ -272,22 +288,35 @@ def _bad(path: Path, why: str) -> ValueError:
 def open_embeddings(path: str | os.PathLike[str]) -> Embeddings:
     """The embeddings at ``path``: a ``.npy`` file (``(rows, width)`` float32) or a folder
     written by ``bertattn encode ... -o FOLDER/`` (its ``index.json``), rows in input order,
-    memory-mapped. Raises ``ValueError`` for a folder without a complete index (a run still
-    going, or interrupted: rerun it to finish) and ``FileNotFoundError`` for a missing path."""
+    memory-mapped. Opening reads each shard's header, no row. Raises ``FileNotFoundError`` for
+    a missing path and ``ValueError``, naming the file, for a folder without a complete index
+    (a run still going, or interrupted: rerun it to finish), an index that names a file outside
+    the folder, a shard whose header or size disagrees with the index, or a file that is not a
+    ``.npy`` (a ``.jsonl`` output)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist.")
     if p.is_file():
-        arr = np.load(p, mmap_mode="r", allow_pickle=False)
-        if arr.ndim != 2 or arr.dtype != np.float32:
-            raise ValueError(
-                f"{p} holds a {arr.dtype} array of shape {arr.shape}, not (N, E) float32."
-            )
-        emb = Embeddings(
-            p, [{"file": p.name, "rows": arr.shape[0], "first_row": 0}], arr.shape[1], None
+        return _open_npy(p)
+    index = _read_index(p)
+    shards, width = shard_list(p, index)
+    return Embeddings(p, shards, width, index)
+
+
+def _open_npy(p: Path) -> Embeddings:
+    shape, dtype = npy_layout(p)
+    if len(shape) != 2 or dtype != np.float32:
+        raise ValueError(
+            f"{p} holds a {dtype} array of shape {shape}, not (rows, width) float32; write "
+            f"embeddings with bertattn encode, or convert it (a.astype(np.float32))."
         )
-        emb._maps[0] = arr
-        return emb
+    arr = np.load(p, mmap_mode="r", allow_pickle=False)
+    emb = Embeddings(p, [{"file": p.name, "rows": shape[0], "first_row": 0}], shape[1], None)
+    emb._maps[0] = arr
+    return emb
+
+
+def _read_index(p: Path) -> dict[str, Any]:
     index_path = p / INDEX
     if not index_path.is_file():
         raise _bad(p, f"no {INDEX} (the run that writes it has not finished: rerun it to finish)")
@@ -301,12 +330,4 @@ def open_embeddings(path: str | os.PathLike[str]) -> Embeddings:
         raise _bad(
             p, f"{INDEX} has version {index.get('version')!r}; this bertattn reads {VERSION}"
         )
-    shards = index["shards"]
-    row = 0
-    for s in shards:
-        if int(s["first_row"]) != row:
-            raise _bad(p, f"{INDEX}: shard {s['file']} starts at row {s['first_row']}, not {row}")
-        row += int(s["rows"])
-    if row != int(index["rows"]):
-        raise _bad(p, f"{INDEX}: the shards hold {row} rows, the index says {index['rows']}")
-    return Embeddings(p, shards, int(index["width"]), index)
+    return index
