@@ -116,6 +116,13 @@ class InputFile:
             "sample_sha256": h.hexdigest(),
         }
 
+    def current_identity(self) -> dict | None:
+        """:meth:`identity` of the file as it is now (stat'ed again); None when it is gone."""
+        try:
+            return InputFile.stat(self.path).identity()
+        except (UsageError, OSError):
+            return None
+
 
 class _ChunksReader(io.RawIOBase):
     """A readable binary stream over an iterator of byte strings (closed: the iterator too)."""
@@ -182,6 +189,21 @@ class Corpus:
 
     def identity(self) -> list[dict]:
         return [f.identity() for f in self.files]
+
+    def changes(self, recorded: Sequence[dict]) -> list[str]:
+        """The files whose identity now differs from ``recorded`` (what :meth:`identity` gave
+        when the job started), each with what differs: ``"in.txt (size, mtime_ns)"``. A
+        stand-in source without ``current_identity`` is compared by its :meth:`identity`."""
+        out = []
+        for src, then in zip(self.files, recorded, strict=True):
+            current = getattr(src, "current_identity", src.identity)
+            now = current()
+            if now is None:
+                out.append(f"{src.name} (removed or unreadable)")
+            elif now != then:
+                what = ", ".join(k for k in now if k != "path" and now.get(k) != then.get(k))
+                out.append(f"{src.name} ({what})")
+        return out
 
     def describe(self) -> str:
         if len(self.files) == 1:

@@ -474,6 +474,7 @@ def run_chunks(
     max_length: int = 0,
     poll: float = _POLL,
     digests: bool = True,
+    check_inputs: Callable[[], None] | None = None,
 ) -> ChunkedSummary | None:
     """Encode ``files`` chunk by chunk with ``work`` into ``store``, as this rank of the run.
 
@@ -488,6 +489,9 @@ def run_chunks(
     ``digests``: record the sha256 of each chunk's input bytes (read once more before encoding
     it), which ``--restart`` needs to keep it; False for a stand-in source whose bytes are
     costly to read (the tests' virtual corpus): ``restart`` then keeps none of its chunks.
+    ``check_inputs()`` (rank 0, once every chunk is finished, before the index or ``finish``):
+    raises when an input changed during the run, whose rows then may mix old and new content;
+    the finished chunks stay in the folder.
     """
     started = time.perf_counter()
     owned = group is None
@@ -573,6 +577,8 @@ def run_chunks(
         group.barrier()
         if group.rank != 0:
             return None
+        if check_inputs is not None:
+            check_inputs()
         index = store.index(chunks, names, width)
         if store.sharded:
             store.finish_run()

@@ -32,6 +32,7 @@ from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_wor
 
 if TYPE_CHECKING:
     from ..corpus import Corpus, Embeddings
+    from ..distributed import ChunkStore
 
 __all__ = ["EncodeSummary", "embeddings_payload", "run_encode"]
 
@@ -413,6 +414,7 @@ def _run_chunked(
             timeout=options.wait_seconds,
             progress=None if progress is None else (lambda total: progress(total, unit="B")),
             max_length=kwargs["max_length"],
+            check_inputs=lambda: _check_unchanged(corpus, identity, store, options),
         )
     except DistributedEncodeError as exc:
         raise JobError(str(exc)) from exc
@@ -422,6 +424,24 @@ def _run_chunked(
         return None
     where = f"{out}/ ({summary.chunks} shards + index.json)" if options.sharded else out
     return EncodeSummary(Path(str(where)), str(summary))
+
+
+def _check_unchanged(
+    corpus: Corpus, identity: dict, store: ChunkStore, options: EncodeOptions
+) -> None:
+    """Rank 0, every chunk finished: raise ``JobError`` when an input file changed since the
+    run started (its size, modification time or sampled ends differ from the manifest's), as
+    its rows may then mix old and new lines; nothing more is written, the chunks are kept."""
+    changed = corpus.changes(identity["inputs"])
+    if not changed:
+        return
+    kept = store.finished_count()
+    result = "no index is written" if options.sharded else f"{options.output} is not written"
+    raise JobError(
+        f"input {'; '.join(changed[:5])} changed while the run was going: its rows may mix "
+        f"old and new lines, so {result}. Let the input be, then rerun with --restart: the "
+        f"{kept} finished chunk(s) in {store.path} whose input bytes are unchanged are kept."
+    )
 
 
 def _output_failed(exc: OSError, out: Path, parts: Path) -> str:
