@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import JobError, UsageError, describe_os_error, disk_full, exit_status, one_line
 from ..files import check_output, write_atomic, write_stdout
-from .inputs import check_input, is_stream, read_records
+from ..stdio import is_closed
+from .inputs import check_input, is_stream, read_records, stdin_buffer
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
 if TYPE_CHECKING:
@@ -181,11 +182,18 @@ def check_paths(options: EncodeOptions) -> tuple[Path | None, Corpus | None]:
     not a folder unless a sharded output is asked for)."""
     from ..corpus import open_corpus
 
+    if str(options.input) == "-":
+        stdin_buffer()  # a closed stdin: refused before the model loads
     corpus = None if is_stream(options.input) else open_corpus(options.input)
     inputs: list[str | Path] = [f.name for f in corpus.files] if corpus is not None else []
     if options.onnx is not None:
         inputs.append(check_input(options.onnx, what="--onnx file"))
     if str(options.output) == "-":
+        if is_closed(sys.stdout):
+            raise UsageError(
+                "--output - writes to stdout, which is closed (the command was started with "
+                ">&-); give an output file (-o FILE.npy), or run it with a stdout."
+            )
         return None, corpus
     if options.sharded:
         return _check_folder(Path(str(options.output).rstrip("/" + os.sep) or "/"), corpus), corpus
