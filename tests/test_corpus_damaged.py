@@ -1,5 +1,7 @@
 """Damaged inputs at the data edges: a compressed input cut short is refused (never encoded
-short with exit 0), in a plain run, a sharded run and a ``--workers`` run."""
+short with exit 0), in a plain run, a sharded run and a ``--workers`` run; a damaged shard is
+named and the rerun its message advises mends it; a JSON line nested 100,000 deep is one error
+naming the file and the line."""
 
 from __future__ import annotations
 
@@ -93,3 +95,26 @@ def test_a_damaged_shard_is_named_and_the_rerun_it_advises_mends_it(tmp_path, cl
     r = cli(*argv, "--chunk-size", "300")
     assert r.code == 0, r
     np.testing.assert_array_equal(open_embeddings(tmp_path / "sh").to_numpy(), want)
+
+
+DEEP = '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_deeply_nested_json_line_is_named(tmp_path, cli, tiny_checkpoint, sharded):
+    (tmp_path / "in.jsonl").write_text('{"text": "fine"}\n' + DEEP + "\n")
+    out = f"{tmp_path / 'sh'}/" if sharded else tmp_path / "o.npy"
+    r = cli(
+        "encode", tmp_path / "in.jsonl", "-o", out, "--field", "text", "--model", tiny_checkpoint
+    )
+    assert r.code == 1, r
+    assert "Traceback" not in r.err and "RecursionError" not in r.err, r.err
+    assert "in.jsonl: line 2: JSON nested too deeply to read" in r.err, r.err
+    if sharded:  # the fix is the line, not a rerun (which failed the same way)
+        assert "Fix line 2 of" in r.err and "Rerun the same command" not in r.err, r.err
+
+
+def test_deeply_nested_json_first_line_of_plain_text_is_read_as_text(tmp_path):
+    (tmp_path / "in.txt").write_text(DEEP + "\n")
+    texts, _ = read_corpus(open_corpus(tmp_path / "in.txt"))
+    assert texts == [DEEP]
