@@ -28,6 +28,7 @@ __all__ = ["COMPRESSIONS", "Corpus", "InputFile", "Source", "is_pipe_or_device",
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _READ = 1 << 20  # bytes of a compressed file read at a time
+_ZSTD_FEED = 1 << 10  # ... and given to the zstd decompressor at a time
 _SAMPLE = 64 << 10  # identity: sha256 of the first and last 64 KiB (with size and mtime)
 _GLOB_CHARS = frozenset("*?[")
 
@@ -129,7 +130,7 @@ class _ChunksReader(io.RawIOBase):
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
-        self._rest = b""
+        self._rest = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -139,7 +140,7 @@ class _ChunksReader(io.RawIOBase):
             piece = next(self._chunks, None)
             if piece is None:
                 return 0
-            self._rest = piece
+            self._rest = memoryview(piece)
         view = memoryview(buffer).cast("B")
         n = min(len(view), len(self._rest))
         view[:n] = self._rest[:n]
@@ -156,20 +157,26 @@ class _ChunksReader(io.RawIOBase):
 def _zstd_frames(path: Path, zstandard: Any) -> Iterator[bytes]:
     """The decompressed bytes of every zstd frame of ``path``, in order. Raises ``EOFError``
     when the file ends inside a frame (a truncated file): zstandard's stream reader ends there
-    quietly, which gave a short input (the rows of the whole frames only) and no error."""
+    quietly, which gave a short input (the rows of the whole frames only) and no error.
+
+    The decompressor is fed ``_ZSTD_FEED`` bytes at a time: what one call gives back is bounded
+    by that times the compression ratio (at most about 32 MiB for a hostile file)."""
     dctx = zstandard.ZstdDecompressor()
     frame = None  # the frame being decompressed: started, not yet at its end
     read = 0
     with path.open("rb") as raw:
-        while data := raw.read(_READ):
-            read += len(data)
-            while data:
-                frame = frame or dctx.decompressobj()
-                out = frame.decompress(data)
-                if out:
-                    yield out
-                data = frame.unused_data if frame.eof else b""
-                frame = None if frame.eof else frame
+        while block := raw.read(_READ):
+            read += len(block)
+            view = memoryview(block)
+            for at in range(0, len(view), _ZSTD_FEED):
+                data: Any = view[at : at + _ZSTD_FEED]
+                while data:
+                    frame = frame or dctx.decompressobj()
+                    out = frame.decompress(data)
+                    if out:
+                        yield out
+                    data = frame.unused_data if frame.eof else b""
+                    frame = None if frame.eof else frame
     if frame is not None:
         raise EOFError(
             f"the file ends in the middle of a zstd frame, after {read} bytes: it is truncated"
