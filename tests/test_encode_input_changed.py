@@ -111,3 +111,23 @@ def test_workers_notice_an_input_changed_during_the_run(tmp_path, cli_subprocess
     assert r.code == 1, r
     assert f"input {src} (" in r.err and "changed while the run" in r.err, r.err
     assert "Traceback" not in r.err and not (folder / "index.json").exists(), r.err
+
+
+def test_input_changed_while_a_single_run_reads_it(tmp_path, cli, tiny_checkpoint, monkeypatch):
+    """One process reads the whole input first: an edit during that read is caught too."""
+    from bertattn.corpus import lines
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(_text(100))
+    read_corpus = lines.read_corpus
+
+    def read_then_edit(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out = read_corpus(*args, **kwargs)
+        src.write_bytes(_text(100) + _text(5, "more"))
+        return out
+
+    monkeypatch.setattr(lines, "read_corpus", read_then_edit)
+    r = cli("encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint)
+    assert r.code == 1, r
+    assert f"input {src} (size, mtime_ns" in r.err and "changed while it was read" in r.err, r.err
+    assert not (tmp_path / "o.npy").exists()

@@ -329,7 +329,15 @@ def _run_single(
     else:
         from ..corpus.lines import read_corpus
 
+        before = corpus.identity()
         texts, ids = read_corpus(corpus, text_field=options.field, id_field=options.id_field)
+        changed = corpus.changes(before)
+        if changed:  # edited while it was read: its texts may mix old and new lines
+            raise JobError(
+                f"input {'; '.join(changed[:5])} changed while it was read, so its texts may "
+                f"mix old and new lines and nothing is written; rerun once it is no longer "
+                f"being written."
+            )
     start = time.perf_counter()
     kwargs = _encode_kwargs(options, bert)
     callback = None if progress is None else progress(len(texts))
