@@ -257,7 +257,7 @@ def test_truncated_or_mismatched_shards_are_refused_when_opening(tmp_path):
     with pytest.raises(ValueError, match=r"chunk-00002.npy is not a .npy file"):
         bertattn.open_embeddings(out)
     shard.unlink()
-    with pytest.raises(ValueError, match=r"chunk-00002.npy is missing; .* rerun the encode"):
+    with pytest.raises(ValueError, match=r"chunk-00002.npy is missing or not a file; .* rerun"):
         bertattn.open_embeddings(out)
 
 

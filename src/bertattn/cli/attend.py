@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..jobs.options import AttendOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_stdout(options) -> None:  # type: ignore[no-untyped-def]
+def _check_stdout(options: AttendOptions) -> None:
     """Refuse, before any work, a run that writes to stdout when the command was started
     without one (``>&-``): the summary (no file asked for), ``--explain``'s steps, ``-``."""
     from ..errors import UsageError

@@ -30,11 +30,15 @@ _OPEN = (
 
 
 def damaged(folder: Path, problem: str) -> ValueError:
-    """A sharded folder whose files disagree with its index: ``problem`` and the fix."""
+    """A sharded folder whose files disagree with its index (or a ``.npy`` file changed since
+    it was opened): ``problem`` and the fix."""
+    how = ""
+    if folder.is_dir():
+        how = " (it checks the finished chunks, computes the damaged ones again and rewrites "
+        how += "the index)"
     return ValueError(
         f"{problem}; {folder} is damaged or was changed after the run: rerun the encode command "
-        f"that wrote it (it checks the finished chunks, computes the damaged ones again and "
-        f"rewrites the index)."
+        f"that wrote it{how}."
     )
 
 
@@ -87,7 +91,7 @@ def inside(folder: Path, name: object, what: str) -> Path:
         raise damaged(
             folder,
             f"{index}: {what} is {name!r}, not the name of a file in the folder (such as "
-            f"chunk-00000.npy); a path, absolute or with '..', is never read",
+            f"chunk-00000.npy); a path (absolute, with '..' or a folder) is never read",
         )
     path = folder / name
     if path.resolve().parent != folder.resolve():
@@ -170,7 +174,7 @@ def shard_list(folder: Path, index: dict) -> tuple[list[dict[str, Any]], int]:
 
 def _check_shard(folder: Path, path: Path, rows: int, width: int) -> None:
     if not path.is_file():
-        raise damaged(folder, f"{path} is missing")
+        raise damaged(folder, f"{path} is missing or not a file")
     shape, dtype = npy_layout(path, folder=folder)
     if shape != (rows, width) or dtype != np.float32:
         raise damaged(
