@@ -1,6 +1,7 @@
-"""An input file edited while a chunked run is going: the run fails (exit 1, naming the file)
-instead of writing an index (or an output file) whose rows mix old and new lines; its finished
-chunks are kept, and ``--restart`` reuses the unchanged ones. In process, tiny checkpoint."""
+"""An input file edited while a run is going: the run fails (exit 1, naming the file) instead
+of writing an index (or an output file) whose rows mix old and new lines; its finished chunks
+are kept, and ``--restart`` reuses the unchanged ones, never a chunk whose rows were read from
+other bytes than its recorded digest. In process, tiny checkpoint."""
 
 from __future__ import annotations
 
@@ -131,3 +132,42 @@ def test_input_changed_while_a_single_run_reads_it(tmp_path, cli, tiny_checkpoin
     assert r.code == 1, r
     assert f"input {src} (size, mtime_ns" in r.err and "changed while it was read" in r.err, r.err
     assert not (tmp_path / "o.npy").exists()
+
+
+def test_chunk_read_after_an_edit_is_not_kept_by_restart(
+    tmp_path, cli, tiny_checkpoint, monkeypatch
+):
+    """The edit lands between a chunk's digest (recorded, what --restart compares) and the
+    read of its lines: its rows are of other bytes than its digest says, so it must not be
+    finished with that digest, or --restart would keep wrong rows for the unchanged bytes."""
+    from bertattn.distributed import runner
+
+    src = tmp_path / "in.txt"
+    src.write_bytes(_text(100))
+    real = runner.chunk_sha256
+    calls = []
+
+    def digest_then_edit(source, chunk, **kw):  # type: ignore[no-untyped-def]
+        digest = real(source, chunk, **kw)
+        calls.append(chunk.index)
+        if chunk.index == 2 and calls.count(2) == 1:  # a line inserted at the top, once:
+            # longer than a chunk, so it is a chunk of its own and the old chunks come back
+            # whole, one index later, for --restart to find by their digests
+            src.write_bytes(b"an inserted line " * 40 + b"\n" + _text(100))
+        return digest
+
+    monkeypatch.setattr(runner, "chunk_sha256", digest_then_edit)
+    out = f"{tmp_path / 'sh'}/"
+    argv = ["encode", src, "-o", out, "--model", tiny_checkpoint, "--chunk-size", "600"]
+    r = cli(*argv)
+    assert r.code == 1, r
+    assert f"on chunk 2 ({src} bytes" in r.err, r.err
+    assert f"{src} changed while the chunk was read" in r.err and "--restart" in r.err, r.err
+    monkeypatch.undo()
+    r = cli(*argv, "--restart")
+    assert r.code == 0, r
+    ref = tmp_path / "ref.npy"
+    assert cli("encode", src, "-o", ref, "--model", tiny_checkpoint).code == 0
+    got = open_embeddings(tmp_path / "sh").to_numpy()
+    assert got.shape == np.load(ref).shape
+    np.testing.assert_allclose(got, np.load(ref), rtol=0, atol=1e-5)

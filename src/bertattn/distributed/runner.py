@@ -383,7 +383,8 @@ def _encode_chunks(
                 raise RuntimeError(f"injected failure (BERTATTN_TEST_FAIL_CHUNK={chunk.index})")
             # the digest of its input bytes, recorded with it: what --restart compares
             hashed = chunk if digest is None else dataclasses.replace(chunk, sha256=digest(chunk))
-            store.write_part(hashed, _counted(work(hashed), add), width, rank)
+            pieces = work(hashed) if digest is None else _same_bytes(work(hashed), hashed, digest)
+            store.write_part(hashed, _counted(pieces, add), width, rank)
         except Exception as exc:
             record = _failure_record(exc, chunk, rank, store)
             message = failure_message(record, len(store.present(chunks)), store.path)
@@ -395,6 +396,22 @@ def _encode_chunks(
         update.own(chunk.size - done[0])  # a compressed chunk is counted at its end
         if delay:
             time.sleep(delay)
+
+
+def _same_bytes(
+    pieces: Iterable[Piece], chunk: Chunk, digest: Callable[[Chunk], str]
+) -> Iterator[Piece]:
+    """``pieces``, then a check that the chunk's input bytes still have the digest taken
+    before they were read (``chunk.sha256``): raises ``ValueError`` before the chunk is
+    finished when the file changed while it was read, as its rows may then be of other bytes
+    than the digest it would be recorded with, which ``--restart`` trusts to keep it."""
+    yield from pieces
+    if digest(chunk) != chunk.sha256:
+        raise ValueError(
+            f"{chunk.name or f'file {chunk.file}'} changed while the chunk was read (its bytes' "
+            f"sha256 differs from before): its rows are not kept. Let the input be, then rerun "
+            f"with --restart"
+        )
 
 
 def _missing(chunks: Sequence[Chunk], present: set[int]) -> str:
