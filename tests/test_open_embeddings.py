@@ -307,3 +307,13 @@ def test_corrupt_stats_file_is_named(tmp_path):
     (out / "chunk-00002.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match=r"chunk-00002.json holds list, not a JSON object"):
         emb.ids()
+
+
+def test_a_header_whose_size_wraps_in_int64_is_refused(tmp_path):
+    rows = 2**62 + 2  # rows * 4 * 4 bytes is 2**66 + 32: 32 in int64 arithmetic
+    text = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 4), }}"
+    body = (text + " " * (117 - len(text)) + "\n").encode()
+    head = b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+    (tmp_path / "h.npy").write_bytes(head + b"\0" * 32)
+    with pytest.raises(ValueError, match=rf"h.npy is cut short: .*\({rows}, 4\)"):
+        bertattn.open_embeddings(tmp_path / "h.npy")

@@ -9,6 +9,7 @@ shard at opening; no row is read.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ def npy_layout(path: Path, *, folder: Path | None = None) -> tuple[tuple[int, ..
     try:
         with path.open("rb") as f:
             shape, dtype = _header(f, path)
-            expected = f.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            expected = f.tell() + math.prod(shape) * dtype.itemsize  # exact: no int64 wrap
             size = os.fstat(f.fileno()).st_size
     except OSError as exc:
         what = f"{path} cannot be read ({exc.strerror or exc})"
