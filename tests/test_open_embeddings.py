@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -317,3 +318,18 @@ def test_a_header_whose_size_wraps_in_int64_is_refused(tmp_path):
     (tmp_path / "h.npy").write_bytes(head + b"\0" * 32)
     with pytest.raises(ValueError, match=rf"h.npy is cut short: .*\({rows}, 4\)"):
         bertattn.open_embeddings(tmp_path / "h.npy")
+
+
+def test_a_column_of_every_row_holds_one_shard_at_a_time(tmp_path):
+    """``emb[:, 0]`` of 20 shards of 1,000 x 384 rows (30 MiB): what it holds at once is about
+    one shard (1.5 MiB), not every row."""
+    out, rows = _folder(tmp_path, sizes=(1000,) * 20, width=384)
+    emb = bertattn.open_embeddings(out)
+    tracemalloc.start()
+    try:
+        got = emb[:, 0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, rows[:, 0])
+    assert peak < 6 << 20, peak

@@ -126,7 +126,18 @@ class Embeddings:
         string) raises ``TypeError``; an index out of range ``IndexError``."""
         entries = _normalized_key(key, self.shape)
         rows, row_key = _row_selection(entries[0], self._rows)
-        return self._rows_of(rows)[(row_key, *entries[1:])]
+        rest = tuple(entries[1:])
+        if isinstance(row_key, slice) and rows.size:  # rows stay the first axis: shard by shard
+            # each part copied out of its shard's rows, which are then let go
+            parts = [self._rows_of(run)[(row_key, *rest)].copy() for run in self._runs(rows)]
+            return np.concatenate(parts)
+        return self._rows_of(rows)[(row_key, *rest)]
+
+    def _runs(self, rows: np.ndarray) -> list[np.ndarray]:
+        """``rows`` cut where they pass from one shard to another (each piece in one shard), so
+        that ``emb[:, 0]`` holds one shard's rows at a time, not every row."""
+        which = np.searchsorted(self._starts, rows, side="right")
+        return np.split(rows, np.flatnonzero(np.diff(which)) + 1)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         out = self.to_numpy()
