@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import exit_status, one_line
+from ..stdio import mend_closed_streams
 
 #: subcommand -> one-line help; the code is in ``bertattn/cli/<name>.py``.
 COMMANDS: dict[str, str] = {
@@ -167,6 +168,7 @@ def _unraisable(unraisable: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit status (see the module docstring)."""
     held = _HeldInterrupts()  # first: no Ctrl-C can land before the handlers below
+    mend_closed_streams()  # started with <&- / >&- / 2>&-: errors in one line, not tracebacks
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if a in COMMANDS), "")
     prefix = _prefix(command) if command else "bertattn:"

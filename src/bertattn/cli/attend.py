@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..jobs.options import AttendOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from ..jobs.options import AttendOptions, from_namespace
 
     options = from_namespace(AttendOptions, args)
+    _check_stdout(options)
     result = run_attend(options)
     maps = result.maps
     for message in result.warnings:  # e.g. "1 text truncated to 256 tokens": reported
@@ -53,3 +58,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"bertattn attend: wrote {path.resolve()}", file=sys.stderr)
     sys.stdout.flush()  # a closed stdout fails here, inside main (exit 141), not at exit
     return 0
+
+
+def _check_stdout(options: AttendOptions) -> None:
+    """Refuse, before any work, a run that writes to stdout when the command was started
+    without one (``>&-``): the summary (no file asked for), ``--explain``'s steps, ``-``."""
+    from ..errors import UsageError
+    from ..stdio import is_closed
+
+    dash = "-" in (options.html, options.json)
+    if (not options.outputs or options.explain is not None or dash) and is_closed(sys.stdout):
+        raise UsageError(
+            "stdout is closed (the command was started with >&-), and attend writes its "
+            "summary, --explain steps or '-' output there; run it with a stdout, or ask for "
+            "files only (--png/--html/--json FILE)."
+        )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import operator
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import one_line
+from .checks import INDEX, damaged, npy_layout, read_stats, shard_list
+
 __all__ = ["INDEX", "Embeddings", "npy_header", "open_embeddings"]
 
-INDEX = "index.json"
 FORMAT = "bertattn-embeddings"
 VERSION = 1
 NPY_HEADER_BYTES = 128
@@ -52,10 +55,11 @@ def npy_header(rows: int, width: int) -> bytes:
 
 class Embeddings:
     """Rows of embeddings in input order, read on demand from one or more ``.npy`` shards
-    (memory-mapped: opening costs no reading). ``emb[i]``, ``emb[a:b]``, ``emb[[i, j]]`` return
-    NumPy arrays; ``len(emb)``, ``emb.shape``; ``np.asarray(emb)`` reads everything;
-    :meth:`shards` walks the shards in order; :meth:`locate` says which input line a row came
-    from (sharded folders)."""
+    (memory-mapped: opening costs no reading). ``emb[key]`` is ``np.asarray(emb)[key]``
+    (``emb[i]``, ``emb[a:b]``, ``emb[[i, j]]``, ``emb[i, j]``, ``emb[mask, :10]``, ...), reading
+    only the rows ``key`` selects; ``len(emb)``, ``emb.shape``; ``np.asarray(emb)`` reads
+    everything; :meth:`shards` walks the shards in order; :meth:`locate` says which input line
+    a row came from (sharded folders)."""
 
     def __init__(self, path: Path, shards: list[dict[str, Any]], width: int, index: dict | None):
         self.path = path
@@ -87,12 +91,15 @@ class Embeddings:
         if arr is None:
             info = self._shards[k]
             file = self.path / info["file"] if self.path.is_dir() else self.path
-            arr = np.load(file, mmap_mode="r", allow_pickle=False)
+            try:
+                arr = np.load(file, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as exc:  # changed since it was opened
+                raise damaged(self.path, f"{file} cannot be read ({one_line(exc)})") from None
             if arr.dtype != np.float32 or arr.shape != (int(info["rows"]), self.width):
-                raise ValueError(
+                raise damaged(
+                    self.path,
                     f"{file} holds a {arr.dtype} array of shape {arr.shape}; the index says "
-                    f"({info['rows']}, {self.width}) float32: the folder is damaged or was "
-                    f"changed after the run."
+                    f"({info['rows']}, {self.width}) float32",
                 )
             self._maps[k] = arr
         return arr
@@ -103,17 +110,8 @@ class Embeddings:
             yield start, self._shard(k)
 
     # ------------------------------------------------------------------ rows
-    def _row(self, i: int) -> np.ndarray:
-        if not -self._rows <= i < self._rows:
-            raise IndexError(f"row {i} is out of range for {self._rows} rows.")
-        i %= self._rows
-        k = bisect.bisect_right(self._starts, i) - 1
-        return np.array(self._shard(k)[i - self._starts[k]])
-
     def _rows_of(self, idx: np.ndarray) -> np.ndarray:
-        if idx.size and (idx.min() < -self._rows or idx.max() >= self._rows):
-            raise IndexError(f"a row index is out of range for {self._rows} rows.")
-        idx = idx % max(self._rows, 1)
+        """Rows ``idx`` (1-D, each in ``0 <= i < rows``), in that order, as one array."""
         out = np.empty((idx.size, self.width), dtype=np.float32)
         which = np.searchsorted(self._starts, idx, side="right") - 1
         for k in np.unique(which):
@@ -122,18 +120,24 @@ class Embeddings:
         return out
 
     def __getitem__(self, key: object) -> np.ndarray:
-        if isinstance(key, (int, np.integer)):
-            return self._row(int(key))
-        if isinstance(key, slice):
-            return self._rows_of(np.arange(self._rows)[key])
-        idx = np.asarray(key)
-        if idx.dtype == bool:
-            if idx.shape != (self._rows,):
-                raise IndexError(f"a boolean index must have {self._rows} entries.")
-            idx = np.flatnonzero(idx)
-        if idx.dtype.kind not in "iu":
-            raise TypeError(f"rows are indexed by int, slice or integer array, got {key!r}.")
-        return self._rows_of(idx.reshape(-1)).reshape(*idx.shape, self.width)
+        """What ``np.asarray(self)[key]`` gives, reading only the rows ``key`` selects: an int
+        (NumPy integers too), a slice, an integer array or list, a boolean mask, a tuple of
+        those for (rows, columns), and ``...``. Anything else (``None``, a bool, a float, a
+        string) raises ``TypeError``; an index out of range ``IndexError``."""
+        entries = _normalized_key(key, self.shape)
+        rows, row_key = _row_selection(entries[0], self._rows)
+        rest = tuple(entries[1:])
+        if isinstance(row_key, slice) and rows.size:  # rows stay the first axis: shard by shard
+            # each part copied out of its shard's rows, which are then let go
+            parts = [self._rows_of(run)[(row_key, *rest)].copy() for run in self._runs(rows)]
+            return np.concatenate(parts)
+        return self._rows_of(rows)[(row_key, *rest)]
+
+    def _runs(self, rows: np.ndarray) -> list[np.ndarray]:
+        """``rows`` cut where they pass from one shard to another (each piece in one shard), so
+        that ``emb[:, 0]`` holds one shard's rows at a time, not every row."""
+        which = np.searchsorted(self._starts, rows, side="right")
+        return np.split(rows, np.flatnonzero(np.diff(which)) + 1)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         out = self.to_numpy()
@@ -149,11 +153,11 @@ class Embeddings:
     # ------------------------------------------------------------------ provenance
     def locate(self, row: int) -> tuple[str, int]:
         """``(input file, 1-based line)`` that row ``row`` was computed from (a sharded folder:
-        lines are counted per file)."""
+        lines are counted per file). A negative ``row`` counts from the end, as in NumPy; one
+        out of range raises ``IndexError``."""
+        row = _row_number(row, self._rows)
         if self.index is None:
-            return str(self.path), int(row) + 1
-        if not 0 <= row < self._rows:
-            raise IndexError(f"row {row} is out of range for {self._rows} rows.")
+            return str(self.path), row + 1
         k = bisect.bisect_right(self._starts, row) - 1
         info = self._shards[k]
         line = row - self._starts[k] + 1  # within the shard, blank JSON lines not yet counted
@@ -167,11 +171,15 @@ class Embeddings:
         """The blank JSON lines a shard skipped (its stats' ``"skipped"``), sorted."""
         if "stats" not in info or not self.path.is_dir():
             return []
-        try:
-            stats = json.loads((self.path / info["stats"]).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in stats.get("skipped", ()))
+        stats = read_stats(self.path, info["stats"], f"the stats file of {info['file']}")
+        skipped = stats.get("skipped", [])
+        if not isinstance(skipped, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in skipped
+        ):
+            raise damaged(
+                self.path, f"{self.path / info['stats']}: 'skipped' is not a list of line numbers"
+            )
+        return sorted(skipped)
 
     def ids(self) -> list[object] | None:
         """Each row's id (``--id-field``), in order; None when the run recorded none."""
@@ -179,9 +187,109 @@ class Embeddings:
             return None
         out: list[object] = []
         for info in self._shards:
-            stats = json.loads((self.path / info["stats"]).read_text(encoding="utf-8"))
-            out += stats["ids"]
+            stats = read_stats(self.path, info.get("stats"), f"the stats file of {info['file']}")
+            ids = stats.get("ids")
+            if not isinstance(ids, list) or len(ids) != int(info["rows"]):
+                raise damaged(
+                    self.path,
+                    f"{self.path / info['stats']}: 'ids' is not a list of {info['rows']} ids, "
+                    f"one per row of {info['file']}",
+                )
+            out += ids
         return out
+
+
+# ---------------------------------------------------------------------- indexing
+_KEY_FORMS = (
+    "an int, a slice, an integer array or list, a boolean mask, ... or a tuple of those "
+    "(rows, columns)"
+)
+
+
+def _row_number(row: object, rows: int) -> int:
+    """``row`` as a row number in ``0 <= row < rows`` (negative: from the end, as in NumPy)."""
+    if isinstance(row, (bool, np.bool_)) or not hasattr(row, "__index__"):
+        raise TypeError(f"a row number must be an int, got {row!r}.")
+    i = operator.index(row)  # type: ignore[arg-type]
+    if not -rows <= i < rows:
+        raise IndexError(f"row {i} is out of range for {rows} rows.")
+    return i % rows
+
+
+def _entry(item: object) -> object:
+    """One entry of an index as NumPy would take it: ``...``, an int, a slice or an array
+    (integer or boolean); ``TypeError`` for anything else."""
+    if item is Ellipsis or isinstance(item, slice):
+        return item
+    if isinstance(item, (bool, np.bool_)) or item is None:
+        what = "None (np.newaxis)" if item is None else f"a bool ({item!r})"
+        raise TypeError(
+            f"embeddings are indexed by {_KEY_FORMS}; got {what}: index the array they give "
+            f"instead, e.g. np.asarray(emb[rows])[None]."
+        )
+    if isinstance(item, (int, np.integer)):
+        return int(item)
+    if isinstance(item, (list, np.ndarray)):
+        arr = np.asarray(item)
+        if isinstance(item, list) and arr.size == 0:
+            arr = arr.astype(np.intp)  # [] selects nothing, as in NumPy
+        if arr.dtype == bool and arr.ndim == 0:
+            return _entry(bool(arr))
+        if arr.dtype == bool or arr.dtype.kind in "iu":
+            return arr
+    raise TypeError(f"embeddings are indexed by {_KEY_FORMS}; got {item!r}.")
+
+
+def _dims(entry: object) -> int:
+    return entry.ndim if isinstance(entry, np.ndarray) and entry.dtype == bool else 1
+
+
+def _normalized_key(key: object, shape: tuple[int, int]) -> list[object]:
+    """``key`` as exactly two entries, (rows, columns): ``...`` expanded, a boolean mask
+    replaced by the integer arrays of its true entries (what NumPy does), each mask checked
+    against the dimensions it covers."""
+    entries = [_entry(item) for item in (key if isinstance(key, tuple) else (key,))]
+    if sum(e is Ellipsis for e in entries) > 1:
+        raise IndexError("an index can hold only one ellipsis (...).")
+    used = sum(_dims(e) for e in entries if e is not Ellipsis)
+    if used > len(shape):
+        raise IndexError(
+            f"too many indices: the embeddings are 2-dimensional (rows, width), the index "
+            f"has {used}."
+        )
+    fill = [slice(None)] * (len(shape) - used)
+    at = next((i for i, e in enumerate(entries) if e is Ellipsis), len(entries))
+    entries[at : at + 1] = fill
+    out: list[object] = []
+    for e in entries:
+        if isinstance(e, np.ndarray) and e.dtype == bool:
+            covered = shape[len(out) : len(out) + e.ndim]
+            if e.shape != covered:
+                raise IndexError(
+                    f"a boolean mask of shape {e.shape} does not match the dimensions it "
+                    f"indexes, {covered}."
+                )
+            out += list(e.nonzero())
+        else:
+            out.append(e)
+    return out
+
+
+def _row_selection(entry: object, rows: int) -> tuple[np.ndarray, object]:
+    """The rows that the row entry of a key selects (each once, in ``0 <= i < rows``, to
+    read) and the entry that selects the same thing from those rows alone."""
+    if isinstance(entry, slice):
+        picked = range(rows)[entry]
+        return np.arange(picked.start, picked.stop, picked.step, dtype=np.intp), slice(None)
+    if isinstance(entry, int):
+        return np.array([_row_number(entry, rows)], dtype=np.intp), 0
+    arr = np.asarray(entry)
+    if arr.size and (arr.min() < -rows or arr.max() >= rows):
+        bad = arr.min() if arr.min() < -rows else arr.max()
+        raise IndexError(f"row {bad} is out of range for {rows} rows.")
+    wanted = arr.astype(np.intp) % rows if arr.size else arr.astype(np.intp)
+    unique, inverse = np.unique(wanted, return_inverse=True)
+    return unique, inverse.reshape(arr.shape)
 
 
 def _bad(path: Path, why: str) -> ValueError:
@@ -191,22 +299,35 @@ def _bad(path: Path, why: str) -> ValueError:
 def open_embeddings(path: str | os.PathLike[str]) -> Embeddings:
     """The embeddings at ``path``: a ``.npy`` file (``(rows, width)`` float32) or a folder
     written by ``bertattn encode ... -o FOLDER/`` (its ``index.json``), rows in input order,
-    memory-mapped. Raises ``ValueError`` for a folder without a complete index (a run still
-    going, or interrupted: rerun it to finish) and ``FileNotFoundError`` for a missing path."""
+    memory-mapped. Opening reads each shard's header, no row. Raises ``FileNotFoundError`` for
+    a missing path and ``ValueError``, naming the file, for a folder without a complete index
+    (a run still going, or interrupted: rerun it to finish), an index that names a file outside
+    the folder, a shard whose header or size disagrees with the index, or a file that is not a
+    ``.npy`` (a ``.jsonl`` output)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist.")
     if p.is_file():
-        arr = np.load(p, mmap_mode="r", allow_pickle=False)
-        if arr.ndim != 2 or arr.dtype != np.float32:
-            raise ValueError(
-                f"{p} holds a {arr.dtype} array of shape {arr.shape}, not (N, E) float32."
-            )
-        emb = Embeddings(
-            p, [{"file": p.name, "rows": arr.shape[0], "first_row": 0}], arr.shape[1], None
+        return _open_npy(p)
+    index = _read_index(p)
+    shards, width = shard_list(p, index)
+    return Embeddings(p, shards, width, index)
+
+
+def _open_npy(p: Path) -> Embeddings:
+    shape, dtype = npy_layout(p)
+    if len(shape) != 2 or dtype != np.float32:
+        raise ValueError(
+            f"{p} holds a {dtype} array of shape {shape}, not (rows, width) float32; write "
+            f"embeddings with bertattn encode, or convert it (a.astype(np.float32))."
         )
-        emb._maps[0] = arr
-        return emb
+    arr = np.load(p, mmap_mode="r", allow_pickle=False)
+    emb = Embeddings(p, [{"file": p.name, "rows": shape[0], "first_row": 0}], shape[1], None)
+    emb._maps[0] = arr
+    return emb
+
+
+def _read_index(p: Path) -> dict[str, Any]:
     index_path = p / INDEX
     if not index_path.is_file():
         raise _bad(p, f"no {INDEX} (the run that writes it has not finished: rerun it to finish)")
@@ -220,12 +341,4 @@ def open_embeddings(path: str | os.PathLike[str]) -> Embeddings:
         raise _bad(
             p, f"{INDEX} has version {index.get('version')!r}; this bertattn reads {VERSION}"
         )
-    shards = index["shards"]
-    row = 0
-    for s in shards:
-        if int(s["first_row"]) != row:
-            raise _bad(p, f"{INDEX}: shard {s['file']} starts at row {s['first_row']}, not {row}")
-        row += int(s["rows"])
-    if row != int(index["rows"]):
-        raise _bad(p, f"{INDEX}: the shards hold {row} rows, the index says {index['rows']}")
-    return Embeddings(p, shards, int(index["width"]), index)
+    return index

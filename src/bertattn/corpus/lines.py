@@ -144,6 +144,11 @@ def parse_record(
         raise ValueError(
             f"{where(n)}: not valid JSON ({exc.msg} at column {exc.colno}); {fix}."
         ) from None
+    except RecursionError:  # [[[[... thousands deep: Python's JSON reader gives up
+        raise ValueError(
+            f"{where(n)}: JSON nested too deeply to read (arrays or objects thousands of levels "
+            f"deep); {fix}."
+        ) from None
     if not isinstance(obj, dict):
         raise ValueError(
             f"{where(n)} is {json_kind(obj, json_word=True)}, not an object with a "
@@ -253,7 +258,7 @@ def _warn_if_json_lines(first: str, where: str) -> None:
         return
     try:
         obj = json.loads(first)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return
     fields = [k for k, v in obj.items() if isinstance(v, str)] if isinstance(obj, dict) else []
     if fields:
@@ -330,15 +335,18 @@ def _stream_with(src: Source) -> Iterator[bytes]:
         try:
             yield from _stream_pieces(stream)
         except Exception as exc:
-            # gzip: OSError (BadGzipFile), EOFError, zlib.error; zstandard: ZstdError
+            # gzip: OSError (BadGzipFile), EOFError (truncated), zlib.error; zstandard:
+            # ZstdError; a zstd file that ends inside a frame: EOFError (sources._zstd_frames)
             damaged = isinstance(exc, (OSError, EOFError, zlib.error)) or type(
                 exc
             ).__module__.startswith("zstandard")
             if not damaged:
                 raise
+            tool = "gzip -t" if src.compression == "gzip" else "zstd -t"
             raise ValueError(
-                f"{src.name}: cannot decompress ({exc}); the file is damaged or not "
-                f"{src.compression}."
+                f"{src.name}: cannot decompress ({exc}); the file is damaged, truncated or not "
+                f"{src.compression}: test it with {tool} {src.name}, then copy or compress it "
+                f"again."
             ) from None
 
 

@@ -15,10 +15,10 @@ import gzip
 import hashlib
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from ..errors import MissingExtraError, UsageError
 
@@ -27,6 +27,8 @@ __all__ = ["COMPRESSIONS", "Corpus", "InputFile", "Source", "is_pipe_or_device",
 #: suffix -> compression
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_READ = 1 << 20  # bytes of a compressed file read at a time
+_ZSTD_FEED = 1 << 10  # ... and given to the zstd decompressor at a time
 _SAMPLE = 64 << 10  # identity: sha256 of the first and last 64 KiB (with size and mtime)
 _GLOB_CHARS = frozenset("*?[")
 
@@ -96,8 +98,7 @@ class InputFile:
                 import zstandard
             except ImportError:
                 raise MissingExtraError(f"reading {self.path}", "zstandard", "zstd") from None
-            raw = self.path.open("rb")
-            return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+            return io.BufferedReader(_ChunksReader(_zstd_frames(self.path, zstandard)))
         return self.path.open("rb")
 
     def identity(self) -> dict:
@@ -116,6 +117,71 @@ class InputFile:
             "sample_sha256": h.hexdigest(),
         }
 
+    def current_identity(self) -> dict | None:
+        """:meth:`identity` of the file as it is now (stat'ed again); None when it is gone."""
+        try:
+            return InputFile.stat(self.path).identity()
+        except (UsageError, OSError):
+            return None
+
+
+class _ChunksReader(io.RawIOBase):
+    """A readable binary stream over an iterator of byte strings (closed: the iterator too)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._rest = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._rest:
+            piece = next(self._chunks, None)
+            if piece is None:
+                return 0
+            self._rest = memoryview(piece)
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), len(self._rest))
+        view[:n] = self._rest[:n]
+        self._rest = self._rest[n:]
+        return n
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if callable(close):
+            close()
+        super().close()
+
+
+def _zstd_frames(path: Path, zstandard: Any) -> Iterator[bytes]:
+    """The decompressed bytes of every zstd frame of ``path``, in order. Raises ``EOFError``
+    when the file ends inside a frame (a truncated file): zstandard's stream reader ends there
+    quietly, which gave a short input (the rows of the whole frames only) and no error.
+
+    The decompressor is fed ``_ZSTD_FEED`` bytes at a time: what one call gives back is bounded
+    by that times the compression ratio (at most about 32 MiB for a hostile file)."""
+    dctx = zstandard.ZstdDecompressor()
+    frame = None  # the frame being decompressed: started, not yet at its end
+    read = 0
+    with path.open("rb") as raw:
+        while block := raw.read(_READ):
+            read += len(block)
+            view = memoryview(block)
+            for at in range(0, len(view), _ZSTD_FEED):
+                data: Any = view[at : at + _ZSTD_FEED]
+                while data:
+                    frame = frame or dctx.decompressobj()
+                    out = frame.decompress(data)
+                    if out:
+                        yield out
+                    data = frame.unused_data if frame.eof else b""
+                    frame = None if frame.eof else frame
+    if frame is not None:
+        raise EOFError(
+            f"the file ends in the middle of a zstd frame, after {read} bytes: it is truncated"
+        )
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -130,6 +196,21 @@ class Corpus:
 
     def identity(self) -> list[dict]:
         return [f.identity() for f in self.files]
+
+    def changes(self, recorded: Sequence[dict]) -> list[str]:
+        """The files whose identity now differs from ``recorded`` (what :meth:`identity` gave
+        when the job started), each with what differs: ``"in.txt (size, mtime_ns)"``. A
+        stand-in source without ``current_identity`` is compared by its :meth:`identity`."""
+        out = []
+        for src, then in zip(self.files, recorded, strict=True):
+            current = getattr(src, "current_identity", src.identity)
+            now = current()
+            if now is None:
+                out.append(f"{src.name} (removed or unreadable)")
+            elif now != then:
+                what = ", ".join(k for k in now if k != "path" and now.get(k) != then.get(k))
+                out.append(f"{src.name} ({what})")
+        return out
 
     def describe(self) -> str:
         if len(self.files) == 1:

@@ -383,7 +383,8 @@ def _encode_chunks(
                 raise RuntimeError(f"injected failure (BERTATTN_TEST_FAIL_CHUNK={chunk.index})")
             # the digest of its input bytes, recorded with it: what --restart compares
             hashed = chunk if digest is None else dataclasses.replace(chunk, sha256=digest(chunk))
-            store.write_part(hashed, _counted(work(hashed), add), width, rank)
+            pieces = work(hashed) if digest is None else _same_bytes(work(hashed), hashed, digest)
+            store.write_part(hashed, _counted(pieces, add), width, rank)
         except Exception as exc:
             record = _failure_record(exc, chunk, rank, store)
             message = failure_message(record, len(store.present(chunks)), store.path)
@@ -395,6 +396,22 @@ def _encode_chunks(
         update.own(chunk.size - done[0])  # a compressed chunk is counted at its end
         if delay:
             time.sleep(delay)
+
+
+def _same_bytes(
+    pieces: Iterable[Piece], chunk: Chunk, digest: Callable[[Chunk], str]
+) -> Iterator[Piece]:
+    """``pieces``, then a check that the chunk's input bytes still have the digest taken
+    before they were read (``chunk.sha256``): raises ``ValueError`` before the chunk is
+    finished when the file changed while it was read, as its rows may then be of other bytes
+    than the digest it would be recorded with, which ``--restart`` trusts to keep it."""
+    yield from pieces
+    if digest(chunk) != chunk.sha256:
+        raise ValueError(
+            f"{chunk.name or f'file {chunk.file}'} changed while the chunk was read (its bytes' "
+            f"sha256 differs from before): its rows are not kept. Let the input be, then rerun "
+            f"with --restart"
+        )
 
 
 def _missing(chunks: Sequence[Chunk], present: set[int]) -> str:
@@ -474,6 +491,7 @@ def run_chunks(
     max_length: int = 0,
     poll: float = _POLL,
     digests: bool = True,
+    check_inputs: Callable[[], None] | None = None,
 ) -> ChunkedSummary | None:
     """Encode ``files`` chunk by chunk with ``work`` into ``store``, as this rank of the run.
 
@@ -488,6 +506,9 @@ def run_chunks(
     ``digests``: record the sha256 of each chunk's input bytes (read once more before encoding
     it), which ``--restart`` needs to keep it; False for a stand-in source whose bytes are
     costly to read (the tests' virtual corpus): ``restart`` then keeps none of its chunks.
+    ``check_inputs()`` (rank 0, once every chunk is finished, before the index or ``finish``):
+    raises when an input changed during the run, whose rows then may mix old and new content;
+    the finished chunks stay in the folder.
     """
     started = time.perf_counter()
     owned = group is None
@@ -573,6 +594,8 @@ def run_chunks(
         group.barrier()
         if group.rank != 0:
             return None
+        if check_inputs is not None:
+            check_inputs()
         index = store.index(chunks, names, width)
         if store.sharded:
             store.finish_run()

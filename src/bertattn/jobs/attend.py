@@ -3,7 +3,6 @@ for one head and token, or PNG / HTML / JSON files written all together or not a
 
 from __future__ import annotations
 
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..files import check_output
 from ..maps import AttentionMaps
-from .inputs import check_input
+from .inputs import check_input, stdin_buffer
 from .options import AttendOptions, flag, job_device
 
 if TYPE_CHECKING:
@@ -134,7 +133,7 @@ def read_text(options: AttendOptions) -> str:
         return str(options.text)
     name = "<stdin>" if options.file is None else str(options.file)
     if options.file is None:
-        raw = sys.stdin.buffer.read()
+        raw = stdin_buffer("attend -").read()
     else:
         raw = check_input(options.file, what="--file", stream=True).read_bytes()
     refuse_compressed(raw, name, by_name=False)

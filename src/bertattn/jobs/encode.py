@@ -27,11 +27,13 @@ import numpy as np
 
 from ..errors import JobError, UsageError, describe_os_error, disk_full, exit_status, one_line
 from ..files import check_output, write_atomic, write_stdout
-from .inputs import check_input, is_stream, read_records
+from ..stdio import is_closed
+from .inputs import check_input, is_stream, read_records, stdin_buffer
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
 if TYPE_CHECKING:
     from ..corpus import Corpus, Embeddings
+    from ..distributed import ChunkStore
 
 __all__ = ["EncodeSummary", "embeddings_payload", "run_encode"]
 
@@ -180,11 +182,18 @@ def check_paths(options: EncodeOptions) -> tuple[Path | None, Corpus | None]:
     not a folder unless a sharded output is asked for)."""
     from ..corpus import open_corpus
 
+    if str(options.input) == "-":
+        stdin_buffer()  # a closed stdin: refused before the model loads
     corpus = None if is_stream(options.input) else open_corpus(options.input)
     inputs: list[str | Path] = [f.name for f in corpus.files] if corpus is not None else []
     if options.onnx is not None:
         inputs.append(check_input(options.onnx, what="--onnx file"))
     if str(options.output) == "-":
+        if is_closed(sys.stdout):
+            raise UsageError(
+                "--output - writes to stdout, which is closed (the command was started with "
+                ">&-); give an output file (-o FILE.npy), or run it with a stdout."
+            )
         return None, corpus
     if options.sharded:
         return _check_folder(Path(str(options.output).rstrip("/" + os.sep) or "/"), corpus), corpus
@@ -320,7 +329,15 @@ def _run_single(
     else:
         from ..corpus.lines import read_corpus
 
+        before = corpus.identity()
         texts, ids = read_corpus(corpus, text_field=options.field, id_field=options.id_field)
+        changed = corpus.changes(before)
+        if changed:  # edited while it was read: its texts may mix old and new lines
+            raise JobError(
+                f"input {'; '.join(changed[:5])} changed while it was read, so its texts may "
+                f"mix old and new lines and nothing is written; rerun once it is no longer "
+                f"being written."
+            )
     start = time.perf_counter()
     kwargs = _encode_kwargs(options, bert)
     callback = None if progress is None else progress(len(texts))
@@ -413,6 +430,7 @@ def _run_chunked(
             timeout=options.wait_seconds,
             progress=None if progress is None else (lambda total: progress(total, unit="B")),
             max_length=kwargs["max_length"],
+            check_inputs=lambda: _check_unchanged(corpus, identity, store, options),
         )
     except DistributedEncodeError as exc:
         raise JobError(str(exc)) from exc
@@ -422,6 +440,24 @@ def _run_chunked(
         return None
     where = f"{out}/ ({summary.chunks} shards + index.json)" if options.sharded else out
     return EncodeSummary(Path(str(where)), str(summary))
+
+
+def _check_unchanged(
+    corpus: Corpus, identity: dict, store: ChunkStore, options: EncodeOptions
+) -> None:
+    """Rank 0, every chunk finished: raise ``JobError`` when an input file changed since the
+    run started (its size, modification time or sampled ends differ from the manifest's), as
+    its rows may then mix old and new lines; nothing more is written, the chunks are kept."""
+    changed = corpus.changes(identity["inputs"])
+    if not changed:
+        return
+    kept = store.finished_count()
+    result = "no index is written" if options.sharded else f"{options.output} is not written"
+    raise JobError(
+        f"input {'; '.join(changed[:5])} changed while the run was going: its rows may mix "
+        f"old and new lines, so {result}. Let the input be, then rerun with --restart: the "
+        f"{kept} finished chunk(s) in {store.path} whose input bytes are unchanged are kept."
+    )
 
 
 def _output_failed(exc: OSError, out: Path, parts: Path) -> str:

@@ -7,10 +7,12 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import UsageError
+from ..stdio import is_closed
 
-__all__ = ["check_input", "is_stream", "read_records", "read_texts"]
+__all__ = ["check_input", "is_stream", "read_records", "read_texts", "stdin_buffer"]
 
 
 def check_input(source: str | Path, *, what: str = "input file", stream: bool = False) -> Path:
@@ -36,6 +38,17 @@ def check_input(source: str | Path, *, what: str = "input file", stream: bool = 
     except OSError as exc:
         raise UsageError(f"{what} {path} cannot be read ({exc.strerror or exc}).") from None
     return path
+
+
+def stdin_buffer(what: str = "input -") -> BinaryIO:
+    """``sys.stdin``'s bytes; ``UsageError`` when the process was started without a stdin
+    (``<&-``), which ``what`` (``-``) would read."""
+    if is_closed(sys.stdin):
+        raise UsageError(
+            f"{what} reads stdin, which is closed (the command was started with <&-); pipe "
+            f"the text in (... | bertattn ...) or give a file."
+        )
+    return sys.stdin.buffer
 
 
 def is_stream(source: str | Path) -> bool:
@@ -67,7 +80,7 @@ def read_records(
         return read_corpus(open_corpus(source), text_field=field, id_field=id_field)
     # stdin, or a pipe or device read once as stdin is
     if str(source) == "-":
-        name, stream = "<stdin>", contextlib.nullcontext(sys.stdin.buffer)
+        name, stream = "<stdin>", contextlib.nullcontext(stdin_buffer())
     else:
         name = str(source)
         try:
