@@ -35,6 +35,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The thread governor changes torch's thread count when the machine is loaded, and with it the
+# order of float sums (rows ~1e-7 apart): tests that compare two runs byte for byte must not
+# depend on what else the test machine runs. The governor's own tests turn it back on.
+os.environ["BERTATTN_ADAPTIVE_THREADS"] = "0"
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -46,6 +50,17 @@ _DROPPED_PREFIXES = ("BERTATTN_TEST_",)
 _DROPPED = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 Env = Mapping[str, "str | None"]
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored() -> Iterator[None]:
+    """A test (or an in-process command) that sets torch's thread count does not pass it on."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and before is not None and torch.get_num_threads() != before:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -263,8 +263,18 @@ def test_bad_top_is_refused() -> None:
 
 
 # ---------------------------------------------------------------------------- Bert and the CLI
-def test_bert_load_threads_explicit_and_policy(tiny_checkpoint: Path) -> None:
+def test_the_governor_can_be_turned_off_by_environment() -> None:
+    off = choose_threads(None, environ={"BERTATTN_ADAPTIVE_THREADS": "0"}, budget=BUDGET, current=4)
+    assert (off.threads, off.adaptive) == (2, False)
+    assert "BERTATTN_ADAPTIVE_THREADS=0" in off.describe()
+
+
+def test_bert_load_threads_explicit_and_policy(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from bertattn import Bert
+
+    monkeypatch.delenv("BERTATTN_ADAPTIVE_THREADS")
 
     before = torch.get_num_threads()
     try:
@@ -325,6 +335,18 @@ def test_encode_verbose_reports_the_thread_choice(cli, tiny_checkpoint: Path, tm
     )
     assert r.code == 0, r
     assert "OMP_NUM_THREADS=1" in r.err
+    r = cli(
+        "encode",
+        src,
+        "-o",
+        tmp_path / "q.npy",
+        "--model",
+        tiny_checkpoint,
+        "-v",
+        env={"BERTATTN_ADAPTIVE_THREADS": None},
+    )
+    assert r.code == 0, r
+    assert "in affinity" in r.err and "adaptive under load" in r.err
 
 
 def test_encode_threads_must_be_positive(cli, tiny_checkpoint: Path, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -46,6 +46,10 @@ __all__ = [
     "split_threads",
 ]
 
+#: set to 0 to keep the policy's count without the governor: the same rounding whatever the load
+#: (the count a batch runs at changes the order of float sums: rows differ by ~1e-7)
+ADAPTIVE_ENV = "BERTATTN_ADAPTIVE_THREADS"
+
 #: the count bertattn itself last gave torch (so that it is not mistaken for the user's own)
 _ours: int | None = None
 
@@ -205,7 +209,8 @@ def choose_threads(
     2. ``OMP_NUM_THREADS`` in the environment: fixed (torchrun and ``--workers`` set it per rank);
     3. a count the user set with ``torch.set_num_threads`` (torch's count differs from the
        affinity and from what bertattn set): left alone, fixed;
-    4. otherwise the budget's CPUs (affinity capped by the cgroup quota), adaptive.
+    4. otherwise the budget's CPUs (affinity capped by the cgroup quota), adaptive unless
+       ``BERTATTN_ADAPTIVE_THREADS=0``.
 
     ``current`` is torch's count now (read from torch when None)."""
     if threads is not None and (
@@ -225,7 +230,9 @@ def choose_threads(
         current = torch.get_num_threads()
     if current not in (budget.affinity, _ours):
         return ThreadChoice(current, "set with torch.set_num_threads, left alone", False, budget)
-    return ThreadChoice(budget.cpus, budget.describe(), True, budget)
+    adaptive = environ.get(ADAPTIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    source = budget.describe() + ("" if adaptive else f"; {ADAPTIVE_ENV}=0")
+    return ThreadChoice(budget.cpus, source, adaptive, budget)
 
 
 def apply(choice: ThreadChoice) -> None:
