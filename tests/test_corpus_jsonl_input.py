@@ -170,12 +170,14 @@ def test_chunked_run_over_blank_lines_equals_the_clean_file(tmp_path, monkeypatc
     want = np.load("clean.npy")
     r = cli("encode", "blank.jsonl", "-o", "o.npy", "--resumable", "--chunk-size", "16", *model)
     assert r.code == 0, r
-    assert np.array_equal(np.load("o.npy"), want)
+    # chunks form their own batches (other padding, other GEMM shapes): equal up to float
+    # rounding, as the README promises, not byte for byte (on an AVX2 CPU rows differ ~1e-8)
+    np.testing.assert_allclose(np.load("o.npy"), want, rtol=0, atol=1e-6)
     r = cli("encode", "blank.jsonl", "-o", "sh/", "--chunk-size", "16", *model)
     assert r.code == 0, r
     emb = open_embeddings("sh")
     assert emb.shape == want.shape
-    assert np.array_equal(np.asarray(emb), want)
+    np.testing.assert_allclose(np.asarray(emb), want, rtol=0, atol=1e-6)
     # every row points back to the physical line of its record, blank lines counted
     lines = data.split(b"\n")
     record_lines = [i + 1 for i, raw in enumerate(lines) if raw.strip(b" \t\r\xef\xbb\xbf")]
@@ -197,7 +199,8 @@ def test_a_byte_order_mark_is_dropped(tmp_path, monkeypatch, cli, model):
     assert np.array_equal(np.load("bom.npy"), np.load("clean.npy"))
     r = cli("encode", "bom.jsonl", "-o", "chunked.npy", "--resumable", "--chunk-size", "16", *model)
     assert r.code == 0, r
-    assert np.array_equal(np.load("chunked.npy"), np.load("clean.npy"))
+    # a chunked run: equal up to float rounding (its batches differ), as the README promises
+    np.testing.assert_allclose(np.load("chunked.npy"), np.load("clean.npy"), rtol=0, atol=1e-6)
 
 
 def test_a_byte_order_mark_in_every_reader(tmp_path):
