@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "encode": "embed every line of a text / .jsonl file into .npy or .jsonl",
     "bench": "time MultiHeadAttention against its peers (module level)",
     "export-onnx": "export a BERT model to ONNX (dynamic batch and length) for ONNX Runtime",
+    "serve": "serve sentence embeddings over HTTP (OpenAI /v1/embeddings, TEI /embed)",
 }
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
