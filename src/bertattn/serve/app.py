@@ -181,8 +181,8 @@ async def _embed(state: ServeState, request: Request, req: EmbedRequest) -> tupl
     truncate = limits.truncate if req.truncate is None else req.truncate
     param = "input" if request.url.path.startswith("/v1/") else "inputs"
     if req.texts is not None:
-        if logger.isEnabledFor(logging.DEBUG - 1):  # texts only at -vv
-            logger.log(logging.DEBUG - 1, "texts: %r", req.texts[:8])
+        if logger.isEnabledFor(logging.DEBUG):  # texts only at -vv, never at -v
+            logger.debug("texts (first 8 of %d): %r", len(req.texts), req.texts[:8])
         encodings, counts = await state.tokenize(
             tokenize, state.bert, req.texts, state.max_input_tokens, truncate, param
         )

@@ -9,6 +9,9 @@ batch is spread over several and answered when its last row is in, rows in input
 The event loop only admits (:meth:`Batcher.submit`, a lock and a few additions) and awaits a
 future; the worker resolves it with ``loop.call_soon_threadsafe``, exactly once, or drops the
 request's remaining items when it is cancelled (client gone) or its deadline passed.
+
+Test hook: ``BERTATTN_TEST_BATCH_DELAY=0.2`` makes the worker sleep that long before each batch
+(a slow model, for the overload, timeout and drain tests).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -120,6 +124,7 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._speed = 0.0  # tokens per second, a moving average
         self.failed: BaseException | None = None  # the worker died of this
+        self._delay = float(os.environ.get("BERTATTN_TEST_BATCH_DELAY", "0") or 0)
 
     # ---------------------------------------------------------------- state
     def depth(self) -> tuple[int, int]:
@@ -194,8 +199,10 @@ class Batcher:
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
         """Drop the ticket's items not yet in a batch (``reason``: ``"disconnected"``,
-        ``"timeout"``); the number dropped. Its future gets ``RequestDropped(reason)``."""
+        ``"timeout"``); the number dropped. Its future is left alone (the caller stopped
+        waiting) and is never resolved."""
         with self._cond:
+            ticket.finished = True
             return self._drop(ticket, reason)
 
     def _retry_after(self, queued: int) -> int:
@@ -304,6 +311,8 @@ class Batcher:
 
     def _run(self, batch: list[_Item], governor: Any) -> None:
         tokens = sum(item.tokens for item in batch)
+        if self._delay:
+            time.sleep(self._delay)
         start = time.perf_counter()
         try:
             timed = governor.batch(tokens) if governor else nullcontext()
