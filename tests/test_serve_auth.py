@@ -37,11 +37,8 @@ def test_data_routes_need_the_key(server, tiny_checkpoint, headers, method, path
     r = httpx.request(method, server.url + path, json=body, headers=headers, timeout=10)
     assert r.status_code == 401, r.text
     error = r.json()["error"]
-    assert (
-        error["code"] == "invalid_api_key"
-        and "Bearer" in error["message"]
-        or "not valid" in (error["message"])
-    )
+    assert error["code"] == "invalid_api_key", error
+    assert "Bearer" in error["message"] or "not valid" in error["message"], error
     assert set(error) == {"message", "type", "param", "code"}
 
 
