@@ -173,13 +173,14 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-async def _embed(state: ServeState, request: Request, req: EmbedRequest) -> tuple[np.ndarray, int]:
+async def _embed(
+    state: ServeState, request: Request, req: EmbedRequest, param: str
+) -> tuple[np.ndarray, int]:
     """``(N, E)`` float32 rows of the model step (pooled, not yet normalized), in input order,
     and the real tokens they hold."""
     limits = state.limits
     timeout = request_timeout(request.headers.get("x-request-timeout"))
     truncate = limits.truncate if req.truncate is None else req.truncate
-    param = "input" if request.url.path.startswith("/v1/") else "inputs"
     if req.texts is not None:
         if logger.isEnabledFor(logging.DEBUG):  # texts only at -vv, never at -v
             logger.debug("texts (first 8 of %d): %r", len(req.texts), req.texts[:8])
@@ -334,7 +335,7 @@ async def _openai(state: ServeState, request: Request) -> Response:
         limit=state.limits.max_request_inputs,
         vocab=state.vocab,
     )
-    rows, tokens = await _embed(state, request, req)
+    rows, tokens = await _embed(state, request, req, "input")
     emb = _finish(state, rows, state.bert.normalize, req.dimensions)
     return await _serialize(state, _openai_body, state, emb, req.base64, tokens)
 
@@ -342,7 +343,7 @@ async def _openai(state: ServeState, request: Request) -> Response:
 async def _tei(state: ServeState, request: Request) -> Response:
     obj = await _body(state, request)
     req = check_tei(obj, width=state.width, limit=state.limits.max_request_inputs)
-    rows, _ = await _embed(state, request, req)
+    rows, _ = await _embed(state, request, req, "inputs")
     emb = _finish(state, rows, bool(req.normalize), req.dimensions)
     return await _serialize(state, lambda: json.dumps(emb.tolist()).encode())
 
