@@ -17,7 +17,8 @@ SECRET_TEXT = "hello secret attention"
 @pytest.fixture(scope="module")
 def server(cli_subprocess, tiny_checkpoint):
     env = {"BERTATTN_API_KEY": KEY}
-    with running_server(cli_subprocess, tiny_checkpoint, "-v", "--threads", "1", env=env) as s:
+    args = ("-v", "--threads", "1", "--served-model-name", "tiny-embed")
+    with running_server(cli_subprocess, tiny_checkpoint, *args, env=env) as s:
         yield s
 
 
@@ -53,6 +54,9 @@ def test_openai_client_with_the_key(server, tiny_checkpoint):
     good = OpenAI(base_url=server.url + "/v1", api_key=KEY, timeout=30, max_retries=0)
     got = good.embeddings.create(model=tiny_checkpoint.name, input=[SECRET_TEXT, "ok"])
     assert len(got.data) == 2 and len(got.data[0].embedding) == 32
+    assert got.model == "tiny-embed"  # --served-model-name; the folder's name stays accepted
+    assert [m.id for m in good.models.list()] == ["tiny-embed"]
+    assert good.embeddings.create(model="tiny-embed", input="ok").model == "tiny-embed"
     bad = OpenAI(base_url=server.url + "/v1", api_key="nope", timeout=30, max_retries=0)
     with pytest.raises(AuthenticationError):
         bad.embeddings.create(model=tiny_checkpoint.name, input="ok")

@@ -609,6 +609,12 @@ class ServeOptions:
     model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
     device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)")
     dtype: str = _opt("float32", "compute dtype (responses are float32)", choices=DTYPES)
+    served_model_name: str | None = _opt(
+        None,
+        "the model name responses carry and requests may give (default: the hub name, e.g. "
+        "sentence-transformers/all-MiniLM-L6-v2, or the folder's name; those stay accepted)",
+        metavar="NAME",
+    )
     host: str = _opt(
         "127.0.0.1",
         "address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every "
@@ -680,6 +686,7 @@ class ServeOptions:
     def __post_init__(self) -> None:
         cls = type(self)
         _text(cls, self, "model")
+        _text(cls, self, "served_model_name")
         _device(cls, self)
         _choice(cls, self, "dtype", DTYPES)
         if not isinstance(self.host, str) or not self.host.strip() or " " in self.host:

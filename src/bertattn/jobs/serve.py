@@ -111,6 +111,7 @@ def run_serve(
             max_body_bytes=options.max_body_bytes,
             api_key=api_key,
             names=tuple(names),
+            served_name=options.served_model_name,
         )
         state = app.state.serve
         config = uvicorn.Config(

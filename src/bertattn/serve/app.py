@@ -72,11 +72,12 @@ class ServeState:
         self.width = int(bert.get_embedding_dimension())
         self.vocab = int(bert.model.config.vocab_size)
         name = str(bert.name or "bertattn")
-        if os.path.isdir(name):  # a local folder: its own name, the path is an alias
-            name, alias = os.path.basename(os.path.normpath(name)), name
-            self.names = tuple(dict.fromkeys((name, alias, *limits.names)))
-        else:
-            self.names = tuple(dict.fromkeys((name, *limits.names)))
+        if os.path.isdir(name):  # a local folder: its own name, the path an alias
+            aliases: tuple[str, ...] = (os.path.basename(os.path.normpath(name)), name)
+        else:  # a hub name: org/name, and name alone
+            aliases = (name, name.rsplit("/", 1)[-1])
+        first = () if limits.served_name is None else (limits.served_name,)
+        self.names = tuple(dict.fromkeys((*first, *aliases, *limits.names)))
         self.metrics = ServeMetrics(lambda: self.batcher.depth())
         self.batcher = Batcher(
             bert,

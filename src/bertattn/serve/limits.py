@@ -19,7 +19,8 @@ class Limits:
     ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the data
     routes require (None: open); ``max_wait_s``: an input waiting this long goes into the next
     batch ahead of shorter ones (aging: long inputs are not starved); ``names``: extra model
-    names the ``model`` field may carry (the served name is always accepted)."""
+    names the ``model`` field may carry (the served name is always accepted); ``served_name``:
+    the name responses carry (default: the model's hub name, or its folder's name)."""
 
     max_batch_tokens: int = 16384
     max_queue_tokens: int = 16 * 16384
@@ -30,6 +31,7 @@ class Limits:
     api_key: str | None = None
     max_wait_s: float = 0.5
     names: tuple[str, ...] = ()
+    served_name: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -61,5 +63,9 @@ class Limits:
             or not (math.isfinite(wait) and wait >= 0)
         ):
             raise ValueError(f"max_wait_s must be a number of seconds >= 0, got {wait!r}.")
+        if self.served_name is not None and (
+            not isinstance(self.served_name, str) or not self.served_name.strip()
+        ):
+            raise ValueError(f"served_name must be a non-empty str, got {self.served_name!r}.")
         if isinstance(self.names, str) or not all(isinstance(n, str) for n in self.names):
             raise TypeError(f"names must be a tuple of str, got {self.names!r}.")
