@@ -24,19 +24,19 @@ __all__ = ["DrainingServer", "listen"]
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (port 0: any free one), bound now, so that a
-    port in use is reported before the model loads (``OSError``)."""
+    """A TCP socket bound to ``host:port`` (port 0: any free one) now, so that a port in use is
+    reported before the model loads (``OSError``). It is not listening yet: until the server
+    starts, a connection is refused at once instead of waiting in a backlog while the model
+    loads (uvicorn's asyncio server calls ``listen``)."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not TIME_WAIT's leftovers
         sock.bind(address)
-        sock.listen(2048)
     except OSError:
         sock.close()
         raise
-    sock.set_inheritable(True)
     return sock
 
 
