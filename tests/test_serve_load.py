@@ -140,6 +140,28 @@ def test_sigterm_drains_without_losing_admitted_requests(cli_subprocess, tiny_ch
         assert re.search(r"stopped on SIGTERM: every request in flight answered", server.stderr())
 
 
+def test_second_sigterm_stops_at_once_and_says_so(cli_subprocess, tiny_checkpoint):
+    name = tiny_checkpoint.name
+    with running_server(cli_subprocess, tiny_checkpoint, *SMALL, env=DELAY) as server:
+        big = {"model": name, "input": _texts(0, 300)}  # ~4 s of work
+        busy = threading.Thread(
+            target=lambda: httpx.post(server.url + "/v1/embeddings", json=big, timeout=60),
+            daemon=True,
+        )
+        busy.start()
+        deadline = time.monotonic() + 30
+        while _metrics(server).get("bertattn_queue_requests", 0) < 1:
+            assert time.monotonic() < deadline, "the request was never queued"
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 1, server.stderr()[-2000:]  # work was cut off: not 0
+        assert time.monotonic() - t0 < 3  # not the ~4 s the queue would take
+        assert "stopped on SIGTERM: drain timed out" in server.stderr()
+
+
 def test_ctrl_c_exits_130(cli_subprocess, tiny_checkpoint):
     with running_server(cli_subprocess, tiny_checkpoint, "--threads", "1") as server:
         server.proc.send_signal(signal.SIGINT)

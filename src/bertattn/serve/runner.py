@@ -65,7 +65,9 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        if self.signal is not None:  # a second signal: stop now
+        if self.signal is not None:  # a second signal: stop now, whatever is in flight
+            self.drained = self.state.in_flight == 0 and self.state.batcher.idle()
+            self.state.stop_timeout = 0.0  # the worker is not waited for
             self.force_exit = self.should_exit = True
             return
         self.signal = sig
