@@ -42,6 +42,24 @@ def test_prometheus_text():
         r.add(Counter("x_total", "again"))
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["orjson", "json"])
+def test_response_json_keeps_float32_values(monkeypatch, fast):
+    import json
+
+    from bertattn.serve import encoding
+
+    if not fast:
+        monkeypatch.setattr(encoding, "orjson", None)
+    elif encoding.orjson is None:
+        pytest.skip("orjson is not installed")
+    rows = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)
+    body = encoding.dumps({"data": [{"embedding": r} for r in rows], "n": 3, "s": "é"})
+    back = json.loads(body)
+    got = np.array([d["embedding"] for d in back["data"]], dtype=np.float32)
+    assert np.array_equal(got, rows)  # the same float32 values, to the bit
+    assert back["n"] == 3 and back["s"] == "é"
+
+
 # ---------------------------------------------------------------------- batcher
 class FakeBert:
     """Rows ``[tokens, first id]``; each batch recorded; the first batch waits for ``gate``."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
-import json
 import logging
 import os
 import time
@@ -37,6 +36,7 @@ from .bodies import (
     parse_json,
     request_timeout,
 )
+from .encoding import dumps
 from .errors import ApiError, envelope
 from .limits import Limits
 from .telemetry import ServeMetrics
@@ -113,8 +113,7 @@ class ServeState:
 
 # ---------------------------------------------------------------------- helpers
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    body = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return Response(body.encode(), status, headers=headers, media_type="application/json")
+    return Response(dumps(data), status, headers=headers, media_type="application/json")
 
 
 def _error(exc: ApiError) -> Response:
@@ -270,19 +269,18 @@ def _finish(state: ServeState, rows: np.ndarray, normalize: bool, dimensions: in
         emb = emb[:, :dimensions]
         if normalize:
             emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-    return emb.numpy()
+    return np.ascontiguousarray(emb.numpy())  # (N, E') float32
 
 
 def _openai_body(state: ServeState, emb: np.ndarray, b64: bool, tokens: int) -> bytes:
     if b64:
         little = emb.astype("<f4", copy=False)
-        items = [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
+        items: Any = [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
     else:
-        items = emb.tolist()
+        items = list(emb)  # (E,) float32 rows
     data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(items)]
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-    out = {"object": "list", "data": data, "model": state.names[0], "usage": usage}
-    return json.dumps(out, separators=(",", ":")).encode()
+    return dumps({"object": "list", "data": data, "model": state.names[0], "usage": usage})
 
 
 async def _serialize(state: ServeState, fn: Callable[..., bytes], *args: Any) -> Response:
@@ -346,7 +344,7 @@ async def _tei(state: ServeState, request: Request) -> Response:
     req = check_tei(obj, width=state.width, limit=state.limits.max_request_inputs)
     rows, _ = await _embed(state, request, req, "inputs")
     emb = _finish(state, rows, bool(req.normalize), req.dimensions)
-    return await _serialize(state, lambda: json.dumps(emb.tolist()).encode())
+    return await _serialize(state, dumps, list(emb))
 
 
 async def _tokenize(state: ServeState, request: Request) -> Response:
