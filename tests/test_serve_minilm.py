@@ -24,7 +24,7 @@ def test_minilm_rows_equal_encode(cli_subprocess, minilm_dir):
 
     bert = Bert.load(minilm_dir, threads=1)
     expect = bert.encode(TEXTS)
-    with running_server(cli_subprocess, minilm_dir, "--threads", "1") as server:
+    with running_server(cli_subprocess, minilm_dir) as server:  # the thread policy's governor
         info = httpx.get(server.url + "/info", timeout=10).json()
         name = info["model_id"]
         r = httpx.post(

@@ -163,6 +163,39 @@ def test_admission_by_queued_tokens_and_cancel():
     assert not gone.future.done()
 
 
+def test_each_batch_runs_under_the_thread_governor():
+    from contextlib import contextmanager
+
+    class Governor:
+        def __init__(self) -> None:
+            self.work: list[int] = []
+            self.loops = 0
+
+        @contextmanager
+        def batch(self, work: int):  # type: ignore[no-untyped-def]
+            self.work.append(work)
+            yield 1
+
+        @contextmanager
+        def loop(self):  # type: ignore[no-untyped-def]
+            self.loops += 1
+            yield self
+
+    async def go():
+        fake = FakeBert()
+        fake.gate.set()
+        fake.governor = Governor()  # type: ignore[assignment]
+        b, _ = _batcher(fake, max_batch_tokens=10)
+        ticket = _submit(b, [4, 4, 4, 3])
+        await asyncio.wait_for(ticket.future, 10)
+        b.stop(10)
+        return fake
+
+    fake = asyncio.run(go())
+    assert fake.governor.loops == 1  # one loop for the worker's life
+    assert fake.governor.work == [sum(x) for x in fake.batches] and sum(fake.governor.work) == 15
+
+
 def test_stop_finishes_admitted_work():
     async def go():
         fake = FakeBert()
