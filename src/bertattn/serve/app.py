@@ -305,6 +305,13 @@ def _route(path: str, name: str, handler: Handler, *, data: bool, method: str = 
         try:
             if data:
                 _check_key(state, request)
+                if state.batcher.failed is not None:
+                    raise ApiError(
+                        503,
+                        "the model worker of this server has stopped (see its log); send the "
+                        "request to another replica.",
+                        code="worker_failed",
+                    )
                 if not state.ready:
                     raise _unavailable()
                 state.in_flight += 1
