@@ -256,3 +256,50 @@ def test_create_app_mounted_in_another_app(tiny_checkpoint):
     rows = np.array([d["embedding"] for d in r.json()["data"]], np.float32)
     np.testing.assert_allclose(rows, bert.encode(texts), atol=1e-6, rtol=0)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "inputs[0]"
+
+
+def _raw_post(app, messages: list[dict], path: str = "/v1/embeddings") -> tuple[int, dict]:  # type: ignore[no-untyped-def]
+    """One POST straight through the ASGI interface: ``messages`` are what the client sends;
+    after them, ``receive`` waits for ever (a client that stalls)."""
+    import json
+
+    sent: list[dict] = []
+    queue = list(messages)
+
+    async def receive() -> dict:
+        if queue:
+            return queue.pop(0)
+        await asyncio.Event().wait()  # never
+        raise AssertionError
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+    }  # fmt: skip
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, json.loads(body)
+
+
+def test_a_stalled_or_abandoned_body_is_not_a_hang_nor_a_500(tiny_checkpoint, caplog):
+    from bertattn import Bert
+    from bertattn.serve import create_app
+
+    bert = Bert.load(tiny_checkpoint, threads=1)
+    app = create_app(bert, body_timeout_s=0.2)
+    part = {"type": "http.request", "body": b'{"input": "hel', "more_body": True}
+    status, body = _raw_post(app, [part])
+    assert status == 408 and body["error"]["code"] == "request_timeout", body
+    assert "0.2 s" in body["error"]["message"]
+    status, body = _raw_post(app, [part, {"type": "http.disconnect"}])
+    assert status == 499 and body["error"]["code"] == "client_closed", body
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no traceback logged
+    text = app.state.serve.metrics.render()
+    assert 'bertattn_rejections_total{reason="request_timeout"} 1' in text
+    assert 'bertattn_rejections_total{reason="gone"} 1' in text

@@ -23,7 +23,7 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -141,6 +141,8 @@ def _check_key(state: ServeState, request: Request) -> None:
 
 
 async def _body(state: ServeState, request: Request) -> dict[str, Any]:
+    """The JSON object of the body, read within ``max_body_bytes`` (413) and ``body_timeout_s``
+    (408: a client that stops sending does not hold a request open)."""
     limit = state.limits.max_body_bytes
     too_big = ApiError(
         413,
@@ -151,15 +153,29 @@ async def _body(state: ServeState, request: Request) -> dict[str, Any]:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise too_big
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
-    body = b"".join(chunks)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    seconds = state.limits.body_timeout_s
+    try:
+        body = await asyncio.wait_for(read(), seconds)
+    except asyncio.TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {seconds:g} s; send it whole.",
+            code="request_timeout",
+        ) from None
+    except ClientDisconnect:
+        raise ApiError(499, "the client went away.", code="client_closed", reason="gone") from None
     content_type = request.headers.get("content-type")
-    if size > _BIG:
+    if len(body) > _BIG:
         return await run_in_threadpool(parse_json, body, content_type)
     return parse_json(body, content_type)
 

@@ -17,7 +17,8 @@ class Limits:
     ``max_request_inputs``: inputs per request; ``max_input_tokens``: tokens per input (None:
     the model's max length); ``truncate``: cut longer inputs (False: 400 naming the input);
     ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the data
-    routes require (None: open); ``max_wait_s``: an input waiting this long goes into the next
+    routes require (None: open); ``body_timeout_s``: seconds a request body may take to arrive
+    (then 408); ``max_wait_s``: an input waiting this long goes into the next
     batch ahead of shorter ones (aging: long inputs are not starved); ``names``: extra model
     names the ``model`` field may carry (the served name is always accepted); ``served_name``:
     the name responses carry (default: the model's hub name, or its folder's name)."""
@@ -30,6 +31,7 @@ class Limits:
     max_body_bytes: int = 16 << 20
     api_key: str | None = None
     max_wait_s: float = 0.5
+    body_timeout_s: float = 30.0
     names: tuple[str, ...] = ()
     served_name: str | None = None
 
