@@ -116,6 +116,23 @@ def test_token_budget_shortest_first_and_input_order():
     assert [int(r[0]) for r in rows] == [40, 5, 30, 5, 60, 20, 10]  # in input order
 
 
+def test_padding_is_capped_too():
+    async def go():
+        fake = FakeBert()
+        b, _ = _batcher(fake)  # 100 real tokens, 200 padded
+        _submit(b, [1])  # held at the gate
+        await asyncio.sleep(0.05)
+        ticket = _submit(b, [2] * 30 + [40])  # 100 real tokens, but 31 x 40 = 1240 padded
+        fake.gate.set()
+        await asyncio.wait_for(ticket.future, 10)
+        b.stop(10)
+        return fake.batches
+
+    batches = asyncio.run(go())
+    assert batches[1] == [2] * 30 and batches[2] == [40], batches
+    assert all(len(x) * max(x) <= 200 for x in batches)
+
+
 def test_aged_input_goes_first():
     async def go():
         fake = FakeBert()

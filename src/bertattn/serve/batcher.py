@@ -1,9 +1,10 @@
 """One model worker thread, fed by a token-budget queue.
 
 Each admitted input waits as an item with its real token count. The worker forms a batch of at
-most ``max_batch_tokens`` real tokens, shortest inputs first (little padding, short requests
-answered fast); an input that has waited ``max_wait_s`` anchors the next batch instead, filled
-with the inputs nearest its length, so long inputs are never starved. A request larger than one
+most ``max_batch_tokens`` real tokens (and at most twice that once padded), shortest inputs
+first (little padding, short requests answered fast); an input that has waited ``max_wait_s``
+anchors the next batch instead, filled with the inputs nearest its length, so long inputs are
+never starved. A request larger than one
 batch is spread over several and answered when its last row is in, rows in input order.
 
 The event loop only admits (:meth:`Batcher.submit`, a lock and a few additions) and awaits a
@@ -113,6 +114,9 @@ class Batcher:
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_tokens = max_queue_tokens
         self.max_wait_s = max_wait_s
+        #: padded tokens (inputs x the longest) a batch may reach: short inputs batched with a
+        #: long one would otherwise pad to thousands of times their length
+        self.max_padded = 2 * max_batch_tokens
         self.metrics = metrics
         self._cond = threading.Condition()
         self._by_len: dict[int, deque[_Item]] = {}
@@ -244,20 +248,23 @@ class Batcher:
             fifo.popleft()
         batch: list[_Item] = []
         budget = self.max_batch_tokens
+        longest = 0
         lengths = sorted(k for k, dq in self._by_len.items() if dq)  # shortest first
         if fifo and now - fifo[0].enqueued >= self.max_wait_s:  # aged: it goes first
             anchor = fifo.popleft()
             if self._accept(anchor, now):
                 batch.append(anchor)
                 budget -= anchor.tokens
+                longest = anchor.tokens
                 lengths.sort(key=lambda k: (abs(k - anchor.tokens), k))  # then its neighbours
         for k in lengths:
             dq = self._by_len[k]
-            while dq and (dq[0].taken or k <= budget):
+            while dq and (dq[0].taken or self._fits(k, budget, len(batch), longest)):
                 item = dq.popleft()
                 if self._accept(item, now):
                     batch.append(item)
                     budget -= k
+                    longest = max(longest, k)
             if not dq:
                 del self._by_len[k]
         for item in batch:
@@ -272,6 +279,11 @@ class Batcher:
                     self.metrics.stage.observe(now - ticket.enqueued, "queue")
         self._running = len(batch)
         return batch
+
+    def _fits(self, k: int, budget: int, size: int, longest: int) -> bool:
+        """An input of ``k`` tokens joins a batch of ``size`` inputs: real tokens within the
+        budget left, padded tokens within ``max_padded``."""
+        return k <= budget and (size + 1) * max(longest, k) <= self.max_padded
 
     def _accept(self, item: _Item, now: float) -> bool:
         """(lock held) Whether ``item`` goes into the batch: not taken or dropped, its request
