@@ -320,3 +320,31 @@ def test_a_stalled_or_abandoned_body_is_not_a_hang_nor_a_500(tiny_checkpoint, ca
     text = app.state.serve.metrics.render()
     assert 'bertattn_rejections_total{reason="request_timeout"} 1' in text
     assert 'bertattn_rejections_total{reason="gone"} 1' in text
+
+
+def test_no_truncate_names_the_input_and_its_tokens(tiny_checkpoint):
+    import httpx
+
+    from bertattn import Bert
+    from bertattn.serve import create_app
+
+    bert = Bert.load(tiny_checkpoint, threads=1)
+    app = create_app(bert, truncate=False, max_input_tokens=16)
+    texts = ["hello", "the attention head looks at every token in the sentence and weighs it"]
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            body = {"model": tiny_checkpoint.name, "input": texts}
+            return await c.post("/v1/embeddings", json=body)
+
+    try:
+        r = asyncio.run(go())
+    finally:
+        app.state.serve.batcher.stop(10)
+    n = len(bert.tokenizer.encode_batch(texts[1:], max_length=128)[0].ids)
+    assert n > 16
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input[1]" and error["code"] == "input_too_long"
+    assert f"has {n} tokens, more than this server's limit of 16" in error["message"]
