@@ -70,12 +70,23 @@ class FakeBert:
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
         self.gate = threading.Event()
+        self.entered = threading.Event()  # the first batch is in the model
 
     def embed_encodings(self, encodings, normalize=None):  # type: ignore[no-untyped-def]
+        self.entered.set()
         if not self.batches:
             self.gate.wait(10)
         self.batches.append([len(e.ids) for e in encodings])
         return torch.tensor([[len(e.ids), e.ids[0]] for e in encodings], dtype=torch.float32)
+
+
+async def _held(fake: FakeBert) -> None:
+    """Until the worker holds its first batch at the gate (so later inputs queue)."""
+    for _ in range(1000):
+        if fake.entered.is_set():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the worker never took the first batch")
 
 
 def _enc(n: int, tag: int = 0) -> SimpleNamespace:
@@ -99,7 +110,7 @@ def test_token_budget_shortest_first_and_input_order():
         fake = FakeBert()
         b, _ = _batcher(fake)
         first = _submit(b, [50], tag=9)  # the worker takes it and waits at the gate
-        await asyncio.sleep(0.05)
+        await _held(fake)
         lengths = [40, 5, 30, 5, 60, 20, 10]
         ticket = _submit(b, lengths, tag=1)
         fake.gate.set()
@@ -121,7 +132,7 @@ def test_padding_is_capped_too():
         fake = FakeBert()
         b, _ = _batcher(fake)  # 100 real tokens, 200 padded
         _submit(b, [1])  # held at the gate
-        await asyncio.sleep(0.05)
+        await _held(fake)
         ticket = _submit(b, [2] * 30 + [40])  # 100 real tokens, but 31 x 40 = 1240 padded
         fake.gate.set()
         await asyncio.wait_for(ticket.future, 10)
@@ -138,7 +149,7 @@ def test_aged_input_goes_first():
         fake = FakeBert()
         b, _ = _batcher(fake, max_wait_s=0.05)
         _submit(b, [1])  # held at the gate
-        await asyncio.sleep(0.05)
+        await _held(fake)
         long = _submit(b, [100])
         shorts = [_submit(b, [10]) for _ in range(20)]
         await asyncio.sleep(0.1)  # the long input is now older than max_wait_s
@@ -157,7 +168,7 @@ def test_admission_by_queued_tokens_and_cancel():
         fake = FakeBert()
         b, metrics = _batcher(fake, max_queue_tokens=100)
         _submit(b, [10])  # taken, held at the gate
-        await asyncio.sleep(0.05)
+        await _held(fake)
         kept = _submit(b, [30, 30])
         with pytest.raises(Overloaded) as busy:
             _submit(b, [50])
@@ -220,7 +231,7 @@ def test_stop_finishes_admitted_work():
         b, _ = _batcher(fake, max_batch_tokens=10)
         tickets = [_submit(b, [5, 5, 5]) for _ in range(5)]
         await asyncio.get_running_loop().run_in_executor(None, b.stop, 10)
-        await asyncio.sleep(0.05)
+        await _held(fake)
         return tickets
 
     tickets = asyncio.run(go())
