@@ -12,7 +12,8 @@ exit  when
       package (the message names the ``pip install``), a file that cannot be written
 2     a usage error: argparse's, or options that cannot work (a range, a combination, an output
       that is the input or a folder, a folder that cannot be written) — found before any work
-130   interrupted (Ctrl-C) at any moment; 128 + N for signal N (SIGTERM: 143)
+130   interrupted (Ctrl-C) at any moment; 128 + N for signal N (SIGTERM: 143), except that
+      ``serve`` drains on SIGTERM and exits 0 (1 when the drain timed out)
 141   stdout was closed early (``| head``): the command stops quietly
 ====  ==========================================================================================
 
