@@ -64,6 +64,8 @@ CASES = [
      "boolean"),
     ("million-items", "POST", "/v1/embeddings", JSON, _body(ok(input=["a"] * 1_000_000)), 413,
      "input", "at most 2048"),
+    ("million-ids", "POST", "/v1/embeddings", JSON, _body(ok(input=[5] * 1_000_000)), 400,
+     "input[0]", "1000000 token ids"),
     ("4301-digit-int", "POST", "/v1/embeddings", JSON,
      b'{"model": "x", "input": [' + b"9" * 5000 + b"]}", 400, None, "not valid JSON"),
     ("nan-literal", "POST", "/v1/embeddings", JSON, b'{"input": "a", "dimensions": NaN}', 400,

@@ -125,6 +125,8 @@ def _inputs(value: object, name: str, limit: int, vocab: int, *, ids: bool) -> E
         return EmbedRequest([value], None)
     if not isinstance(value, list):
         raise ApiError(400, f"'{name}' must be {forms}, got {_kind(value)}.", param=name)
+    if ids and value and isinstance(value[0], int) and not isinstance(value[0], bool):
+        return EmbedRequest(None, [_token_ids(value, name, vocab)])  # one input of token ids
     _count(len(value), limit, name)
     first = value[0]
     if isinstance(first, str):
@@ -139,8 +141,6 @@ def _inputs(value: object, name: str, limit: int, vocab: int, *, ids: bool) -> E
         return EmbedRequest(list(value), None)
     if not ids:
         raise ApiError(400, f"'{name}[0]' is {_kind(first)}; expected {forms}.", param=f"{name}[0]")
-    if isinstance(first, int) and not isinstance(first, bool):
-        return EmbedRequest(None, [_token_ids(value, name, vocab)])
     if isinstance(first, list):
         out = []
         for i, v in enumerate(value):
