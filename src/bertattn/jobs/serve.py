@@ -24,6 +24,7 @@ logger = logging.getLogger("bertattn.serve")
 __all__ = ["ServeResult", "run_serve"]
 
 API_KEY_ENV = "BERTATTN_API_KEY"
+WORKER_EXIT_S = 30.0  # seconds the end waits for the model worker's last batch
 
 
 @dataclass
@@ -130,7 +131,13 @@ def run_serve(
             f"serving {state.names[0]} on http://{shown}:{port} ({bert.device}{threads}; "
             f"{'API key required' if api_key else 'no API key'}); Ctrl-C or SIGTERM to stop"
         )
-        server.run(sockets=[sock])
+        try:
+            server.run(sockets=[sock])
+        finally:
+            # the worker may still be inside a batch (a drain that timed out, a second signal):
+            # let that batch end, or the interpreter's exit aborts torch's threads (SIGABRT)
+            if not state.batcher.stop(WORKER_EXIT_S):
+                logger.warning("the model worker did not stop within %g s", WORKER_EXIT_S)
     finally:
         sock.close()
     if server.signal is not None:
