@@ -36,6 +36,8 @@ _HIDDEN = (
     "mpl_toolkits",
     "pylab",
     "zstandard",
+    "starlette",
+    "uvicorn",
     "bertattn",
     "__editable__",
     "__pycache__",
@@ -141,12 +143,14 @@ def test_wheel_metadata_extras_license_and_data(wheel):
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
         meta = email.message_from_bytes(zf.read(f"{info}/METADATA"))
         license_text = zf.read(f"{info}/licenses/LICENSE").decode()
-    assert sorted(meta.get_all("Provides-Extra")) == ["onnx", "png", "test", "zstd"]
+    assert sorted(meta.get_all("Provides-Extra")) == ["onnx", "png", "serve", "test", "zstd"]
     requires = meta.get_all("Requires-Dist")
     plain = sorted(r.split(">")[0].split("=")[0].strip() for r in requires if ";" not in r)
     assert plain == ["numpy", "safetensors", "tokenizers", "torch", "tqdm"], requires
     assert 'matplotlib>=3.7; extra == "png"' in requires
     assert 'zstandard>=0.22; extra == "zstd"' in requires
+    assert 'starlette>=0.40; extra == "serve"' in requires
+    assert 'uvicorn>=0.30; extra == "serve"' in requires
     assert not any("huggingface" in r for r in requires), requires
     assert meta["License-Expression"] == "MIT" and meta["License-File"] == "LICENSE"
     assert license_text.startswith("MIT License") and "2026 the bertattn authors" in license_text
@@ -213,3 +217,10 @@ def test_zst_input_without_zstandard_names_the_extra(fresh, tmp_path):
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "pip install 'bertattn[zstd]'" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "e.npy").exists()
+
+
+def test_serve_without_the_extra_names_it(fresh, tmp_path):
+    proc = _run([fresh / "bertattn", "serve", "--port", "0"], cwd=tmp_path)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "pip install 'bertattn[serve]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

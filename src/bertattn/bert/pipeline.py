@@ -584,20 +584,10 @@ class Bert:
                 idx = order[start:end]
                 timed = governor.batch(sum(lengths[start:end])) if governor else nullcontext()
                 with timed:
-                    batch = self.tokenizer.pad([encodings[i] for i in idx])
+                    batch, mask, hidden = self._forward([encodings[i] for i in idx])
                     stats.padded += batch.input_ids.numel()
-                    mask = batch.attention_mask.to(device)
-                    hidden = self._last_hidden(
-                        batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
-                    )  # (B, L, E)
                     if sentences or output_value is None:
-                        pool_mask = mask
-                        if skip:  # sentence-transformers' include_prompt=false
-                            pool_mask = mask.clone()
-                            pool_mask[:, :skip] = 0
-                        emb = pool(hidden, pool_mask, pooling).float()  # (B, E)
-                        if normalize:
-                            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                        emb = self._sentences(hidden, mask, pooling, normalize, skip)  # (B, E)
                         if truncate_dim is not None:
                             emb = emb[:, :truncate_dim]
                     if sentences:
@@ -628,6 +618,55 @@ class Bert:
             state = f"; {governor.describe()}" if governor else ""
             explain_note(f"encode: {self.threads.describe()}{state}")
         return out, stats
+
+    def embed_encodings(
+        self,
+        encodings: Sequence[Any],
+        *,
+        pooling: str | None = None,
+        normalize: bool | None = None,
+    ) -> Tensor:
+        """One batch of already tokenized inputs -> ``(B, E)`` float32 sentence embeddings on
+        the CPU: the model step of :meth:`encode` (padding, the model, pooling, the folder's
+        normalization), for callers that tokenize and batch themselves (the HTTP server).
+        ``encodings``: ``tokenizers.Encoding`` objects from ``self.tokenizer.encode_batch``
+        (or anything with ``ids``, ``type_ids``, ``tokens`` and ``overflowing``); the caller
+        wraps the call in ``torch.inference_mode()`` and the thread governor as it sees fit."""
+        if not encodings:
+            raise ValueError("encodings is empty; give at least one tokenized input.")
+        pooling = self.pooling if pooling is None else pooling
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r} is not supported; use one of {POOLINGS}.")
+        normalize = self.normalize if normalize is None else bool(normalize)
+        with torch.inference_mode():
+            _, mask, hidden = self._forward(encodings)  # hidden (B, L, E)
+            return self._sentences(hidden, mask, pooling, normalize, 0).cpu()
+
+    def _forward(self, encodings: Sequence[Any]) -> tuple[Any, Tensor, Tensor]:
+        """Pad ``encodings`` and run them: ``(batch, mask (B, L) on the device, hidden
+        (B, L, E))``."""
+        device = self.model.device
+        batch = self.tokenizer.pad(encodings)
+        mask = batch.attention_mask.to(device)
+        hidden = self._last_hidden(
+            batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
+        )  # (B, L, E)
+        return batch, mask, hidden
+
+    @staticmethod
+    def _sentences(
+        hidden: Tensor, mask: Tensor, pooling: str, normalize: bool, skip: int
+    ) -> Tensor:
+        """``(B, L, E)`` -> ``(B, E)`` float32: pooled over the real tokens (minus the first
+        ``skip``: a prompt left out), L2-normalized when ``normalize``."""
+        pool_mask = mask
+        if skip:  # sentence-transformers' include_prompt=false
+            pool_mask = mask.clone()
+            pool_mask[:, :skip] = 0
+        emb = pool(hidden, pool_mask, pooling).float()  # (B, E)
+        if normalize:
+            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+        return emb
 
     def _last_hidden(self, ids: Tensor, mask: Tensor, types: Tensor) -> Tensor:
         """One padded batch through the model -> ``(B, L, E)``; replayed from a CUDA graph

@@ -12,7 +12,8 @@ exit  when
       package (the message names the ``pip install``), a file that cannot be written
 2     a usage error: argparse's, or options that cannot work (a range, a combination, an output
       that is the input or a folder, a folder that cannot be written) — found before any work
-130   interrupted (Ctrl-C) at any moment; 128 + N for signal N (SIGTERM: 143)
+130   interrupted (Ctrl-C) at any moment; 128 + N for signal N (SIGTERM: 143), except that
+      ``serve`` drains on SIGTERM and exits 0 (1 when the drain timed out)
 141   stdout was closed early (``| head``): the command stops quietly
 ====  ==========================================================================================
 
@@ -41,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "encode": "embed every line of a text / .jsonl file into .npy or .jsonl",
     "bench": "time MultiHeadAttention against its peers (module level)",
     "export-onnx": "export a BERT model to ONNX (dynamic batch and length) for ONNX Runtime",
+    "serve": "serve sentence embeddings over HTTP (OpenAI /v1/embeddings, TEI /embed)",
 }
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141

@@ -12,7 +12,8 @@ from .attend import AttendResult, run_attend
 from .encode import EncodeSummary, run_encode
 from .export import run_export
 from .inputs import read_texts
-from .options import AttendOptions, EncodeOptions, ExportOptions
+from .options import AttendOptions, EncodeOptions, ExportOptions, ServeOptions
+from .serve import ServeResult, run_serve
 
 __all__ = [
     "AttendOptions",
@@ -20,8 +21,11 @@ __all__ = [
     "EncodeOptions",
     "EncodeSummary",
     "ExportOptions",
+    "ServeOptions",
+    "ServeResult",
     "read_texts",
     "run_attend",
     "run_encode",
     "run_export",
+    "run_serve",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "AttendOptions",
     "EncodeOptions",
     "ExportOptions",
+    "ServeOptions",
     "add_arguments",
     "flag",
     "job_device",
@@ -580,6 +581,148 @@ class ExportOptions:
             )
         # a folder or a wrong suffix: the job's check_output says which, in the words every
         # command uses
+
+
+#: ``bertattn serve`` defaults (tokens, inputs, bytes, seconds)
+SERVE_BATCH_TOKENS = 16384
+SERVE_QUEUE_TOKENS = 16 * SERVE_BATCH_TOKENS
+SERVE_REQUEST_INPUTS = 2048  # OpenAI's own cap on inputs per embeddings request
+SERVE_BODY_SIZE = "16M"
+SERVE_DRAIN_TIMEOUT = 30.0
+
+
+def _seconds(cls: type, obj: object, name: str) -> None:
+    value = getattr(obj, name)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise UsageError(f"{flag(cls, name)} must be a number of seconds >= 0, got {value!r}.")
+
+
+@dataclass
+class ServeOptions:
+    """``bertattn serve``: sentence embeddings over HTTP (OpenAI's /v1/embeddings, TEI's /embed)."""
+
+    model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
+    device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)")
+    dtype: str = _opt("float32", "compute dtype (responses are float32)", choices=DTYPES)
+    served_model_name: str | None = _opt(
+        None,
+        "the model name responses carry and requests may give (default: the hub name, e.g. "
+        "sentence-transformers/all-MiniLM-L6-v2, or the folder's name; those stay accepted)",
+        metavar="NAME",
+    )
+    host: str = _opt(
+        "127.0.0.1",
+        "address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every "
+        "interface: set --api-key then)",
+    )
+    port: int = _opt(8080, "TCP port (default 8080; 0: any free port, printed)", type=int)
+    threads: int | None = _opt(
+        None,
+        "CPU threads (default: the CPUs this process may use, lowered while other processes "
+        "hold cores)",
+        type=int,
+        metavar="N",
+    )
+    max_batch_tokens: int = _opt(
+        SERVE_BATCH_TOKENS,
+        f"real tokens per model batch (default {SERVE_BATCH_TOKENS}); a larger request is "
+        f"split across batches",
+        type=int,
+        metavar="N",
+    )
+    max_queue_tokens: int = _opt(
+        SERVE_QUEUE_TOKENS,
+        f"tokens waiting for the model before new requests get 429 + Retry-After (default "
+        f"{SERVE_QUEUE_TOKENS})",
+        type=int,
+        metavar="N",
+    )
+    max_request_inputs: int = _opt(
+        SERVE_REQUEST_INPUTS,
+        f"inputs in one request (default {SERVE_REQUEST_INPUTS})",
+        type=int,
+        metavar="N",
+    )
+    max_input_tokens: int | None = _opt(
+        None,
+        "tokens per input, [CLS] and [SEP] included (default: the model's max length)",
+        type=int,
+        metavar="N",
+    )
+    truncate: bool | None = _opt(
+        None,
+        "cut a longer input to --max-input-tokens (default); --no-truncate answers 400 naming "
+        "the input instead",
+    )
+    max_body_size: str = _opt(
+        SERVE_BODY_SIZE,
+        f"largest request body: 512K, 16M, ... (default {SERVE_BODY_SIZE}); larger gets 413",
+        metavar="SIZE",
+    )
+    api_key: str | None = _opt(
+        None,
+        "require 'Authorization: Bearer KEY' on the data routes (default: $BERTATTN_API_KEY; "
+        "none: open). Probes and /metrics stay open",
+        metavar="KEY",
+    )
+    drain_timeout: float = _opt(
+        SERVE_DRAIN_TIMEOUT,
+        f"on SIGTERM / Ctrl-C, seconds to finish the requests in flight (default "
+        f"{SERVE_DRAIN_TIMEOUT:.0f}); /ready answers 503 meanwhile",
+        type=float,
+        metavar="SECONDS",
+    )
+    quiet: bool = _opt(
+        False,
+        "no start-up and shut-down lines on stderr (warnings and errors still appear)",
+        flags=("-q", "--quiet"),
+    )
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        _text(cls, self, "model")
+        _text(cls, self, "served_model_name")
+        _device(cls, self)
+        _choice(cls, self, "dtype", DTYPES)
+        if not isinstance(self.host, str) or not self.host.strip() or " " in self.host:
+            raise UsageError(f"--host must be an address such as 127.0.0.1, got {self.host!r}.")
+        port = self.port
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise UsageError(f"--port must be an integer in 0..65535, got {port!r}.")
+        _int(cls, self, "threads")
+        _int(cls, self, "max_batch_tokens", optional=False)
+        _int(cls, self, "max_queue_tokens", optional=False)
+        _int(cls, self, "max_request_inputs", optional=False)
+        _int(cls, self, "max_input_tokens", low=3, because=_MAX_LENGTH_WHY)
+        if self.max_queue_tokens < self.max_batch_tokens:
+            raise UsageError(
+                f"--max-queue-tokens {self.max_queue_tokens} is less than --max-batch-tokens "
+                f"{self.max_batch_tokens}: the queue could never fill one batch; raise "
+                f"--max-queue-tokens or lower --max-batch-tokens."
+            )
+        if self.max_input_tokens is not None and self.max_input_tokens > self.max_batch_tokens:
+            raise UsageError(
+                f"--max-input-tokens {self.max_input_tokens} is more than --max-batch-tokens "
+                f"{self.max_batch_tokens}: one input must fit in a batch."
+            )
+        if self.truncate is not None and not isinstance(self.truncate, bool):
+            raise UsageError(f"truncate must be True, False or None, got {self.truncate!r}.")
+        self.max_body_bytes  # noqa: B018  (parses --max-body-size)
+        if self.api_key is not None and (
+            not isinstance(self.api_key, str) or not self.api_key.strip()
+        ):
+            raise UsageError("--api-key is empty; give a key, or drop --api-key.")
+        _seconds(cls, self, "drain_timeout")
+
+    @property
+    def max_body_bytes(self) -> int:
+        """``--max-body-size`` in bytes."""
+        return parse_size(self.max_body_size, "--max-body-size")
 
 
 # ---------------------------------------------------------------------- the command line

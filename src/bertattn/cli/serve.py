@@ -1,0 +1,32 @@
+"""`bertattn serve`: sentence embeddings over HTTP (options: :class:`bertattn.jobs.ServeOptions`).
+
+Exit 0 after SIGTERM (drained), 130 after Ctrl-C; a missing ``bertattn[serve]``, a port in use
+or a bad model: one line, exit 1 (2 for options that cannot work)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..jobs.options import ServeOptions, add_arguments
+
+    add_arguments(p, ServeOptions)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..jobs.options import ServeOptions, from_namespace
+    from ..jobs.serve import run_serve
+
+    options = from_namespace(ServeOptions, args)
+
+    def announce(line: str) -> None:
+        if not options.quiet:
+            print(f"bertattn serve: {line}", file=sys.stderr, flush=True)
+
+    result = run_serve(options, announce=announce)
+    if result.signal == signal.SIGINT:
+        return 130
+    return 0 if result.drained else 1

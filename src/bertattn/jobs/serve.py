@@ -1,0 +1,147 @@
+"""The serve job: load the model, listen, answer HTTP until SIGTERM / Ctrl-C (options:
+:class:`bertattn.jobs.ServeOptions`).
+
+Checks before the model loads: the options (on construction), the optional packages
+(``bertattn[serve]``), the device, and the port (bound first, so a port in use is one line,
+not a traceback after a minute of loading)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import JobError, MissingExtraError, UsageError
+from .options import ServeOptions, job_device
+
+logger = logging.getLogger("bertattn.serve")
+
+__all__ = ["ServeResult", "run_serve"]
+
+API_KEY_ENV = "BERTATTN_API_KEY"
+WORKER_EXIT_S = 30.0  # seconds the end waits for the model worker's last batch
+
+
+@dataclass
+class ServeResult:
+    """How the server ended: the ``signal`` that stopped it (None: it stopped by itself) and
+    whether the drain finished every request in flight."""
+
+    signal: int | None
+    drained: bool
+
+
+def _is_local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_extra() -> None:
+    for module in ("starlette", "uvicorn"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise MissingExtraError("bertattn serve", module, "serve") from None
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    from ..serve.runner import listen
+
+    try:
+        return listen(host, port)
+    except socket.gaierror as exc:
+        raise UsageError(
+            f"--host {host}: not an address of this machine ({exc.strerror})."
+        ) from None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise JobError(
+            f"cannot listen on {host}:{port}: {why}; stop what uses that port or choose another "
+            f"--port."
+        ) from None
+
+
+def run_serve(
+    options: ServeOptions, *, announce: Callable[[str], object] | None = None
+) -> ServeResult:
+    """Serve until a signal; ``announce(line)`` gets the start-up and shut-down lines."""
+    _check_extra()
+    import uvicorn
+
+    from ..bert import Bert
+    from ..serve import create_app
+    from ..serve.runner import DrainingServer
+
+    say = announce or (lambda line: None)
+    api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
+    device = job_device(options.device)
+    if not _is_local(options.host) and api_key is None:
+        warnings.warn(
+            f"--host {options.host} listens beyond this machine and no API key is set: anyone "
+            f"who reaches the port can use it; set --api-key or {API_KEY_ENV}.",
+            stacklevel=2,
+        )
+    sock = _listen(options.host, options.port)
+    try:
+        bert = Bert.load(options.model, dtype=options.dtype, device=device, threads=options.threads)
+        top = bert.max_length
+        if options.max_input_tokens is not None and options.max_input_tokens > top:
+            raise UsageError(
+                f"--max-input-tokens {options.max_input_tokens} is more than the model takes "
+                f"({top} tokens); use --max-input-tokens {top} or less."
+            )
+        names = [str(options.model)] if options.model else []
+        if options.model and os.path.basename(str(options.model).rstrip("/")):
+            names.append(os.path.basename(str(options.model).rstrip("/")))
+        app = create_app(
+            bert,
+            max_batch_tokens=options.max_batch_tokens,
+            max_queue_tokens=options.max_queue_tokens,
+            max_request_inputs=options.max_request_inputs,
+            max_input_tokens=options.max_input_tokens,
+            truncate=options.truncate is not False,
+            max_body_bytes=options.max_body_bytes,
+            api_key=api_key,
+            names=tuple(names),
+            served_name=options.served_model_name,
+        )
+        state = app.state.serve
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            server_header=False,
+            timeout_graceful_shutdown=max(1, int(options.drain_timeout) or 1),
+        )
+        server = DrainingServer(config, state, options.drain_timeout)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        threads = "" if bert.threads is None else f", {bert.threads.describe()}"
+        say(
+            f"serving {state.names[0]} on http://{shown}:{port} ({bert.device}{threads}; "
+            f"{'API key required' if api_key else 'no API key'}); Ctrl-C or SIGTERM to stop"
+        )
+        try:
+            server.run(sockets=[sock])
+        finally:
+            # the worker may still be inside a batch (a drain that timed out, a second signal):
+            # let that batch end, or the interpreter's exit aborts torch's threads (SIGABRT)
+            if not state.batcher.stop(WORKER_EXIT_S):
+                logger.warning("the model worker did not stop within %g s", WORKER_EXIT_S)
+    finally:
+        sock.close()
+    if server.signal is not None:
+        name = signal.Signals(server.signal).name
+        how = "every request in flight answered" if server.drained else "drain timed out"
+        say(f"stopped on {name}: {how}")
+    return ServeResult(server.signal, server.drained)

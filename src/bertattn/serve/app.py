@@ -1,0 +1,490 @@
+"""The ASGI application: routes, authentication, admission, drain state.
+
+:func:`create_app` ``(bert, **limits)`` returns a Starlette app; ``bertattn serve`` runs it in
+uvicorn, and it can be mounted in any ASGI server. Data routes (``/v1/embeddings``, ``/embed``,
+``/tokenize``, ``/v1/models``) need the API key when one is set; probes (``/live``,
+``/ready``, ``/health``), ``/info`` and ``/metrics`` stay open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .batcher import Batcher, Overloaded, RequestDropped
+from .bodies import (
+    EmbedRequest,
+    check_openai,
+    check_tei,
+    check_tokenize,
+    parse_json,
+    request_timeout,
+)
+from .encoding import dumps
+from .errors import ApiError, envelope
+from .limits import Limits
+from .telemetry import ServeMetrics
+from .tokens import from_ids, token_pieces, tokenize
+
+logger = logging.getLogger("bertattn.serve")
+
+__all__ = ["ServeState", "create_app"]
+
+_BIG = 256 << 10  # bodies and responses larger than this are (de)serialized off the event loop
+
+
+class ServeState:
+    """What the routes share: the model, the limits, the batcher, the metrics, and whether the
+    server is ready (loaded, not draining). ``in_flight``: data requests being answered."""
+
+    def __init__(self, bert: Any, limits: Limits) -> None:
+        self.bert = bert
+        self.limits = limits
+        top = int(bert.max_length)
+        limit = top if limits.max_input_tokens is None else limits.max_input_tokens
+        if limit > top:
+            raise ValueError(
+                f"max_input_tokens {limit} is more than the model takes ({top} tokens): use "
+                f"{top} or less."
+            )
+        if limit > limits.max_batch_tokens:
+            raise ValueError(
+                f"max_input_tokens {limit} is more than max_batch_tokens "
+                f"{limits.max_batch_tokens}: one input must fit in a batch."
+            )
+        self.max_input_tokens = limit
+        self.width = int(bert.get_embedding_dimension())
+        self.vocab = int(bert.model.config.vocab_size)
+        name = str(bert.name or "bertattn")
+        if os.path.isdir(name):  # a local folder: its own name, the path an alias
+            aliases: tuple[str, ...] = (os.path.basename(os.path.normpath(name)), name)
+        else:  # a hub name: org/name, and name alone
+            aliases = (name, name.rsplit("/", 1)[-1])
+        first = () if limits.served_name is None else (limits.served_name,)
+        self.names = tuple(dict.fromkeys((*first, *aliases, *limits.names)))
+        self.metrics = ServeMetrics(lambda: self.batcher.depth())
+        self.batcher = Batcher(
+            bert,
+            max_batch_tokens=limits.max_batch_tokens,
+            max_queue_tokens=limits.max_queue_tokens,
+            max_wait_s=limits.max_wait_s,
+            metrics=self.metrics,
+        )
+        self.tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="bertattn-tokenize")
+        self.loaded = True
+        self.draining = False
+        self.in_flight = 0
+        self.started = time.time()
+        self.stop_timeout: float | None = None  # the lifespan's end waits this long for the worker
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded and not self.draining and self.batcher.failed is None
+
+    def drain(self) -> None:
+        """Stop taking data requests (503) and say so on ``/ready``; in-flight ones finish."""
+        self.draining = True
+
+    async def tokenize(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the tokenizer thread; its time goes to the histogram."""
+        start = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.tokenizer_thread, fn, *args)
+        finally:
+            self.metrics.stage.observe(time.perf_counter() - start, "tokenization")
+
+
+# ---------------------------------------------------------------------- helpers
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(data), status, headers=headers, media_type="application/json")
+
+
+def _error(exc: ApiError) -> Response:
+    return _json(exc.body(), exc.status, exc.headers)
+
+
+def _check_key(state: ServeState, request: Request) -> None:
+    key = state.limits.api_key
+    if key is None:
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, token = given.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(
+            401,
+            "this server needs an API key: send 'Authorization: Bearer KEY'.",
+            code="invalid_api_key",
+            reason="unauthorized",
+        )
+    if not hmac.compare_digest(token.strip().encode(), key.encode()):
+        raise ApiError(
+            401, "the API key is not valid for this server.", code="invalid_api_key",
+            reason="unauthorized",
+        )  # fmt: skip
+
+
+async def _body(state: ServeState, request: Request) -> dict[str, Any]:
+    """The JSON object of the body, read within ``max_body_bytes`` (413) and ``body_timeout_s``
+    (408: a client that stops sending does not hold a request open)."""
+    limit = state.limits.max_body_bytes
+    too_big = ApiError(
+        413,
+        f"the request body is larger than this server's limit of {limit} bytes "
+        f"(--max-body-size); split the request.",
+        code="body_too_large",
+    )
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise too_big
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    seconds = state.limits.body_timeout_s
+    try:
+        body = await asyncio.wait_for(read(), seconds)
+    except asyncio.TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {seconds:g} s; send it whole.",
+            code="request_timeout",
+        ) from None
+    except ClientDisconnect:
+        raise ApiError(499, "the client went away.", code="client_closed", reason="gone") from None
+    content_type = request.headers.get("content-type")
+    if len(body) > _BIG:
+        return await run_in_threadpool(parse_json, body, content_type)
+    return parse_json(body, content_type)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away (the body has been read: the next message is the
+    disconnect, or the end of our response)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _embed(
+    state: ServeState, request: Request, req: EmbedRequest, param: str
+) -> tuple[np.ndarray, int]:
+    """``(N, E)`` float32 rows of the model step (pooled, not yet normalized), in input order,
+    and the real tokens they hold."""
+    limits = state.limits
+    timeout = request_timeout(request.headers.get("x-request-timeout"))
+    truncate = limits.truncate if req.truncate is None else req.truncate
+    if req.texts is not None:
+        if logger.isEnabledFor(logging.DEBUG):  # texts only at -vv, never at -v
+            logger.debug("texts (first 8 of %d): %r", len(req.texts), req.texts[:8])
+        encodings, counts = await state.tokenize(
+            tokenize, state.bert, req.texts, state.max_input_tokens, truncate, param
+        )
+    else:
+        encodings, counts = from_ids(req.ids or [], state.max_input_tokens, param)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    batcher = state.batcher
+    try:
+        ticket = batcher.submit(encodings, counts, deadline=deadline)
+    except Overloaded as exc:
+        if exc.never:
+            raise ApiError(
+                413,
+                f"the request holds {exc.tokens} tokens, more than this server's queue can ever "
+                f"hold ({exc.limit}, --max-queue-tokens); split the request.",
+                param=param,
+                code="request_too_large",
+            ) from None
+        raise ApiError(
+            429,
+            f"the server is busy: {exc.queued} tokens are waiting and this request adds "
+            f"{exc.tokens} (limit {exc.limit}, --max-queue-tokens); retry after "
+            f"{exc.retry_after} s.",
+            code="queue_full",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
+    except RequestDropped:
+        raise _unavailable() from None
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            {ticket.future, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if ticket.future not in done:
+            reason = "disconnected" if gone in done else "timeout"
+            batcher.cancel(ticket, reason)
+            if reason == "timeout":
+                raise ApiError(
+                    504,
+                    f"the request was not done within its X-Request-Timeout of {timeout:g} s; "
+                    f"retry, or allow more time.",
+                    code="timeout",
+                    reason="timeout",
+                )
+            raise ApiError(499, "the client went away.", code="client_closed", reason="gone")
+        rows = ticket.future.result()
+    except RequestDropped as exc:
+        if exc.reason == "timeout":
+            raise ApiError(
+                504,
+                f"the request waited past its X-Request-Timeout of {timeout:g} s before the "
+                f"model could start it; its work was dropped: retry, or allow more time.",
+                code="timeout",
+                reason="timeout",
+            ) from None
+        raise _unavailable() from None
+    finally:
+        gone.cancel()
+    return np.stack(rows), int(sum(counts))  # (N, E)
+
+
+def _unavailable() -> ApiError:
+    return ApiError(
+        503,
+        "the server is shutting down; send the request to another replica.",
+        code="shutting_down",
+        headers={"Retry-After": "1"},
+        reason="draining",
+    )
+
+
+def _finish(state: ServeState, rows: np.ndarray, normalize: bool, dimensions: int | None):
+    """Rows as :meth:`Bert.encode` gives them: normalized as asked, cut to the folder's
+    ``truncate_dim``; ``dimensions``: cut further and normalized again when normalizing."""
+    import torch
+
+    emb = torch.from_numpy(rows)  # (N, E)
+    if normalize:
+        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+    if state.bert.truncate_dim is not None:
+        emb = emb[:, : state.bert.truncate_dim]
+    if dimensions is not None and dimensions < emb.shape[1]:
+        emb = emb[:, :dimensions]
+        if normalize:
+            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+    return np.ascontiguousarray(emb.numpy())  # (N, E') float32
+
+
+def _openai_body(state: ServeState, emb: np.ndarray, b64: bool, tokens: int) -> bytes:
+    if b64:
+        little = emb.astype("<f4", copy=False)
+        items: Any = [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
+    else:
+        items = list(emb)  # (E,) float32 rows
+    data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(items)]
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return dumps({"object": "list", "data": data, "model": state.names[0], "usage": usage})
+
+
+async def _serialize(state: ServeState, fn: Callable[..., bytes], *args: Any) -> Response:
+    start = time.perf_counter()
+    body = await run_in_threadpool(fn, *args)
+    state.metrics.stage.observe(time.perf_counter() - start, "serialization")
+    return Response(body, 200, media_type="application/json")
+
+
+# ---------------------------------------------------------------------- routes
+Handler = Callable[[ServeState, Request], Awaitable[Response]]
+
+
+def _route(path: str, name: str, handler: Handler, *, data: bool, method: str = "GET") -> Route:
+    """A route that counts its answers, turns ApiError into the envelope, and (``data``)
+    checks the key and the drain state and counts itself in flight."""
+
+    async def endpoint(request: Request) -> Response:
+        state: ServeState = request.app.state.serve
+        status = 500
+        counted = False
+        try:
+            if data:
+                _check_key(state, request)
+                if state.batcher.failed is not None:
+                    raise ApiError(
+                        503,
+                        "the model worker of this server has stopped (see its log); send the "
+                        "request to another replica.",
+                        code="worker_failed",
+                    )
+                if not state.ready:
+                    raise _unavailable()
+                state.in_flight += 1
+                counted = True
+            response = await handler(state, request)
+            status = response.status_code
+            return response
+        except ApiError as exc:
+            status = exc.status
+            if exc.status in (400, 401, 404, 408, 413, 415, 429, 499, 503, 504):
+                state.metrics.rejections.inc(exc.reason if exc.status != 400 else "invalid")
+            return _error(exc)
+        finally:
+            if counted:
+                state.in_flight -= 1
+            state.metrics.requests.inc(name, str(status))
+
+    return Route(path, endpoint, methods=[method], name=name)
+
+
+async def _openai(state: ServeState, request: Request) -> Response:
+    obj = await _body(state, request)
+    req = check_openai(
+        obj,
+        names=state.names,
+        width=state.width,
+        limit=state.limits.max_request_inputs,
+        vocab=state.vocab,
+    )
+    rows, tokens = await _embed(state, request, req, "input")
+    emb = _finish(state, rows, state.bert.normalize, req.dimensions)
+    return await _serialize(state, _openai_body, state, emb, req.base64, tokens)
+
+
+async def _tei(state: ServeState, request: Request) -> Response:
+    obj = await _body(state, request)
+    req = check_tei(obj, width=state.width, limit=state.limits.max_request_inputs)
+    rows, _ = await _embed(state, request, req, "inputs")
+    emb = _finish(state, rows, bool(req.normalize), req.dimensions)
+    return await _serialize(state, dumps, list(emb))
+
+
+async def _tokenize(state: ServeState, request: Request) -> Response:
+    obj = await _body(state, request)
+    req, special = check_tokenize(obj, limit=state.limits.max_request_inputs)
+    pieces = await state.tokenize(
+        token_pieces, state.bert, req.texts, state.max_input_tokens, special
+    )
+    return _json(pieces)
+
+
+async def _models(state: ServeState, request: Request) -> Response:
+    created = int(state.started)
+    data = [{"id": state.names[0], "object": "model", "created": created, "owned_by": "bertattn"}]
+    return _json({"object": "list", "data": data})
+
+
+async def _info(state: ServeState, request: Request) -> Response:
+    from .. import __version__
+
+    bert, limits = state.bert, state.limits
+    threads = getattr(bert, "threads", None)
+    return _json(
+        {
+            "model_id": state.names[0],
+            "model_names": list(state.names),
+            "version": f"bertattn {__version__}",
+            "device": str(bert.device),
+            "dtype": str(bert.model.dtype).replace("torch.", ""),
+            "threads": None if threads is None else threads.describe(),
+            "dimensions": state.width,
+            "pooling": bert.pooling,
+            "normalize": bert.normalize,
+            "max_input_length": state.max_input_tokens,
+            "truncate": limits.truncate,
+            "max_batch_tokens": limits.max_batch_tokens,
+            "max_queue_tokens": limits.max_queue_tokens,
+            "max_client_batch_size": limits.max_request_inputs,
+            "max_body_bytes": limits.max_body_bytes,
+            "auth": limits.api_key is not None,
+        }
+    )
+
+
+async def _live(state: ServeState, request: Request) -> Response:
+    return _json({"status": "ok"})
+
+
+async def _ready(state: ServeState, request: Request) -> Response:
+    if state.ready:
+        return _json({"status": "ready"})
+    why = "draining" if state.draining else "not loaded" if not state.loaded else "worker failed"
+    return _json({"status": why}, 503)
+
+
+async def _health(state: ServeState, request: Request) -> Response:
+    if state.batcher.failed is not None:
+        return _json({"status": "model worker failed"}, 503)
+    return _json({"status": "ok"})
+
+
+async def _metrics(state: ServeState, request: Request) -> Response:
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+# ---------------------------------------------------------------------- the app
+def create_app(bert: Any, **limits: Any) -> Starlette:
+    """The embeddings server for ``bert`` (a loaded :class:`bertattn.Bert`) as an ASGI app.
+
+    ``limits``: the keyword arguments of :class:`bertattn.serve.Limits` (``max_batch_tokens``,
+    ``max_queue_tokens``, ``max_request_inputs``, ``max_input_tokens``, ``truncate``,
+    ``max_body_bytes``, ``api_key``, ``max_wait_s``, ``names``). The model worker starts with
+    the app's lifespan (or on the first request when mounted without one) and finishes the
+    admitted work when the lifespan ends. ``app.state.serve`` is the :class:`ServeState`."""
+    state = ServeState(bert, Limits(**limits))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.batcher.start()
+        try:
+            yield
+        finally:
+            state.drain()
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, state.batcher.stop, state.stop_timeout)
+            state.tokenizer_thread.shutdown(wait=False)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        if status == 404:
+            msg = f"no route {request.url.path[:200]}; see GET /info and the README's Serving."
+        elif status == 405:
+            msg = f"{request.method} is not allowed on {request.url.path[:200]}."
+        else:
+            msg = getattr(exc, "detail", None) or "error"
+        return _json(envelope(str(msg), "invalid_request_error", None, None), status)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        logger.exception("unexpected error on %s", request.url.path)
+        return _json(envelope("internal server error", "server_error", None, None), 500)
+
+    routes = [
+        _route("/v1/embeddings", "embeddings", _openai, data=True, method="POST"),
+        _route("/embeddings", "embeddings", _openai, data=True, method="POST"),
+        _route("/embed", "embed", _tei, data=True, method="POST"),
+        _route("/tokenize", "tokenize", _tokenize, data=True, method="POST"),
+        _route("/v1/models", "models", _models, data=True),
+        _route("/info", "info", _info, data=False),
+        _route("/live", "live", _live, data=False),
+        _route("/ready", "ready", _ready, data=False),
+        _route("/health", "health", _health, data=False),
+        _route("/metrics", "metrics", _metrics, data=False),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: not_found, Exception: server_error},
+    )
+    app.state.serve = state
+    return app

@@ -1,0 +1,367 @@
+"""One model worker thread, fed by a token-budget queue.
+
+Each admitted input waits as an item with its real token count. The worker forms a batch of at
+most ``max_batch_tokens`` real tokens (and at most twice that once padded), shortest inputs
+first (little padding, short requests answered fast); an input that has waited ``max_wait_s``
+anchors the next batch instead, filled with the inputs nearest its length, so long inputs are
+never starved. A request larger than one
+batch is spread over several and answered when its last row is in, rows in input order.
+
+The event loop only admits (:meth:`Batcher.submit`, a lock and a few additions) and awaits a
+future; the worker resolves it with ``loop.call_soon_threadsafe``, exactly once, or drops the
+request's remaining items when it is cancelled (client gone) or its deadline passed.
+
+Test hook: ``BERTATTN_TEST_BATCH_DELAY=0.2`` makes the worker sleep that long before each batch
+(a slow model, for the overload, timeout and drain tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .telemetry import ServeMetrics
+
+logger = logging.getLogger("bertattn.serve")
+
+__all__ = ["Batcher", "Overloaded", "RequestDropped", "Ticket"]
+
+
+class Overloaded(Exception):
+    """The queue cannot take the request now (``retry_after`` seconds: a guess from the
+    measured speed), or ever (``never``: the request alone is larger than the queue)."""
+
+    def __init__(self, tokens: int, queued: int, limit: int, retry_after: int) -> None:
+        self.tokens, self.queued, self.limit, self.retry_after = tokens, queued, limit, retry_after
+        self.never = tokens > limit
+        super().__init__(f"{tokens} tokens with {queued} queued exceeds {limit}")
+
+
+class RequestDropped(Exception):
+    """The request's work was dropped before it ran: ``reason`` ``"timeout"`` or
+    ``"disconnected"`` or ``"stopped"``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One request's work. ``rows[i]``: input i's ``(E,)`` float32 row once computed."""
+
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    size: int
+    tokens: int
+    deadline: float | None
+    enqueued: float = field(default_factory=time.monotonic)
+    rows: list[np.ndarray | None] = field(default_factory=list)
+    remaining: int = 0  # rows not yet computed
+    waiting: int = 0  # items not yet in a batch
+    started: float | None = None  # when its first item went into a batch
+    inference_s: float = 0.0
+    finished: bool = False  # resolved (rows, or an error): never twice
+
+
+@dataclass(eq=False)
+class _Item:
+    ticket: Ticket
+    index: int
+    encoding: Any
+    tokens: int
+    enqueued: float
+    taken: bool = False  # in a batch, or dropped
+
+
+def _resolve(future: asyncio.Future, value: object) -> None:
+    if future.done():
+        return
+    if isinstance(value, BaseException):
+        future.set_exception(value)
+    else:
+        future.set_result(value)
+
+
+class Batcher:
+    """The queue and the one model worker of a server (see the module docstring).
+
+    ``bert``: a :class:`bertattn.Bert`; the worker calls ``bert.embed_encodings(...,
+    normalize=False)`` inside ``bert.governor.batch(real tokens)`` when the model runs on the
+    CPU with an adaptive thread count."""
+
+    def __init__(
+        self,
+        bert: Any,
+        *,
+        max_batch_tokens: int,
+        max_queue_tokens: int,
+        max_wait_s: float = 0.5,
+        metrics: ServeMetrics | None = None,
+    ) -> None:
+        self.bert = bert
+        self.max_batch_tokens = max_batch_tokens
+        self.max_queue_tokens = max_queue_tokens
+        self.max_wait_s = max_wait_s
+        #: padded tokens (inputs x the longest) a batch may reach: short inputs batched with a
+        #: long one would otherwise pad to thousands of times their length
+        self.max_padded = 2 * max_batch_tokens
+        self.metrics = metrics
+        self._cond = threading.Condition()
+        self._by_len: dict[int, deque[_Item]] = {}
+        self._fifo: deque[_Item] = deque()
+        self._queued_tokens = 0
+        self._queued_tickets: set[Ticket] = set()
+        self._running = 0  # items in the batch being computed
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._speed = 0.0  # tokens per second, a moving average
+        self.failed: BaseException | None = None  # the worker died of this
+        self._delay = float(os.environ.get("BERTATTN_TEST_BATCH_DELAY", "0") or 0)
+
+    # ---------------------------------------------------------------- state
+    def depth(self) -> tuple[int, int]:
+        """``(requests, tokens)`` admitted and not yet computed."""
+        with self._cond:
+            return len(self._queued_tickets), self._queued_tokens
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._queued_tickets and self._running == 0
+
+    def start(self) -> None:
+        """Start the worker (once; :meth:`submit` starts it too)."""
+        with self._cond:
+            if self._thread is not None or self._stopping:
+                return
+            self._thread = threading.Thread(target=self._work, name="bertattn-model", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Let the worker finish every admitted item, then end; True when it ended in time.
+        Items still queued after ``timeout`` are answered ``RequestDropped("stopped")``."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            with self._cond:
+                for ticket in list(self._queued_tickets):
+                    self._drop(ticket, "stopped")
+            return False
+        return True
+
+    # ---------------------------------------------------------------- the event loop's side
+    def submit(
+        self, encodings: Sequence[Any], tokens: Sequence[int], *, deadline: float | None = None
+    ) -> Ticket:
+        """Admit one request's inputs (``tokens[i]`` real tokens each) or raise
+        :class:`Overloaded`; call from the event loop (the ticket's future belongs to it).
+        ``deadline``: a ``time.monotonic()`` after which items not yet started are dropped."""
+        if len(encodings) != len(tokens) or not encodings:
+            raise ValueError(f"{len(encodings)} encodings for {len(tokens)} token counts.")
+        loop = asyncio.get_running_loop()
+        total = int(sum(tokens))
+        ticket = Ticket(loop, loop.create_future(), len(encodings), total, deadline)
+        ticket.rows = [None] * len(encodings)
+        ticket.remaining = ticket.waiting = len(encodings)
+        with self._cond:
+            if self._stopping:
+                raise RequestDropped("stopped")
+            queued = self._queued_tokens
+            if total > self.max_queue_tokens or (queued and queued + total > self.max_queue_tokens):
+                raise Overloaded(total, queued, self.max_queue_tokens, self._retry_after(queued))
+            now = ticket.enqueued
+            for i, (enc, n) in enumerate(zip(encodings, tokens, strict=True)):
+                item = _Item(ticket, i, enc, int(n), now)
+                self._by_len.setdefault(int(n), deque()).append(item)
+                self._fifo.append(item)
+            self._queued_tokens += total
+            self._queued_tickets.add(ticket)
+            self._cond.notify()
+        if self._thread is None:
+            self.start()
+        return ticket
+
+    def cancel(self, ticket: Ticket, reason: str) -> int:
+        """Drop the ticket's items not yet in a batch (``reason``: ``"disconnected"``,
+        ``"timeout"``); the number dropped. Its future is left alone (the caller stopped
+        waiting) and is never resolved."""
+        with self._cond:
+            ticket.finished = True
+            return self._drop(ticket, reason)
+
+    def _retry_after(self, queued: int) -> int:
+        speed = self._speed or 1000.0
+        return max(1, math.ceil(queued / speed))
+
+    def _drop(self, ticket: Ticket, reason: str, error: BaseException | None = None) -> int:
+        """(lock held) Take the ticket's untaken items out; resolve it with ``error`` (default
+        ``RequestDropped(reason)``)."""
+        dropped = 0
+        if ticket.waiting:
+            for item in self._fifo:
+                if item.ticket is ticket and not item.taken:
+                    item.taken = True
+                    dropped += 1
+                    self._queued_tokens -= item.tokens
+            ticket.waiting = 0
+        self._queued_tickets.discard(ticket)
+        if dropped and self.metrics is not None:
+            self.metrics.dropped.inc(reason, by=dropped)
+        if not ticket.finished:
+            ticket.finished = True
+            self._call(ticket, RequestDropped(reason) if error is None else error)
+        return dropped
+
+    @staticmethod
+    def _call(ticket: Ticket, value: object) -> None:
+        try:
+            ticket.loop.call_soon_threadsafe(_resolve, ticket.future, value)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    # ---------------------------------------------------------------- the worker's side
+    def _take(self) -> list[_Item]:
+        """(lock held) The next batch: items out of the queue, at most max_batch_tokens."""
+        now = time.monotonic()
+        fifo = self._fifo
+        while fifo and fifo[0].taken:
+            fifo.popleft()
+        batch: list[_Item] = []
+        budget = self.max_batch_tokens
+        longest = 0
+        lengths = sorted(k for k, dq in self._by_len.items() if dq)  # shortest first
+        if fifo and now - fifo[0].enqueued >= self.max_wait_s:  # aged: it goes first
+            anchor = fifo.popleft()
+            if self._accept(anchor, now):
+                batch.append(anchor)
+                budget -= anchor.tokens
+                longest = anchor.tokens
+                lengths.sort(key=lambda k: (abs(k - anchor.tokens), k))  # then its neighbours
+        for k in lengths:
+            dq = self._by_len[k]
+            while dq and (dq[0].taken or self._fits(k, budget, len(batch), longest)):
+                item = dq.popleft()
+                if self._accept(item, now):
+                    batch.append(item)
+                    budget -= k
+                    longest = max(longest, k)
+            if not dq:
+                del self._by_len[k]
+        for item in batch:
+            ticket = item.ticket
+            self._queued_tokens -= item.tokens
+            ticket.waiting -= 1
+            if ticket.waiting == 0:
+                self._queued_tickets.discard(ticket)
+            if ticket.started is None:
+                ticket.started = now
+                if self.metrics is not None:
+                    self.metrics.stage.observe(now - ticket.enqueued, "queue")
+        self._running = len(batch)
+        return batch
+
+    def _fits(self, k: int, budget: int, size: int, longest: int) -> bool:
+        """An input of ``k`` tokens joins a batch of ``size`` inputs: real tokens within the
+        budget left, padded tokens within ``max_padded``."""
+        return k <= budget and (size + 1) * max(longest, k) <= self.max_padded
+
+    def _accept(self, item: _Item, now: float) -> bool:
+        """(lock held) Whether ``item`` goes into the batch: not taken or dropped, its request
+        not past its deadline before any of it started (then the request is dropped)."""
+        if item.taken:
+            return False
+        ticket = item.ticket
+        if ticket.deadline is not None and now > ticket.deadline and ticket.started is None:
+            self._drop(ticket, "timeout")
+            return False
+        item.taken = True
+        return True
+
+    def _work(self) -> None:
+        import torch
+
+        governor = getattr(self.bert, "governor", None)
+        if getattr(self.bert, "device", None) is not None and self.bert.device.type != "cpu":
+            governor = None
+        try:
+            with governor.loop() if governor else nullcontext(), torch.inference_mode():
+                while True:
+                    with self._cond:
+                        batch = self._take()
+                        while not batch:
+                            if self._stopping and not self._queued_tickets:
+                                return
+                            self._cond.wait(timeout=self.max_wait_s or None)
+                            batch = self._take()
+                    self._run(batch, governor)
+        except BaseException as exc:  # the worker is gone: fail what waits, say so
+            self.failed = exc
+            logger.exception("the model worker stopped")
+            with self._cond:
+                for ticket in list(self._queued_tickets):
+                    self._drop(ticket, "stopped")
+
+    def _run(self, batch: list[_Item], governor: Any) -> None:
+        tokens = sum(item.tokens for item in batch)
+        if self._delay:
+            time.sleep(self._delay)
+        start = time.perf_counter()
+        try:
+            timed = governor.batch(tokens) if governor else nullcontext()
+            with timed:
+                emb = self.bert.embed_encodings([item.encoding for item in batch], normalize=False)
+            rows = emb.numpy()  # (B, E) float32
+            error: BaseException | None = None
+        except Exception as exc:  # a failed batch fails its requests, not the server
+            logger.exception("a model batch of %d inputs failed", len(batch))
+            rows, error = None, exc
+        elapsed = time.perf_counter() - start
+        if elapsed > 0:
+            speed = tokens / elapsed
+            self._speed = speed if not self._speed else 0.8 * self._speed + 0.2 * speed
+        if self.metrics is not None:
+            self.metrics.batch_texts.observe(len(batch))
+            self.metrics.batch_tokens.observe(tokens)
+            self.metrics.batch_seconds.observe(elapsed)
+            self.metrics.tokens.inc(by=tokens)
+        with self._cond:
+            self._running = 0
+            seen: set[int] = set()
+            for j, item in enumerate(batch):
+                ticket = item.ticket
+                if ticket.finished:
+                    continue  # dropped while it ran (its deadline, or the client left)
+                if rows is None:
+                    self._drop(ticket, "failed", error)
+                    continue
+                ticket.rows[item.index] = rows[j]
+                if id(ticket) not in seen:
+                    seen.add(id(ticket))
+                    ticket.inference_s += elapsed
+                ticket.remaining -= 1
+                if ticket.remaining == 0:
+                    ticket.finished = True
+                    if self.metrics is not None:
+                        self.metrics.stage.observe(ticket.inference_s, "inference")
+                    self._call(ticket, ticket.rows)
+            self._cond.notify_all()

@@ -1,0 +1,282 @@
+"""Request bodies: read within the size limit, parsed as JSON, checked field by field.
+
+Every refusal is an :class:`~.errors.ApiError` whose message names the field (``param``), what
+came and what is expected; nothing here touches the model or the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ApiError
+
+__all__ = ["EmbedRequest", "check_openai", "check_tei", "check_tokenize", "parse_json"]
+
+_JSON_TYPES = ("application/json",)
+
+
+def _kind(value: object) -> str:
+    """The JSON name of a value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
+
+
+def parse_json(body: bytes, content_type: str | None) -> dict[str, Any]:
+    """The body as a JSON object (415: not JSON; 400: invalid UTF-8, malformed or too deep JSON,
+    not an object)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in _JSON_TYPES:
+        raise ApiError(
+            415,
+            f"Content-Type {content_type or '(none)'!s} is not supported; send the body as JSON "
+            f"with 'Content-Type: application/json'.",
+            code="unsupported_media_type",
+        )
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            400,
+            f"the body is not valid UTF-8 (byte {exc.start}: {body[exc.start : exc.start + 1]!r}); "
+            f"JSON bodies must be UTF-8.",
+            code="invalid_json",
+        ) from None
+    if not text.strip():
+        raise ApiError(400, "the body is empty; send a JSON object.", code="invalid_json")
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ApiError(
+            400, "the JSON body is nested too deeply; send a flat JSON object.", code="invalid_json"
+        ) from None
+    except ValueError as exc:  # JSONDecodeError, an int of too many digits, NaN
+        raise ApiError(400, f"the body is not valid JSON: {exc}.", code="invalid_json") from None
+    if not isinstance(value, dict):
+        raise ApiError(
+            400, f"the body must be a JSON object, got {_kind(value)}.", code="invalid_json"
+        )
+    return value
+
+
+@dataclass
+class EmbedRequest:
+    """A checked request: ``texts`` or ``ids`` (token-id inputs), and what to do with them."""
+
+    texts: list[str] | None
+    ids: list[list[int]] | None
+    base64: bool = False
+    dimensions: int | None = None
+    normalize: bool | None = None  # None: as the model folder says
+    truncate: bool | None = None  # None: the server's setting
+    model: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.texts if self.texts is not None else self.ids or [])
+
+
+def _unknown(obj: dict[str, Any], known: tuple[str, ...]) -> None:
+    extra = [k for k in obj if k not in known]
+    if extra:
+        raise ApiError(
+            400,
+            f"unrecognized request argument supplied: {extra[0]}; this route takes "
+            f"{', '.join(known)}.",
+            param=extra[0],
+            code="unknown_parameter",
+        )
+
+
+def _count(n: int, limit: int, name: str) -> None:
+    if n == 0:
+        raise ApiError(400, f"'{name}' is an empty array; give at least one input.", param=name)
+    if n > limit:
+        raise ApiError(
+            413,
+            f"'{name}' has {n} inputs; this server takes at most {limit} per request "
+            f"(--max-request-inputs): split the request.",
+            param=name,
+            code="too_many_inputs",
+        )
+
+
+def _inputs(value: object, name: str, limit: int, vocab: int, *, ids: bool) -> EmbedRequest:
+    """``str | list[str]`` (and with ``ids``: ``list[int] | list[list[int]]``)."""
+    forms = "a string or an array of strings" + (
+        ", or token ids (an array of integers, or an array of such arrays)" if ids else ""
+    )
+    if isinstance(value, str):
+        return EmbedRequest([value], None)
+    if not isinstance(value, list):
+        raise ApiError(400, f"'{name}' must be {forms}, got {_kind(value)}.", param=name)
+    if ids and value and isinstance(value[0], int) and not isinstance(value[0], bool):
+        return EmbedRequest(None, [_token_ids(value, name, vocab)])  # one input of token ids
+    _count(len(value), limit, name)
+    first = value[0]
+    if isinstance(first, str):
+        for i, v in enumerate(value):
+            if not isinstance(v, str):
+                raise ApiError(
+                    400,
+                    f"'{name}[{i}]' is {_kind(v)}; an array of inputs must hold only strings "
+                    f"(or only token ids).",
+                    param=f"{name}[{i}]",
+                )
+        return EmbedRequest(list(value), None)
+    if not ids:
+        raise ApiError(400, f"'{name}[0]' is {_kind(first)}; expected {forms}.", param=f"{name}[0]")
+    if isinstance(first, list):
+        out = []
+        for i, v in enumerate(value):
+            where = f"{name}[{i}]"
+            if not isinstance(v, list):
+                raise ApiError(
+                    400, f"'{where}' is {_kind(v)}; expected an array of token ids.", param=where
+                )
+            out.append(_token_ids(v, where, vocab))
+        return EmbedRequest(None, out)
+    raise ApiError(400, f"'{name}[0]' is {_kind(first)}; expected {forms}.", param=f"{name}[0]")
+
+
+def _token_ids(value: list[Any], where: str, vocab: int) -> list[int]:
+    if not value:
+        raise ApiError(400, f"'{where}' is an empty array of token ids.", param=where)
+    for j, t in enumerate(value):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+            got = repr(t) if isinstance(t, int) and len(str(t)) < 40 else _kind(t)
+            raise ApiError(
+                400,
+                f"'{where}[{j}]' is {got}; a token id is an integer in 0..{vocab - 1} (this "
+                f"model's vocabulary; POST /tokenize gives a text's ids).",
+                param=f"{where}[{j}]",
+            )
+    return list(value)
+
+
+def _bool(obj: dict[str, Any], name: str) -> bool | None:
+    value = obj.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(400, f"'{name}' must be true or false, got {_kind(value)}.", param=name)
+    return value
+
+
+def _dimensions(obj: dict[str, Any], width: int) -> int | None:
+    value = obj.get("dimensions")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(
+            400, f"'dimensions' must be an integer, got {_kind(value)}.", param="dimensions"
+        )
+    if not 1 <= value <= width:
+        raise ApiError(
+            400,
+            f"'dimensions' is {value}; this model's embeddings have {width} dimensions: give "
+            f"1..{width}.",
+            param="dimensions",
+        )
+    return value
+
+
+def check_openai(
+    obj: dict[str, Any], *, names: tuple[str, ...], width: int, limit: int, vocab: int
+) -> EmbedRequest:
+    """OpenAI's ``POST /v1/embeddings`` body: ``input``, ``model``, ``encoding_format``,
+    ``dimensions``, ``user``. ``names``: the model names served (the first is the canonical)."""
+    _unknown(obj, ("input", "model", "encoding_format", "dimensions", "user"))
+    if "input" not in obj:
+        raise ApiError(400, "'input' is required: the text(s) to embed.", param="input")
+    req = _inputs(obj["input"], "input", limit, vocab, ids=True)
+    model = obj.get("model")
+    if model is None:
+        raise ApiError(400, f"'model' is required; this server serves {names[0]!r}.", param="model")
+    if not isinstance(model, str):
+        raise ApiError(400, f"'model' must be a string, got {_kind(model)}.", param="model")
+    if model not in names:
+        raise ApiError(
+            404,
+            f"The model {model[:200]!r} does not exist here; this server serves {names[0]!r}.",
+            param="model",
+            code="model_not_found",
+        )
+    fmt = obj.get("encoding_format", "float")
+    if fmt is None:
+        fmt = "float"
+    if fmt not in ("float", "base64"):
+        shown = repr(fmt)[:60] if isinstance(fmt, str) else _kind(fmt)
+        raise ApiError(
+            400,
+            f"'encoding_format' is {shown}; use 'float' or 'base64'.",
+            param="encoding_format",
+        )
+    user = obj.get("user")
+    if user is not None and not isinstance(user, str):
+        raise ApiError(400, f"'user' must be a string, got {_kind(user)}.", param="user")
+    req.base64 = fmt == "base64"
+    req.dimensions = _dimensions(obj, width)
+    req.model = model
+    return req
+
+
+def check_tei(obj: dict[str, Any], *, width: int, limit: int) -> EmbedRequest:
+    """Text Embeddings Inference's ``POST /embed`` body: ``inputs``, ``normalize`` (default
+    true), ``truncate``, ``truncation_direction`` (right only), ``dimensions``."""
+    _unknown(obj, ("inputs", "normalize", "truncate", "truncation_direction", "dimensions"))
+    if "inputs" not in obj:
+        raise ApiError(400, "'inputs' is required: the text(s) to embed.", param="inputs")
+    req = _inputs(obj["inputs"], "inputs", limit, 0, ids=False)
+    normalize = _bool(obj, "normalize")
+    req.normalize = True if normalize is None else normalize
+    req.truncate = _bool(obj, "truncate")
+    direction = obj.get("truncation_direction")
+    if direction is not None and direction not in ("right", "Right"):
+        raise ApiError(
+            400,
+            "'truncation_direction' must be 'right' (the end of a long input is cut).",
+            param="truncation_direction",
+        )
+    req.dimensions = _dimensions(obj, width)
+    return req
+
+
+def check_tokenize(obj: dict[str, Any], *, limit: int) -> tuple[EmbedRequest, bool]:
+    """``POST /tokenize``: ``inputs``, ``add_special_tokens`` (default true)."""
+    _unknown(obj, ("inputs", "add_special_tokens"))
+    if "inputs" not in obj:
+        raise ApiError(400, "'inputs' is required: the text(s) to tokenize.", param="inputs")
+    req = _inputs(obj["inputs"], "inputs", limit, 0, ids=False)
+    special = _bool(obj, "add_special_tokens")
+    return req, True if special is None else special
+
+
+def request_timeout(value: str | None) -> float | None:
+    """``X-Request-Timeout: SECONDS`` (a positive number) -> seconds, or None."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ApiError(
+            400,
+            f"X-Request-Timeout {value[:40]!r} is not a number of seconds > 0.",
+            param="X-Request-Timeout",
+        )
+    return seconds

@@ -1,0 +1,64 @@
+"""Refusals the server answers with, in OpenAI's error envelope.
+
+``{"error": {"message", "type", "param", "code"}}``: every 4xx / 5xx body of every route has
+this shape (the TEI-style routes too), so one client-side handler reads them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ApiError", "envelope"]
+
+#: HTTP status -> OpenAI's error ``type``
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_unavailable",
+    504: "timeout_error",
+}
+
+
+class ApiError(Exception):
+    """An HTTP error answer: ``status``, a ``message`` that says what came, what was expected
+    and the fix, the request ``param`` at fault (JSON path such as ``input[3]``; None when no
+    field is), a machine-readable ``code`` and extra response ``headers``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+        self.reason = reason or code or "invalid"  # the /metrics label of a rejection
+
+    @property
+    def type(self) -> str:
+        return _TYPES.get(self.status, "invalid_request_error")
+
+    def body(self) -> dict[str, Any]:
+        return envelope(self.message, self.type, self.param, self.code)
+
+
+def envelope(
+    message: str, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}

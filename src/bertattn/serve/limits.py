@@ -1,0 +1,73 @@
+"""The server's limits and settings: one frozen dataclass, validated on construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+__all__ = ["Limits"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What :func:`bertattn.serve.create_app` accepts (keyword arguments of the same names).
+
+    Tokens count [CLS] and [SEP]. ``max_batch_tokens``: real tokens per model batch;
+    ``max_queue_tokens``: tokens admitted and not yet computed before new requests get 429;
+    ``max_request_inputs``: inputs per request; ``max_input_tokens``: tokens per input (None:
+    the model's max length); ``truncate``: cut longer inputs (False: 400 naming the input);
+    ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the data
+    routes require (None: open); ``body_timeout_s``: seconds a request body may take to arrive
+    (then 408); ``max_wait_s``: an input waiting this long goes into the next
+    batch ahead of shorter ones (aging: long inputs are not starved); ``names``: extra model
+    names the ``model`` field may carry (the served name is always accepted); ``served_name``:
+    the name responses carry (default: the model's hub name, or its folder's name)."""
+
+    max_batch_tokens: int = 16384
+    max_queue_tokens: int = 16 * 16384
+    max_request_inputs: int = 2048
+    max_input_tokens: int | None = None
+    truncate: bool = True
+    max_body_bytes: int = 16 << 20
+    api_key: str | None = None
+    max_wait_s: float = 0.5
+    body_timeout_s: float = 30.0
+    names: tuple[str, ...] = ()
+    served_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("max_batch_tokens", "max_queue_tokens", "max_request_inputs",
+                          "max_body_bytes", "max_input_tokens"):  # fmt: skip
+                if value is None and f.name == "max_input_tokens":
+                    continue
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{f.name} must be a positive int, got {value!r}.")
+        if self.max_input_tokens is not None and self.max_input_tokens < 3:
+            raise ValueError(
+                f"max_input_tokens must be >= 3 ([CLS], one token, [SEP]), got "
+                f"{self.max_input_tokens}."
+            )
+        if self.max_queue_tokens < self.max_batch_tokens:
+            raise ValueError(
+                f"max_queue_tokens ({self.max_queue_tokens}) must be >= max_batch_tokens "
+                f"({self.max_batch_tokens}): the queue must hold at least one full batch."
+            )
+        if not isinstance(self.truncate, bool):
+            raise TypeError(f"truncate must be True or False, got {self.truncate!r}.")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
+            raise ValueError("api_key must be a non-empty str or None (no key: open routes).")
+        wait = self.max_wait_s
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, (int, float))
+            or not (math.isfinite(wait) and wait >= 0)
+        ):
+            raise ValueError(f"max_wait_s must be a number of seconds >= 0, got {wait!r}.")
+        if self.served_name is not None and (
+            not isinstance(self.served_name, str) or not self.served_name.strip()
+        ):
+            raise ValueError(f"served_name must be a non-empty str, got {self.served_name!r}.")
+        if isinstance(self.names, str) or not all(isinstance(n, str) for n in self.names):
+            raise TypeError(f"names must be a tuple of str, got {self.names!r}.")

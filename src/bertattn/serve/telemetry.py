@@ -1,0 +1,53 @@
+"""The server's metrics, by name: what ``GET /metrics`` shows (see :mod:`.metrics`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .metrics import SIZE_BUCKETS, Counter, Gauge, Histogram, Registry
+
+__all__ = ["ServeMetrics"]
+
+STAGES = ("tokenization", "queue", "inference", "serialization")
+
+
+class ServeMetrics:
+    """Counters and histograms of one server; ``depth()`` -> ``(requests, tokens)`` queued."""
+
+    def __init__(self, depth: Callable[[], tuple[int, int]]) -> None:
+        r = self.registry = Registry()
+        self.requests = r.add(
+            Counter("bertattn_requests_total", "HTTP requests answered", ("route", "status"))
+        )
+        self.stage = r.add(
+            Histogram(
+                "bertattn_stage_seconds",
+                "time per request in each stage (tokenization, queue, inference, serialization)",
+                ("stage",),
+            )
+        )
+        self.batch_texts = r.add(
+            Histogram("bertattn_batch_texts", "inputs per model batch", buckets=SIZE_BUCKETS)
+        )
+        self.batch_tokens = r.add(
+            Histogram("bertattn_batch_tokens", "real tokens per model batch", buckets=SIZE_BUCKETS)
+        )
+        self.batch_seconds = r.add(Histogram("bertattn_batch_seconds", "model time per batch"))
+        self.rejections = r.add(
+            Counter("bertattn_rejections_total", "requests refused, by reason", ("reason",))
+        )
+        self.dropped = r.add(
+            Counter(
+                "bertattn_dropped_inputs_total",
+                "admitted inputs dropped before the model ran them (client gone, timed out)",
+                ("reason",),
+            )
+        )
+        self.tokens = r.add(Counter("bertattn_tokens_total", "real tokens embedded"))
+        r.add(
+            Gauge("bertattn_queue_requests", "requests waiting for the model", lambda: depth()[0])
+        )
+        r.add(Gauge("bertattn_queue_tokens", "tokens waiting for the model", lambda: depth()[1]))
+
+    def render(self) -> str:
+        return self.registry.render()

@@ -1,0 +1,97 @@
+"""A real ``bertattn serve`` process for the serve tests: started on a free port of
+127.0.0.1, polled on ``/live`` until up (bounded), killed with its session at the end.
+
+    with running_server(cli_subprocess, tiny_checkpoint, "--api-key", "k") as server:
+        httpx.post(server.url + "/v1/embeddings", json=...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+START_TIMEOUT = 90.0  # seconds: torch import + model load on a busy 2-core machine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    port: int
+    stderr_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait(self, timeout: float = 60) -> int:
+        """The exit status (fails the test when it does not end in time)."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the server did not stop within {timeout} s\n{self.stderr()[-3000:]}")
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: only what this test started
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
+def start_server(cli_subprocess, model: Path | str, *args: object, env=None) -> Server:  # type: ignore[no-untyped-def]
+    """Start ``bertattn serve --model MODEL --port P ARGS`` and wait for ``/live``."""
+    port = free_port()
+    log = Path(tempfile.mkstemp(prefix="bertattn-serve-", suffix=".log")[1])
+    cmd = cli_subprocess.command("serve", "--model", model, "--port", port, *args)
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=cli_subprocess.env(env),
+            start_new_session=True,
+        )
+    server = Server(proc, port, log)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the server exited with {proc.returncode}\n{server.stderr()[-3000:]}")
+        try:
+            if httpx.get(server.url + "/live", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    _kill(proc)
+    pytest.fail(f"the server was not live within {START_TIMEOUT} s\n{server.stderr()[-3000:]}")
+
+
+@contextlib.contextmanager
+def running_server(cli_subprocess, model: Path | str, *args: object, env=None) -> Iterator[Server]:  # type: ignore[no-untyped-def]
+    server = start_server(cli_subprocess, model, *args, env=env)
+    try:
+        yield server
+    finally:
+        _kill(server.proc)
+        server.stderr_path.unlink(missing_ok=True)
