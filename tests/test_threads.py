@@ -318,33 +318,19 @@ def test_explain_names_the_threads_an_encode_ran_with(tiny_checkpoint: Path) -> 
 def test_encode_verbose_reports_the_thread_choice(cli, tiny_checkpoint: Path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     src = tmp_path / "in.txt"
     src.write_text("one\ntwo\n")
-    r = cli(
-        "encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint, "-v", "--threads", "1"
-    )
+
+    def encode(out: str, *extra: str, env: dict | None = None):  # type: ignore[no-untyped-def]
+        return cli(
+            "encode", src, "-o", tmp_path / out, "--model", tiny_checkpoint, "-v", *extra, env=env
+        )
+
+    r = encode("o.npy", "--threads", "1")
     assert r.code == 0, r
     assert "threads: 1 thread (explicit; fixed)" in r.err
-    r = cli(
-        "encode",
-        src,
-        "-o",
-        tmp_path / "p.npy",
-        "--model",
-        tiny_checkpoint,
-        "-v",
-        env={"OMP_NUM_THREADS": "1"},
-    )
+    r = encode("p.npy", env={"OMP_NUM_THREADS": "1"})
     assert r.code == 0, r
     assert "OMP_NUM_THREADS=1" in r.err
-    r = cli(
-        "encode",
-        src,
-        "-o",
-        tmp_path / "q.npy",
-        "--model",
-        tiny_checkpoint,
-        "-v",
-        env={"BERTATTN_ADAPTIVE_THREADS": None},
-    )
+    r = encode("q.npy", env={"BERTATTN_ADAPTIVE_THREADS": None})
     assert r.code == 0, r
     assert "in affinity" in r.err and "adaptive under load" in r.err
 

@@ -180,6 +180,7 @@ class ThreadChoice:
     source: str
     adaptive: bool
     budget: CpuBudget
+    users: bool = False  # the user's own torch count: bertattn does not touch it
 
     def describe(self) -> str:
         """One line for ``-v``, ``bench`` and logs."""
@@ -229,7 +230,8 @@ def choose_threads(
 
         current = torch.get_num_threads()
     if current not in (budget.affinity, _ours):
-        return ThreadChoice(current, "set with torch.set_num_threads, left alone", False, budget)
+        source = "set with torch.set_num_threads, left alone"
+        return ThreadChoice(current, source, False, budget, users=True)
     adaptive = environ.get(ADAPTIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
     source = budget.describe() + ("" if adaptive else f"; {ADAPTIVE_ENV}=0")
     return ThreadChoice(budget.cpus, source, adaptive, budget)
@@ -240,7 +242,7 @@ def apply(choice: ThreadChoice) -> None:
     global _ours
     import torch
 
-    if choice.source.startswith("set with torch"):
+    if choice.users:
         return
     if torch.get_num_threads() != choice.threads:
         torch.set_num_threads(choice.threads)

@@ -87,6 +87,12 @@ def recording() -> bool:
     return (_open_blocks and _active.get() is not None) or logger.isEnabledFor(logging.DEBUG)
 
 
+def explaining() -> bool:
+    """Whether an :func:`explain` block is open in this context (a caller can skip building
+    a :func:`note` when not)."""
+    return bool(_open_blocks) and _active.get() is not None
+
+
 def note(text: str) -> None:
     """Add a line to the active :func:`explain` block (nothing when none is open)."""
     log = _active.get() if _open_blocks else None

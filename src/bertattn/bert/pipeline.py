@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..attention.dispatch import explaining
 from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
 from ..errors import ModelFolderError
@@ -614,7 +615,7 @@ class Bert:
                 bar.update(1)
                 if progress is not None:
                     progress(len(idx))
-        if self.threads is not None and device.type == "cpu":
+        if self.threads is not None and device.type == "cpu" and explaining():
             state = f"; {governor.describe()}" if governor else ""
             explain_note(f"encode: {self.threads.describe()}{state}")
         return out, stats
