@@ -32,6 +32,8 @@ def test_defaults():
         (["--max-input-tokens", "512", "--max-batch-tokens", "256"], "--max-input-tokens"),
         (["--drain-timeout", "-1"], "--drain-timeout"),
         (["--drain-timeout", "nan"], "--drain-timeout"),
+        (["--max-queue-time", "-1"], "--max-queue-time"),
+        (["--max-queue-time", "inf"], "--max-queue-time"),
         (["--max-body-size", "12Q"], "--max-body-size"),
         (["--api-key", " "], "--api-key"),
         (["--device", "tpu"], "--device"),

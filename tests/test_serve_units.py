@@ -247,6 +247,10 @@ def test_limits_refusals(tiny_checkpoint):
         Limits(max_batch_tokens=100, max_queue_tokens=10)
     with pytest.raises(ValueError, match="max_request_inputs"):
         Limits(max_request_inputs=0)
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="max_queue_s"):
+            Limits(max_queue_s=bad)
+    assert Limits(max_queue_s=None).max_queue_s is None
     bert = Bert.load(tiny_checkpoint, threads=1)
     with pytest.raises(ValueError, match="more than the model takes"):
         create_app(bert, max_input_tokens=1000)
@@ -359,3 +363,63 @@ def test_no_truncate_names_the_input_and_its_tokens(tiny_checkpoint):
     error = r.json()["error"]
     assert error["param"] == "input[1]" and error["code"] == "input_too_long"
     assert f"has {n} tokens, more than this server's limit of 8" in error["message"]
+
+
+class PacedBert(FakeBert):
+    """Each batch sleeps ``pace`` seconds per token (so the batcher measures at most 1 / pace
+    tokens per second) and waits while ``hold`` is clear."""
+
+    def __init__(self, pace: float) -> None:
+        super().__init__()
+        self.pace = pace
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def embed_encodings(self, encodings, normalize=None):  # type: ignore[no-untyped-def]
+        import time
+
+        self.entered.set()
+        self.hold.wait(10)
+        time.sleep(self.pace * sum(len(e.ids) for e in encodings))
+        self.batches.append([len(e.ids) for e in encodings])
+        return torch.tensor([[len(e.ids), e.ids[0]] for e in encodings], dtype=torch.float32)
+
+
+@pytest.mark.parametrize("queue_s", [0.5, None], ids=["by-time", "tokens-only"])
+def test_admission_by_seconds_of_work(queue_s):
+    """With ``max_queue_s`` the queue holds that many seconds of work at the measured speed
+    (here at most 1000 tokens/s: at most 500 tokens for 0.5 s), far below max_queue_tokens;
+    without it only max_queue_tokens counts."""
+
+    async def go():
+        fake = PacedBert(pace=0.001)
+        b, _ = _batcher(fake, max_queue_tokens=10_000, max_queue_s=queue_s)
+        first = _submit(b, [100] * 4)  # before any batch ran: only the token cap counts
+        await asyncio.wait_for(first.future, 10)
+        fake.hold.clear()
+        fake.entered.clear()
+        _submit(b, [50])  # taken, held
+        await _held(fake)
+        admitted, refused = [], None
+        for _ in range(200):
+            try:
+                admitted.append(_submit(b, [100]))
+            except Overloaded as exc:
+                refused = exc
+                break
+        cap = b.queue_cap()
+        for t in admitted:
+            b.cancel(t, "disconnected")
+        fake.hold.set()
+        b.stop(10)
+        return admitted, refused, cap
+
+    admitted, refused, (cap, by_time) = asyncio.run(go())
+    if queue_s is None:
+        assert refused is not None and not refused.by_time and len(admitted) == 100
+        assert (cap, by_time) == (10_000, False)
+    else:
+        assert refused is not None and refused.by_time and not refused.never
+        assert 1 <= len(admitted) <= 5, len(admitted)  # the batch floor .. 0.5 s of work
+        assert by_time and 100 <= cap <= 500 and refused.limit == cap
+        assert refused.retry_after >= 1

@@ -589,6 +589,7 @@ SERVE_QUEUE_TOKENS = 16 * SERVE_BATCH_TOKENS
 SERVE_REQUEST_INPUTS = 2048  # OpenAI's own cap on inputs per embeddings request
 SERVE_BODY_SIZE = "16M"
 SERVE_DRAIN_TIMEOUT = 30.0
+SERVE_QUEUE_TIME = 2.0
 
 
 def _seconds(cls: type, obj: object, name: str) -> None:
@@ -641,6 +642,14 @@ class ServeOptions:
         f"{SERVE_QUEUE_TOKENS})",
         type=int,
         metavar="N",
+    )
+    max_queue_time: float = _opt(
+        SERVE_QUEUE_TIME,
+        f"seconds of work (at the measured speed) that may wait before new requests get 429: "
+        f"an admitted request waits about this long at most (default {SERVE_QUEUE_TIME:g}; "
+        f"0: only --max-queue-tokens)",
+        type=float,
+        metavar="SECONDS",
     )
     max_request_inputs: int = _opt(
         SERVE_REQUEST_INPUTS,
@@ -718,6 +727,7 @@ class ServeOptions:
         ):
             raise UsageError("--api-key is empty; give a key, or drop --api-key.")
         _seconds(cls, self, "drain_timeout")
+        _seconds(cls, self, "max_queue_time")
 
     @property
     def max_body_bytes(self) -> int:

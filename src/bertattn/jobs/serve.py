@@ -106,6 +106,7 @@ def run_serve(
             bert,
             max_batch_tokens=options.max_batch_tokens,
             max_queue_tokens=options.max_queue_tokens,
+            max_queue_s=options.max_queue_time or None,
             max_request_inputs=options.max_request_inputs,
             max_input_tokens=options.max_input_tokens,
             truncate=options.truncate is not False,

@@ -84,6 +84,7 @@ class ServeState:
             max_batch_tokens=limits.max_batch_tokens,
             max_queue_tokens=limits.max_queue_tokens,
             max_wait_s=limits.max_wait_s,
+            max_queue_s=limits.max_queue_s,
             metrics=self.metrics,
         )
         self.tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="bertattn-tokenize")
@@ -218,11 +219,14 @@ async def _embed(
                 param=param,
                 code="request_too_large",
             ) from None
+        cap = (
+            f"{exc.limit}: --max-queue-time {batcher.max_queue_s:g} s of work at the measured "
+            f"speed" if exc.by_time else f"{exc.limit}, --max-queue-tokens"
+        )
         raise ApiError(
             429,
             f"the server is busy: {exc.queued} tokens are waiting and this request adds "
-            f"{exc.tokens} (limit {exc.limit}, --max-queue-tokens); retry after "
-            f"{exc.retry_after} s.",
+            f"{exc.tokens} (limit {cap}); retry after {exc.retry_after} s.",
             code="queue_full",
             headers={"Retry-After": str(exc.retry_after)},
         ) from None
@@ -405,6 +409,7 @@ async def _info(state: ServeState, request: Request) -> Response:
             "truncate": limits.truncate,
             "max_batch_tokens": limits.max_batch_tokens,
             "max_queue_tokens": limits.max_queue_tokens,
+            "max_queue_time": limits.max_queue_s,
             "max_client_batch_size": limits.max_request_inputs,
             "max_body_bytes": limits.max_body_bytes,
             "auth": limits.api_key is not None,
@@ -438,10 +443,11 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
     """The embeddings server for ``bert`` (a loaded :class:`bertattn.Bert`) as an ASGI app.
 
     ``limits``: the keyword arguments of :class:`bertattn.serve.Limits` (``max_batch_tokens``,
-    ``max_queue_tokens``, ``max_request_inputs``, ``max_input_tokens``, ``truncate``,
-    ``max_body_bytes``, ``api_key``, ``max_wait_s``, ``names``). The model worker starts with
-    the app's lifespan (or on the first request when mounted without one) and finishes the
-    admitted work when the lifespan ends. ``app.state.serve`` is the :class:`ServeState`."""
+    ``max_queue_tokens``, ``max_queue_s``, ``max_request_inputs``, ``max_input_tokens``,
+    ``truncate``, ``max_body_bytes``, ``api_key``, ``max_wait_s``, ``names``). The model worker
+    starts with the app's lifespan (or on the first request when mounted without one) and
+    finishes the admitted work when the lifespan ends. ``app.state.serve`` is the
+    :class:`ServeState`."""
     state = ServeState(bert, Limits(**limits))
 
     @asynccontextmanager

@@ -39,12 +39,17 @@ __all__ = ["Batcher", "Overloaded", "RequestDropped", "Ticket"]
 
 
 class Overloaded(Exception):
-    """The queue cannot take the request now (``retry_after`` seconds: a guess from the
-    measured speed), or ever (``never``: the request alone is larger than the queue)."""
+    """The queue cannot take the request now (``retry_after`` seconds: when the queue, at the
+    measured speed, will have room for it), or ever (``never``: the request alone holds more
+    than ``max_queue_tokens``). ``limit``: the cap that refused it now, in tokens; ``by_time``:
+    that cap was ``max_queue_s`` of work at the measured speed, not ``max_queue_tokens``."""
 
-    def __init__(self, tokens: int, queued: int, limit: int, retry_after: int) -> None:
+    def __init__(
+        self, tokens: int, queued: int, limit: int, retry_after: int, *, never: bool = False,
+        by_time: bool = False,
+    ) -> None:  # fmt: skip
         self.tokens, self.queued, self.limit, self.retry_after = tokens, queued, limit, retry_after
-        self.never = tokens > limit
+        self.never, self.by_time = never, by_time
         super().__init__(f"{tokens} tokens with {queued} queued exceeds {limit}")
 
 
@@ -108,11 +113,15 @@ class Batcher:
         max_batch_tokens: int,
         max_queue_tokens: int,
         max_wait_s: float = 0.5,
+        max_queue_s: float | None = None,
         metrics: ServeMetrics | None = None,
     ) -> None:
         self.bert = bert
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_tokens = max_queue_tokens
+        #: seconds of queued work (at the measured tokens/s) before new requests get 429, so
+        #: an admitted request's wait stays bounded whatever the model's speed; None: tokens only
+        self.max_queue_s = max_queue_s
         self.max_wait_s = max_wait_s
         #: padded tokens (inputs x the longest) a batch may reach: short inputs batched with a
         #: long one would otherwise pad to thousands of times their length
@@ -131,6 +140,17 @@ class Batcher:
         self._delay = float(os.environ.get("BERTATTN_TEST_BATCH_DELAY", "0") or 0)
 
     # ---------------------------------------------------------------- state
+    def queue_cap(self) -> tuple[int, bool]:
+        """``(tokens, by_time)``: how many tokens may wait now. ``max_queue_tokens``, or
+        ``max_queue_s`` of work at the measured speed when that is less (once a batch has been
+        timed); never below one full batch, so the worker always has a batch to form."""
+        cap = self.max_queue_tokens
+        if self.max_queue_s is not None and self._speed > 0:
+            by_time = max(self.max_batch_tokens, int(self._speed * self.max_queue_s))
+            if by_time < cap:
+                return by_time, True
+        return cap, False
+
     def depth(self) -> tuple[int, int]:
         """``(requests, tokens)`` admitted and not yet computed."""
         with self._cond:
@@ -187,8 +207,12 @@ class Batcher:
             if self._stopping:
                 raise RequestDropped("stopped")
             queued = self._queued_tokens
-            if total > self.max_queue_tokens or (queued and queued + total > self.max_queue_tokens):
-                raise Overloaded(total, queued, self.max_queue_tokens, self._retry_after(queued))
+            if total > self.max_queue_tokens:
+                raise Overloaded(total, queued, self.max_queue_tokens, 0, never=True)
+            cap, by_time = self.queue_cap()
+            if queued and queued + total > cap:  # an empty queue takes any request it can hold
+                wait = self._retry_after(queued + total - cap)
+                raise Overloaded(total, queued, cap, wait, by_time=by_time)
             now = ticket.enqueued
             for i, (enc, n) in enumerate(zip(encodings, tokens, strict=True)):
                 item = _Item(ticket, i, enc, int(n), now)
@@ -209,9 +233,10 @@ class Batcher:
             ticket.finished = True
             return self._drop(ticket, reason)
 
-    def _retry_after(self, queued: int) -> int:
+    def _retry_after(self, excess: int) -> int:
+        """Whole seconds until ``excess`` queued tokens are computed (at least 1)."""
         speed = self._speed or 1000.0
-        return max(1, math.ceil(queued / speed))
+        return max(1, math.ceil(excess / speed))
 
     def _drop(self, ticket: Ticket, reason: str, error: BaseException | None = None) -> int:
         """(lock held) Take the ticket's untaken items out; resolve it with ``error`` (default
@@ -323,9 +348,9 @@ class Batcher:
 
     def _run(self, batch: list[_Item], governor: Any) -> None:
         tokens = sum(item.tokens for item in batch)
-        if self._delay:
-            time.sleep(self._delay)
         start = time.perf_counter()
+        if self._delay:  # a slow model: its speed is measured as such
+            time.sleep(self._delay)
         try:
             timed = governor.batch(tokens) if governor else nullcontext()
             with timed:

@@ -14,6 +14,8 @@ class Limits:
 
     Tokens count [CLS] and [SEP]. ``max_batch_tokens``: real tokens per model batch;
     ``max_queue_tokens``: tokens admitted and not yet computed before new requests get 429;
+    ``max_queue_s``: the same cap in seconds of work at the measured speed, whichever is less
+    (None: tokens only), so that an admitted request waits about that long at most;
     ``max_request_inputs``: inputs per request; ``max_input_tokens``: tokens per input (None:
     the model's max length); ``truncate``: cut longer inputs (False: 400 naming the input);
     ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the data
@@ -31,6 +33,7 @@ class Limits:
     max_body_bytes: int = 16 << 20
     api_key: str | None = None
     max_wait_s: float = 0.5
+    max_queue_s: float | None = 2.0
     body_timeout_s: float = 30.0
     names: tuple[str, ...] = ()
     served_name: str | None = None
@@ -59,15 +62,24 @@ class Limits:
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
             raise ValueError("api_key must be a non-empty str or None (no key: open routes).")
         wait = self.max_wait_s
-        if (
-            isinstance(wait, bool)
-            or not isinstance(wait, (int, float))
-            or not (math.isfinite(wait) and wait >= 0)
-        ):
+        if not _seconds(wait):
             raise ValueError(f"max_wait_s must be a number of seconds >= 0, got {wait!r}.")
+        cap = self.max_queue_s
+        if cap is not None and (not _seconds(cap) or cap == 0):
+            raise ValueError(f"max_queue_s must be a number of seconds > 0 or None, got {cap!r}.")
         if self.served_name is not None and (
             not isinstance(self.served_name, str) or not self.served_name.strip()
         ):
             raise ValueError(f"served_name must be a non-empty str, got {self.served_name!r}.")
         if isinstance(self.names, str) or not all(isinstance(n, str) for n in self.names):
             raise TypeError(f"names must be a tuple of str, got {self.names!r}.")
+
+
+def _seconds(value: object) -> bool:
+    """A finite number of seconds >= 0 (not a bool)."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value >= 0
+    )
