@@ -12,8 +12,9 @@ expected. Reported per level: texts/s and tokens/s answered, latency p50 / p95 /
 answered requests, rejections (429 / 503), other errors, and the server's peak RSS (VmHWM).
 
 An optional peer: ``BERTATTN_BENCH_INFINITY=/path/to/venv`` (a virtual environment with
-``infinity-emb[all]`` installed; this script installs nothing) runs the same load against
-``VENV/bin/infinity_emb v2`` on the same model folder and port scheme.
+``infinity-emb[server,torch]`` installed, its ``torch`` pinned to the CPU build; this script
+installs nothing) runs the same load against ``VENV/bin/infinity_emb v2 --engine torch
+--device cpu`` on the same model folder.
 
 The machine may be shared: keep ``--seconds`` short there, and read the numbers as relative.
 """
@@ -132,7 +133,8 @@ def start_bertattn(model: str, threads: int | None) -> Server:
 def start_infinity(venv: str, model: str) -> Server:
     port = _free_port()
     exe = str(Path(venv) / "bin" / "infinity_emb")
-    cmd = [exe, "v2", "--model-id", model, "--port", str(port), "--host", "127.0.0.1"]
+    cmd = [exe, "v2", "--model-id", model, "--engine", "torch", "--device", "cpu"]
+    cmd += ["--port", str(port), "--host", "127.0.0.1"]
     base = f"http://127.0.0.1:{port}"
     return _start("infinity", cmd, base, "/embeddings", "/health", model)
 

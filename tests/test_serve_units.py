@@ -423,3 +423,49 @@ def test_admission_by_seconds_of_work(queue_s):
         assert 1 <= len(admitted) <= 5, len(admitted)  # the batch floor .. 0.5 s of work
         assert by_time and 100 <= cap <= 500 and refused.limit == cap
         assert refused.retry_after >= 1
+
+
+def test_tokenize_small_on_the_loop_large_or_busy_on_the_tokenizer_thread(tiny_checkpoint):
+    """Small requests tokenize on the event loop only when the tokenizer is free; a large one,
+    or any while the tokenizer is busy, goes to the tokenizer thread, and the loop keeps
+    running meanwhile. The tokenizer is never entered by two threads at once."""
+    from bertattn import Bert
+    from bertattn.serve import create_app
+
+    state = create_app(Bert.load(tiny_checkpoint, threads=1)).state.serve
+    where: list[str] = []
+    inside = threading.Lock()
+
+    def fn(bert, texts):  # type: ignore[no-untyped-def]
+        if not inside.acquire(False):
+            raise AssertionError("two threads in the tokenizer at once")
+        try:
+            where.append(threading.current_thread().name)
+            return len(texts)
+        finally:
+            inside.release()
+
+    async def go():
+        main = threading.current_thread().name
+        assert await state.tokenize(fn, ["a short query"]) == 1
+        assert await state.tokenize(fn, ["x" * 5000]) == 1  # large: off the loop
+        state.tokenizer_lock.acquire()  # the tokenizer is busy with another request
+        threading.Timer(0.2, state.tokenizer_lock.release).start()
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while ticks < 1000:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.ensure_future(tick())
+        assert await state.tokenize(fn, ["short"]) == 1
+        ticker.cancel()
+        return main, ticks
+
+    main, ticks = asyncio.run(go())
+    state.tokenizer_thread.shutdown()
+    assert where[0] == main
+    assert where[1].startswith("bertattn-tokenize") and where[2].startswith("bertattn-tokenize")
+    assert ticks >= 5  # the loop ran while the busy tokenizer was waited for

@@ -13,6 +13,7 @@ import base64
 import hmac
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +47,12 @@ logger = logging.getLogger("bertattn.serve")
 
 __all__ = ["ServeState", "create_app"]
 
-_BIG = 256 << 10  # bodies and responses larger than this are (de)serialized off the event loop
+_BIG = 256 << 10  # bodies larger than this are parsed off the event loop
+#: requests with at most this many characters of text are tokenized on the event loop (tens of
+#: microseconds: less than handing them to the tokenizer thread and waking the loop again)
+_INLINE_CHARS = 4096
+#: responses of at most this many floats are serialized on the event loop (~0.1 ms with orjson)
+_INLINE_FLOATS = 16384
 
 
 class ServeState:
@@ -88,6 +94,8 @@ class ServeState:
             metrics=self.metrics,
         )
         self.tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="bertattn-tokenize")
+        #: held while the tokenizer runs: its truncation length is state, one caller at a time
+        self.tokenizer_lock = threading.Lock()
         self.loaded = True
         self.draining = False
         self.in_flight = 0
@@ -102,14 +110,27 @@ class ServeState:
         """Stop taking data requests (503) and say so on ``/ready``; in-flight ones finish."""
         self.draining = True
 
-    async def tokenize(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(*args)`` on the tokenizer thread; its time goes to the histogram."""
+    async def tokenize(self, fn: Callable[..., Any], texts: list[str], *args: Any) -> Any:
+        """``fn(bert, texts, *args)`` under the tokenizer lock: on the event loop for a small
+        request when the lock is free, else on the tokenizer thread (a large request never
+        holds up the loop); its time goes to the histogram."""
         start = time.perf_counter()
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self.tokenizer_thread, fn, *args)
+            if sum(map(len, texts)) <= _INLINE_CHARS and self.tokenizer_lock.acquire(False):
+                try:
+                    return fn(self.bert, texts, *args)
+                finally:
+                    self.tokenizer_lock.release()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self.tokenizer_thread, self._locked, fn, texts, *args
+            )
         finally:
             self.metrics.stage.observe(time.perf_counter() - start, "tokenization")
+
+    def _locked(self, fn: Callable[..., Any], texts: list[str], *args: Any) -> Any:
+        with self.tokenizer_lock:
+            return fn(self.bert, texts, *args)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -202,7 +223,7 @@ async def _embed(
         if logger.isEnabledFor(logging.DEBUG):  # texts only at -vv, never at -v
             logger.debug("texts (first 8 of %d): %r", len(req.texts), req.texts[:8])
         encodings, counts = await state.tokenize(
-            tokenize, state.bert, req.texts, state.max_input_tokens, truncate, param
+            tokenize, req.texts, state.max_input_tokens, truncate, param
         )
     else:
         encodings, counts = from_ids(req.ids or [], state.max_input_tokens, param)
@@ -277,19 +298,24 @@ def _unavailable() -> ApiError:
 
 def _finish(state: ServeState, rows: np.ndarray, normalize: bool, dimensions: int | None):
     """Rows as :meth:`Bert.encode` gives them: normalized as asked, cut to the folder's
-    ``truncate_dim``; ``dimensions``: cut further and normalized again when normalizing."""
-    import torch
-
-    emb = torch.from_numpy(rows)  # (N, E)
+    ``truncate_dim``; ``dimensions``: cut further and normalized again when normalizing.
+    NumPy, not torch: on the event loop a torch call costs more than the arithmetic."""
+    emb = rows  # (N, E) float32
     if normalize:
-        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+        emb = _unit(emb)
     if state.bert.truncate_dim is not None:
         emb = emb[:, : state.bert.truncate_dim]
     if dimensions is not None and dimensions < emb.shape[1]:
         emb = emb[:, :dimensions]
         if normalize:
-            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-    return np.ascontiguousarray(emb.numpy())  # (N, E') float32
+            emb = _unit(emb)
+    return np.ascontiguousarray(emb, dtype=np.float32)  # (N, E') float32
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    """``(N, E)`` rows over their L2 norms (at least 1e-12, as torch's ``normalize``)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))[:, None]  # (N, 1)
+    return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
 def _openai_body(state: ServeState, emb: np.ndarray, b64: bool, tokens: int) -> bytes:
@@ -303,9 +329,13 @@ def _openai_body(state: ServeState, emb: np.ndarray, b64: bool, tokens: int) -> 
     return dumps({"object": "list", "data": data, "model": state.names[0], "usage": usage})
 
 
-async def _serialize(state: ServeState, fn: Callable[..., bytes], *args: Any) -> Response:
+async def _serialize(
+    state: ServeState, size: int, fn: Callable[..., bytes], *args: Any
+) -> Response:
+    """``fn(*args)`` as the 200 response: on the event loop when the rows hold at most
+    ``_INLINE_FLOATS`` floats (``size``), else on a worker thread."""
     start = time.perf_counter()
-    body = await run_in_threadpool(fn, *args)
+    body = fn(*args) if size <= _INLINE_FLOATS else await run_in_threadpool(fn, *args)
     state.metrics.stage.observe(time.perf_counter() - start, "serialization")
     return Response(body, 200, media_type="application/json")
 
@@ -363,7 +393,7 @@ async def _openai(state: ServeState, request: Request) -> Response:
     )
     rows, tokens = await _embed(state, request, req, "input")
     emb = _finish(state, rows, state.bert.normalize, req.dimensions)
-    return await _serialize(state, _openai_body, state, emb, req.base64, tokens)
+    return await _serialize(state, emb.size, _openai_body, state, emb, req.base64, tokens)
 
 
 async def _tei(state: ServeState, request: Request) -> Response:
@@ -371,15 +401,13 @@ async def _tei(state: ServeState, request: Request) -> Response:
     req = check_tei(obj, width=state.width, limit=state.limits.max_request_inputs)
     rows, _ = await _embed(state, request, req, "inputs")
     emb = _finish(state, rows, bool(req.normalize), req.dimensions)
-    return await _serialize(state, dumps, list(emb))
+    return await _serialize(state, emb.size, dumps, list(emb))
 
 
 async def _tokenize(state: ServeState, request: Request) -> Response:
     obj = await _body(state, request)
     req, special = check_tokenize(obj, limit=state.limits.max_request_inputs)
-    pieces = await state.tokenize(
-        token_pieces, state.bert, req.texts, state.max_input_tokens, special
-    )
+    pieces = await state.tokenize(token_pieces, req.texts, state.max_input_tokens, special)
     return _json(pieces)
 
 
