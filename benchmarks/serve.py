@@ -3,13 +3,17 @@ several concurrencies, against the server as a subprocess, and the in-process ce
 (``Bert.encode`` on the same texts).
 
     python -m benchmarks.serve [--seconds 20] [--levels 1,8,64] [--model FOLDER] [--threads N]
+                               [--busy K]
 
 The texts: short queries (the first words of standard-library docstrings, from
 ``benchmarks/corpus.py``) and 200-500-token paragraphs built from the same docstrings, mixed
 ``--long-share`` (default 0.2) long. One text per request. After the given levels, one more at
 4x the saturating concurrency (the level with the most texts/s): an overload, where 429s are
 expected. Reported per level: texts/s and tokens/s answered, latency p50 / p95 / p99 of the
-answered requests, rejections (429 / 503), other errors, and the server's peak RSS (VmHWM).
+answered requests, rejections (429 / 503), other errors, and the server's peak RSS (VmHWM);
+before the levels, the median latency of one short query sent alone 200 times, against
+``Bert.encode([query])`` in process; at the end, a verdict per target of the issue. ``--busy
+K``: K other processes spin a Python loop for the whole run (the co-located case).
 
 An optional peer: ``BERTATTN_BENCH_INFINITY=/path/to/venv`` (a virtual environment with
 ``infinity-emb[server,torch]`` installed, its ``torch`` pinned to the CPU build; this script
@@ -169,7 +173,11 @@ class Level:
 HEADER = f"{'conc':>6} {'texts/s':>9} {'tokens/s':>10} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rejected':>8} {'errors':>6}"  # noqa: E501
 
 
-async def run_level(server: Server, texts: list[str], concurrency: int, seconds: float) -> Level:
+async def run_level(
+    server: Server, texts: list[str], concurrency: int, seconds: float, counts: list[int]
+) -> Level:
+    """``counts[i]``: the real tokens of ``texts[i]`` (as the model sees them, by our
+    tokenizer: servers' own ``usage`` differ, infinity's counts characters)."""
     level = Level(concurrency)
     order = random.Random(concurrency)
     stop_at = time.monotonic() + seconds
@@ -177,7 +185,8 @@ async def run_level(server: Server, texts: list[str], concurrency: int, seconds:
 
     async def user(client: httpx.AsyncClient) -> None:
         while time.monotonic() < stop_at:
-            text = texts[order.randrange(len(texts))]
+            i = order.randrange(len(texts))
+            text = texts[i]
             t0 = time.perf_counter()
             try:
                 r = await client.post(server.url, json={"model": server.model, "input": [text]})
@@ -187,7 +196,7 @@ async def run_level(server: Server, texts: list[str], concurrency: int, seconds:
             if r.status_code == 200:
                 level.ok += 1
                 level.latencies.append(time.perf_counter() - t0)
-                level.tokens += int(r.json().get("usage", {}).get("prompt_tokens", 0))
+                level.tokens += counts[i]
             elif r.status_code in (429, 503):
                 level.rejected += 1
                 await asyncio.sleep(float(r.headers.get("retry-after", "1") or 1))
@@ -201,33 +210,123 @@ async def run_level(server: Server, texts: list[str], concurrency: int, seconds:
     return level
 
 
-def bench_server(server: Server, texts: list[str], levels: list[int], seconds: float) -> None:
+def one_query(server: Server, query: str, n: int) -> float:
+    """Median seconds of ``n`` sequential one-query requests on one kept-alive connection."""
+    times = []
+    with httpx.Client(timeout=60) as client:
+        body = {"model": server.model, "input": [query]}
+        for i in range(n + 10):
+            t0 = time.perf_counter()
+            r = client.post(server.url, json=body)
+            dt = time.perf_counter() - t0
+            if r.status_code != 200:
+                raise SystemExit(f"{server.name}: {r.status_code} {r.text[:200]}")
+            if i >= 10:  # after a warm-up
+                times.append(dt)
+    return sorted(times)[len(times) // 2]
+
+
+@dataclass
+class Run:
+    """One server's results: ``levels`` (the given concurrencies), ``over`` (4x the
+    saturating one), ``query_s`` (median one-query latency), ``rss`` (MiB)."""
+
+    levels: list[Level]
+    over: Level
+    query_s: float
+    rss: float | None
+
+    @property
+    def best(self) -> float:
+        return max(lv.ok / max(lv.seconds, 1e-9) for lv in self.levels)
+
+
+def bench_server(
+    server: Server,
+    texts: list[str],
+    levels: list[int],
+    seconds: float,
+    query: str,
+    counts: list[int],
+) -> Run:
     print(f"\n{server.name}: {server.url}")
+    query_s = one_query(server, query, 200)
+    print(f"one short query, alone: median {1e3 * query_s:.2f} ms over 200 requests")
     print(HEADER)
     results = []
     for c in levels:
-        lvl = asyncio.run(run_level(server, texts, c, seconds))
+        lvl = asyncio.run(run_level(server, texts, c, seconds, counts))
         results.append(lvl)
         print(lvl.row(), flush=True)
     best = max(results, key=lambda r: r.ok / max(r.seconds, 1e-9))
-    over = asyncio.run(run_level(server, texts, 4 * best.concurrency, seconds))
+    over = asyncio.run(run_level(server, texts, 4 * best.concurrency, seconds, counts))
     print(over.row() + f"   (4x the saturating concurrency {best.concurrency})", flush=True)
     rss = server.peak_rss_mib()
     print(f"peak RSS of the server: {rss:.0f} MiB" if rss else "peak RSS: not readable")
+    return Run(results, over, query_s, rss)
 
 
-def ceiling(model: str, texts: list[str], threads: int | None) -> None:
+def ceiling(model: str, texts: list[str], threads: int | None, query: str) -> tuple[float, float]:
+    """``(texts/s, one-query seconds)`` of ``Bert.encode`` in this process: the texts once
+    (median of three), and ``encode([query])`` (median of 200)."""
     from bertattn import Bert
 
     bert = Bert.load(model, threads=threads)
     bert.encode(texts[:32])  # warm-up
     tokens = sum(len(e.ids) for e in bert.tokenizer.encode_batch(texts, max_length=bert.max_length))
-    t0 = time.perf_counter()
-    bert.encode(texts, batch_size=32)
-    dt = time.perf_counter() - t0
+    rates = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        bert.encode(texts, batch_size=32)
+        rates.append(len(texts) / (time.perf_counter() - t0))
+    rate = sorted(rates)[1]
+    times = []
+    for i in range(210):
+        t0 = time.perf_counter()
+        bert.encode([query])
+        if i >= 10:
+            times.append(time.perf_counter() - t0)
+    query_s = sorted(times)[len(times) // 2]
     print(
-        f"\nin-process ceiling (Bert.encode, the same {len(texts)} texts once): "
-        f"{len(texts) / dt:.1f} texts/s, {tokens / dt:.0f} tokens/s"
+        f"\nin-process ceiling (Bert.encode, the same {len(texts)} texts, median of 3): "
+        f"{rate:.1f} texts/s, {rate * tokens / len(texts):.0f} tokens/s; one short query: "
+        f"median {1e3 * query_s:.2f} ms"
+    )
+    return rate, query_s
+
+
+def verdicts(ours: Run, peer: Run | None, rate: float, query_s: float) -> None:
+    """The issue's targets, each met / not met / not measured."""
+
+    def say(name: str, ok: bool | None, detail: str) -> None:
+        word = "not measured" if ok is None else "met" if ok else "NOT met"
+        print(f"  {name}: {word} ({detail})")
+
+    print("\ntargets:")
+    say(
+        "saturated >= 0.9x the in-process ceiling",
+        ours.best >= 0.9 * rate,
+        f"{ours.best:.1f} / {rate:.1f} = {ours.best / rate:.2f}x",
+    )
+    if peer is None:
+        say("saturated >= 2x infinity", None, "infinity not run")
+    else:
+        say(
+            "saturated >= 2x infinity",
+            ours.best >= 2 * peer.best,
+            f"{ours.best:.1f} / {peer.best:.1f} = {ours.best / max(peer.best, 1e-9):.2f}x",
+        )
+    bound = 1.1 * query_s + 1e-3
+    say(
+        "one query within 1 ms + 10% of in-process",
+        ours.query_s <= bound,
+        f"{1e3 * ours.query_s:.2f} ms vs in-process {1e3 * query_s:.2f} ms (bound "
+        f"{1e3 * bound:.2f} ms)",
+    )
+    say(
+        "4x overload: only 429s as errors",
+        ours.over.errors == 0,
+        f"{ours.over.rejected} rejected (429/503), {ours.over.errors} other errors",
     )
 
 
@@ -240,34 +339,54 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default=None, help="model folder (default: the MiniLM package's)")
     p.add_argument("--threads", type=int, default=None, help="server and ceiling threads")
     p.add_argument("--long-share", type=float, default=0.2, help="share of long texts (0.2)")
+    p.add_argument("--busy", type=int, default=0, help="other processes spinning meanwhile (0)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*were truncated")  # 256 tokens: the model's cut
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
     model = args.model or str(_default_model())
     from bertattn import Bert
 
-    tok = Bert.load(model).tokenizer
+    probe = Bert.load(model)
+    tok = probe.tokenizer
     short, long = workload(tok)
     n_long = round(len(short) * args.long_share / max(1e-9, 1 - args.long_share))
     texts = short + (long * (1 + n_long // max(1, len(long))))[:n_long]
     random.Random(1).shuffle(texts)
+    counts = [len(e.ids) for e in tok.encode_batch(texts, max_length=probe.max_length)]
+    del probe
     print(f"{len(short)} short texts, {len(long)} distinct paragraphs of 200-500 tokens, "
           f"{args.long_share:.0%} long; {args.seconds:g} s per level")  # fmt: skip
-    server = start_bertattn(model, args.threads)
+    from benchmarks.shared import BUSY, _load_now
+    from bertattn.bench import environment
+
+    env = environment()
+    print(f"{env['processor']} ({env['cpu_capability']}), {env['usable_cpus']}, torch "
+          f"{env['torch']}, fp32; machine load before starting: {_load_now():.2f} CPUs busy; "
+          f"{args.busy} busy process(es) during the run")  # fmt: skip
+    query = short[0]
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.busy)]
     try:
-        bench_server(server, texts, levels, args.seconds)
-    finally:
-        server.stop()
-    venv = os.environ.get(INFINITY_ENV)
-    if venv:
-        peer = start_infinity(venv, model)
+        server = start_bertattn(model, args.threads)
         try:
-            bench_server(peer, texts, levels, args.seconds)
+            ours = bench_server(server, texts, levels, args.seconds, query, counts)
         finally:
-            peer.stop()
-    else:
-        print(f"\ninfinity: not run (set {INFINITY_ENV} to a virtual environment that has it)")
-    ceiling(model, texts, args.threads)
+            server.stop()
+        venv = os.environ.get(INFINITY_ENV)
+        peer = None
+        if venv:
+            inf = start_infinity(venv, model)
+            try:
+                peer = bench_server(inf, texts, levels, args.seconds, query, counts)
+            finally:
+                inf.stop()
+        else:
+            print(f"\ninfinity: not run (set {INFINITY_ENV} to a virtual environment with it)")
+        rate, query_s = ceiling(model, texts, args.threads, query)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    verdicts(ours, peer, rate, query_s)
 
 
 def _default_model() -> Path:
