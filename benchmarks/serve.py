@@ -10,7 +10,8 @@ The texts: short queries (the first words of standard-library docstrings, from
 ``--long-share`` (default 0.2) long. One text per request. After the given levels, one more at
 4x the saturating concurrency (the level with the most texts/s): an overload, where 429s are
 expected. Reported per level: texts/s and tokens/s answered, latency p50 / p95 / p99 of the
-answered requests, rejections (429 / 503), other errors, and the server's peak RSS (VmHWM);
+answered requests, rejections (429 / 503), other errors, the load generator's own CPU time per
+request ("client ms": it runs on the same cores as the server), and the server's peak RSS;
 before the levels, the median latency of one short query sent alone 200 times, against
 ``Bert.encode([query])`` in process; at the end, a verdict per target of the issue. ``--busy
 K``: K other processes spin a Python loop for the whole run (the co-located case).
@@ -153,6 +154,7 @@ class Level:
     rejected: int = 0
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
+    client_cpu: float = 0.0  # CPU seconds the load generator itself took (the same cores)
 
     def row(self) -> str:
         lat = sorted(self.latencies)
@@ -164,13 +166,15 @@ class Level:
 
         rate = self.ok / self.seconds if self.seconds else 0.0
         toks = self.tokens / self.seconds if self.seconds else 0.0
+        sent = self.ok + self.rejected + self.errors
+        client = 1e3 * self.client_cpu / sent if sent else 0.0
         return (
             f"{self.concurrency:>6} {rate:>9.1f} {toks:>10.0f} {q(0.5):>7} {q(0.95):>7} "
-            f"{q(0.99):>7} {self.rejected:>8} {self.errors:>6}"
+            f"{q(0.99):>7} {self.rejected:>8} {self.errors:>6} {client:>9.2f}"
         )
 
 
-HEADER = f"{'conc':>6} {'texts/s':>9} {'tokens/s':>10} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rejected':>8} {'errors':>6}"  # noqa: E501
+HEADER = f"{'conc':>6} {'texts/s':>9} {'tokens/s':>10} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rejected':>8} {'errors':>6} {'client ms':>9}"  # noqa: E501
 
 
 async def run_level(
@@ -203,10 +207,11 @@ async def run_level(
             else:
                 level.errors += 1
 
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         await asyncio.gather(*(user(client) for _ in range(concurrency)))
     level.seconds = time.monotonic() - start
+    level.client_cpu = time.process_time() - cpu
     return level
 
 
