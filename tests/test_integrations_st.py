@@ -137,6 +137,43 @@ def test_save_and_load_back(ours, stock, minilm_dir, tmp_path):
     )
 
 
+@pytest.fixture(scope="module")
+def saved(ours, tmp_path_factory):
+    """A folder written by ``bertattn_sentence_transformer(...).save``: modules.json names
+    bertattn's module and sentence-transformers 6's Pooling / Normalize class paths."""
+    folder = tmp_path_factory.mktemp("saved")
+    ours.save(str(folder))
+    return folder
+
+
+def test_saved_folder_loads_in_bert(saved, stock):
+    """It used to be refused ("module type 'bertattn.integrations...' is not supported")."""
+    from bertattn import Bert
+
+    bert = Bert.load(saved)
+    assert (bert.pooling, bert.normalize, bert.max_length) == ("mean", True, 256)
+    np.testing.assert_allclose(encode(bert, TEXTS), encode(stock, TEXTS), rtol=0, atol=1e-5)
+
+
+def test_saved_folder_loads_in_the_adapter(saved, stock):
+    again = bertattn_sentence_transformer(saved)
+    assert isinstance(again[0], BertattnTransformer) and len(again) == 3
+    np.testing.assert_allclose(
+        encode(again, TEXTS, batch_size=4), encode(stock, TEXTS, batch_size=4), rtol=0, atol=1e-5
+    )
+    module = BertattnTransformer(saved)
+    assert module.max_seq_length == 256
+
+
+def test_saved_folder_encodes_from_the_command_line(saved, stock, tmp_path, cli):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(TEXTS[:4]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.npy"
+    proc = cli("encode", src, "-o", out, "--model", saved)
+    assert proc.code == 0, proc
+    np.testing.assert_allclose(np.load(out), encode(stock, TEXTS[:4]), rtol=0, atol=1e-5)
+
+
 def test_forward_trains(minilm_dir):
     model = st.SentenceTransformer(
         modules=[BertattnTransformer(minilm_dir), Pooling(384, pooling_mode="mean")]
