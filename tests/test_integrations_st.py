@@ -186,6 +186,42 @@ def test_forward_trains(minilm_dir):
     assert grad is not None and grad.abs().sum() > 0
 
 
+def test_processing_kwargs_are_honoured(ours, stock):
+    """They used to be ignored silently: every text kept 256 tokens."""
+    per_call = {"text": {"max_length": 8}}
+    a = encode(ours, TEXTS, batch_size=4, processing_kwargs=per_call)
+    b = encode(stock, TEXTS, batch_size=4, processing_kwargs=per_call)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert np.abs(a - encode(ours, TEXTS, batch_size=4)).max() > 0.05  # it changed something
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        features = ours.preprocess(TEXTS, processing_kwargs=per_call)
+    assert features["input_ids"].shape[1] == 8
+
+
+def test_processing_kwargs_it_cannot_honour_are_refused(ours):
+    from bertattn.bert.st_compat import UnsupportedArgumentError
+
+    with pytest.raises(UnsupportedArgumentError, match=r"\['text'\]\['padding'\]='max_length'"):
+        ours.encode(["hi"], processing_kwargs={"text": {"padding": "max_length"}})
+    with pytest.raises(UnsupportedArgumentError, match=r"processing_kwargs\['image'\]"):
+        ours.encode(["hi"], processing_kwargs={"image": {"size": 8}})
+
+
+def test_output_value_none_has_the_stock_keys(ours, stock):
+    """sentence-transformers 6's Transformer adds a 'modality' entry; the adapter did not."""
+    for kwargs in ({}, {"prompt": "query: "}):
+        a = ours.encode(TEXTS[:3], output_value=None, **kwargs)
+        b = stock.encode(TEXTS[:3], output_value=None, **kwargs)
+        for x, y in zip(a, b, strict=True):
+            assert list(x) == list(y)
+            assert x["modality"] == y["modality"]
+            assert torch.equal(x["input_ids"], y["input_ids"])
+            torch.testing.assert_close(
+                x["sentence_embedding"], y["sentence_embedding"], rtol=0, atol=1e-5
+            )
+
+
 def test_refuses_other_inputs(ours):
     with pytest.raises(ValueError, match="text pairs"):
         ours[0].preprocess([{"image": 1}])
