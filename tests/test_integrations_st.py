@@ -155,6 +155,17 @@ def test_saved_folder_loads_in_bert(saved, stock):
     np.testing.assert_allclose(encode(bert, TEXTS), encode(stock, TEXTS), rtol=0, atol=1e-5)
 
 
+def test_folder_saved_by_stock_sentence_transformers_loads_in_bert(stock, tmp_path):
+    """sentence-transformers >= 6 writes class paths (``...base.modules.transformer.
+    Transformer``) into modules.json, not the ``sentence_transformers.models.*`` names."""
+    from bertattn import Bert
+
+    stock.save(str(tmp_path))
+    bert = Bert.load(tmp_path)
+    assert (bert.pooling, bert.normalize, bert.max_length) == ("mean", True, 256)
+    np.testing.assert_allclose(encode(bert, TEXTS), encode(stock, TEXTS), rtol=0, atol=1e-5)
+
+
 def test_saved_folder_loads_in_the_adapter(saved, stock):
     again = bertattn_sentence_transformer(saved)
     assert isinstance(again[0], BertattnTransformer) and len(again) == 3
