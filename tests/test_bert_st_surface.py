@@ -230,6 +230,16 @@ def test_pairs_and_processing_kwargs_refused_clearly(tiny_checkpoint):
     )
 
 
+def test_pairs_on_a_model_with_one_token_type(tiny_checkpoint_factory):
+    """Refused by message (it was an IndexError inside the embedding)."""
+    from bertattn.errors import ModelFolderError
+
+    bert = Bert.load(tiny_checkpoint_factory(type_vocab_size=1))
+    with pytest.raises(ModelFolderError, match=r"type_vocab_size=1.*takes no text pairs"):
+        bert.encode([("hello", "world")])
+    assert bert.encode(["hello world"]).shape == (1, 32)
+
+
 def test_encode_query_and_document_set_the_task(tiny_checkpoint):
     bert = Bert.load(tiny_checkpoint)
     for method in (bert.encode_query, bert.encode_document):

@@ -369,6 +369,8 @@ class Bert(SentenceTransformerSurface):
         ):
             raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}.")
         texts, pairs, single = _text_inputs(inputs, "inputs")
+        if pairs is not None:
+            self._check_pairs()
         if device is not None:
             self.to(device)  # type: ignore[arg-type]
         out, _ = self._encode(

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..errors import ModelFolderError
 from .st_compat import _input_aliases
 
 if TYPE_CHECKING:
+    from .folder import ModelFolder
     from .model import BertModel
     from .tokenizer import BertTokenizer
 
@@ -112,6 +114,7 @@ class SentenceTransformerSurface:
 
     model: BertModel
     tokenizer: BertTokenizer
+    folder: ModelFolder | None
     prompts: dict[str, str]
     truncate_dim: int | None
     include_prompt: bool
@@ -213,6 +216,20 @@ class SentenceTransformerSurface:
     def dtype(self) -> torch.dtype:
         """The model's compute dtype (``torch.float32`` unless loaded with another)."""
         return self.model.dtype
+
+    def _check_pairs(self) -> None:
+        """Refuse text pairs on a model with one token type (the second text's type would
+        have no row in the token-type embedding), naming the config and the fix."""
+        top = self.tokenizer.max_type_id(pair=True)
+        types = self.model.config.type_vocab_size
+        if top < types:
+            return
+        config = "config.json" if self.folder is None else self.folder.config_path
+        raise ModelFolderError(
+            f"{config}: type_vocab_size={types}, but the tokenizer gives the second text of a "
+            f"pair token type {top}: this model takes no text pairs. Encode the texts one by "
+            f"one, or use a model with type_vocab_size >= {top + 1}."
+        )
 
     # ------------------------------------------------------------------ output_value=None
     def _st_rows(
