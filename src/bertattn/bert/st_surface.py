@@ -120,6 +120,10 @@ class SentenceTransformerSurface:
     include_prompt: bool
     max_seq_length: int
     encode: Callable[..., Any]
+    # Bert's encoding steps, which the output_value=None rows reuse
+    _prompt_length: Callable[[str, int], int]
+    _forward: Callable[..., tuple[Any, torch.Tensor, torch.Tensor]]
+    _sentences: Callable[..., torch.Tensor]
 
     # ------------------------------------------------------------------ encode variants
     @_input_aliases
@@ -252,7 +256,7 @@ class SentenceTransformerSurface:
         its longest tokenized input."""
         sizes = [len(t) + (len(pairs[i]) if pairs else 0) for i, t in enumerate(texts)]
         order = np.argsort([-s for s in sizes])  # sentence-transformers' own sort, ties and all
-        prompt_length = self._prompt_length(prompt, limit) if prompt else 0  # type: ignore[attr-defined]
+        prompt_length = self._prompt_length(prompt, limit) if prompt else 0
         skip = 0 if self.include_prompt else prompt_length
         firsts = [prompt + t for t in texts] if prompt else texts
         encodings = self.tokenizer.encode_batch(firsts, pairs, max_length=limit)
@@ -264,8 +268,8 @@ class SentenceTransformerSurface:
         with torch.inference_mode():
             for start in tqdm(starts, desc="Batches", disable=not show_progress_bar):
                 idx = [int(i) for i in order[start : start + batch_size]]
-                batch, mask, hidden = self._forward([encodings[i] for i in idx])  # type: ignore[attr-defined]
-                emb = self._sentences(hidden, mask, pooling, normalize, skip)  # type: ignore[attr-defined]
+                batch, mask, hidden = self._forward([encodings[i] for i in idx])
+                emb = self._sentences(hidden, mask, pooling, normalize, skip)
                 if truncate_dim is not None:
                     emb = emb[:, :truncate_dim]
                 for j, i in enumerate(idx):
