@@ -203,15 +203,17 @@ def test_token_embeddings(bert, st_model):
 
 @slow
 def test_output_value_none(bert, st_model):
-    ours = bert.encode(SENTENCES[:3], output_value=None, prompt="query: ")
-    theirs = st_model.encode(SENTENCES[:3], output_value=None, prompt="query: ")
+    """Rows as sentence-transformers gives them: its batching, each row padded to its batch."""
+    ours = bert.encode(SENTENCES, output_value=None, prompt="query: ", batch_size=4)
+    theirs = st_model.encode(SENTENCES, output_value=None, prompt="query: ", batch_size=4)
     for a, b in zip(ours, theirs, strict=True):
         assert list(a) == list(b)  # same keys, same order
-        n = len(a["input_ids"])  # ours: the text's own tokens; theirs: padded to the batch
-        assert torch.equal(a["input_ids"], b["input_ids"][:n])
-        assert int(b["attention_mask"].sum()) == n
+        for key in ("input_ids", "token_type_ids", "attention_mask"):
+            assert torch.equal(a[key], b[key])  # padded to the batch, as theirs
         assert a["prompt_length"] == b["prompt_length"] and a["modality"] == b["modality"]
-        _close(a["token_embeddings"], b["token_embeddings"][:n])
+        real = b["attention_mask"].bool()
+        assert a["token_embeddings"].shape == b["token_embeddings"].shape
+        _close(a["token_embeddings"][real], b["token_embeddings"][real])
         _close(a["sentence_embedding"], b["sentence_embedding"])
 
 
@@ -439,12 +441,12 @@ def test_bad_calls(tiny_checkpoint):
         bert.encode(["hi"], pool={"processes": []})
     with pytest.raises(UnsupportedArgumentError, match="list of devices"):
         bert.encode(["hi"], device=["cpu", "cpu"])
-    with pytest.raises(UnsupportedArgumentError, match="processing_kwargs= is not supported"):
-        bert.encode(["hi"], processing_kwargs={"text": {"max_length": 8}})
+    with pytest.raises(UnsupportedArgumentError, match=r"processing_kwargs\['common'\]"):
+        bert.encode(["hi"], processing_kwargs={"common": {"return_tensors": "np"}})
     with pytest.raises(ValueError, match="is bytes; decode it"):
         bert.encode(b"hi")
-    with pytest.raises(ValueError, match="2-D numpy array"):
-        bert.encode(np.array([["a", "b"]]))
+    with pytest.raises(ValueError, match="2-D numpy array of shape \\(1, 3\\)"):
+        bert.encode(np.array([["a", "b", "c"]]))  # (N, 2) would be text pairs
     with pytest.raises(ValueError, match="Precision 'int4' is not supported"):
         bert.encode(["hi"], precision="int4")
     with pytest.raises(ValueError, match="output_value 'logits' is not supported"):

@@ -137,6 +137,54 @@ def test_save_and_load_back(ours, stock, minilm_dir, tmp_path):
     )
 
 
+@pytest.fixture(scope="module")
+def saved(ours, tmp_path_factory):
+    """A folder written by ``bertattn_sentence_transformer(...).save``: modules.json names
+    bertattn's module and sentence-transformers 6's Pooling / Normalize class paths."""
+    folder = tmp_path_factory.mktemp("saved")
+    ours.save(str(folder))
+    return folder
+
+
+def test_saved_folder_loads_in_bert(saved, stock):
+    """It used to be refused ("module type 'bertattn.integrations...' is not supported")."""
+    from bertattn import Bert
+
+    bert = Bert.load(saved)
+    assert (bert.pooling, bert.normalize, bert.max_length) == ("mean", True, 256)
+    np.testing.assert_allclose(encode(bert, TEXTS), encode(stock, TEXTS), rtol=0, atol=1e-5)
+
+
+def test_folder_saved_by_stock_sentence_transformers_loads_in_bert(stock, tmp_path):
+    """sentence-transformers >= 6 writes class paths (``...base.modules.transformer.
+    Transformer``) into modules.json, not the ``sentence_transformers.models.*`` names."""
+    from bertattn import Bert
+
+    stock.save(str(tmp_path))
+    bert = Bert.load(tmp_path)
+    assert (bert.pooling, bert.normalize, bert.max_length) == ("mean", True, 256)
+    np.testing.assert_allclose(encode(bert, TEXTS), encode(stock, TEXTS), rtol=0, atol=1e-5)
+
+
+def test_saved_folder_loads_in_the_adapter(saved, stock):
+    again = bertattn_sentence_transformer(saved)
+    assert isinstance(again[0], BertattnTransformer) and len(again) == 3
+    np.testing.assert_allclose(
+        encode(again, TEXTS, batch_size=4), encode(stock, TEXTS, batch_size=4), rtol=0, atol=1e-5
+    )
+    module = BertattnTransformer(saved)
+    assert module.max_seq_length == 256
+
+
+def test_saved_folder_encodes_from_the_command_line(saved, stock, tmp_path, cli):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(TEXTS[:4]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.npy"
+    proc = cli("encode", src, "-o", out, "--model", saved)
+    assert proc.code == 0, proc
+    np.testing.assert_allclose(np.load(out), encode(stock, TEXTS[:4]), rtol=0, atol=1e-5)
+
+
 def test_forward_trains(minilm_dir):
     model = st.SentenceTransformer(
         modules=[BertattnTransformer(minilm_dir), Pooling(384, pooling_mode="mean")]
@@ -147,6 +195,42 @@ def test_forward_trains(minilm_dir):
     emb.square().sum().backward()
     grad = model[0].model.encoder.layers[0].attn.q_linear.weight.grad
     assert grad is not None and grad.abs().sum() > 0
+
+
+def test_processing_kwargs_are_honoured(ours, stock):
+    """They used to be ignored silently: every text kept 256 tokens."""
+    per_call = {"text": {"max_length": 8}}
+    a = encode(ours, TEXTS, batch_size=4, processing_kwargs=per_call)
+    b = encode(stock, TEXTS, batch_size=4, processing_kwargs=per_call)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert np.abs(a - encode(ours, TEXTS, batch_size=4)).max() > 0.05  # it changed something
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        features = ours.preprocess(TEXTS, processing_kwargs=per_call)
+    assert features["input_ids"].shape[1] == 8
+
+
+def test_processing_kwargs_it_cannot_honour_are_refused(ours):
+    from bertattn.bert.st_compat import UnsupportedArgumentError
+
+    with pytest.raises(UnsupportedArgumentError, match=r"\['text'\]\['padding'\]='max_length'"):
+        ours.encode(["hi"], processing_kwargs={"text": {"padding": "max_length"}})
+    with pytest.raises(UnsupportedArgumentError, match=r"processing_kwargs\['image'\]"):
+        ours.encode(["hi"], processing_kwargs={"image": {"size": 8}})
+
+
+def test_output_value_none_has_the_stock_keys(ours, stock):
+    """sentence-transformers 6's Transformer adds a 'modality' entry; the adapter did not."""
+    for kwargs in ({}, {"prompt": "query: "}):
+        a = ours.encode(TEXTS[:3], output_value=None, **kwargs)
+        b = stock.encode(TEXTS[:3], output_value=None, **kwargs)
+        for x, y in zip(a, b, strict=True):
+            assert list(x) == list(y)
+            assert x["modality"] == y["modality"]
+            assert torch.equal(x["input_ids"], y["input_ids"])
+            torch.testing.assert_close(
+                x["sentence_embedding"], y["sentence_embedding"], rtol=0, atol=1e-5
+            )
 
 
 def test_refuses_other_inputs(ours):

@@ -350,3 +350,101 @@ def test_real_dispatch_is_recorded(real):
     b, length = real.real.shape
     assert log.records[0].shape == (b, 12, length, 32)
     assert model.encoder.layer[0].attention.self.last_dispatch == log.records[0]
+
+
+# ---------------------------------------------------------------------- grad modes, autocast
+def _real_err(a: torch.Tensor, b: torch.Tensor, real: torch.Tensor) -> float:
+    return float((a.float() - b.float())[real].abs().max())
+
+
+@pytest.mark.slow
+def test_real_inference_mode_equals_sdpa(real):
+    """Under torch.inference_mode the mask is an inference tensor (no version counter): it
+    used to crash with "Inference tensors do not track version counter"."""
+    with torch.inference_mode():
+        ref = real.models["sdpa"](**real.batch).last_hidden_state
+        first = real.models["bertattn"](**real.batch).last_hidden_state
+        again = real.models["bertattn"](**real.batch).last_hidden_state  # the same mask again
+    torch.testing.assert_close(first[real.real], ref[real.real], rtol=0, atol=1e-5)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    # and the model still trains afterwards: nothing prepared in inference mode is reused
+    out = real.models["bertattn"](**real.batch).last_hidden_state
+    out[real.real].sum().backward()
+    grad = real.models["bertattn"].encoder.layer[0].attention.self.query.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    real.models["bertattn"].zero_grad(set_to_none=True)
+
+
+@pytest.mark.slow
+def test_real_no_grad_equals_sdpa(real):
+    with torch.no_grad():
+        ours = real.models["bertattn"](**real.batch).last_hidden_state
+        ref = real.models["sdpa"](**real.batch).last_hidden_state
+    assert not ours.requires_grad
+    torch.testing.assert_close(ours[real.real], ref[real.real], rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_real_bf16_autocast_like_sdpa(real):
+    """Under CPU bf16 autocast, bertattn is as close to sdpa as sdpa is to eager (the same
+    rule as the other low-precision tests: at most twice the baseline difference)."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = {impl: m(**real.batch).last_hidden_state for impl, m in real.models.items()}
+    assert out["bertattn"].dtype == out["sdpa"].dtype
+    baseline = _real_err(out["sdpa"], out["eager"], real.real)
+    assert 0 < baseline < 0.5  # bf16 rounds; the baseline itself is sane
+    assert _real_err(out["bertattn"], out["sdpa"], real.real) <= 2 * baseline
+
+
+# ---------------------------------------------------------------------- torch.compile
+def _tiny_random_model():
+    """A 2-layer random BERT on "bertattn" (compile time stays short)."""
+    config = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        attn_implementation="bertattn",
+    )
+    torch.manual_seed(0)
+    return transformers.BertModel(config).eval()
+
+
+@pytest.mark.slow
+def test_compile_has_no_graph_break():
+    """It used to break the graph 7 times per forward of a 2-layer model (sdpa: 0), on
+    torch.is_inference_mode_enabled in the mask cache's key."""
+    model = _tiny_random_model()
+    batch = tiny_batch()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explained = torch._dynamo.explain(model)(**batch)
+    assert explained.graph_break_count == 0, [str(r.reason) for r in explained.break_reasons]
+    assert explained.graph_count == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", [False, True])
+def test_compile_fullgraph_matches_eager(weights):
+    model = _tiny_random_model()
+    batch = tiny_batch()
+    real = batch["attention_mask"].bool()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        want = model(**batch, output_attentions=weights)
+        with bertattn.explain() as log:
+            got = compiled(**batch, output_attentions=weights)
+    assert log.records == []  # traced: no Python-side records inside the graph
+    torch.testing.assert_close(
+        got.last_hidden_state[real], want.last_hidden_state[real], rtol=0, atol=1e-5
+    )
+    if weights:
+        for a, b in zip(got.attentions, want.attentions, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    # eager calls after compiling still record their dispatch
+    with torch.no_grad(), bertattn.explain() as log:
+        model(**batch)
+    assert len(log.records) == 2

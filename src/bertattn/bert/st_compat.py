@@ -292,3 +292,85 @@ def _input_aliases(fn: Callable) -> Callable:
         return fn(self, *args, **kwargs)
 
     return wrapper
+
+
+def _text_inputs(inputs: object, what: str) -> tuple[list[str], list[str] | None, bool]:
+    """``(texts, pairs, single)``: :func:`_text_list`, plus text pairs as sentence-transformers
+    takes them (a list of ``(a, b)`` tuples or 2-item lists, or an ``(N, 2)`` numpy array of
+    str): ``texts`` the first texts, ``pairs`` the second ones (None for single texts), each
+    pair cross-encoded as ``[CLS] a [SEP] b [SEP]``."""
+    if isinstance(inputs, np.ndarray) and inputs.ndim == 2:
+        if inputs.shape[1] != 2:
+            raise ValueError(
+                f"{what} is a 2-D numpy array of shape {inputs.shape}; a 2-D array holds text "
+                f"pairs, one (first, second) row each: pass shape (N, 2), or a 1-D array of str."
+            )
+        inputs = [tuple(row) for row in inputs.tolist()]
+    if isinstance(inputs, list) and inputs and isinstance(inputs[0], (tuple, list)):
+        firsts: list[str] = []
+        seconds: list[str] = []
+        for i, item in enumerate(inputs):
+            if not (
+                isinstance(item, (tuple, list))
+                and len(item) == 2
+                and all(isinstance(t, str) for t in item)
+            ):
+                raise ValueError(
+                    f"{what}[{i}] is {_describe(item)}; {what}[0] is a text pair, so every "
+                    f"item must be a pair of two str, (first, second). Encode single texts and "
+                    f"pairs in separate calls."
+                )
+            firsts.append(item[0])
+            seconds.append(item[1])
+        return firsts, seconds, False
+    texts, single = _text_list(inputs, what)
+    return texts, None, single
+
+
+def _describe(item: object) -> str:
+    if isinstance(item, (tuple, list)):
+        return f"a {type(item).__name__} of {len(item)} items"
+    return f"a {type(item).__name__}"
+
+
+def processing_max_length(processing_kwargs: object, max_length: int | None) -> int | None:
+    """The token limit a ``processing_kwargs=`` argument (sentence-transformers' per-call
+    tokenizer settings, ``{"text": {"max_length": 8}}``) asks for, else ``max_length``.
+    bertattn's tokenizer always pads to the longest text and truncates longest-first, so
+    ``padding=True`` / ``"longest"`` and ``truncation=True`` / ``"longest_first"`` change
+    nothing and are accepted; any other setting is refused (it would be ignored)."""
+    if processing_kwargs is None:
+        return max_length
+    fix = 'pass processing_kwargs={"text": {"max_length": N}}, or max_length=N'
+    if not isinstance(processing_kwargs, Mapping):
+        raise TypeError(
+            f"processing_kwargs must be a dict such as {{'text': {{'max_length': 128}}}}, got "
+            f"{type(processing_kwargs).__name__}."
+        )
+    other = sorted(str(k) for k in processing_kwargs if k != "text")
+    if other:
+        raise UnsupportedArgumentError(
+            f"processing_kwargs[{other[0]!r}] is not supported: bertattn's tokenizer takes "
+            f"text only, and only its max_length can change per call; {fix}."
+        )
+    text = processing_kwargs.get("text") or {}
+    if not isinstance(text, Mapping):
+        raise TypeError(
+            f"processing_kwargs['text'] must be a dict such as {{'max_length': 128}}, got "
+            f"{type(text).__name__}."
+        )
+    harmless = {"padding": (True, "longest"), "truncation": (True, "longest_first")}
+    for key, value in text.items():
+        if key == "max_length" or value in harmless.get(key, ()):
+            continue
+        raise UnsupportedArgumentError(
+            f"processing_kwargs['text'][{key!r}]={value!r} is not supported: bertattn's "
+            f"tokenizer pads to the longest text and truncates longest-first, and only the "
+            f"max_length can change per call; {fix}."
+        )
+    limit = text.get("max_length", max_length)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(
+            f"processing_kwargs['text']['max_length'] must be a positive int, got {limit!r}."
+        )
+    return limit

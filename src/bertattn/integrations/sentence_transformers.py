@@ -36,12 +36,16 @@ from ..bert.checkpoint import bertattn_to_hf_keys
 from ..bert.config import BertConfig
 from ..bert.folder import ModelFolder, ModelFolderNotFoundError, resolve_model
 from ..bert.model import BertModel
-from ..bert.st_compat import SentenceTransformerConfig
+from ..bert.st_compat import SentenceTransformerConfig, processing_max_length
 
 try:  # sentence-transformers >= 6
     from sentence_transformers.base.modules import InputModule, Normalize
     from sentence_transformers.sentence_transformer.modules import Pooling
+
+    #: sentence-transformers >= 6's Transformer tags each batch with its modality
+    _MODALITY: str | None = "text"
 except ImportError:  # older: the same classes in sentence_transformers.models
+    _MODALITY = None
     from sentence_transformers.models import Normalize, Pooling  # type: ignore[no-redef]
 
     try:
@@ -187,18 +191,26 @@ class BertattnTransformer(InputModule):
         self, inputs: Sequence[Any], prompt: str | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         """Tokenize and pad a batch of texts (or text pairs): ``input_ids``,
-        ``attention_mask``, ``token_type_ids`` (and ``prompt_length`` with a prompt).
-        ``max_length=`` overrides :attr:`max_seq_length` for this call."""
+        ``attention_mask``, ``token_type_ids``, ``modality`` (``"text"``, with
+        sentence-transformers >= 6, as its Transformer gives it) and ``prompt_length`` with a
+        prompt. ``max_length=`` or ``processing_kwargs={"text": {"max_length": N}}`` (the
+        latter wins, as in sentence-transformers) overrides :attr:`max_seq_length` for this
+        call; other processing settings are refused (bertattn's tokenizer pads to the
+        longest text and truncates longest-first)."""
+        limit = processing_max_length(
+            kwargs.get("processing_kwargs"), kwargs.get("max_length") or self.max_seq_length
+        )
         if len(inputs) == 0:
             return {}
         texts, pairs = self._texts(inputs, prompt)
-        limit = kwargs.get("max_length") or self.max_seq_length
-        batch = self.tokenizer(texts, pairs, max_length=int(limit))
+        batch = self.tokenizer(texts, pairs, max_length=int(limit))  # type: ignore[arg-type]
         features: dict[str, Any] = {
             "input_ids": batch.input_ids,
-            "attention_mask": batch.attention_mask,
             "token_type_ids": batch.token_type_ids,
+            "attention_mask": batch.attention_mask,
         }
+        if _MODALITY is not None:
+            features["modality"] = _MODALITY
         if prompt:
             features["prompt_length"] = self._prompt_length(prompt)
         return features

@@ -24,6 +24,10 @@ Use::
     print(log)  # one line per layer: the backend that ran, and why
 
 ``register("bertattn_math", backend="math")`` registers another name bound to one backend.
+
+It runs under ``torch.no_grad``, ``torch.inference_mode`` and CPU / CUDA autocast as transformers'
+own ``sdpa`` does, and traces without a graph break (``torch.compile(model, fullgraph=True)``):
+traced, it keeps no Python-side state (no mask cache, no :func:`bertattn.explain` record).
 """
 
 from __future__ import annotations
@@ -202,6 +206,25 @@ def _forget(ref: weakref.ref) -> None:
         _cached[0] = None
 
 
+def _tracing() -> bool:
+    """Under torch.compile / torch.export / torch.jit tracing: no Python-side state (a cache
+    would become a guard or a graph break), no explain() records, no data-dependent branch."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def _cache_source(keep: Tensor | None, additive: Tensor | None) -> Tensor | None:
+    """The mask tensor a prepared mask may be cached under, or None when it must not be
+    cached: two mask tensors (no single key), a traced call, a tensor that needs grad, or an
+    inference tensor (``torch.inference_mode``: it has no version counter, so an in-place
+    edit could not be seen; reading ``_version`` raises)."""
+    source = keep if additive is None else (additive if keep is None else None)
+    if source is None or _tracing():
+        return None
+    if source.requires_grad or source.is_inference():
+        return None
+    return source
+
+
 def _prepare(
     keep: Tensor | None,
     additive: Tensor | None,
@@ -211,16 +234,13 @@ def _prepare(
 ) -> PreparedMask:
     """:func:`bertattn.attention.masks.prepare_mask` of the mask, cached per mask tensor."""
     b, h, q_len, k_len = target
-    source = keep if additive is None else (additive if keep is None else None)
-    cacheable = source is not None and not (
-        source.requires_grad or torch.compiler.is_compiling() or torch.jit.is_tracing()
-    )
-    key = (target, dtype, device, torch.is_inference_mode_enabled())
-    if cacheable:
+    source = _cache_source(keep, additive)
+    if source is not None:
+        # a mask prepared under inference_mode is an inference tensor: not for autograd later
+        key = (target, dtype, device, torch.is_inference_mode_enabled())
         entry = _cached[0]
         if (
             entry is not None
-            and source is not None
             and entry[0]() is source
             and entry[1] == source._version
             and entry[2] == key
@@ -237,7 +257,7 @@ def _prepare(
         dtype=dtype,
         device=device,
     )
-    if cacheable:
+    if source is not None:
         _cached[0] = (weakref.ref(source, _forget), source._version, key, prepared)
     return prepared
 
@@ -313,7 +333,7 @@ def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callab
         if live is not None:  # a query row with no key at all: zero weights, zero context
             context = context.masked_fill(~live, 0.0)
             weights = None if weights is None else weights.masked_fill(~live, 0.0)
-        if not torch.compiler.is_compiling():
+        if not _tracing():  # traced: no Python-side record inside the graph
             impl = _implementation(module) or name
             decision = Dispatch(
                 backend,
