@@ -341,3 +341,65 @@ def test_encode_threads_must_be_positive(cli, tiny_checkpoint: Path, tmp_path) -
     r = cli("encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint, "--threads", "0")
     assert r.code == 2
     assert "--threads must be an integer >= 1, got 0" in r.err
+
+
+# ---------------------------------------------------------------------- the GIL switch interval
+@pytest.fixture
+def interval():  # type: ignore[no-untyped-def]
+    import sys
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # CPython's default
+    yield sys
+    sys.setswitchinterval(before)
+
+
+def test_short_gil_turns_lowers_and_restores(interval) -> None:  # type: ignore[no-untyped-def]
+    with threads.short_gil_turns():
+        assert interval.getswitchinterval() <= threads.SWITCH_INTERVAL_S
+    assert interval.getswitchinterval() == pytest.approx(0.005, abs=2e-6)
+
+
+def test_short_gil_turns_keeps_a_lower_interval(interval) -> None:  # type: ignore[no-untyped-def]
+    interval.setswitchinterval(0.0002)
+    with threads.short_gil_turns():
+        assert interval.getswitchinterval() == pytest.approx(0.0002, abs=2e-6)
+    assert interval.getswitchinterval() == pytest.approx(0.0002, abs=2e-6)
+
+
+def test_overlapping_loops_restore_when_the_last_ends(interval) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with threads.short_gil_turns():
+            inside.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    inside.wait(10)
+    with threads.short_gil_turns():
+        pass  # this loop ends first: the other one still runs
+    assert interval.getswitchinterval() <= threads.SWITCH_INTERVAL_S
+    release.set()
+    t.join(10)
+    assert interval.getswitchinterval() == pytest.approx(0.005, abs=2e-6)
+
+
+def test_encode_runs_its_batches_with_short_gil_turns(interval, tiny_checkpoint: Path) -> None:  # type: ignore[no-untyped-def]
+    import bertattn
+
+    bert = bertattn.Bert.load(tiny_checkpoint, threads=1)
+    seen: list[float] = []
+    forward = bert._forward
+
+    def spy(encodings):  # type: ignore[no-untyped-def]
+        seen.append(interval.getswitchinterval())
+        return forward(encodings)
+
+    bert._forward = spy  # type: ignore[method-assign]
+    bert.encode(["one text", "and another"], batch_size=1)
+    assert len(seen) == 2 and max(seen) <= threads.SWITCH_INTERVAL_S
+    assert interval.getswitchinterval() == pytest.approx(0.005, abs=2e-6)

@@ -28,7 +28,7 @@ from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
 from ..errors import ModelFolderError
 from ..maps import AttentionMaps
-from ..threads import ThreadChoice, ThreadGovernor, choose_threads
+from ..threads import ThreadChoice, ThreadGovernor, choose_threads, short_gil_turns
 from ..threads import apply as apply_threads
 from .device import resolve_device
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
@@ -569,7 +569,8 @@ class Bert(SentenceTransformerSurface):
 
         bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
         governor = self.governor if device.type == "cpu" else None
-        with torch.inference_mode(), bar, governor.loop() if governor else nullcontext():
+        loop = governor.loop() if governor else nullcontext()
+        with torch.inference_mode(), bar, loop, short_gil_turns():
             for start, end in ranges:
                 idx = order[start:end]
                 timed = governor.batch(sum(lengths[start:end])) if governor else nullcontext()
