@@ -84,6 +84,31 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("out-unknown-suffix", ENC + ["in.txt", "-o", "o.csv"], 2, "unknown format '.csv'"),
     ("out-no-suffix", ENC + ["in.txt", "-o", "o"], 2, "use .npy or .jsonl"),
     ("out-only-suffix", ENC + ["in.txt", "-o", ".npy"], 2, ".npy is only a suffix; give a name"),
+    # names longer than the filesystem takes (NAME_MAX, 255 bytes): refused before any work
+    (
+        "out-name-too-long",
+        ENC + ["in.txt", "-o", "n" * 252 + ".npy"],
+        2,
+        "the file name is 256 bytes long, over the filesystem's limit of 255 bytes per name",
+    ),
+    (
+        "out-parts-name-too-long",
+        ENC + ["in.txt", "-o", "n" * 246 + ".npy", "--resumable"],
+        2,
+        f"its folder {'n' * 246}.npy.parts: the file name is 256 bytes long, over the",
+    ),
+    (
+        "out-shards-name-too-long",
+        ENC + ["in.txt", "-o", "n" * 256 + "/"],
+        2,
+        "the file name is 256 bytes long, over the filesystem's limit of 255 bytes per name",
+    ),
+    (
+        "attend-name-too-long",
+        ["attend", "hi", "--html", "n" * 251 + ".html"],
+        2,
+        "the file name is 256 bytes long, over the filesystem's limit of 255 bytes per name",
+    ),
     # option ranges and combinations, all refused before any work
     ("batch-size-0", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "0"], 2, "--batch-size"),
     ("batch-size-neg", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "-3"], 2, ">= 1, got -3"),

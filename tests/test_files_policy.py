@@ -173,3 +173,32 @@ def test_a_pipe_is_not_a_corpus_file(tmp_path: Path) -> None:
         open_corpus([tmp_path / "pipe", tmp_path / "pipe"])
     assert is_stream(pipe) and is_stream("-") and is_stream("/dev/null")
     assert not is_stream(tmp_path) and not is_stream(tmp_path / "missing.txt")
+
+
+# ---------------------------------------------------------------------- long names (NAME_MAX)
+def test_a_long_legal_name_is_written(tmp_path: Path) -> None:
+    """244 characters: a legal name, whose temporary name ``.NAME.HOST-PID-XXXX.tmp`` would not
+    be (over 255 bytes); the temporary name is cut and hashed, the output has its full name."""
+    out = tmp_path / ("é" * 30 + "n" * 180 + ".json")  # 245 bytes: the cut falls inside an é
+    assert check_output(out) == out
+    write_atomic(out, b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == [out.name] and out.read_bytes() == b"{}"
+
+
+def test_a_long_name_stale_temp_is_found_again(tmp_path: Path) -> None:
+    """A temporary file a killed run left for a long name is recognised and removed."""
+    from bertattn.files import _temp_path, remove_stale_temps
+
+    out = tmp_path / ("n" * 240 + ".npy")
+    stale = _temp_path(out)
+    assert len(stale.name.encode()) <= 255
+    dead = int(open("/proc/sys/kernel/pid_max").read()) + 1  # no process has it  # noqa: SIM115
+    stale = stale.with_name(stale.name.replace(f"-{os.getpid()}-", f"-{dead}-"))
+    stale.write_bytes(b"half")
+    assert remove_stale_temps(out) == [stale] and not stale.exists()
+
+
+def test_a_name_over_name_max_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"256 bytes long, over the filesystem's limit of 255"):
+        check_output(tmp_path / ("n" * 251 + ".json"), suffixes=(".json",))
+    assert list(tmp_path.iterdir()) == []

@@ -17,7 +17,9 @@ the jobs all write through it:
 * **no leftovers**: a temporary file is removed on every exit path (errors, Ctrl-C, SIGTERM once
   the CLI turns it into ``SystemExit``). Temporary names carry the host and process id
   (``.NAME.HOST-PID-XXXX.tmp``), so one left by a killed run (SIGKILL, power loss) is recognised
-  and removed by the next run on that host.
+  and removed by the next run on that host. A temporary name fits in the folder's name limit
+  (``NAME_MAX``, 255 bytes): a long ``NAME`` is cut and ends in a hash of the whole name; an
+  output name over the limit is refused by :func:`check_output`.
 * **all or none** (:func:`write_all`): a job with several outputs writes every temporary file
   first and renames only when all are complete.
 * :class:`FolderLock`: an exclusive, non-blocking ``flock`` on a folder, released by the kernel
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import re
@@ -43,8 +46,10 @@ from .errors import UsageError
 __all__ = [
     "FolderLock",
     "Payload",
+    "check_name_length",
     "check_output",
     "file_mode",
+    "name_max",
     "overlapping",
     "remove_stale_temps",
     "same_file",
@@ -75,8 +80,46 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
+#: the longest file name (bytes) when the filesystem does not say (Linux's NAME_MAX)
+NAME_MAX = 255
+
+
+def name_max(folder: str | os.PathLike[str]) -> int:
+    """The longest file name, in bytes, that ``folder``'s filesystem takes (``NAME_MAX``)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def check_name_length(path: str | os.PathLike[str], *, what: str = "output") -> None:
+    """Refuse (:class:`UsageError`) a file name longer than its folder's filesystem takes,
+    before any work: writing it would fail only at the end (``File name too long``)."""
+    path = Path(path)
+    size = len(os.fsencode(path.name))
+    limit = name_max(path.parent if path.parent.is_dir() else ".")
+    if size > limit:
+        raise UsageError(
+            f"{what} {path}: the file name is {size} bytes long, over the filesystem's limit of "
+            f"{limit} bytes per name (NAME_MAX); choose a shorter name."
+        )
+
+
+def _temp_stem(name: str) -> str:
+    """``name`` as it appears in a temporary name: whole when ``.NAME.HOST-PID-XXXXXXXX.tmp``
+    fits in :data:`NAME_MAX` bytes, else cut (a character cut in two is dropped) and ended
+    with ``~`` and a hash of the whole name, so that a long output name still has one."""
+    room = NAME_MAX - len(f"..{_HOST}-{2**22}-{'0' * 8}.tmp")
+    raw = os.fsencode(name)
+    if len(raw) <= room:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return f"{raw[: room - len(digest) - 1].decode('utf-8', 'ignore')}~{digest}"
+
+
 def _temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    stem = _temp_stem(path.name)
+    return path.with_name(f".{stem}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
 
 def _alive(pid: int) -> bool:
@@ -93,13 +136,15 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
     """Remove this host's temporary files for ``path`` whose process is gone; return them."""
     path = Path(path)
     removed = []
+    stem = _temp_stem(path.name)
     try:
         names = os.listdir(path.parent)
     except OSError:
         return removed
     for name in names:
         m = _TEMP.match(name)
-        if m and m["name"] == path.name and m["host"] == _HOST and not _alive(int(m["pid"])):
+        mine = m is not None and m["name"] == stem and m["host"] == _HOST
+        if mine and not _alive(int(m["pid"])):  # type: ignore[index]
             stale = path.parent / name
             try:
                 stale.unlink()
@@ -127,13 +172,15 @@ def check_output(
     """Refuse, before any work, an output that cannot be written; return it as a ``Path``.
 
     Raises :class:`UsageError` when ``path`` is a folder or another non-regular file (a device,
-    a pipe), is one of ``inputs``, has a suffix outside ``suffixes``, or its folder is missing
-    or not writable (probed by creating and removing a temporary file there, so read-only
-    filesystems and permissions are both caught). Also removes the temporary files a dead
+    a pipe), is one of ``inputs``, has a suffix outside ``suffixes``, a name longer than the
+    filesystem takes (``NAME_MAX``), or its folder is missing or not writable (probed by
+    creating and removing a temporary file there, so read-only filesystems and permissions
+    are both caught). Also removes the temporary files a dead
     earlier run left for ``path``. A symlink is followed: the returned path is its target,
     which the writers replace, so the link stays (as ``open(path, "w")`` would keep it).
     """
     flag = f"{what} {path}"
+    check_name_length(path, what=what)  # first: a longer name fails every look at the path
     out = _through_link(Path(path))
     if out.is_dir():
         raise UsageError(f"{flag} is a folder; give a file name inside it.")
