@@ -202,3 +202,22 @@ def test_a_name_over_name_max_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"256 bytes long, over the filesystem's limit of 255"):
         check_output(tmp_path / ("n" * 251 + ".json"), suffixes=(".json",))
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- modes on overwrite
+def test_a_replaced_file_keeps_its_mode(tmp_path: Path) -> None:
+    """Overwriting keeps the existing file's mode (a private 0600 output stays private, a
+    0640 one keeps its group read), as ``sed -i`` and editors do; a new file gets 0666 less
+    the umask."""
+    private, shared, new = tmp_path / "p.json", tmp_path / "s.json", tmp_path / "n.json"
+    for path, mode in ((private, 0o600), (shared, 0o640)):
+        path.write_bytes(b"old")
+        path.chmod(mode)
+    for path in (private, shared, new):
+        write_atomic(path, b"new")
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert shared.stat().st_mode & 0o777 == 0o640
+    mask = os.umask(0)
+    os.umask(mask)
+    assert new.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert all(p.read_bytes() == b"new" for p in (private, shared, new))

@@ -5,8 +5,9 @@ the jobs all write through it:
 
 * **atomic**: the bytes go to a temporary file in the output's own folder, are flushed and
   fsync'ed, then renamed over the output. A reader sees the old file or the new one, never half.
-* **the mode a plain ``open()`` gives**: ``0o666`` less the umask (``0644`` under umask 022,
-  ``0600`` under 077), not the ``0600`` of ``mkstemp``.
+* **the mode a plain ``open()`` gives** to a new file: ``0o666`` less the umask (``0644`` under
+  umask 022, ``0600`` under 077), not the ``0600`` of ``mkstemp``; a file that is replaced
+  keeps its own mode (as ``sed -i`` and editors keep it: a private ``0600`` output stays so).
 * **checked before the work** (:func:`check_output`): an output that is a folder or a device,
   pipe or socket, that sits in a missing or unwritable folder, or that is one of the job's
   inputs (also through a symlink or a hard link) is refused with a
@@ -36,6 +37,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -244,6 +246,15 @@ def overlapping(paths: Iterable[str | os.PathLike[str]]) -> tuple[str, str] | No
     return None
 
 
+def _mode_for(path: Path) -> int:
+    """The mode the written file gets: the mode of the file it replaces, or a plain
+    ``open()``'s for a new one (:func:`file_mode`)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return file_mode()
+
+
 def _write_temp(path: Path, data: Payload) -> Path:
     tmp = _temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -255,7 +266,7 @@ def _write_temp(path: Path, data: Payload) -> Path:
                 data(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, file_mode())
+        os.chmod(tmp, _mode_for(path))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
