@@ -221,3 +221,34 @@ def test_a_replaced_file_keeps_its_mode(tmp_path: Path) -> None:
     os.umask(mask)
     assert new.stat().st_mode & 0o777 == 0o666 & ~mask
     assert all(p.read_bytes() == b"new" for p in (private, shared, new))
+
+
+# ---------------------------------------------------------------------- the .lock of a folder
+def test_a_finished_sharded_run_leaves_no_lock(tmp_path: Path, cli, tiny_checkpoint) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "a.txt").write_text("hello\nworld\n")
+    r = cli("encode", tmp_path / "a.txt", "-o", f"{tmp_path / 'shards'}/", "--model",
+            tiny_checkpoint, "-q")  # fmt: skip
+    assert r.code == 0, r
+    names = sorted(p.name for p in (tmp_path / "shards").iterdir())
+    assert ".lock" not in names and "index.json" in names, names
+
+
+def test_a_lock_removed_by_its_holder_is_not_held_by_a_late_opener(tmp_path: Path) -> None:
+    """Process B opened ``.lock`` just before its holder A removed it and finished: B's lock
+    on the removed file would not exclude C, who creates a new one; so B locks the file at the
+    path, and C is then refused."""
+    import fcntl
+
+    from bertattn.files import FolderLock
+
+    a = FolderLock(tmp_path, what="t").acquire()
+    late = os.open(a.path, os.O_RDWR)  # B's open of the old file, before A removes it
+    a.release(remove=True)
+    assert not a.path.exists()
+    fcntl.flock(late, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file: anyone can lock it
+    os.close(late)
+    b = FolderLock(tmp_path, what="t").acquire()  # B, through acquire(): the file at the path
+    with pytest.raises(UsageError, match="another bertattn run"):
+        FolderLock(tmp_path, what="t").acquire()
+    b.release()
+    assert b.path.exists()  # not finished: the lock file stays

@@ -24,7 +24,8 @@ the jobs all write through it:
 * **all or none** (:func:`write_all`): a job with several outputs writes every temporary file
   first and renames only when all are complete.
 * :class:`FolderLock`: an exclusive, non-blocking ``flock`` on a folder, released by the kernel
-  when its process dies (used for a resumable run's parts folder).
+  when its process dies (used for a resumable run's parts folder); the holder removes its
+  ``.lock`` file when the run finished (``release(remove=True)``).
 """
 
 from __future__ import annotations
@@ -350,7 +351,10 @@ class FolderLock:
     """An exclusive lock on ``folder`` (a ``.lock`` file inside it), taken without waiting.
 
     ``acquire()`` raises :class:`UsageError` naming the holder's pid when another process holds
-    it. The kernel drops the lock when the holder exits, however it exits.
+    it. The kernel drops the lock when the holder exits, however it exits. ``release(remove=
+    True)`` (a run that finished) removes the ``.lock`` file first, while still holding it; a
+    process that opened the file just before is not fooled: ``acquire()`` holds a lock only
+    on the file that is still at the path, and tries again otherwise.
     """
 
     NAME = ".lock"
@@ -361,25 +365,40 @@ class FolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> FolderLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise UsageError(
-                    f"another bertattn run (process {holder}) is writing {self.what}; wait for "
-                    f"it to finish or stop it, or choose another output."
-                ) from None
-            raise
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise UsageError(
+                        f"another bertattn run (process {holder}) is writing {self.what}; wait "
+                        f"for it to finish or stop it, or choose another output."
+                    ) from None
+                raise
+            if self._still_there(fd):
+                break
+            os.close(fd)  # removed by the holder that just finished: lock the new one
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{_HOST}:{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return self
 
-    def release(self) -> None:
+    def _still_there(self, fd: int) -> bool:
+        try:
+            at_path = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+
+    def release(self, *, remove: bool = False) -> None:
+        """Drop the lock; ``remove``: delete the ``.lock`` file too (the run finished)."""
         if self._fd is not None:
+            if remove:
+                self.path.unlink(missing_ok=True)  # still held: no one else holds this file
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 

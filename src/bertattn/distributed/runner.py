@@ -516,6 +516,7 @@ def run_chunks(
         info = RankInfo.from_env()
         group = TorchGroup(info, timeout) if info.world_size > 1 else SoloGroup()
     lock = FolderLock(store.path, what=str(store.path)) if group.rank == 0 else None
+    finished = False
     try:
         if group.rank == 0:
             try:
@@ -613,10 +614,11 @@ def run_chunks(
         )
         if not store.sharded:
             store.remove()
+        finished = True
         return summary
     finally:
-        if lock is not None:
-            lock.release()
+        if lock is not None:  # a finished folder keeps no .lock; an unfinished one keeps it
+            lock.release(remove=finished)
         if owned:
             group.close()
 
