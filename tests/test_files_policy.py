@@ -252,3 +252,54 @@ def test_a_lock_removed_by_its_holder_is_not_held_by_a_late_opener(tmp_path: Pat
         FolderLock(tmp_path, what="t").acquire()
     b.release()
     assert b.path.exists()  # not finished: the lock file stays
+
+
+# ---------------------------------------------------------------------- lines without an end
+class _Endless:
+    """A binary stream of zeros without end (``/dev/zero``), that fails the test when it has
+    given ``fail_after`` bytes (memory growing without bound otherwise)."""
+
+    def __init__(self, fail_after: int) -> None:
+        self.given, self.fail_after = 0, fail_after
+
+    def read(self, n: int = -1) -> bytes:
+        self.given += n
+        assert self.given <= self.fail_after, "read on and on: no line-length limit"
+        return b"\0" * n
+
+
+def test_a_line_without_end_is_refused_at_the_limit() -> None:
+    from bertattn.corpus.lines import MAX_LINE, stream_blocks
+
+    stream = _Endless(fail_after=MAX_LINE + (8 << 20))
+    with pytest.raises(ValueError) as err:
+        list(stream_blocks(stream, "/dev/zero", jsonl=False))  # type: ignore[arg-type]
+    assert str(err.value).startswith(
+        "/dev/zero: line 1: longer than 64 MiB without a line end, the most bertattn reads"
+    ), err.value
+    assert MAX_LINE < stream.given <= MAX_LINE + (1 << 20)  # stopped right after the limit
+
+
+def test_a_long_line_after_short_ones_is_named(tmp_path: Path) -> None:
+    """The limit counts one line (not the file), and the error names its line number."""
+    from bertattn.corpus.lines import _split
+
+    pieces = [b"one\ntwo\n" + b"x" * 50, b"y" * 60, b"\nshort\n"]
+    lines = _split(pieces, lambda n: f"f.txt: line {n}", limit=100)
+    assert [next(lines)[0], next(lines)[0]] == [b"one", b"two"]
+    with pytest.raises(ValueError, match=r"\Af\.txt: line 3: longer than 100 bytes without"):
+        next(lines)
+    assert [x for x, _ in _split(pieces, lambda n: "", limit=110)] == [
+        b"one", b"two", b"x" * 50 + b"y" * 60, b"short"
+    ]  # fmt: skip
+
+
+@pytest.mark.slow  # a real process reads 64 MiB
+def test_dev_zero_as_input_fails_in_one_line(tmp_path, cli_subprocess, tiny_checkpoint):  # type: ignore[no-untyped-def]
+    r = cli_subprocess("encode", "/dev/zero", "-o", tmp_path / "o.npy", "--model",
+                       tiny_checkpoint, timeout=60)  # fmt: skip
+    assert r.code == 1 and "Traceback" not in r.err, r
+    assert r.err.strip().splitlines()[-1].startswith(
+        "bertattn encode: error: /dev/zero: line 1: longer than 64 MiB without a line end"
+    ), r.err
+    assert list(tmp_path.iterdir()) == []
