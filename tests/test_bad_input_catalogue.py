@@ -49,6 +49,7 @@ def _work(tmp_path: Path) -> Path:
     (d / "body.jsonl").write_text('{"id": 1, "body": "x"}\n', encoding="utf-8")
     (d / "num.jsonl").write_text('{"text": 3}\n', encoding="utf-8")
     (d / "broken.jsonl").write_text('{"text": "a"\n', encoding="utf-8")
+    (d / "nan.jsonl").write_text('{"id": 1, "text": "a"}\n{"id": NaN, "text": "b"}\n')
     (d / "bad.txt").write_bytes(b"fine\nbroken \xff\xfe here\n")
     (d / "zipped.txt").write_bytes(gzip.compress(b"hello\nworld\n"))  # a .gz under a .txt name
     (d / "afolder.npy").mkdir()
@@ -254,6 +255,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("jsonl-broken", ENC + ["broken.jsonl", "-o", "o.npy"], 1, "line 1: not valid JSON"),
     ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),
     ("jsonl-not-str", ENC + ["num.jsonl", "-o", "o.npy"], 1, "field 'text' is a number"),
+    (
+        "jsonl-nan-id",
+        ENC + ["nan.jsonl", "-o", "o.jsonl", "--id-field", "id"],
+        1,
+        "nan.jsonl: line 2: id field 'id' is or holds NaN, which is not valid JSON",
+    ),
     # models
     ("model-missing", ENC + ["in.txt", "-o", "o.npy", "--model", "nomodel/"], 2, "nomodel"),
     ("model-is-file", ENC + ["in.txt", "-o", "o.npy", "--model", "model.txt"], 1, "model.txt"),

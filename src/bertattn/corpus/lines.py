@@ -9,7 +9,7 @@ every other line must be an object whose text field is a string: a JSON-lines in
 text (one output row) per record, not per line. An error names the file and the line number
 within the file, blank lines counted. A line is at most :data:`MAX_LINE` bytes (64 MiB): an
 input without line ends (``/dev/zero``, a binary file) is refused there, not held in memory as
-one endless line.
+one endless line. A JSON-lines id must be valid JSON (no NaN / Infinity): it is written out.
 """
 
 from __future__ import annotations
@@ -175,7 +175,16 @@ def parse_record(
             f"{where(n)}: no id field {id_field!r} (found: {', '.join(obj)}); choose it with "
             f"--id-field."
         )
-    return text, obj[id_field]
+    ident = obj[id_field]
+    try:  # Python's reader takes NaN / Infinity, which no JSON output may hold
+        json.dumps(ident, allow_nan=False)
+    except ValueError:
+        raise ValueError(
+            f"{where(n)}: id field {id_field!r} is or holds {_shown(ident)}, which is not valid "
+            f"JSON (NaN and Infinity are not numbers in JSON) and cannot be written to the "
+            f"output; give the record an id such as a string or a finite number."
+        ) from None
+    return text, ident
 
 
 def _split(
