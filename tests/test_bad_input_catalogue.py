@@ -222,6 +222,20 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "--onnx runs in a single process",
     ),
     (
+        "onnx-sharded",
+        ENC + ["in.txt", "-o", "shards/", "--onnx", "m.onnx"],
+        2,
+        "--onnx runs in a single process and writes one file, so it cannot go with a folder "
+        "output (-o shards/: one .npy shard per chunk); write one file (-o FILE.npy or "
+        "FILE.jsonl), or encode with the PyTorch model (drop --onnx).",
+    ),
+    (
+        "onnx-restart",
+        ENC + ["in.txt", "-o", "o.npy", "--restart", "--onnx", "m.onnx"],
+        2,
+        "so it cannot go with --restart; drop --restart, or encode with the PyTorch model",
+    ),
+    (
         "resumable-stdin",
         ENC + ["-", "-o", "o.npy", "--resumable"],
         2,
