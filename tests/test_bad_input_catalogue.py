@@ -344,6 +344,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("export-stdout", ["export-onnx", "-o", "-"], 2, "not written to stdout; give a file name"),
     ("export-missing-folder", ["export-onnx", "-o", "nodir/m.onnx"], 2, "nodir does not exist"),
     ("export-model-missing", ["export-onnx", "-o", "m.onnx", "--model", "nomodel/"], 2, "nomodel"),
+    # bench
+    ("bench-json-suffix", ["bench", "--json", "out.txt"], 2, "--json out.txt: unknown format"),
     # the command line itself
     ("no-command", [], 2, "required: COMMAND"),
     ("unknown-command", ["frobnicate"], 2, "invalid choice"),
