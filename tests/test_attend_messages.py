@@ -168,3 +168,20 @@ def test_text_from_file_the_tokenizer_drops_is_refused(cli, tmp_path):
     r = cli("attend", "--file", "t.txt", "--png", "a.png", cwd=tmp_path)
     _refused(r, 2, "the text has no token the model knows (only [CLS] and [SEP] remain)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+
+
+def test_a_text_file_over_the_line_limit_is_refused_not_read_on(tmp_path):
+    """``attend --file`` reads at most 64 MiB (and one byte, to know it is longer): a larger
+    file (or ``/dev/zero``, which never ends) is refused, naming it, instead of held whole."""
+    from bertattn.corpus.lines import MAX_LINE
+    from bertattn.jobs.attend import read_text
+    from bertattn.jobs.options import AttendOptions
+
+    big = tmp_path / "big.txt"
+    with big.open("wb") as f:
+        f.truncate(MAX_LINE + 10)  # zeros, no line end; sparse, so cheap to make
+    with pytest.raises(ValueError, match=r"big\.txt: longer than 64 MiB, the most attend reads"):
+        read_text(AttendOptions(file=str(big)))
+    fits = tmp_path / "fits.txt"
+    fits.write_text("a short text\n")
+    assert read_text(AttendOptions(file=str(fits))) == "a short text"

@@ -49,6 +49,7 @@ def _work(tmp_path: Path) -> Path:
     (d / "body.jsonl").write_text('{"id": 1, "body": "x"}\n', encoding="utf-8")
     (d / "num.jsonl").write_text('{"text": 3}\n', encoding="utf-8")
     (d / "broken.jsonl").write_text('{"text": "a"\n', encoding="utf-8")
+    (d / "nan.jsonl").write_text('{"id": 1, "text": "a"}\n{"id": NaN, "text": "b"}\n')
     (d / "bad.txt").write_bytes(b"fine\nbroken \xff\xfe here\n")
     (d / "zipped.txt").write_bytes(gzip.compress(b"hello\nworld\n"))  # a .gz under a .txt name
     (d / "afolder.npy").mkdir()
@@ -84,6 +85,31 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("out-unknown-suffix", ENC + ["in.txt", "-o", "o.csv"], 2, "unknown format '.csv'"),
     ("out-no-suffix", ENC + ["in.txt", "-o", "o"], 2, "use .npy or .jsonl"),
     ("out-only-suffix", ENC + ["in.txt", "-o", ".npy"], 2, ".npy is only a suffix; give a name"),
+    # names longer than the filesystem takes (NAME_MAX, 255 bytes): refused before any work
+    (
+        "out-name-too-long",
+        ENC + ["in.txt", "-o", "n" * 252 + ".npy"],
+        2,
+        "the file name is 256 bytes long, over the filesystem's limit of 255 bytes per name",
+    ),
+    (
+        "out-parts-name-too-long",
+        ENC + ["in.txt", "-o", "n" * 246 + ".npy", "--resumable"],
+        2,
+        f"its folder {'n' * 246}.npy.parts: the file name is 256 bytes long, over the",
+    ),
+    (
+        "out-shards-name-too-long",
+        ENC + ["in.txt", "-o", "n" * 256 + "/"],
+        2,
+        "the file name is 256 bytes long, over the filesystem's limit of 255 bytes per name",
+    ),
+    (
+        "attend-name-too-long",
+        ["attend", "hi", "--html", "n" * 251 + ".html"],
+        2,
+        "the file name is 256 bytes long, over the filesystem's limit of 255 bytes per name",
+    ),
     # option ranges and combinations, all refused before any work
     ("batch-size-0", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "0"], 2, "--batch-size"),
     ("batch-size-neg", ENC + ["in.txt", "-o", "o.npy", "--batch-size", "-3"], 2, ">= 1, got -3"),
@@ -196,6 +222,20 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "--onnx runs in a single process",
     ),
     (
+        "onnx-sharded",
+        ENC + ["in.txt", "-o", "shards/", "--onnx", "m.onnx"],
+        2,
+        "--onnx runs in a single process and writes one file, so it cannot go with a folder "
+        "output (-o shards/: one .npy shard per chunk); write one file (-o FILE.npy or "
+        "FILE.jsonl), or encode with the PyTorch model (drop --onnx).",
+    ),
+    (
+        "onnx-restart",
+        ENC + ["in.txt", "-o", "o.npy", "--restart", "--onnx", "m.onnx"],
+        2,
+        "so it cannot go with --restart; drop --restart, or encode with the PyTorch model",
+    ),
+    (
         "resumable-stdin",
         ENC + ["-", "-o", "o.npy", "--resumable"],
         2,
@@ -229,6 +269,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("jsonl-broken", ENC + ["broken.jsonl", "-o", "o.npy"], 1, "line 1: not valid JSON"),
     ("jsonl-no-field", ENC + ["body.jsonl", "-o", "o.npy"], 1, "no field 'text' (found: id"),
     ("jsonl-not-str", ENC + ["num.jsonl", "-o", "o.npy"], 1, "field 'text' is a number"),
+    (
+        "jsonl-nan-id",
+        ENC + ["nan.jsonl", "-o", "o.jsonl", "--id-field", "id"],
+        1,
+        "nan.jsonl: line 2: id field 'id' is or holds NaN, which is not valid JSON",
+    ),
     # models
     ("model-missing", ENC + ["in.txt", "-o", "o.npy", "--model", "nomodel/"], 2, "nomodel"),
     ("model-is-file", ENC + ["in.txt", "-o", "o.npy", "--model", "model.txt"], 1, "model.txt"),
@@ -298,6 +344,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("export-stdout", ["export-onnx", "-o", "-"], 2, "not written to stdout; give a file name"),
     ("export-missing-folder", ["export-onnx", "-o", "nodir/m.onnx"], 2, "nodir does not exist"),
     ("export-model-missing", ["export-onnx", "-o", "m.onnx", "--model", "nomodel/"], 2, "nomodel"),
+    # bench
+    ("bench-json-suffix", ["bench", "--json", "out.txt"], 2, "--json out.txt: unknown format"),
     # the command line itself
     ("no-command", [], 2, "required: COMMAND"),
     ("unknown-command", ["frobnicate"], 2, "invalid choice"),

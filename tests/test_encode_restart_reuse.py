@@ -260,7 +260,8 @@ def test_same_size_change_is_not_kept(tmp_path, tiny_checkpoint, caplog):
     summary = run_encode(_options(src, f"{shards}/", tiny_checkpoint, restart=True))
     assert _counts(summary.detail) == (1, n - 1), summary
     assert _kept_logged(caplog) == [
-        f"--restart kept {n - 1} of {n} finished chunk(s): their input bytes are unchanged"
+        f"--restart kept {n - 1} of {n} finished chunk(s), whose input bytes are unchanged; 1 "
+        f"is encoded again: its input bytes changed"
     ]
     index = json.loads((shards / "index.json").read_text())
     assert [s["bytes"] for s in index["shards"]] == [list(r) for r in _plan(changed)]
@@ -272,6 +273,42 @@ def test_same_size_change_is_not_kept(tmp_path, tiny_checkpoint, caplog):
     store = ChunkStore(shards, sharded=True)
     stats = json.loads(store.stats_path(1).read_text())
     assert stats["sha256"] == hashlib.sha256(changed[slice(*_plan(changed)[1])]).hexdigest()
+
+
+def test_every_chunk_changed_keeps_none_and_says_why(tmp_path, tiny_checkpoint, caplog):
+    """One letter replaced in every chunk of a finished sharded output: --restart keeps none,
+    and says so (not "kept 0 ...: their input bytes are unchanged")."""
+    data = _data(_lines())
+    src = tmp_path / "in.txt"
+    src.write_bytes(data)
+    shards = tmp_path / "shards"
+    run_encode(_options(src, f"{shards}/", tiny_checkpoint))
+    n = len(_plan(data))
+    changed = bytearray(data)
+    for start, _ in _plan(data):
+        changed[start] = ord("Q") if changed[start] != ord("Q") else ord("R")
+    assert _plan(bytes(changed)) == _plan(data)
+    src.write_bytes(bytes(changed))
+    caplog.set_level(logging.INFO, logger="bertattn.distributed")
+    summary = run_encode(_options(src, f"{shards}/", tiny_checkpoint, restart=True))
+    assert _counts(summary.detail) == (n, 0), summary
+    assert _kept_logged(caplog) == [
+        f"--restart kept 0 of {n} finished chunk(s): the input bytes of all {n} changed, so "
+        f"they are encoded again"
+    ]
+
+
+@pytest.mark.parametrize(
+    "kept, finished, said",
+    [
+        (3, 3, "kept 3 of 3 finished chunk(s): their input bytes are unchanged"),
+        (3, 5, "kept 3 of 5 finished chunk(s), whose input bytes are unchanged; 2 are encoded "
+               "again: their input bytes changed"),
+        (0, 1, "kept 0 of 1 finished chunk(s): its input bytes changed, so it is encoded again"),
+    ],
+)  # fmt: skip
+def test_restart_kept_counts_both_sides(kept, finished, said):
+    assert runner_mod.restart_kept(kept, finished) == f"--restart {said}"
 
 
 # ---------------------------------------------------------------------- the message

@@ -173,3 +173,133 @@ def test_a_pipe_is_not_a_corpus_file(tmp_path: Path) -> None:
         open_corpus([tmp_path / "pipe", tmp_path / "pipe"])
     assert is_stream(pipe) and is_stream("-") and is_stream("/dev/null")
     assert not is_stream(tmp_path) and not is_stream(tmp_path / "missing.txt")
+
+
+# ---------------------------------------------------------------------- long names (NAME_MAX)
+def test_a_long_legal_name_is_written(tmp_path: Path) -> None:
+    """244 characters: a legal name, whose temporary name ``.NAME.HOST-PID-XXXX.tmp`` would not
+    be (over 255 bytes); the temporary name is cut and hashed, the output has its full name."""
+    out = tmp_path / ("é" * 30 + "n" * 180 + ".json")  # 245 bytes: the cut falls inside an é
+    assert check_output(out) == out
+    write_atomic(out, b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == [out.name] and out.read_bytes() == b"{}"
+
+
+def test_a_long_name_stale_temp_is_found_again(tmp_path: Path) -> None:
+    """A temporary file a killed run left for a long name is recognised and removed."""
+    from bertattn.files import _temp_path, remove_stale_temps
+
+    out = tmp_path / ("n" * 240 + ".npy")
+    stale = _temp_path(out)
+    assert len(stale.name.encode()) <= 255
+    dead = int(open("/proc/sys/kernel/pid_max").read()) + 1  # no process has it  # noqa: SIM115
+    stale = stale.with_name(stale.name.replace(f"-{os.getpid()}-", f"-{dead}-"))
+    stale.write_bytes(b"half")
+    assert remove_stale_temps(out) == [stale] and not stale.exists()
+
+
+def test_a_name_over_name_max_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"256 bytes long, over the filesystem's limit of 255"):
+        check_output(tmp_path / ("n" * 251 + ".json"), suffixes=(".json",))
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- modes on overwrite
+def test_a_replaced_file_keeps_its_mode(tmp_path: Path) -> None:
+    """Overwriting keeps the existing file's mode (a private 0600 output stays private, a
+    0640 one keeps its group read), as ``sed -i`` and editors do; a new file gets 0666 less
+    the umask."""
+    private, shared, new = tmp_path / "p.json", tmp_path / "s.json", tmp_path / "n.json"
+    for path, mode in ((private, 0o600), (shared, 0o640)):
+        path.write_bytes(b"old")
+        path.chmod(mode)
+    for path in (private, shared, new):
+        write_atomic(path, b"new")
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert shared.stat().st_mode & 0o777 == 0o640
+    mask = os.umask(0)
+    os.umask(mask)
+    assert new.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert all(p.read_bytes() == b"new" for p in (private, shared, new))
+
+
+# ---------------------------------------------------------------------- the .lock of a folder
+def test_a_finished_sharded_run_leaves_no_lock(tmp_path: Path, cli, tiny_checkpoint) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "a.txt").write_text("hello\nworld\n")
+    r = cli("encode", tmp_path / "a.txt", "-o", f"{tmp_path / 'shards'}/", "--model",
+            tiny_checkpoint, "-q")  # fmt: skip
+    assert r.code == 0, r
+    names = sorted(p.name for p in (tmp_path / "shards").iterdir())
+    assert ".lock" not in names and "index.json" in names, names
+
+
+def test_a_lock_removed_by_its_holder_is_not_held_by_a_late_opener(tmp_path: Path) -> None:
+    """Process B opened ``.lock`` just before its holder A removed it and finished: B's lock
+    on the removed file would not exclude C, who creates a new one; so B locks the file at the
+    path, and C is then refused."""
+    import fcntl
+
+    from bertattn.files import FolderLock
+
+    a = FolderLock(tmp_path, what="t").acquire()
+    late = os.open(a.path, os.O_RDWR)  # B's open of the old file, before A removes it
+    a.release(remove=True)
+    assert not a.path.exists()
+    fcntl.flock(late, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file: anyone can lock it
+    os.close(late)
+    b = FolderLock(tmp_path, what="t").acquire()  # B, through acquire(): the file at the path
+    with pytest.raises(UsageError, match="another bertattn run"):
+        FolderLock(tmp_path, what="t").acquire()
+    b.release()
+    assert b.path.exists()  # not finished: the lock file stays
+
+
+# ---------------------------------------------------------------------- lines without an end
+class _Endless:
+    """A binary stream of zeros without end (``/dev/zero``), that fails the test when it has
+    given ``fail_after`` bytes (memory growing without bound otherwise)."""
+
+    def __init__(self, fail_after: int) -> None:
+        self.given, self.fail_after = 0, fail_after
+
+    def read(self, n: int = -1) -> bytes:
+        self.given += n
+        assert self.given <= self.fail_after, "read on and on: no line-length limit"
+        return b"\0" * n
+
+
+def test_a_line_without_end_is_refused_at_the_limit() -> None:
+    from bertattn.corpus.lines import MAX_LINE, stream_blocks
+
+    stream = _Endless(fail_after=MAX_LINE + (8 << 20))
+    with pytest.raises(ValueError) as err:
+        list(stream_blocks(stream, "/dev/zero", jsonl=False))  # type: ignore[arg-type]
+    assert str(err.value).startswith(
+        "/dev/zero: line 1: longer than 64 MiB without a line end, the most bertattn reads"
+    ), err.value
+    assert MAX_LINE < stream.given <= MAX_LINE + (1 << 20)  # stopped right after the limit
+
+
+def test_a_long_line_after_short_ones_is_named(tmp_path: Path) -> None:
+    """The limit counts one line (not the file), and the error names its line number."""
+    from bertattn.corpus.lines import _split
+
+    pieces = [b"one\ntwo\n" + b"x" * 50, b"y" * 60, b"\nshort\n"]
+    lines = _split(pieces, lambda n: f"f.txt: line {n}", limit=100)
+    assert [next(lines)[0], next(lines)[0]] == [b"one", b"two"]
+    with pytest.raises(ValueError, match=r"\Af\.txt: line 3: longer than 100 bytes without"):
+        next(lines)
+    assert [x for x, _ in _split(pieces, lambda n: "", limit=110)] == [
+        b"one", b"two", b"x" * 50 + b"y" * 60, b"short"
+    ]  # fmt: skip
+
+
+@pytest.mark.slow  # a real process reads 64 MiB
+def test_dev_zero_as_input_fails_in_one_line(tmp_path, cli_subprocess, tiny_checkpoint):  # type: ignore[no-untyped-def]
+    r = cli_subprocess("encode", "/dev/zero", "-o", tmp_path / "o.npy", "--model",
+                       tiny_checkpoint, timeout=60)  # fmt: skip
+    assert r.code == 1 and "Traceback" not in r.err, r
+    assert r.err.strip().splitlines()[-1].startswith(
+        "bertattn encode: error: /dev/zero: line 1: longer than 64 MiB without a line end"
+    ), r.err
+    assert list(tmp_path.iterdir()) == []

@@ -5,8 +5,9 @@ the jobs all write through it:
 
 * **atomic**: the bytes go to a temporary file in the output's own folder, are flushed and
   fsync'ed, then renamed over the output. A reader sees the old file or the new one, never half.
-* **the mode a plain ``open()`` gives**: ``0o666`` less the umask (``0644`` under umask 022,
-  ``0600`` under 077), not the ``0600`` of ``mkstemp``.
+* **the mode a plain ``open()`` gives** to a new file: ``0o666`` less the umask (``0644`` under
+  umask 022, ``0600`` under 077), not the ``0600`` of ``mkstemp``; a file that is replaced
+  keeps its own mode (as ``sed -i`` and editors keep it: a private ``0600`` output stays so).
 * **checked before the work** (:func:`check_output`): an output that is a folder or a device,
   pipe or socket, that sits in a missing or unwritable folder, or that is one of the job's
   inputs (also through a symlink or a hard link) is refused with a
@@ -17,22 +18,27 @@ the jobs all write through it:
 * **no leftovers**: a temporary file is removed on every exit path (errors, Ctrl-C, SIGTERM once
   the CLI turns it into ``SystemExit``). Temporary names carry the host and process id
   (``.NAME.HOST-PID-XXXX.tmp``), so one left by a killed run (SIGKILL, power loss) is recognised
-  and removed by the next run on that host.
+  and removed by the next run on that host. A temporary name fits in the folder's name limit
+  (``NAME_MAX``, 255 bytes): a long ``NAME`` is cut and ends in a hash of the whole name; an
+  output name over the limit is refused by :func:`check_output`.
 * **all or none** (:func:`write_all`): a job with several outputs writes every temporary file
   first and renames only when all are complete.
 * :class:`FolderLock`: an exclusive, non-blocking ``flock`` on a folder, released by the kernel
-  when its process dies (used for a resumable run's parts folder).
+  when its process dies (used for a resumable run's parts folder); the holder removes its
+  ``.lock`` file when the run finished (``release(remove=True)``).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import re
 import secrets
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -43,8 +49,10 @@ from .errors import UsageError
 __all__ = [
     "FolderLock",
     "Payload",
+    "check_name_length",
     "check_output",
     "file_mode",
+    "name_max",
     "overlapping",
     "remove_stale_temps",
     "same_file",
@@ -75,8 +83,46 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
+#: the longest file name (bytes) when the filesystem does not say (Linux's NAME_MAX)
+NAME_MAX = 255
+
+
+def name_max(folder: str | os.PathLike[str]) -> int:
+    """The longest file name, in bytes, that ``folder``'s filesystem takes (``NAME_MAX``)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def check_name_length(path: str | os.PathLike[str], *, what: str = "output") -> None:
+    """Refuse (:class:`UsageError`) a file name longer than its folder's filesystem takes,
+    before any work: writing it would fail only at the end (``File name too long``)."""
+    path = Path(path)
+    size = len(os.fsencode(path.name))
+    limit = name_max(path.parent if path.parent.is_dir() else ".")
+    if size > limit:
+        raise UsageError(
+            f"{what} {path}: the file name is {size} bytes long, over the filesystem's limit of "
+            f"{limit} bytes per name (NAME_MAX); choose a shorter name."
+        )
+
+
+def _temp_stem(name: str) -> str:
+    """``name`` as it appears in a temporary name: whole when ``.NAME.HOST-PID-XXXXXXXX.tmp``
+    fits in :data:`NAME_MAX` bytes, else cut (a character cut in two is dropped) and ended
+    with ``~`` and a hash of the whole name, so that a long output name still has one."""
+    room = NAME_MAX - len(f"..{_HOST}-{2**22}-{'0' * 8}.tmp")
+    raw = os.fsencode(name)
+    if len(raw) <= room:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return f"{raw[: room - len(digest) - 1].decode('utf-8', 'ignore')}~{digest}"
+
+
 def _temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    stem = _temp_stem(path.name)
+    return path.with_name(f".{stem}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
 
 def _alive(pid: int) -> bool:
@@ -93,13 +139,15 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
     """Remove this host's temporary files for ``path`` whose process is gone; return them."""
     path = Path(path)
     removed = []
+    stem = _temp_stem(path.name)
     try:
         names = os.listdir(path.parent)
     except OSError:
         return removed
     for name in names:
         m = _TEMP.match(name)
-        if m and m["name"] == path.name and m["host"] == _HOST and not _alive(int(m["pid"])):
+        mine = m is not None and m["name"] == stem and m["host"] == _HOST
+        if mine and not _alive(int(m["pid"])):  # type: ignore[index]
             stale = path.parent / name
             try:
                 stale.unlink()
@@ -127,13 +175,15 @@ def check_output(
     """Refuse, before any work, an output that cannot be written; return it as a ``Path``.
 
     Raises :class:`UsageError` when ``path`` is a folder or another non-regular file (a device,
-    a pipe), is one of ``inputs``, has a suffix outside ``suffixes``, or its folder is missing
-    or not writable (probed by creating and removing a temporary file there, so read-only
-    filesystems and permissions are both caught). Also removes the temporary files a dead
+    a pipe), is one of ``inputs``, has a suffix outside ``suffixes``, a name longer than the
+    filesystem takes (``NAME_MAX``), or its folder is missing or not writable (probed by
+    creating and removing a temporary file there, so read-only filesystems and permissions
+    are both caught). Also removes the temporary files a dead
     earlier run left for ``path``. A symlink is followed: the returned path is its target,
     which the writers replace, so the link stays (as ``open(path, "w")`` would keep it).
     """
     flag = f"{what} {path}"
+    check_name_length(path, what=what)  # first: a longer name fails every look at the path
     out = _through_link(Path(path))
     if out.is_dir():
         raise UsageError(f"{flag} is a folder; give a file name inside it.")
@@ -197,6 +247,15 @@ def overlapping(paths: Iterable[str | os.PathLike[str]]) -> tuple[str, str] | No
     return None
 
 
+def _mode_for(path: Path) -> int:
+    """The mode the written file gets: the mode of the file it replaces, or a plain
+    ``open()``'s for a new one (:func:`file_mode`)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return file_mode()
+
+
 def _write_temp(path: Path, data: Payload) -> Path:
     tmp = _temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -208,7 +267,7 @@ def _write_temp(path: Path, data: Payload) -> Path:
                 data(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, file_mode())
+        os.chmod(tmp, _mode_for(path))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -292,7 +351,10 @@ class FolderLock:
     """An exclusive lock on ``folder`` (a ``.lock`` file inside it), taken without waiting.
 
     ``acquire()`` raises :class:`UsageError` naming the holder's pid when another process holds
-    it. The kernel drops the lock when the holder exits, however it exits.
+    it. The kernel drops the lock when the holder exits, however it exits. ``release(remove=
+    True)`` (a run that finished) removes the ``.lock`` file first, while still holding it; a
+    process that opened the file just before is not fooled: ``acquire()`` holds a lock only
+    on the file that is still at the path, and tries again otherwise.
     """
 
     NAME = ".lock"
@@ -303,25 +365,40 @@ class FolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> FolderLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise UsageError(
-                    f"another bertattn run (process {holder}) is writing {self.what}; wait for "
-                    f"it to finish or stop it, or choose another output."
-                ) from None
-            raise
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise UsageError(
+                        f"another bertattn run (process {holder}) is writing {self.what}; wait "
+                        f"for it to finish or stop it, or choose another output."
+                    ) from None
+                raise
+            if self._still_there(fd):
+                break
+            os.close(fd)  # removed by the holder that just finished: lock the new one
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{_HOST}:{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return self
 
-    def release(self) -> None:
+    def _still_there(self, fd: int) -> bool:
+        try:
+            at_path = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+
+    def release(self, *, remove: bool = False) -> None:
+        """Drop the lock; ``remove``: delete the ``.lock`` file too (the run finished)."""
         if self._fd is not None:
+            if remove:
+                self.path.unlink(missing_ok=True)  # still held: no one else holds this file
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 

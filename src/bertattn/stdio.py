@@ -7,6 +7,10 @@ or a ``--workers`` rank inheriting it, would write into that file. :func:`mend_c
 (the command line, first thing) puts ``/dev/null`` on each closed descriptor and a
 :class:`ClosedStream` in its place, whose data methods raise one ``OSError`` that says what
 was closed; :func:`is_closed` lets a job refuse ``-`` before any work.
+
+A stdout that fails (a full disk behind ``> file``, ``> /dev/full``) fails with an ``OSError``
+that says only "No space left on device"; :class:`NamedStdout` (the command line wraps
+``sys.stdout`` in it) gives that error the name ``<stdout>``, for every command's text.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import errno
 import os
 import sys
 
-__all__ = ["ClosedStream", "is_closed", "mend_closed_streams"]
+__all__ = ["ClosedStream", "NamedStdout", "is_closed", "mend_closed_streams", "stdout_error"]
 
 _REDIRECT = {0: "<&-", 1: ">&-", 2: "2>&-"}
 _NAMES = {0: "stdin", 1: "stdout", 2: "stderr"}
@@ -86,3 +90,38 @@ def mend_closed_streams() -> None:
             sys.stderr = open(fd, "w", closefd=False)  # noqa: SIM115 (the process's stderr)
         else:
             setattr(sys, attr, ClosedStream(fd))
+
+
+def stdout_error(exc: OSError) -> OSError:
+    """``exc`` (raised by writing stdout) as an ``OSError`` whose filename is ``<stdout>``;
+    a ``BrokenPipeError`` (``| head``) stays itself, for the quiet exit 141."""
+    if isinstance(exc, BrokenPipeError) or exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), "<stdout>")
+
+
+class NamedStdout:
+    """``sys.stdout`` whose write and flush errors name it (:func:`stdout_error`); anything
+    else is the wrapped stream's (``buffer``, ``fileno``, ``isatty``, ``encoding`` ...)."""
+
+    def __init__(self, stream: object) -> None:
+        self.stream = stream
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)  # type: ignore[attr-defined, no-any-return]
+        except OSError as exc:
+            raise stdout_error(exc) from None
+
+    def writelines(self, lines: object) -> None:
+        for line in lines:  # type: ignore[attr-defined]
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()  # type: ignore[attr-defined]
+        except OSError as exc:
+            raise stdout_error(exc) from None

@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import exit_status, one_line
-from ..stdio import mend_closed_streams
+from ..stdio import NamedStdout, is_closed, mend_closed_streams
 
 #: subcommand -> one-line help; the code is in ``bertattn/cli/<name>.py``.
 COMMANDS: dict[str, str] = {
@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         held.release()
         _log_to_stderr(getattr(args, "verbose", 0), prefix)
-        return int(args.func(args))
+        return _run_named_stdout(args)
     except KeyboardInterrupt:
         print(f"{prefix} interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -203,16 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{prefix} stopped by signal {signum}; no output written", file=sys.stderr)
         raise
     except BrokenPipeError:  # stdout closed early (| head): stop quietly, as Unix tools do
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        _stdout_to_null()
         return EXIT_BROKEN_PIPE
     except Exception as exc:
         if _caused_by_interrupt(exc):  # e.g. a C extension's init stopped by Ctrl-C
             print(f"{prefix} interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+        if isinstance(exc, OSError) and exc.filename == "<stdout>":
+            _stdout_to_null()  # what is still buffered for it must not fail again at exit
         code = exit_status(exc)
         if code is None or debug:
             traceback.print_exc()
@@ -228,6 +226,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGTERM, previous[0])
         signal.signal(signal.SIGALRM, previous[1])
+
+
+def _run_named_stdout(args: argparse.Namespace) -> int:
+    """The command, with ``sys.stdout`` naming itself in its errors (a full disk behind
+    ``> file``: ``<stdout>: No space left on device``) and flushed before the end, so that its
+    last bytes fail here, in one line, not in the interpreter's exit."""
+    stdout = sys.stdout
+    if not is_closed(stdout):
+        sys.stdout = NamedStdout(stdout)  # type: ignore[assignment]
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+        return code
+    finally:
+        sys.stdout = stdout
+
+
+def _stdout_to_null() -> None:
+    """Put ``/dev/null`` on stdout's descriptor: stdout failed (closed pipe, full disk), and
+    the bytes still buffered for it are dropped at exit instead of failing once more."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a descriptor (a test's in-memory stream)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _caused_by_interrupt(exc: BaseException) -> bool:

@@ -70,7 +70,7 @@ def _check_options(args: argparse.Namespace) -> Path | None:
     if args.json is not None and args.json != "-":
         if not args.json.strip():
             raise UsageError(f"--json must be a file name (or - for stdout), got {args.json!r}.")
-        out = check_output(args.json, what="--json")
+        out = check_output(args.json, what="--json", suffixes=(".json",))
     from ..threads import cpu_budget
 
     budget = cpu_budget()

@@ -7,7 +7,9 @@ line must be valid UTF-8. In plain text every line is a text, an empty one too. 
 blank line (nothing but spaces, tabs and the line end) is skipped, as JSON-lines readers do, and
 every other line must be an object whose text field is a string: a JSON-lines input gives one
 text (one output row) per record, not per line. An error names the file and the line number
-within the file, blank lines counted.
+within the file, blank lines counted. A line is at most :data:`MAX_LINE` bytes (64 MiB): an
+input without line ends (``/dev/zero``, a binary file) is refused there, not held in memory as
+one endless line. A JSON-lines id must be valid JSON (no NaN / Infinity): it is written out.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 READ = 1 << 20  # bytes per read
+MAX_LINE = 64 << 20  # bytes per line at most (a text that long is far beyond any model)
 BLOCK_LINES = 4096  # texts per Block
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark (what Windows tools put first)
 _BLANK = b" \t\r"  # what a blank JSON line may hold (JSON's whitespace, less the newline)
@@ -172,20 +175,55 @@ def parse_record(
             f"{where(n)}: no id field {id_field!r} (found: {', '.join(obj)}); choose it with "
             f"--id-field."
         )
-    return text, obj[id_field]
+    ident = obj[id_field]
+    try:  # Python's reader takes NaN / Infinity, which no JSON output may hold
+        json.dumps(ident, allow_nan=False)
+    except ValueError:
+        raise ValueError(
+            f"{where(n)}: id field {id_field!r} is or holds {_shown(ident)}, which is not valid "
+            f"JSON (NaN and Infinity are not numbers in JSON) and cannot be written to the "
+            f"output; give the record an id such as a string or a finite number."
+        ) from None
+    return text, ident
 
 
-def _split(pieces: Iterable[bytes]) -> Iterator[tuple[bytes, int]]:
-    """(line without its newline, bytes it took) for the lines of the concatenated pieces."""
-    rest = b""
+def _split(
+    pieces: Iterable[bytes], where: Where, limit: int = MAX_LINE
+) -> Iterator[tuple[bytes, int]]:
+    """(line without its newline, bytes it took) for the lines of the concatenated pieces;
+    ``ValueError`` naming the line (``where``, numbered from 1) when one is longer than
+    ``limit`` bytes, as soon as that is known (before the rest of it is read)."""
+    held: list[bytes] = []  # the start of a line whose end is not read yet
+    size = n = 0
     for piece in pieces:
-        data = rest + piece if rest else piece
-        lines = data.split(b"\n")
+        if b"\n" not in piece:
+            held.append(piece)
+            size += len(piece)
+            if size > limit:
+                _too_long(where, n + 1, limit)
+            continue
+        lines = (b"".join([*held, piece]) if held else piece).split(b"\n")
         rest = lines.pop()
         for line in lines:
+            n += 1
+            if len(line) > limit:
+                _too_long(where, n, limit)
             yield line, len(line) + 1
-    if rest:
+        held, size = ([rest], len(rest)) if rest else ([], 0)
+        if size > limit:
+            _too_long(where, n + 1, limit)
+    if held:
+        rest = b"".join(held)
         yield rest, len(rest)
+
+
+def _too_long(where: Where, n: int, limit: int) -> None:
+    most = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
+    raise ValueError(
+        f"{where(n)}: longer than {most} without a line end, the most bertattn "
+        f"reads as one line; this is not text with one record per line (binary data, or "
+        f"a device such as /dev/zero): give a text or JSON-lines file."
+    )
 
 
 def _range_pieces(src: Source, start: int, end: int) -> Iterator[bytes]:
@@ -301,9 +339,9 @@ def read_blocks(
         return f"{src.name}: line {n + (offset[0] if offset else 0)}"
 
     if src.compression is None:
-        lines = _split(_range_pieces(src, start, end))
+        lines = _split(_range_pieces(src, start, end), where)
     else:
-        lines = _split(_stream_with(src))
+        lines = _split(_stream_with(src), where)
     yield from _records(
         lines,
         where,
@@ -367,7 +405,7 @@ def stream_blocks(
             f"{_flags(text_field, id_field)} to read one text per line"
         )
     return _records(
-        _split(_stream_pieces(stream)),
+        _split(_stream_pieces(stream), lambda n: f"{name}: line {n}"),
         lambda n: f"{name}: line {n}",
         jsonl=jsonl or text_field is not None or id_field is not None,
         text_field=text_field or "text",

@@ -9,9 +9,12 @@ the tests run simulated ranks as threads.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
+
+from ..errors import JobError
 
 __all__ = ["Group", "RankInfo", "SoloGroup", "TorchGroup"]
 
@@ -77,6 +80,33 @@ class SoloGroup:
         pass
 
 
+def _rendezvous_failed(info: RankInfo, timeout: float, exc: BaseException) -> str:
+    """One line for a torchrun rendezvous that failed: who waited for whom, where, how long,
+    and the fix (the ``DistStoreError`` says "Timed out after 6 seconds waiting for clients.
+    1/2 clients joined." in a traceback of C++ frames)."""
+    addr = os.environ.get("MASTER_ADDR", "?")
+    port = os.environ.get("MASTER_PORT", "?")
+    where = f"MASTER_ADDR={addr} MASTER_PORT={port}"
+    detail = " ".join(str(exc).split("\n")[0].split())
+    if "time" not in detail.lower():  # not a timeout: e.g. the port is taken
+        return (
+            f"rank {info.rank} of {info.world_size} could not join the run at {where}: "
+            f"{detail}; start every rank with the same free MASTER_ADDR / MASTER_PORT."
+        )
+    joined = re.search(r"(\d+)/(\d+) clients joined", detail)
+    if info.rank == 0:
+        missing = info.world_size - int(joined[1]) if joined else info.world_size - 1
+        who = f"{missing} of the other {info.world_size - 1} rank(s) did not join"
+    else:
+        who = f"rank {info.rank} could not reach rank 0"
+    return (
+        f"{who} within {timeout:g} s at {where} (WORLD_SIZE={info.world_size}): start all "
+        f"{info.world_size} ranks (torchrun --nproc-per-node, or one per node with --nnodes) "
+        f"with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or give them longer with "
+        f"--timeout SECONDS."
+    )
+
+
 class TorchGroup:
     """torch.distributed's default group: joined here when torchrun's environment says there
     are several ranks and no group exists yet (and left again by :meth:`close`)."""
@@ -91,7 +121,10 @@ class TorchGroup:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             if backend == "nccl":
                 torch.cuda.set_device(info.local_rank)
-            dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+            try:
+                dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+            except dist.DistError as exc:  # the rendezvous: a peer that never came, a port
+                raise JobError(_rendezvous_failed(info, timeout, exc)) from exc
             self._joined = True
 
     def broadcast(self, obj: object) -> object:

@@ -238,11 +238,7 @@ def _plan(
         kept = _reuse_held(store, held, chunks, files) if held else 0
         store.drop_held()  # what was not reused
         if held or kept:
-            logger.info(
-                "--restart kept %d of %d finished chunk(s): their input bytes are unchanged",
-                kept,
-                kept + sum(len(v) for v in held.values()),
-            )
+            logger.info("%s", restart_kept(kept, kept + sum(len(v) for v in held.values())))
     store.start_run()
     done = [c.index for c in chunks if store.has_part(c, width)]
     store.write_run({"world_size": world_size, "reused": done, "started": time.time()})
@@ -251,6 +247,24 @@ def _plan(
         "reused": done,
         "inputs": [[f.name, f.size] for f in files],
     }
+
+
+def restart_kept(kept: int, finished: int) -> str:
+    """What ``--restart`` did with the ``finished`` chunks of the earlier run: ``kept`` of them
+    (their input bytes are unchanged), the others are encoded again (their bytes changed)."""
+    head = f"--restart kept {kept} of {finished} finished chunk(s)"
+    changed = finished - kept
+    if changed == 0:
+        return f"{head}: their input bytes are unchanged"
+    if kept == 0:
+        which = "its input bytes" if finished == 1 else f"the input bytes of all {finished}"
+        them = "it is" if finished == 1 else "they are"
+        return f"{head}: {which} changed, so {them} encoded again"
+    return (
+        f"{head}, whose input bytes are unchanged; {changed} "
+        f"{'is' if changed == 1 else 'are'} encoded again: "
+        f"{'its' if changed == 1 else 'their'} input bytes changed"
+    )
 
 
 def _same_work(old: dict, new: dict) -> bool:
@@ -516,6 +530,7 @@ def run_chunks(
         info = RankInfo.from_env()
         group = TorchGroup(info, timeout) if info.world_size > 1 else SoloGroup()
     lock = FolderLock(store.path, what=str(store.path)) if group.rank == 0 else None
+    finished = False
     try:
         if group.rank == 0:
             try:
@@ -613,10 +628,11 @@ def run_chunks(
         )
         if not store.sharded:
             store.remove()
+        finished = True
         return summary
     finally:
-        if lock is not None:
-            lock.release()
+        if lock is not None:  # a finished folder keeps no .lock; an unfinished one keeps it
+            lock.release(remove=finished)
         if owned:
             group.close()
 

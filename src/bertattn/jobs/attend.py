@@ -127,15 +127,21 @@ def _explain_query(spec: str, token: int | str, tokens: list[str]) -> tuple[int,
 def read_text(options: AttendOptions) -> str:
     """The text: as given, from stdin (``-``) or from ``--file`` (UTF-8; a final newline is
     not part of the text)."""
-    from ..corpus.lines import refuse_compressed
+    from ..corpus.lines import MAX_LINE, refuse_compressed
 
     if options.file is None and options.text != "-":
         return str(options.text)
     name = "<stdin>" if options.file is None else str(options.file)
     if options.file is None:
-        raw = stdin_buffer("attend -").read()
+        raw = stdin_buffer("attend -").read(MAX_LINE + 1)
     else:
-        raw = check_input(options.file, what="--file", stream=True).read_bytes()
+        with check_input(options.file, what="--file", stream=True).open("rb") as f:
+            raw = f.read(MAX_LINE + 1)
+    if len(raw) > MAX_LINE:  # /dev/zero, a binary file: not read on without end
+        raise ValueError(
+            f"{name}: longer than {MAX_LINE >> 20} MiB, the most attend reads as its text; "
+            f"give a text file (attend keeps only the first --max-length tokens anyway)."
+        )
     refuse_compressed(raw, name, by_name=False)
     try:
         text = raw.decode("utf-8").rstrip("\r\n")

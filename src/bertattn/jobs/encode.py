@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 
 from ..errors import JobError, UsageError, describe_os_error, disk_full, exit_status, one_line
-from ..files import check_output, write_atomic, write_stdout
+from ..files import check_name_length, check_output, write_atomic, write_stdout
 from ..stdio import is_closed
 from .inputs import check_input, is_stream, read_records, stdin_buffer
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
@@ -196,13 +196,18 @@ def check_paths(options: EncodeOptions) -> tuple[Path | None, Corpus | None]:
             )
         return None, corpus
     if options.sharded:
-        return _check_folder(Path(str(options.output).rstrip("/" + os.sep) or "/"), corpus), corpus
+        folder = Path(str(options.output).rstrip("/" + os.sep) or "/")
+        check_name_length(folder, what="--output")
+        return _check_folder(folder, corpus), corpus
+    check_name_length(options.output, what="--output")
     if Path(options.output).is_dir():
         raise UsageError(
             f"--output {options.output} is a folder; give a file name inside it, or write "
             f"{options.output}/ for one .npy shard per chunk in it."
         )
     out = check_output(options.output, what="--output", inputs=inputs, suffixes=EMBEDDING_FORMATS)
+    if options.chunked or options.workers is not None:  # its chunks go to OUTPUT.parts/
+        check_name_length(out.with_name(out.name + ".parts"), what=f"--output {out}: its folder")
     return out, corpus
 
 

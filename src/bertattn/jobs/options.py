@@ -304,8 +304,9 @@ class EncodeOptions:
             )
         if self.onnx is not None and (self.chunked or self.workers is not None):
             raise UsageError(
-                "--onnx runs in a single process; drop --workers / --resumable / --restart (or "
-                "torchrun), or encode with the PyTorch model."
+                f"--onnx runs in a single process and writes one file, so it cannot go with "
+                f"{self._chunked_by()}; {self._unchunked_fix()}, or encode with the PyTorch "
+                f"model (drop --onnx)."
             )
         if (self.chunked or self.workers is not None) and is_stream(self.input):
             what = "stdin" if str(self.input) == "-" else f"{self.input} (a pipe or a device)"
@@ -333,6 +334,29 @@ class EncodeOptions:
                     f"{' and '.join(given)} {verb} only to a chunked run; add --resumable (or "
                     f"--workers N), or drop {' and '.join(given)}."
                 )
+
+    def _chunking_flags(self) -> list[str]:
+        """The flags given that make this run chunked (or several ranks)."""
+        given = ["--workers"] if self.workers is not None else []
+        return given + [f"--{n}" for n in ("resumable", "restart") if getattr(self, n)]
+
+    def _chunked_by(self) -> str:
+        """What makes this run chunked, as the user gave it (for a message)."""
+        given = self._chunking_flags()
+        if self.sharded:
+            given.append(f"a folder output (-o {self.output}: one .npy shard per chunk)")
+        if _world_size() > 1:
+            given.append(f"torchrun (WORLD_SIZE={_world_size()})")
+        return " and ".join(given)
+
+    def _unchunked_fix(self) -> str:
+        """How to make this run one process writing one file (for a message)."""
+        fixes = [f"drop {' and '.join(f)}"] if (f := self._chunking_flags()) else []
+        if self.sharded:
+            fixes.append("write one file (-o FILE.npy or FILE.jsonl)")
+        if _world_size() > 1:
+            fixes.append("run it without torchrun")
+        return ", ".join(fixes)
 
     @property
     def sharded(self) -> bool:
