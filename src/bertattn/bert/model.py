@@ -26,6 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..arguments import (
+    ArgumentTypeError,
+    check_bool,
+    check_id_range,
+    check_tensor,
+    describe,
+    is_int,
+)
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
 from ..attention import fastcall as _fast
 from ..attention import prepack as _prepack
@@ -474,14 +482,19 @@ class BertModel(nn.Module):
         elif isinstance(output_attentions, Sequence) and not isinstance(output_attentions, str):
             chosen = frozenset()
             for i in output_attentions:
-                if isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n:
+                if not is_int(i):
+                    raise ArgumentTypeError(
+                        f"output_attentions: layer index {describe(i)} is not an int; give "
+                        f"layer indices 0..{n - 1} (or -{n}..-1)."
+                    )
+                if not -n <= i < n:
                     raise ValueError(
                         f"output_attentions: layer index {i!r} is out of range; this model has "
                         f"{n} layers, valid indices are 0..{n - 1} (or -{n}..-1)."
                     )
-                chosen |= {i % n}
+                chosen |= {int(i) % n}
         else:
-            raise ValueError(
+            raise ArgumentTypeError(
                 f"output_attentions must be a bool or a sequence of layer indices, got "
                 f"{type(output_attentions).__name__}."
             )
@@ -541,6 +554,20 @@ class BertModel(nn.Module):
             return None, ""
         return (packed or pack_padding_mask(attention_mask)), reason
 
+    def _check_id_values(
+        self, input_ids: Tensor | None, token_type_ids: Tensor | None, position_ids: Tensor | None
+    ) -> None:
+        """Every id within its embedding table (one min/max per tensor, on the CPU only and not
+        while tracing or capturing: see :func:`bertattn.arguments.values_checkable`)."""
+        cfg = self.config
+        for name, t, count, field in (
+            ("input_ids", input_ids, cfg.vocab_size, "vocab_size"),
+            ("token_type_ids", token_type_ids, cfg.type_vocab_size, "type_vocab_size"),
+            ("position_ids", position_ids, cfg.max_position_embeddings, "max_position_embeddings"),
+        ):
+            if t is not None:
+                check_id_range(t, name, count, f"config.{field}={count}")
+
     def forward(
         self,
         input_ids: Tensor | None = None,
@@ -572,6 +599,13 @@ class BertModel(nn.Module):
                 padding positions when the batch runs packed, like ``last_hidden_state``).
             return_dict: False returns ``output.to_tuple()``, as transformers does.
             head_mask: transformers 4's; not supported (must be None).
+
+        Arguments are checked first: ``TypeError`` for a wrong type (ids that are not an
+        integer tensor, a mask that is not a tensor), ``ValueError`` for a shape, an empty
+        batch, or, on the CPU, an id outside its table (``vocab_size``, ``type_vocab_size``,
+        ``max_position_embeddings``; one min/max per ids tensor). On CUDA and while tracing,
+        compiling or capturing a CUDA graph the ids' values are not read back (that would
+        wait for the device, or break the capture): a bad id fails in the embedding kernel.
         """
         if unsupported:
             names = ", ".join(sorted(unsupported))
@@ -586,25 +620,35 @@ class BertModel(nn.Module):
             )
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds.")
+        check_tensor(input_ids, "input_ids", optional=True, integer=True)
+        check_tensor(inputs_embeds, "inputs_embeds", optional=True)
+        check_tensor(attention_mask, "attention_mask", optional=True)
+        check_tensor(token_type_ids, "token_type_ids", optional=True, integer=True)
+        check_tensor(position_ids, "position_ids", optional=True, integer=True)
+        check_bool(output_hidden_states, "output_hidden_states", optional=True)
+        check_bool(return_dict, "return_dict", optional=True)
         if inputs_embeds is not None:
             e = self.config.hidden_size
-            if (
-                not isinstance(inputs_embeds, Tensor)
-                or inputs_embeds.dim() != 3
-                or (inputs_embeds.shape[-1] != e)
-            ):
-                got = getattr(inputs_embeds, "shape", type(inputs_embeds))
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != e:
                 raise ValueError(
-                    f"inputs_embeds must be a (batch, seq_len, {e}) tensor, got {tuple(got)}."
+                    f"inputs_embeds must be a (batch, seq_len, {e}) tensor, got "
+                    f"{tuple(inputs_embeds.shape)}."
                 )
             b, seq_len = inputs_embeds.shape[:2]
             device = inputs_embeds.device
         else:
-            if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-                got = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids)
+            if input_ids.dim() != 2:  # type: ignore[union-attr]
+                got = tuple(input_ids.shape)  # type: ignore[union-attr]
                 raise ValueError(f"input_ids must be a (batch, seq_len) tensor, got {got}.")
-            b, seq_len = input_ids.shape
-            device = input_ids.device
+            b, seq_len = input_ids.shape  # type: ignore[union-attr]
+            device = input_ids.device  # type: ignore[union-attr]
+        if b == 0 or seq_len == 0:
+            name = "input_ids" if inputs_embeds is None else "inputs_embeds"
+            got = (input_ids if inputs_embeds is None else inputs_embeds).shape  # type: ignore[union-attr]
+            raise ValueError(
+                f"{name} has shape {tuple(got)}: an empty batch; give at least one sequence of "
+                f"at least one token (a tokenized text holds [CLS] and [SEP])."
+            )
         if position_ids is None and seq_len > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {seq_len} exceeds max_position_embeddings "
@@ -626,6 +670,7 @@ class BertModel(nn.Module):
                     f"{(b, seq_len)} or {(1, seq_len)}."
                 )
             position_ids = position_ids.expand(b, seq_len)
+        self._check_id_values(input_ids, token_type_ids, position_ids)
         want = self._layers_for_weights(output_attentions or False)
         collect: list[Tensor] | None = [] if output_hidden_states else None
 
