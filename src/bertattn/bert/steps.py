@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..arguments import ArgumentTypeError, describe, is_int
+
 __all__ = ["AttentionSteps", "attention_steps", "find_token", "find_tokens"]
 
 
@@ -115,10 +117,20 @@ def find_tokens(tokens: list[str], text: str) -> list[int]:
     return []
 
 
+def check_query(value: object, name: str) -> None:
+    """``value`` is a token index (an int, NumPy integers too) or a token's text (a str)."""
+    if not (is_int(value) or isinstance(value, str)):
+        raise ArgumentTypeError(
+            f"{name} must be a token index (int) or a token's text (str), got {describe(value)}."
+        )
+
+
 def find_token(tokens: list[str], token: str | int) -> int:
     """The index of ``token`` (an index, or a token's text; the first match wins, compared
     as is, then case-insensitively, then without WordPiece's ``##``)."""
-    if isinstance(token, int) and not isinstance(token, bool):
+    check_query(token, "token")
+    if is_int(token):
+        token = int(token)
         if not -len(tokens) <= token < len(tokens):
             raise ValueError(
                 f"token index {token} is out of range: the text has tokens 0..{len(tokens) - 1}."
@@ -154,10 +166,17 @@ def attention_steps(
         ("layer", layer, cfg.num_hidden_layers),
         ("head", head, cfg.num_attention_heads),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+        if not is_int(value):
+            raise ArgumentTypeError(
+                f"{name} must be an int in 0..{count - 1} (this model's {name}s), got "
+                f"{describe(value)}."
+            )
+        if not 0 <= value < count:
             raise ValueError(
                 f"{name} {value!r} is out of range: this model has {name}s 0..{count - 1}."
             )
+    layer, head = int(layer), int(head)
+    check_query(query, "query")
     with record_steps() as rec:
         maps = bert.attention_maps(text, pair, layers=[layer], max_length=max_length)
     if len(rec.records) != 1:
