@@ -168,8 +168,8 @@ def check_dtype(
 def check_tensor(
     value: object, name: str, *, optional: bool = False, integer: bool = False
 ) -> torch.Tensor | None:
-    """``value`` if it is a ``torch.Tensor`` (of an integer dtype, not bool, when ``integer``);
-    None as is when ``optional``."""
+    """``value`` if it is a ``torch.Tensor`` (of int64 or int32, what an embedding lookup
+    takes, when ``integer``); None as is when ``optional``."""
     import torch
 
     if value is None and optional:
@@ -177,10 +177,11 @@ def check_tensor(
     if not isinstance(value, torch.Tensor):
         valid = "a torch.Tensor or None" if optional else "a torch.Tensor"
         raise ArgumentTypeError(f"{name} must be {valid}, got {describe(value)}.")
-    if integer and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+    if integer and value.dtype not in (torch.int64, torch.int32):
         got = str(value.dtype).replace("torch.", "")
         raise ArgumentTypeError(
-            f"{name} must hold integer token ids, got {got}; pass {name}.long()."
+            f"{name} must hold integer token ids (int64 or int32), got {got}; pass "
+            f"{name}.long()."
         )
     return value
 

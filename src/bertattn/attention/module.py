@@ -292,10 +292,11 @@ class MultiHeadAttention(nn.Module):
         # every check below depends on shapes, dtypes, devices and flags only: a case that
         # passed once skips them (a failing case is never stored, so it raises every time)
         compiling = torch.compiler.is_compiling()
+        if not isinstance(need_weights, bool):  # a key of the memo below: checked first
+            need_weights = check_bool(need_weights, "need_weights")  # type: ignore[assignment]
         case = None if compiling else self._case(x, key_value, need_weights, dropout_p)
         decision = None if case is None else _CASES.get(case)
         if decision is None:
-            check_bool(need_weights, "need_weights")
             self._check_input("x", x, batched=not unbatched)
             if key_value is not None:
                 self._check_input("key_value", key_value, batched=not unbatched)

@@ -21,14 +21,14 @@ def resolve_device(device: str | int | torch.device) -> torch.device:
     if isinstance(device, torch.device):
         out = device
     elif is_int(device):
-        if device < 0:  # type: ignore[operator]
-            raise ValueError(f"device {device!r} is not valid: a GPU index is >= 0.")
+        if not 0 <= device < 2**31:  # type: ignore[operator]
+            raise ValueError(f"device {device!r} is not a GPU index; use {_DEVICE_FORMS}.")
         out = torch.device("cuda", int(device))  # type: ignore[call-overload]
     elif isinstance(device, str):
         text = device.strip().lower()
         if text == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        if not re.fullmatch(r"cpu|cuda(:\d{1,9})?", text):
             raise ValueError(f"device {device!r} is not valid; use {_DEVICE_FORMS}.")
         out = torch.device(text)
     else:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -477,7 +478,7 @@ class BertModel(nn.Module):
     def _layers_for_weights(self, output_attentions: bool | Sequence[int]) -> frozenset[int]:
         """``output_attentions`` (a bool or layer indices) as a set of layer indices."""
         n = self.config.num_hidden_layers
-        if isinstance(output_attentions, bool):
+        if isinstance(output_attentions, (bool, np.bool_)):
             chosen = frozenset(range(n)) if output_attentions else frozenset()
         elif isinstance(output_attentions, Sequence) and not isinstance(output_attentions, str):
             chosen = frozenset()
@@ -671,7 +672,7 @@ class BertModel(nn.Module):
                 )
             position_ids = position_ids.expand(b, seq_len)
         self._check_id_values(input_ids, token_type_ids, position_ids)
-        want = self._layers_for_weights(output_attentions or False)
+        want = self._layers_for_weights(False if output_attentions is None else output_attentions)
         collect: list[Tensor] | None = [] if output_hidden_states else None
 
         embeddings = _fast.submodule(self, "embeddings")

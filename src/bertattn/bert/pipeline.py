@@ -104,13 +104,17 @@ def read_sentence_settings(folder: str | Path | None) -> SentenceSettings:
 def _layer_list(layers: object, name: str, n: int) -> list[int]:
     """``layers``: layer indices (ints, NumPy integers too; -n..-1 count from the end) ->
     a list in ``0..n - 1``."""
-    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+    try:
+        if isinstance(layers, (str, bytes)):
+            raise TypeError
+        items = list(layers)  # type: ignore[call-overload]
+    except TypeError:
         raise ArgumentTypeError(
             f"{name} must be a sequence of layer indices (ints in 0..{n - 1}), got "
             f"{describe(layers)}."
-        )
+        ) from None
     out = []
-    for i in layers:
+    for i in items:
         out.append(check_int(i, f"{name} entry", low=-n, high=n - 1, why=f"{n} layers"))
     return [i % n for i in out]  # type: ignore[operator]
 
@@ -528,7 +532,8 @@ class Bert:
                         )
                     raise ValueError(
                         f"Prompt name {prompt_name!r} not found in the configured prompts "
-                        f"dictionary with keys {list(self.prompts)!r}.{hint}"
+                        f"dictionary with keys {list(self.prompts)!r}: pass one of them as "
+                        f"prompt_name, or the prompt's text as prompt=.{hint}"
                     )
                 prompt = self.prompts[prompt_name]
             elif self.default_prompt_name is not None:

@@ -182,7 +182,10 @@ def attention_steps(
     if len(rec.records) != 1:
         raise RuntimeError(f"expected one math attention call, recorded {len(rec.records)}.")
     r = rec.records[0]
-    i = find_token(maps.tokens, query)
+    try:
+        i = find_token(maps.tokens, query)
+    except ValueError as exc:
+        raise ValueError(f"query {query!r}: {exc}") from None
     with torch.no_grad():
         return _cut(r, maps.tokens, layer, head, i)
 

@@ -310,6 +310,8 @@ def open_embeddings(path: str | os.PathLike[str]) -> Embeddings:
             f"path must be a str or an os.PathLike (a .npy file or an embeddings folder), got "
             f"{describe(path)}."
         )
+    if not str(path).strip():
+        raise ValueError("path is empty; give a .npy file or an embeddings folder.")
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist.")
