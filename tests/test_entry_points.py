@@ -138,10 +138,14 @@ def test_forward_refuses_position_ids_outside_the_table(model):
         model(_ids([2, 5, 3]), position_ids=_ids([0, 1, 128]))
 
 
-@pytest.mark.parametrize("shape", [(2, 0), (0, 3), (0, 0)])
-def test_forward_refuses_an_empty_batch(model, shape):
+@pytest.mark.parametrize("shape", [(2, 0), (0, 0)])
+def test_forward_refuses_sequences_of_no_token(model, shape):
     with pytest.raises(ValueError, match=rf"input_ids has shape \({shape[0]}, {shape[1]}\)"):
         model(torch.zeros(shape, dtype=torch.long))
+
+
+def test_forward_of_a_batch_of_no_sequence_still_runs(model):
+    assert model(torch.zeros((0, 3), dtype=torch.long)).last_hidden_state.shape == (0, 3, 32)
 
 
 def test_forward_refuses_ids_that_are_not_integers(model):
@@ -177,8 +181,8 @@ def test_forward_output_attentions_takes_numpy_layer_indices(model):
         ({"normalize": "yes"}, TypeError, r"normalize must be True, False or None, got 'yes'"),
         ({"normalize_embeddings": 1}, TypeError, r"normalize_embeddings must be True or False"),
         ({"convert_to_tensor": "no"}, TypeError, r"convert_to_tensor must be True or False"),
-        ({"max_length": 1}, ValueError, r"max_length=1 is out of range: .* 2\.\.128"),
-        ({"max_length": "64"}, TypeError, r"max_length must be an int in 2\.\.128 or None"),
+        ({"max_length": 1}, ValueError, r"max_length=1 is out of range: .* 3\.\.128"),
+        ({"max_length": "64"}, TypeError, r"max_length must be an int in 3\.\.128 or None"),
         ({"pooling": 1}, TypeError, r"pooling must be one of 'mean', 'cls', 'max' or None"),
         ({"truncate_dim": 2.0}, TypeError, r"truncate_dim must be an int >= 1 or None"),
         ({"batch_tokens": 0}, ValueError, r"batch_tokens=0 is out of range"),

@@ -602,8 +602,8 @@ class BertModel(nn.Module):
             head_mask: transformers 4's; not supported (must be None).
 
         Arguments are checked first: ``TypeError`` for a wrong type (ids that are not an
-        integer tensor, a mask that is not a tensor), ``ValueError`` for a shape, an empty
-        batch, or, on the CPU, an id outside its table (``vocab_size``, ``type_vocab_size``,
+        integer tensor, a mask that is not a tensor), ``ValueError`` for a shape, sequences of
+        no token, or, on the CPU, an id outside its table (``vocab_size``, ``type_vocab_size``,
         ``max_position_embeddings``; one min/max per ids tensor). On CUDA and while tracing,
         compiling or capturing a CUDA graph the ids' values are not read back (that would
         wait for the device, or break the capture): a bad id fails in the embedding kernel.
@@ -643,12 +643,12 @@ class BertModel(nn.Module):
                 raise ValueError(f"input_ids must be a (batch, seq_len) tensor, got {got}.")
             b, seq_len = input_ids.shape  # type: ignore[union-attr]
             device = input_ids.device  # type: ignore[union-attr]
-        if b == 0 or seq_len == 0:
+        if seq_len == 0:  # (a batch of no sequences, (0, L), runs: it gives (0, L, E))
             name = "input_ids" if inputs_embeds is None else "inputs_embeds"
             got = (input_ids if inputs_embeds is None else inputs_embeds).shape  # type: ignore[union-attr]
             raise ValueError(
-                f"{name} has shape {tuple(got)}: an empty batch; give at least one sequence of "
-                f"at least one token (a tokenized text holds [CLS] and [SEP])."
+                f"{name} has shape {tuple(got)}: sequences of no token; give at least one token "
+                f"per sequence (a tokenized text holds [CLS] and [SEP])."
             )
         if position_ids is None and seq_len > self.config.max_position_embeddings:
             raise ValueError(

@@ -611,10 +611,11 @@ class Bert:
         limit = check_int(
             max_length,
             "max_length",
-            low=2,
+            low=3,
             high=top,
             optional=True,
-            why=f"[CLS] and [SEP] at least; the model's max_position_embeddings is {top}",
+            why=f"[CLS], [SEP] and a token of the text; the model's max_position_embeddings "
+            f"is {top}",
         )
         limit = self.max_length if limit is None else limit
         batch_tokens = check_int(batch_tokens, "batch_tokens", low=1, optional=True)
