@@ -228,3 +228,18 @@ def test_load_names_the_argument(tiny_checkpoint, kwargs, error, message):
 
 def test_load_takes_a_numpy_thread_count(tiny_checkpoint):
     assert Bert.load(tiny_checkpoint, threads=np.int64(1)).threads.threads == 1
+
+
+@pytest.mark.slow
+def test_attention_steps_on_the_real_checkpoint_takes_numpy_layers(minilm_dir):
+    """The issue's case: all-MiniLM-L6-v2 has layers 0..5, and layer=np.int64(2) was refused
+    as "out of range: 0..5"; "2" and 2.0 were called out of range too."""
+    real = Bert.load(minilm_dir, threads=1)
+    text = "The animal didn't cross the street because it was too tired."
+    steps = real.attention_steps(text, layer=np.int64(2), head=np.int64(11), query="animal")
+    plain = real.attention_steps(text, layer=2, head=11, query="animal")
+    assert (steps.layer, steps.head) == (2, 11)
+    assert torch.equal(steps.weights, plain.weights) and steps.query == plain.query
+    for bad in ("2", 2.0):
+        with pytest.raises(TypeError, match=r"layer must be an int in 0\.\.5"):
+            real.attention_steps(text, layer=bad, head=0, query=0)
