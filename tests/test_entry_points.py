@@ -108,6 +108,12 @@ def test_attention_steps_query_of_another_type_is_a_type_error(bert, bad):
         attention_steps(bert, "the model", layer=0, head=0, query=bad)
 
 
+@pytest.mark.parametrize("query", ["²", "--1"])
+def test_attention_steps_query_that_only_looks_like_a_number_is_token_text(bert, query):
+    with pytest.raises(ValueError, match=rf"^query '{query}': token '{query}' is not in the"):
+        attention_steps(bert, "the model", layer=0, head=0, query=query)
+
+
 def test_attention_steps_query_by_text_and_digits_still_work(bert):
     steps = attention_steps(bert, "the model", layer=0, head=0, query="model")
     assert steps.tokens[steps.query] == "model"

@@ -1,9 +1,9 @@
 """Checks for the arguments of the Python API, made where a call comes in.
 
-The command line's options are checked when their dataclass is built (:mod:`bertattn.jobs.options`);
-these helpers do the same for the functions and methods a program calls: ``Bert``, ``BertModel``,
-``attention_steps``, ``open_embeddings``, ``MultiHeadAttention``. A refusal names the argument,
-the value that came and what is valid:
+The command line's options are checked when their dataclass is built
+(:mod:`bertattn.jobs.options`); these helpers do the same for the functions and methods a
+program calls: ``Bert``, ``BertModel``, ``attention_steps``, ``open_embeddings``,
+``MultiHeadAttention``. A refusal names the argument, the value that came and what is valid:
 
 * a value of the wrong type raises :class:`ArgumentTypeError`: a ``TypeError``, and also a
   ``ValueError`` so that callers who caught the ``ValueError`` bertattn raised for these before
@@ -16,6 +16,7 @@ bool, a float (``2.0``) or a string (``"2"``): those are type errors, not values
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -93,7 +94,7 @@ def check_int(
     valid = f"an int{_range_text(low, high)}" + (" or None" if optional else "")
     if not is_int(value):
         hint = ""
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
             hint = f"; pass {name}={int(value)}, not a string"
         elif isinstance(value, float) and value.is_integer():
             hint = f"; pass {name}={int(value)}, not a float"

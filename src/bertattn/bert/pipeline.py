@@ -380,9 +380,9 @@ class Bert:
                 f"(the 5th positional parameter is show_progress_bar, as in "
                 f"sentence-transformers: pass max_length= by keyword)."
             )
-        convert_to_numpy = check_bool(convert_to_numpy, "convert_to_numpy")  # type: ignore[assignment]
-        convert_to_tensor = check_bool(convert_to_tensor, "convert_to_tensor")  # type: ignore[assignment]
-        normalize_embeddings = check_bool(normalize_embeddings, "normalize_embeddings")  # type: ignore[assignment]
+        check_bool(convert_to_numpy, "convert_to_numpy")
+        check_bool(convert_to_tensor, "convert_to_tensor")
+        check_bool(normalize_embeddings, "normalize_embeddings")
         check_int(chunk_size, "chunk_size", low=1, optional=True)
         if convert_to_tensor:
             convert_to_numpy = False

@@ -11,6 +11,7 @@ one head and one query row. Shapes (L tokens, D head size, E hidden size)::
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -137,7 +138,7 @@ def find_token(tokens: list[str], token: str | int) -> int:
             )
         return token % len(tokens)
     text = str(token)
-    if text.lstrip("-").isdigit():
+    if re.fullmatch(r"-?[0-9]+", text.strip()):
         return find_token(tokens, int(text))
     matches = find_tokens(tokens, text)
     if matches:
