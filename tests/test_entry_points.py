@@ -249,3 +249,18 @@ def test_attention_steps_on_the_real_checkpoint_takes_numpy_layers(minilm_dir):
     for bad in ("2", 2.0):
         with pytest.raises(TypeError, match=r"layer must be an int in 0\.\.5"):
             real.attention_steps(text, layer=bad, head=0, query=0)
+
+
+def test_model_constructor_and_compute_dtype_name_the_argument():
+    from tiny_bert import TINY
+
+    from bertattn import BertConfig
+
+    with pytest.raises(TypeError, match="config must be a BertConfig, got dict"):
+        BertModel(dict(TINY))
+    with pytest.raises(TypeError, match="add_pooling_layer must be True or False"):
+        BertModel(BertConfig(**TINY), add_pooling_layer="no")
+    model = BertModel(BertConfig(**TINY))
+    with pytest.raises(ValueError, match=r"dtype=torch.int32 is not supported; use one of float32"):
+        model.to_compute_dtype(torch.int32)
+    assert model.to_compute_dtype("float64").dtype == torch.float64

@@ -30,7 +30,9 @@ from torch import Tensor, nn
 from ..arguments import (
     ArgumentTypeError,
     check_bool,
+    check_dtype,
     check_id_range,
+    check_str,
     check_tensor,
     describe,
     is_int,
@@ -81,6 +83,8 @@ def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
 
 
 _HALF = (torch.bfloat16, torch.float16)
+#: what :meth:`BertModel.to_compute_dtype` takes
+_COMPUTE_DTYPES = (torch.float32, *_HALF, torch.float64)
 
 
 def residual_add(x: Tensor, a: Tensor) -> Tensor:
@@ -421,7 +425,9 @@ class BertModel(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(config, BertConfig):
-            raise ValueError(f"config must be a BertConfig, got {type(config).__name__}.")
+            raise ArgumentTypeError(f"config must be a BertConfig, got {type(config).__name__}.")
+        check_str(backend, "backend")
+        check_bool(add_pooling_layer, "add_pooling_layer")
         if backend != "auto":
             get_backend(backend)  # raises with the valid names
         self.config = config
@@ -452,7 +458,11 @@ class BertModel(nn.Module):
         LayerNorm and the residual stream in float32, as mixed precision does: the GEMMs get
         the half-precision speed, the sums and normalizations keep float32 accuracy. The
         outputs are float32. (``model.to(torch.bfloat16)`` makes everything bfloat16 instead.)
+        ``dtype``: float32, float16, bfloat16 or float64 (a torch.dtype or its name).
         """
+        dtype = check_dtype(dtype, "dtype", _COMPUTE_DTYPES)  # type: ignore[assignment]
+        if dtype is None:
+            raise ArgumentTypeError("dtype must be a floating-point torch.dtype, got None.")
         _warn_if_slow_half(dtype, self.device)
         for layer in self.encoder.layers:
             layer.attn.to(dtype)  # repacks the fused QKV storage
