@@ -221,6 +221,31 @@ def test_load_path(value):
     works_or_names("path", lambda: Bert.load(value))
 
 
+@PROPERTY
+@given(value=anything)
+def test_to_compute_dtype(value):
+    from tiny_bert import tiny_bertattn
+
+    works_or_names("dtype", lambda: tiny_bertattn().to_compute_dtype(value))
+
+
+@pytest.mark.parametrize("name", ["max_seq_length", "similarity_fn_name"])
+@PROPERTY
+@given(value=anything)
+def test_bert_settings(bert, name, value):
+    fresh = Bert(bert.model, bert.tokenizer)  # a setter that works changes this one only
+    works_or_names(name, lambda: setattr(fresh, name, value))
+
+
+@PROPERTY
+@given(value=anything)
+def test_bert_to(bert, value):
+    try:
+        works_or_names("device", lambda: bert.to(value))
+    finally:
+        bert.to("cpu")
+
+
 # ---------------------------------------------------------------------- MultiHeadAttention
 @pytest.mark.parametrize("name", ["embed_dim", "num_heads", "dropout", "backend"])
 @PROPERTY
