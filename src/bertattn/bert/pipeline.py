@@ -851,7 +851,10 @@ class Bert:
         max_length: int | None = None,
     ) -> AttentionSteps:
         """The article's steps for one head and one query token (index or token text), from
-        the ``math`` backend's own intermediate values: see :class:`AttentionSteps`."""
+        the ``math`` backend's own intermediate values: see :class:`AttentionSteps`.
+        ``layer`` / ``head``: ints (NumPy integers too) in the model's range; ``query``: a
+        token index (int) or a token's text (str). Anything else raises ``TypeError``, a value
+        out of range ``ValueError``, naming the argument."""
         return attention_steps(
             self, text, layer=layer, head=head, query=query, pair=pair, max_length=max_length
         )

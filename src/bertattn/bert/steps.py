@@ -159,7 +159,8 @@ def attention_steps(
     pair: str | None = None,
     max_length: int | None = None,
 ) -> AttentionSteps:
-    """The steps of ``layer``/``head`` for the ``query`` token of ``text`` (see the class)."""
+    """The steps of ``layer``/``head`` for the ``query`` token of ``text`` (see the class;
+    the arguments as :meth:`bertattn.Bert.attention_steps` takes them)."""
     from ..attention.steps import record_steps
 
     cfg = bert.model.config
