@@ -20,7 +20,9 @@ from bertattn.bert.steps import attention_steps
 
 @pytest.fixture(scope="module")
 def bert(tiny_checkpoint):
-    return Bert.load(tiny_checkpoint, threads=1)
+    before = torch.get_num_threads()  # load(threads=1) sets torch's count: not for later modules
+    yield Bert.load(tiny_checkpoint, threads=1)
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -78,7 +78,9 @@ def works_or_names(name: str, call: Callable[[], object]) -> None:
 
 @pytest.fixture(scope="module")
 def bert(tiny_checkpoint):
-    return Bert.load(tiny_checkpoint, threads=1)
+    before = torch.get_num_threads()  # load(threads=1) sets torch's count: not for later modules
+    yield Bert.load(tiny_checkpoint, threads=1)
+    torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------- attention_steps
