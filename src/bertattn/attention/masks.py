@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..arguments import ArgumentTypeError
 from .capture import is_capturing
 
 __all__ = ["PreparedMask", "prepare_mask", "score_dtype"]
@@ -122,7 +123,7 @@ def _keep_from_mask(
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
-        raise ValueError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}.")
+        raise ArgumentTypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}.")
     _check_mask_dtype("mask", mask)
     b, _, lq, lk = target
     if mask.dim() == 2 and b > 1 and tuple(mask.shape) == (b, lk) and b != lq:
@@ -142,7 +143,7 @@ def _keep_from_padding(
     if key_padding_mask is None:
         return None
     if not isinstance(key_padding_mask, Tensor):
-        raise ValueError(
+        raise ArgumentTypeError(
             f"key_padding_mask must be a torch.Tensor or None, "
             f"got {type(key_padding_mask).__name__}."
         )
@@ -195,7 +196,7 @@ def prepare_mask(
     if attn_bias is not None:
         if not isinstance(attn_bias, Tensor) or not attn_bias.is_floating_point():
             got = attn_bias.dtype if isinstance(attn_bias, Tensor) else type(attn_bias).__name__
-            raise ValueError(
+            raise ArgumentTypeError(
                 f"attn_bias must be a floating-point tensor added to the scores, got {got}. "
                 f"For a keep/drop mask use mask= (True = attend) instead."
             )

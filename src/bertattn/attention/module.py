@@ -9,10 +9,12 @@ Data flow of one call (B batch, Lq / Lk query / key length, E embed_dim, H heads
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..arguments import ArgumentTypeError, check_bool, check_str, describe, is_int
 from . import fastcall as _fast
 from . import policy as _policy
 from . import prepack as _prepack
@@ -69,10 +71,16 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(embed_dim, int) or not isinstance(num_heads, int):
-            raise ValueError(
+        if not is_int(embed_dim) or not is_int(num_heads):
+            raise ArgumentTypeError(
                 f"embed_dim and num_heads must be ints, got {embed_dim!r} and {num_heads!r}."
             )
+        embed_dim, num_heads = int(embed_dim), int(num_heads)
+        if isinstance(dropout, (bool, np.bool_)) or not isinstance(
+            dropout, (int, float, np.integer, np.floating)
+        ):
+            raise ArgumentTypeError(f"dropout must be a float in [0, 1), got {describe(dropout)}.")
+        check_str(backend, "backend")
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads}); "
@@ -196,7 +204,7 @@ class MultiHeadAttention(nn.Module):
     # ------------------------------------------------------------------ checks
     def _check_input(self, name: str, t: Tensor, batched: bool) -> None:
         if not isinstance(t, Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+            raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
         want = 3 if batched else 2
         if t.dim() != want:
             form = "(batch, seq_len, embed_dim)" if batched else "(seq_len, embed_dim)"
@@ -278,12 +286,14 @@ class MultiHeadAttention(nn.Module):
             None. A query row with no key to attend to gets zero weights and zero context.
         """
         if not isinstance(x, Tensor):
-            raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}.")
+            raise ArgumentTypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
         unbatched = x.dim() == 2
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
         # every check below depends on shapes, dtypes, devices and flags only: a case that
         # passed once skips them (a failing case is never stored, so it raises every time)
         compiling = torch.compiler.is_compiling()
+        if not isinstance(need_weights, bool):  # a key of the memo below: checked first
+            need_weights = check_bool(need_weights, "need_weights")  # type: ignore[assignment]
         case = None if compiling else self._case(x, key_value, need_weights, dropout_p)
         decision = None if case is None else _CASES.get(case)
         if decision is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..arguments import check_bool, check_dtype, check_str
 from ..errors import ModelFolderError
 from .config import BertConfig
 from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weight_file
@@ -178,6 +179,9 @@ def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
     return value
 
 
+#: the dtypes a model loads in (float16 / bfloat16: mixed precision, see to_compute_dtype)
+LOAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
 #: transformers' ``attn_implementation`` names -> bertattn backends
 _ATTN_IMPLEMENTATIONS = {"sdpa": "sdpa", "eager": "math"}
 
@@ -228,6 +232,12 @@ def load_pretrained(
             f"from_pretrained() got unsupported keyword argument(s): "
             f"{', '.join(sorted(unsupported))}."
         )
+    dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
+    torch_dtype = check_dtype(torch_dtype, "torch_dtype", LOAD_DTYPES, extra=("auto",))
+    check_str(backend, "backend")
+    check_str(attn_implementation, "attn_implementation", optional=True)
+    check_str(revision, "revision", optional=True)
+    check_bool(local_files_only, "local_files_only", optional=True)
     if torch_dtype is not None:
         if dtype is not None and _dtype_key(dtype) != _dtype_key(torch_dtype):
             raise ValueError(

@@ -6,6 +6,8 @@ import re
 
 import torch
 
+from ..arguments import ArgumentTypeError, is_int
+
 __all__ = ["resolve_device"]
 
 _DEVICE_FORMS = "'auto', 'cpu', 'cuda', 'cuda:N' (N a GPU index) or a torch.device"
@@ -13,21 +15,24 @@ _DEVICE_FORMS = "'auto', 'cpu', 'cuda', 'cuda:N' (N a GPU index) or a torch.devi
 
 def resolve_device(device: str | int | torch.device) -> torch.device:
     """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, an int
-    (``cuda:N``) or a :class:`torch.device` -> a :class:`torch.device`; ValueError for another
-    string, or for CUDA where there is none."""
+    (``cuda:N``, NumPy integers too) or a :class:`torch.device` -> a :class:`torch.device`;
+    TypeError for another type, ValueError for another string, a negative index, or CUDA
+    where there is none."""
     if isinstance(device, torch.device):
         out = device
-    elif isinstance(device, int) and not isinstance(device, bool) and device >= 0:
-        out = torch.device("cuda", device)
+    elif is_int(device):
+        if not 0 <= device < 2**31:  # type: ignore[operator]
+            raise ValueError(f"device {device!r} is not a GPU index; use {_DEVICE_FORMS}.")
+        out = torch.device("cuda", int(device))  # type: ignore[call-overload]
     elif isinstance(device, str):
         text = device.strip().lower()
         if text == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        if not re.fullmatch(r"cpu|cuda(:\d{1,9})?", text):
             raise ValueError(f"device {device!r} is not valid; use {_DEVICE_FORMS}.")
         out = torch.device(text)
     else:
-        raise ValueError(
+        raise ArgumentTypeError(
             f"device must be a str or a torch.device, got {type(device).__name__} "
             f"{device!r}; use {_DEVICE_FORMS}."
         )

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..arguments import ArgumentTypeError, describe
 from ..errors import ModelFolderError
 from .config import BertConfig
 from .jsonfile import (
@@ -187,6 +188,11 @@ def resolve_model(path: str | Path | ModelFolder | None = None) -> ModelFolder:
     ``FileNotFoundError``, when something does not exist) naming the file, field and fix."""
     if isinstance(path, ModelFolder):
         return path
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"path must be a model folder (str or os.PathLike), a hub name, a ModelFolder or "
+            f"None (the default model), got {describe(path)}."
+        )
     if path is None:
         return read_model_folder(default_model_dir(), name=DEFAULT_MODEL_NAME)
     return read_model_folder(locate_model(path), name=str(path))

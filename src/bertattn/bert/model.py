@@ -22,10 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..arguments import (
+    ArgumentTypeError,
+    check_bool,
+    check_dtype,
+    check_id_range,
+    check_str,
+    check_tensor,
+    describe,
+    is_int,
+)
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
 from ..attention import fastcall as _fast
 from ..attention import prepack as _prepack
@@ -72,6 +83,8 @@ def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
 
 
 _HALF = (torch.bfloat16, torch.float16)
+#: what :meth:`BertModel.to_compute_dtype` takes
+_COMPUTE_DTYPES = (torch.float32, *_HALF, torch.float64)
 
 
 def residual_add(x: Tensor, a: Tensor) -> Tensor:
@@ -412,7 +425,9 @@ class BertModel(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(config, BertConfig):
-            raise ValueError(f"config must be a BertConfig, got {type(config).__name__}.")
+            raise ArgumentTypeError(f"config must be a BertConfig, got {type(config).__name__}.")
+        check_str(backend, "backend")
+        check_bool(add_pooling_layer, "add_pooling_layer")
         if backend != "auto":
             get_backend(backend)  # raises with the valid names
         self.config = config
@@ -443,7 +458,11 @@ class BertModel(nn.Module):
         LayerNorm and the residual stream in float32, as mixed precision does: the GEMMs get
         the half-precision speed, the sums and normalizations keep float32 accuracy. The
         outputs are float32. (``model.to(torch.bfloat16)`` makes everything bfloat16 instead.)
+        ``dtype``: float32, float16, bfloat16 or float64 (a torch.dtype or its name).
         """
+        dtype = check_dtype(dtype, "dtype", _COMPUTE_DTYPES)  # type: ignore[assignment]
+        if dtype is None:
+            raise ArgumentTypeError("dtype must be a floating-point torch.dtype, got None.")
         _warn_if_slow_half(dtype, self.device)
         for layer in self.encoder.layers:
             layer.attn.to(dtype)  # repacks the fused QKV storage
@@ -469,19 +488,24 @@ class BertModel(nn.Module):
     def _layers_for_weights(self, output_attentions: bool | Sequence[int]) -> frozenset[int]:
         """``output_attentions`` (a bool or layer indices) as a set of layer indices."""
         n = self.config.num_hidden_layers
-        if isinstance(output_attentions, bool):
+        if isinstance(output_attentions, (bool, np.bool_)):
             chosen = frozenset(range(n)) if output_attentions else frozenset()
         elif isinstance(output_attentions, Sequence) and not isinstance(output_attentions, str):
             chosen = frozenset()
             for i in output_attentions:
-                if isinstance(i, bool) or not isinstance(i, int) or not -n <= i < n:
+                if not is_int(i):
+                    raise ArgumentTypeError(
+                        f"output_attentions: layer index {describe(i)} is not an int; give "
+                        f"layer indices 0..{n - 1} (or -{n}..-1)."
+                    )
+                if not -n <= i < n:
                     raise ValueError(
                         f"output_attentions: layer index {i!r} is out of range; this model has "
                         f"{n} layers, valid indices are 0..{n - 1} (or -{n}..-1)."
                     )
-                chosen |= {i % n}
+                chosen |= {int(i) % n}
         else:
-            raise ValueError(
+            raise ArgumentTypeError(
                 f"output_attentions must be a bool or a sequence of layer indices, got "
                 f"{type(output_attentions).__name__}."
             )
@@ -541,6 +565,20 @@ class BertModel(nn.Module):
             return None, ""
         return (packed or pack_padding_mask(attention_mask)), reason
 
+    def _check_id_values(
+        self, input_ids: Tensor | None, token_type_ids: Tensor | None, position_ids: Tensor | None
+    ) -> None:
+        """Every id within its embedding table (one min/max per tensor, on the CPU only and not
+        while tracing or capturing: see :func:`bertattn.arguments.values_checkable`)."""
+        cfg = self.config
+        for name, t, count, field in (
+            ("input_ids", input_ids, cfg.vocab_size, "vocab_size"),
+            ("token_type_ids", token_type_ids, cfg.type_vocab_size, "type_vocab_size"),
+            ("position_ids", position_ids, cfg.max_position_embeddings, "max_position_embeddings"),
+        ):
+            if t is not None:
+                check_id_range(t, name, count, f"config.{field}={count}")
+
     def forward(
         self,
         input_ids: Tensor | None = None,
@@ -572,6 +610,13 @@ class BertModel(nn.Module):
                 padding positions when the batch runs packed, like ``last_hidden_state``).
             return_dict: False returns ``output.to_tuple()``, as transformers does.
             head_mask: transformers 4's; not supported (must be None).
+
+        Arguments are checked first: ``TypeError`` for a wrong type (ids that are not an
+        integer tensor, a mask that is not a tensor), ``ValueError`` for a shape, sequences of
+        no token, or, on the CPU, an id outside its table (``vocab_size``, ``type_vocab_size``,
+        ``max_position_embeddings``; one min/max per ids tensor). On CUDA and while tracing,
+        compiling or capturing a CUDA graph the ids' values are not read back (that would
+        wait for the device, or break the capture): a bad id fails in the embedding kernel.
         """
         if unsupported:
             names = ", ".join(sorted(unsupported))
@@ -586,25 +631,35 @@ class BertModel(nn.Module):
             )
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds.")
+        check_tensor(input_ids, "input_ids", optional=True, integer=True)
+        check_tensor(inputs_embeds, "inputs_embeds", optional=True)
+        check_tensor(attention_mask, "attention_mask", optional=True)
+        check_tensor(token_type_ids, "token_type_ids", optional=True, integer=True)
+        check_tensor(position_ids, "position_ids", optional=True, integer=True)
+        check_bool(output_hidden_states, "output_hidden_states", optional=True)
+        check_bool(return_dict, "return_dict", optional=True)
         if inputs_embeds is not None:
             e = self.config.hidden_size
-            if (
-                not isinstance(inputs_embeds, Tensor)
-                or inputs_embeds.dim() != 3
-                or (inputs_embeds.shape[-1] != e)
-            ):
-                got = getattr(inputs_embeds, "shape", type(inputs_embeds))
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != e:
                 raise ValueError(
-                    f"inputs_embeds must be a (batch, seq_len, {e}) tensor, got {tuple(got)}."
+                    f"inputs_embeds must be a (batch, seq_len, {e}) tensor, got "
+                    f"{tuple(inputs_embeds.shape)}."
                 )
             b, seq_len = inputs_embeds.shape[:2]
             device = inputs_embeds.device
         else:
-            if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-                got = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids)
+            if input_ids.dim() != 2:  # type: ignore[union-attr]
+                got = tuple(input_ids.shape)  # type: ignore[union-attr]
                 raise ValueError(f"input_ids must be a (batch, seq_len) tensor, got {got}.")
-            b, seq_len = input_ids.shape
-            device = input_ids.device
+            b, seq_len = input_ids.shape  # type: ignore[union-attr]
+            device = input_ids.device  # type: ignore[union-attr]
+        if seq_len == 0:  # (a batch of no sequences, (0, L), runs: it gives (0, L, E))
+            name = "input_ids" if inputs_embeds is None else "inputs_embeds"
+            got = (input_ids if inputs_embeds is None else inputs_embeds).shape  # type: ignore[union-attr]
+            raise ValueError(
+                f"{name} has shape {tuple(got)}: sequences of no token; give at least one token "
+                f"per sequence (a tokenized text holds [CLS] and [SEP])."
+            )
         if position_ids is None and seq_len > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {seq_len} exceeds max_position_embeddings "
@@ -626,7 +681,8 @@ class BertModel(nn.Module):
                     f"{(b, seq_len)} or {(1, seq_len)}."
                 )
             position_ids = position_ids.expand(b, seq_len)
-        want = self._layers_for_weights(output_attentions or False)
+        self._check_id_values(input_ids, token_type_ids, position_ids)
+        want = self._layers_for_weights(False if output_attentions is None else output_attentions)
         collect: list[Tensor] | None = [] if output_hidden_states else None
 
         embeddings = _fast.submodule(self, "embeddings")

@@ -23,6 +23,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..arguments import (
+    ArgumentTypeError,
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_embedding_pair,
+    check_int,
+    check_str,
+    describe,
+    is_int,
+)
 from ..attention.dispatch import explaining
 from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
@@ -30,6 +41,7 @@ from ..errors import ModelFolderError
 from ..maps import AttentionMaps
 from ..threads import ThreadChoice, ThreadGovernor, choose_threads, short_gil_turns
 from ..threads import apply as apply_threads
+from .checkpoint import LOAD_DTYPES
 from .device import resolve_device
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
@@ -93,6 +105,24 @@ def read_sentence_settings(folder: str | Path | None) -> SentenceSettings:
     )
 
 
+def _layer_list(layers: object, name: str, n: int) -> list[int]:
+    """``layers``: layer indices (ints, NumPy integers too; -n..-1 count from the end) ->
+    a list in ``0..n - 1``."""
+    try:
+        if isinstance(layers, (str, bytes)):
+            raise TypeError
+        items = list(layers)  # type: ignore[call-overload]
+    except TypeError:
+        raise ArgumentTypeError(
+            f"{name} must be a sequence of layer indices (ints in 0..{n - 1}), got "
+            f"{describe(layers)}."
+        ) from None
+    out = []
+    for i in items:
+        out.append(check_int(i, f"{name} entry", low=-n, high=n - 1, why=f"{n} layers"))
+    return [i % n for i in out]  # type: ignore[operator]
+
+
 class Bert(SentenceTransformerSurface):
     """A BERT model with its tokenizer and sentence settings.
 
@@ -122,8 +152,8 @@ class Bert(SentenceTransformerSurface):
         name: str = "",
         folder: ModelFolder | None = None,
     ) -> None:
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling {pooling!r} is not supported; use one of {POOLINGS}.")
+        check_choice(pooling, "pooling", POOLINGS)
+        check_int(max_length, "max_length", low=1, optional=True)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.pooling = pooling
@@ -160,8 +190,13 @@ class Bert(SentenceTransformerSurface):
         the CPU), checked before anything is read. ``threads``: CPU threads to compute with
         (None: the thread policy of :mod:`bertattn.threads`: the CPUs this process may use,
         lowered under co-located load; a count set with ``torch.set_num_threads`` or
-        ``OMP_NUM_THREADS`` is kept)."""
+        ``OMP_NUM_THREADS`` is kept). ``dtype``: float32 (None), float16, bfloat16, float64,
+        ``"auto"`` (the checkpoint's), as a torch.dtype or its name. A wrong argument raises
+        ``TypeError`` (a wrong type) or ``ValueError`` naming it, before anything is read."""
+        check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
+        check_str(backend, "backend")
         target = None if device is None else resolve_device(device)
+        threads = check_int(threads, "threads", low=1, optional=True)
         choice = choose_threads(threads)
         folder = resolve_model(path)
         tokenizer = folder.load_tokenizer()
@@ -230,9 +265,13 @@ class Bert(SentenceTransformerSurface):
     @max_seq_length.setter
     def max_seq_length(self, value: int) -> None:
         top = self.model.config.max_position_embeddings
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        if not is_int(value):
+            raise ArgumentTypeError(
+                f"max_seq_length must be an int in 1..{top}, got {describe(value)}."
+            )
+        if not 1 <= value <= top:
             raise ValueError(f"max_seq_length must be an int in 1..{top}, got {value!r}.")
-        self.max_length = value
+        self.max_length = int(value)
 
     @property
     def similarity_fn_name(self) -> str:
@@ -243,6 +282,11 @@ class Bert(SentenceTransformerSurface):
     @similarity_fn_name.setter
     def similarity_fn_name(self, value: str | None) -> None:
         value = getattr(value, "value", value)  # sentence-transformers' SimilarityFunction
+        if value is not None and not isinstance(value, str):
+            raise ArgumentTypeError(
+                f"similarity_fn_name must be one of {SIMILARITY_FN_NAMES} or None, got "
+                f"{describe(value)}."
+            )
         if value is not None and value not in SIMILARITY_FN_NAMES:
             raise ValueError(
                 f"similarity_fn_name {value!r} is not supported; use one of {SIMILARITY_FN_NAMES}."
@@ -253,13 +297,17 @@ class Bert(SentenceTransformerSurface):
         """``(N, M)`` scores between every row of ``embeddings1`` and of ``embeddings2``
         (arrays, tensors, lists of either; a 1-D vector is one row), by
         :attr:`similarity_fn_name`: cosine, dot product, or the negative euclidean / manhattan
-        distance, as sentence-transformers computes them."""
-        return _similarity(self.similarity_fn_name, embeddings1, embeddings2)
+        distance, as sentence-transformers computes them. Both must have one width (one model's
+        embeddings); float64 with float32 computes in float64."""
+        x, y = check_embedding_pair(embeddings1, embeddings2, rows=False)
+        return _similarity(self.similarity_fn_name, x, y)
 
     def similarity_pairwise(self, embeddings1: object, embeddings2: object) -> Tensor:
         """``(N,)`` scores of ``embeddings1[i]`` with ``embeddings2[i]``, by
-        :attr:`similarity_fn_name` (see :meth:`similarity`)."""
-        return _similarity_pairwise(self.similarity_fn_name, embeddings1, embeddings2)
+        :attr:`similarity_fn_name` (see :meth:`similarity`); both hold the same number of rows
+        (or one of them is one vector)."""
+        x, y = check_embedding_pair(embeddings1, embeddings2, rows=True)
+        return _similarity_pairwise(self.similarity_fn_name, x, y)
 
     def get_embedding_dimension(self) -> int:
         """The width of :meth:`encode`'s sentence embeddings (``hidden_size``, or the folder's
@@ -335,13 +383,21 @@ class Bert(SentenceTransformerSurface):
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
         elif not isinstance(show_progress_bar, (bool, np.bool_)):
-            raise ValueError(
+            raise ArgumentTypeError(
                 f"show_progress_bar must be True, False or None, got {show_progress_bar!r} "
                 f"(the 5th positional parameter is show_progress_bar, as in "
                 f"sentence-transformers: pass max_length= by keyword)."
             )
+        check_bool(convert_to_numpy, "convert_to_numpy")
+        check_bool(convert_to_tensor, "convert_to_tensor")
+        check_bool(normalize_embeddings, "normalize_embeddings")
+        check_int(chunk_size, "chunk_size", low=1, optional=True)
         if convert_to_tensor:
             convert_to_numpy = False
+        if output_value is not None and not isinstance(output_value, str):
+            raise ArgumentTypeError(
+                f"output_value must be one of {OUTPUT_VALUES}, got {describe(output_value)}."
+            )
         if output_value not in OUTPUT_VALUES:
             raise ValueError(
                 f"output_value {output_value!r} is not supported; use one of {OUTPUT_VALUES}."
@@ -350,6 +406,10 @@ class Bert(SentenceTransformerSurface):
             convert_to_tensor = convert_to_numpy = False
         if precision is None:
             precision = "float32"
+        if not isinstance(precision, str):
+            raise ArgumentTypeError(
+                f"precision must be one of {PRECISIONS}, got {describe(precision)}."
+            )
         if precision not in PRECISIONS:
             raise ValueError(
                 f"Precision {precision!r} is not supported, must be one of {PRECISIONS}"
@@ -364,10 +424,7 @@ class Bert(SentenceTransformerSurface):
         self._refuse_unsupported(pool, device, kwargs)
         prompt = self._resolve_prompt(prompt, prompt_name)
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
-        if truncate_dim is not None and (
-            isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
-        ):
-            raise ValueError(f"truncate_dim must be a positive int or None, got {truncate_dim!r}.")
+        truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
         texts, pairs, single = _text_inputs(inputs, "inputs")
         if pairs is not None:
             self._check_pairs()
@@ -431,10 +488,11 @@ class Bert(SentenceTransformerSurface):
 
     def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
         if prompt is not None and not isinstance(prompt, str):
-            raise ValueError(
+            raise ArgumentTypeError(
                 f"prompt must be a str or None, got {prompt!r} (the 3rd positional parameter "
                 f"is prompt, as in sentence-transformers: pass normalize= by keyword)."
             )
+        check_str(prompt_name, "prompt_name", optional=True)
         if prompt is None:
             if prompt_name is not None:
                 if prompt_name not in self.prompts:
@@ -447,7 +505,8 @@ class Bert(SentenceTransformerSurface):
                         )
                     raise ValueError(
                         f"Prompt name {prompt_name!r} not found in the configured prompts "
-                        f"dictionary with keys {list(self.prompts)!r}.{hint}"
+                        f"dictionary with keys {list(self.prompts)!r}: pass one of them as "
+                        f"prompt_name, or the prompt's text as prompt=.{hint}"
                     )
                 prompt = self.prompts[prompt_name]
             elif self.default_prompt_name is not None:
@@ -474,7 +533,9 @@ class Bert(SentenceTransformerSurface):
         truncated, tokens, padded): the jobs' entry point. ``texts``: an iterable of str (not
         one str); the other parameters as :meth:`encode`'s keywords of the same names."""
         if isinstance(texts, str):
-            raise ValueError("texts must be a sequence of strings; wrap a single text in a list.")
+            raise ArgumentTypeError(
+                "texts must be a sequence of strings; wrap a single text in a list."
+            )
         items, _ = _text_list(texts, "texts")
         out, stats = self._encode(
             items,
@@ -517,17 +578,26 @@ class Bert(SentenceTransformerSurface):
         """The one encoding loop. ``output_value="sentence_embedding"``: a ``(N, E)`` float32
         tensor (on the CPU when ``to_cpu``); otherwise a list, in input order (``None``: the
         rows of :meth:`_st_rows`). ``pairs``: the second text of each text pair."""
-        pooling = self.pooling if pooling is None else pooling
-        normalize = self.normalize if normalize is None else bool(normalize)
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling {pooling!r} is not supported; use one of {POOLINGS}.")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        limit = self.max_length if max_length is None else int(max_length)
-        if limit > self.model.config.max_position_embeddings:
-            raise ValueError(
-                f"max_length={limit} exceeds the model's max_position_embeddings "
-                f"({self.model.config.max_position_embeddings})."
+        pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or self.pooling
+        normalize = check_bool(normalize, "normalize", optional=True)
+        normalize = self.normalize if normalize is None else normalize
+        batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
+        top = self.model.config.max_position_embeddings
+        limit = check_int(
+            max_length,
+            "max_length",
+            low=3,
+            high=top,
+            optional=True,
+            why=f"[CLS], [SEP] and a token of the text; the model's max_position_embeddings "
+            f"is {top}",
+        )
+        limit = self.max_length if limit is None else limit
+        batch_tokens = check_int(batch_tokens, "batch_tokens", low=1, optional=True)
+        if progress is not None and not callable(progress):
+            raise ArgumentTypeError(
+                f"progress must be a callable (called with each batch's number of texts) or "
+                f"None, got {describe(progress)}."
             )
         stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
         device = self.model.device
@@ -608,12 +678,15 @@ class Bert(SentenceTransformerSurface):
         ``encodings``: ``tokenizers.Encoding`` objects from ``self.tokenizer.encode_batch``
         (or anything with ``ids``, ``type_ids``, ``tokens`` and ``overflowing``); the caller
         wraps the call in ``torch.inference_mode()`` and the thread governor as it sees fit."""
+        if isinstance(encodings, (str, bytes)) or not isinstance(encodings, Sequence):
+            raise ArgumentTypeError(
+                f"encodings must be a list of tokenizers.Encoding, got {describe(encodings)}."
+            )
         if not encodings:
             raise ValueError("encodings is empty; give at least one tokenized input.")
-        pooling = self.pooling if pooling is None else pooling
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling {pooling!r} is not supported; use one of {POOLINGS}.")
-        normalize = self.normalize if normalize is None else bool(normalize)
+        pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or self.pooling
+        normalize = check_bool(normalize, "normalize", optional=True)
+        normalize = self.normalize if normalize is None else normalize
         with torch.inference_mode():
             _, mask, hidden = self._forward(encodings)  # hidden (B, L, E)
             return self._sentences(hidden, mask, pooling, normalize, 0).cpu()
@@ -679,17 +752,24 @@ class Bert(SentenceTransformerSurface):
         (among those returned) whose q / k / v projections go into ``maps.qkv``, for the page's
         step view.
         """
-        if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
-            raise ValueError("text (and pair) must be strings.")
+        check_str(text, "text")
+        check_str(pair, "pair", optional=True)
         limit = self.max_length if max_length is None else max_length
         top_limit = self.model.config.max_position_embeddings
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= top_limit:
+        if not is_int(limit):
+            raise ArgumentTypeError(
+                f"max_length must be an int in 2..{top_limit} or None, got {describe(limit)}."
+            )
+        if not 2 <= limit <= top_limit:
             raise ValueError(
                 f"max_length {limit!r} is out of range: this model takes 2..{top_limit} tokens."
             )
-        batch = self.tokenizer([text], None if pair is None else [pair], max_length=limit)
+        n = self.model.config.num_hidden_layers
+        layers = None if layers is None else _layer_list(layers, "layers", n)
+        qkv_layers = _layer_list(qkv_layers, "qkv_layers", n)
+        batch = self.tokenizer([text], None if pair is None else [pair], max_length=int(limit))
         want = True if layers is None else list(layers)
-        returned = range(self.model.config.num_hidden_layers) if layers is None else list(layers)
+        returned = range(n) if layers is None else list(layers)
         bad = [i for i in qkv_layers if i not in returned]
         if bad:
             raise ValueError(f"qkv_layers {bad} are not among the layers returned.")
@@ -746,7 +826,10 @@ class Bert(SentenceTransformerSurface):
         max_length: int | None = None,
     ) -> AttentionSteps:
         """The article's steps for one head and one query token (index or token text), from
-        the ``math`` backend's own intermediate values: see :class:`AttentionSteps`."""
+        the ``math`` backend's own intermediate values: see :class:`AttentionSteps`.
+        ``layer`` / ``head``: ints (NumPy integers too) in the model's range; ``query``: a
+        token index (int) or a token's text (str). Anything else raises ``TypeError``, a value
+        out of range ``ValueError``, naming the argument."""
         return attention_steps(
             self, text, layer=layer, head=head, query=query, pair=pair, max_length=max_length
         )

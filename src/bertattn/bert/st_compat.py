@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..arguments import ArgumentTypeError
 from ..errors import ModelFolderError
 from .folder import ModelFolder
 from .jsonfile import check_bool, check_int, read_json_object, show
@@ -265,12 +266,12 @@ def _text_list(inputs: object, what: str) -> tuple[list[str], bool]:
         try:
             texts = list(inputs)  # type: ignore[call-overload]
         except TypeError:
-            raise ValueError(
+            raise ArgumentTypeError(
                 f"{what} must be a str or an iterable of str, got {type(inputs).__name__}."
             ) from None
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
-        raise ValueError(
+        raise ArgumentTypeError(
             f"{what}[{bad}] is a {type(texts[bad]).__name__}, not a str; bertattn embeds text "
             f"only (sentence-transformers' image, audio and message inputs are not supported)."
         )

@@ -11,10 +11,13 @@ one head and one query row. Shapes (L tokens, D head size, E hidden size)::
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from ..arguments import ArgumentTypeError, describe, is_int
 
 __all__ = ["AttentionSteps", "attention_steps", "find_token", "find_tokens"]
 
@@ -115,17 +118,27 @@ def find_tokens(tokens: list[str], text: str) -> list[int]:
     return []
 
 
+def check_query(value: object, name: str) -> None:
+    """``value`` is a token index (an int, NumPy integers too) or a token's text (a str)."""
+    if not (is_int(value) or isinstance(value, str)):
+        raise ArgumentTypeError(
+            f"{name} must be a token index (int) or a token's text (str), got {describe(value)}."
+        )
+
+
 def find_token(tokens: list[str], token: str | int) -> int:
     """The index of ``token`` (an index, or a token's text; the first match wins, compared
     as is, then case-insensitively, then without WordPiece's ``##``)."""
-    if isinstance(token, int) and not isinstance(token, bool):
+    check_query(token, "token")
+    if is_int(token):
+        token = int(token)
         if not -len(tokens) <= token < len(tokens):
             raise ValueError(
                 f"token index {token} is out of range: the text has tokens 0..{len(tokens) - 1}."
             )
         return token % len(tokens)
     text = str(token)
-    if text.lstrip("-").isdigit():
+    if re.fullmatch(r"-?[0-9]+", text.strip()):
         return find_token(tokens, int(text))
     matches = find_tokens(tokens, text)
     if matches:
@@ -146,7 +159,8 @@ def attention_steps(
     pair: str | None = None,
     max_length: int | None = None,
 ) -> AttentionSteps:
-    """The steps of ``layer``/``head`` for the ``query`` token of ``text`` (see the class)."""
+    """The steps of ``layer``/``head`` for the ``query`` token of ``text`` (see the class;
+    the arguments as :meth:`bertattn.Bert.attention_steps` takes them)."""
     from ..attention.steps import record_steps
 
     cfg = bert.model.config
@@ -154,16 +168,26 @@ def attention_steps(
         ("layer", layer, cfg.num_hidden_layers),
         ("head", head, cfg.num_attention_heads),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+        if not is_int(value):
+            raise ArgumentTypeError(
+                f"{name} must be an int in 0..{count - 1} (this model's {name}s), got "
+                f"{describe(value)}."
+            )
+        if not 0 <= value < count:
             raise ValueError(
                 f"{name} {value!r} is out of range: this model has {name}s 0..{count - 1}."
             )
+    layer, head = int(layer), int(head)
+    check_query(query, "query")
     with record_steps() as rec:
         maps = bert.attention_maps(text, pair, layers=[layer], max_length=max_length)
     if len(rec.records) != 1:
         raise RuntimeError(f"expected one math attention call, recorded {len(rec.records)}.")
     r = rec.records[0]
-    i = find_token(maps.tokens, query)
+    try:
+        i = find_token(maps.tokens, query)
+    except ValueError as exc:
+        raise ValueError(f"query {query!r}: {exc}") from None
     with torch.no_grad():
         return _cut(r, maps.tokens, layer, head, i)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arguments import ArgumentTypeError, describe
 from ..errors import one_line
 from .checks import INDEX, damaged, npy_layout, read_stats, shard_list
 
@@ -303,7 +304,14 @@ def open_embeddings(path: str | os.PathLike[str]) -> Embeddings:
     a missing path and ``ValueError``, naming the file, for a folder without a complete index
     (a run still going, or interrupted: rerun it to finish), an index that names a file outside
     the folder, a shard whose header or size disagrees with the index, or a file that is not a
-    ``.npy`` (a ``.jsonl`` output)."""
+    ``.npy`` (a ``.jsonl`` output); ``TypeError`` for a ``path`` that is not a str or a path."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise ArgumentTypeError(
+            f"path must be a str or an os.PathLike (a .npy file or an embeddings folder), got "
+            f"{describe(path)}."
+        )
+    if not str(path).strip():
+        raise ValueError("path is empty; give a .npy file or an embeddings folder.")
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist.")
