@@ -1,6 +1,7 @@
-"""Load benchmark of ``bertattn serve`` on the real model: an async httpx load generator at
-several concurrencies, against the server as a subprocess, and the in-process ceiling
-(``Bert.encode`` on the same texts).
+"""Load benchmark of ``bertattn serve`` on the real model: an asyncio load generator
+(``benchmarks/http_load.py``: a minimal keep-alive client, chosen for its low CPU cost on a
+machine it shares with the server) at several concurrencies, against the server as a
+subprocess, and the in-process ceiling (``Bert.encode`` on the same texts).
 
     python -m benchmarks.serve [--seconds 20] [--levels 1,8,64] [--model FOLDER] [--threads N]
                                [--busy K]
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -43,6 +45,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.corpus import stdlib_docstring_corpus
+from benchmarks.http_load import Connection
 
 INFINITY_ENV = "BERTATTN_BENCH_INFINITY"
 
@@ -180,36 +183,39 @@ HEADER = f"{'conc':>6} {'texts/s':>9} {'tokens/s':>10} {'p50 ms':>7} {'p95 ms':>
 async def run_level(
     server: Server, texts: list[str], concurrency: int, seconds: float, counts: list[int]
 ) -> Level:
-    """``counts[i]``: the real tokens of ``texts[i]`` (as the model sees them, by our
-    tokenizer: servers' own ``usage`` differ, infinity's counts characters)."""
+    """``concurrency`` users, each sending one text per request on its own kept-alive
+    connection, for ``seconds``. ``counts[i]``: the real tokens of ``texts[i]`` (as the model
+    sees them, by our tokenizer: servers' own ``usage`` differ, infinity's counts characters)."""
     level = Level(concurrency)
     order = random.Random(concurrency)
     stop_at = time.monotonic() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    bodies = [json.dumps({"model": server.model, "input": [t]}).encode() for t in texts]
 
-    async def user(client: httpx.AsyncClient) -> None:
-        while time.monotonic() < stop_at:
-            i = order.randrange(len(texts))
-            text = texts[i]
-            t0 = time.perf_counter()
-            try:
-                r = await client.post(server.url, json={"model": server.model, "input": [text]})
-            except httpx.HTTPError:
-                level.errors += 1
-                continue
-            if r.status_code == 200:
-                level.ok += 1
-                level.latencies.append(time.perf_counter() - t0)
-                level.tokens += counts[i]
-            elif r.status_code in (429, 503):
-                level.rejected += 1
-                await asyncio.sleep(float(r.headers.get("retry-after", "1") or 1))
-            else:
-                level.errors += 1
+    async def user() -> None:
+        conn = Connection(server.url)
+        try:
+            while time.monotonic() < stop_at:
+                i = order.randrange(len(texts))
+                t0 = time.perf_counter()
+                try:
+                    r = await asyncio.wait_for(conn.post(bodies[i]), 120)
+                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError):
+                    level.errors += 1
+                    continue
+                if r.status == 200 and b'"embedding"' in r.body:
+                    level.ok += 1
+                    level.latencies.append(time.perf_counter() - t0)
+                    level.tokens += counts[i]
+                elif r.status in (429, 503):
+                    level.rejected += 1
+                    await asyncio.sleep(float(r.headers.get("retry-after", "1") or 1))
+                else:
+                    level.errors += 1
+        finally:
+            conn.close()
 
     start, cpu = time.monotonic(), time.process_time()
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        await asyncio.gather(*(user(client) for _ in range(concurrency)))
+    await asyncio.gather(*(user() for _ in range(concurrency)))
     level.seconds = time.monotonic() - start
     level.client_cpu = time.process_time() - cpu
     return level
@@ -217,18 +223,25 @@ async def run_level(
 
 def one_query(server: Server, query: str, n: int) -> float:
     """Median seconds of ``n`` sequential one-query requests on one kept-alive connection."""
-    times = []
-    with httpx.Client(timeout=60) as client:
-        body = {"model": server.model, "input": [query]}
-        for i in range(n + 10):
-            t0 = time.perf_counter()
-            r = client.post(server.url, json=body)
-            dt = time.perf_counter() - t0
-            if r.status_code != 200:
-                raise SystemExit(f"{server.name}: {r.status_code} {r.text[:200]}")
-            if i >= 10:  # after a warm-up
-                times.append(dt)
-    return sorted(times)[len(times) // 2]
+
+    async def go() -> list[float]:
+        conn = Connection(server.url)
+        body = json.dumps({"model": server.model, "input": [query]}).encode()
+        times = []
+        try:
+            for i in range(n + 10):
+                t0 = time.perf_counter()
+                r = await conn.post(body)
+                dt = time.perf_counter() - t0
+                if r.status != 200:
+                    raise SystemExit(f"{server.name}: {r.status} {r.body[:200]!r}")
+                if i >= 10:  # after a warm-up
+                    times.append(dt)
+        finally:
+            conn.close()
+        return times
+
+    return sorted(asyncio.run(go()))[n // 2]
 
 
 @dataclass
