@@ -53,43 +53,6 @@ ADAPTIVE_ENV = "BERTATTN_ADAPTIVE_THREADS"
 #: the count bertattn itself last gave torch (so that it is not mistaken for the user's own)
 _ours: int | None = None
 
-#: the interpreter's GIL switch interval (seconds) inside bertattn's batch loops, at most
-SWITCH_INTERVAL_S = 0.001
-_switch_lock = threading.Lock()
-_switch_users = 0
-_switch_before: float | None = None
-
-
-@contextmanager
-def short_gil_turns(interval: float = SWITCH_INTERVAL_S) -> Iterator[None]:
-    """While a batch loop runs: the GIL switch interval at most ``interval`` seconds.
-
-    A forward pass calls hundreds of torch operations from Python; each releases the GIL for its
-    kernel and takes it back after. Beside another thread running Python (a server's event loop,
-    a tokenizing thread) each take-back waits up to the switch interval (CPython's default 5 ms),
-    and the kernels starve. A shorter interval hands the GIL back sooner. The interval is
-    restored when the last loop using it ends (loops may overlap in several threads); one lower
-    than ``interval`` is kept."""
-    import sys
-
-    global _switch_users, _switch_before
-    with _switch_lock:
-        if _switch_users == 0:
-            _switch_before = sys.getswitchinterval()
-            if _switch_before > interval:
-                sys.setswitchinterval(interval)
-        _switch_users += 1
-    try:
-        yield
-    finally:
-        with _switch_lock:
-            _switch_users -= 1
-            if _switch_users == 0 and _switch_before is not None:
-                ours = min(interval, _switch_before)  # not changed since (microsecond steps)
-                if abs(sys.getswitchinterval() - ours) < 2e-6:
-                    sys.setswitchinterval(_switch_before)
-                _switch_before = None
-
 
 @dataclass(frozen=True)
 class CpuBudget:

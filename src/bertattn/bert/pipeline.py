@@ -39,7 +39,7 @@ from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
 from ..errors import ModelFolderError
 from ..maps import AttentionMaps
-from ..threads import ThreadChoice, ThreadGovernor, choose_threads, short_gil_turns
+from ..threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..threads import apply as apply_threads
 from .checkpoint import LOAD_DTYPES
 from .device import resolve_device
@@ -639,8 +639,7 @@ class Bert(SentenceTransformerSurface):
 
         bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
         governor = self.governor if device.type == "cpu" else None
-        loop = governor.loop() if governor else nullcontext()
-        with torch.inference_mode(), bar, loop, short_gil_turns():
+        with torch.inference_mode(), bar, governor.loop() if governor else nullcontext():
             for start, end in ranges:
                 idx = order[start:end]
                 timed = governor.batch(sum(lengths[start:end])) if governor else nullcontext()

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from ..threads import short_gil_turns
 from .telemetry import ServeMetrics
 
 logger = logging.getLogger("bertattn.serve")
@@ -330,8 +329,7 @@ class Batcher:
         if getattr(self.bert, "device", None) is not None and self.bert.device.type != "cpu":
             governor = None
         try:
-            loop = governor.loop() if governor else nullcontext()
-            with loop, short_gil_turns(), torch.inference_mode():
+            with governor.loop() if governor else nullcontext(), torch.inference_mode():
                 while True:
                     with self._cond:
                         batch = self._take()
