@@ -48,6 +48,7 @@ from benchmarks.corpus import stdlib_docstring_corpus
 from benchmarks.http_load import Connection
 
 INFINITY_ENV = "BERTATTN_BENCH_INFINITY"
+QUEUE_TIME = 2.0  # the server's default --max-queue-time, seconds
 
 
 # ---------------------------------------------------------------------- texts
@@ -158,6 +159,11 @@ class Level:
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
     client_cpu: float = 0.0  # CPU seconds the load generator itself took (the same cores)
+
+    def quantile(self, p: float) -> float | None:
+        """Seconds at quantile ``p`` of the answered requests' latencies (None: none)."""
+        lat = sorted(self.latencies)
+        return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
 
     def row(self) -> str:
         lat = sorted(self.latencies)
@@ -345,6 +351,13 @@ def verdicts(ours: Run, peer: Run | None, rate: float, query_s: float) -> None:
         "4x overload: only 429s as errors",
         ours.over.errors == 0,
         f"{ours.over.rejected} rejected (429/503), {ours.over.errors} other errors",
+    )
+    p99 = ours.over.quantile(0.99)
+    say(
+        f"4x overload: p99 of admitted requests bounded by the queue (<= 3x --max-queue-time "
+        f"{QUEUE_TIME:g} s: the batch running, the queue ahead, its own batch)",
+        None if p99 is None else p99 <= 3 * QUEUE_TIME,
+        "no request answered" if p99 is None else f"p99 {p99:.2f} s",
     )
 
 

@@ -51,7 +51,7 @@ async def _burst(url: str, bodies: list[dict], headers: dict | None = None) -> l
     "cap",
     [
         ("--max-queue-tokens", "256"),  # about 4 requests of 60 tokens
-        ("--max-queue-time", "0.3"),  # 0.2 s a batch of one request: the floor, one batch
+        ("--max-queue-time", "0.3"),  # 0.2 s a batch of one request: about one request
     ],
     ids=["tokens", "seconds"],
 )

@@ -420,8 +420,8 @@ def test_admission_by_seconds_of_work(queue_s):
         assert (cap, by_time) == (10_000, False)
     else:
         assert refused is not None and refused.by_time and not refused.never
-        assert 1 <= len(admitted) <= 5, len(admitted)  # the batch floor .. 0.5 s of work
-        assert by_time and 100 <= cap <= 500 and refused.limit == cap
+        assert 1 <= len(admitted) <= 5, len(admitted)  # an empty queue takes one; 0.5 s of work
+        assert by_time and cap <= 500 and refused.limit == cap
         assert refused.retry_after >= 1
 
 

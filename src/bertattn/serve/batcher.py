@@ -143,10 +143,11 @@ class Batcher:
     def queue_cap(self) -> tuple[int, bool]:
         """``(tokens, by_time)``: how many tokens may wait now. ``max_queue_tokens``, or
         ``max_queue_s`` of work at the measured speed when that is less (once a batch has been
-        timed); never below one full batch, so the worker always has a batch to form."""
+        timed). An empty queue takes any request up to ``max_queue_tokens`` whatever this
+        says (:meth:`submit`), so a large request is never refused for good."""
         cap = self.max_queue_tokens
         if self.max_queue_s is not None and self._speed > 0:
-            by_time = max(self.max_batch_tokens, int(self._speed * self.max_queue_s))
+            by_time = max(1, int(self._speed * self.max_queue_s))
             if by_time < cap:
                 return by_time, True
         return cap, False
