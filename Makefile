@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-fast lint bench setup browser fonts clean
+.PHONY: demo test test-fast lint bench bench-serve setup browser fonts clean
 
 setup: $(STAMP)
 
@@ -47,7 +47,15 @@ fonts:
 	sh scripts/ensure-fonts.sh
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(INFINITY) build dist src/*.egg-info .pytest_cache
+
+# the server under load against infinity, which gets a virtual environment of its own (its
+# dependencies pin other versions); a failed install only drops the peer from the table
+INFINITY := .venv-infinity
+bench-serve: $(STAMP)
+	test -x $(INFINITY)/bin/infinity_emb || { python3 -m venv $(INFINITY) && \
+		$(INFINITY)/bin/pip install -q torch==2.13.0 "infinity-emb[server,torch]"; } || true
+	BERTATTN_BENCH_INFINITY=$(INFINITY) $(PY) -m benchmarks.serve --seconds 15 --levels 1,8,32,64
 
 bench: $(STAMP)
 	# optional peers (OpenVINO): the benchmark says which are missing when this cannot install

@@ -405,7 +405,9 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
         venv = os.environ.get(INFINITY_ENV)
         peer = None
-        if venv:
+        if venv and not (Path(venv) / "bin" / "infinity_emb").exists():
+            print(f"\ninfinity: not run ({venv} has no bin/infinity_emb: its install failed?)")
+        elif venv:
             inf = start_infinity(venv, model)
             try:
                 peer = bench_server(inf, texts, levels, args.seconds, query, counts)
