@@ -102,3 +102,40 @@ def test_length_batches_respect_count_and_token_budget() -> None:
     # a range of n texts pads to n * its first length: 2 * 10 = 20 fits, 3 * 10 does not
     assert length_batches(lengths, 32, batch_tokens=20) == [(0, 2), (2, 4), (4, 7)]
     assert length_batches(lengths, 32, batch_tokens=1) == [(i, i + 1) for i in range(7)]
+
+
+def test_two_threads_each_get_their_own_truncation(from_json):
+    """The truncation length is the tokenizer's state: two threads encoding with different
+    limits at once must each get their own (one thread's call used to cut the other's texts)."""
+    import threading
+
+    text = " ".join(["attention"] * 300)
+    wrong: list[tuple[int, int]] = []
+    start = threading.Barrier(2)
+
+    def run(limit: int) -> None:
+        start.wait()
+        for _ in range(300):
+            n = len(from_json.encode_batch([text] * 8, max_length=limit)[0].ids)
+            if n != limit:
+                wrong.append((limit, n))
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threads = [threading.Thread(target=run, args=(k,)) for k in (16, 200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not wrong, f"{len(wrong)} calls cut at another thread's limit, e.g. {wrong[:3]}"
+
+
+def test_copies_and_pickles_keep_working(from_json):
+    import copy
+    import pickle
+
+    for other in (copy.deepcopy(from_json), pickle.loads(pickle.dumps(from_json))):
+        got = other.encode_batch(["the attention head"], max_length=8)[0].ids
+        assert got == from_json.encode_batch(["the attention head"], max_length=8)[0].ids

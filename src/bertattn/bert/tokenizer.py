@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ class BertTokenizer:
         self._tok.no_padding()
         self._tok.no_truncation()
         self._truncation: int | None = None
+        #: the truncation length is state of the wrapped tokenizer: one encode at a time
+        self._lock = threading.Lock()
         self.model_max_length = int(model_max_length)
         pad_id = tokenizer.token_to_id(pad_token)
         if pad_id is None:
@@ -146,6 +149,15 @@ class BertTokenizer:
         enc = self._tok.encode("a", "b") if pair else self._tok.encode("a")
         return max(enc.type_ids, default=0)
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_lock"]  # a lock does not pickle or copy; each copy gets its own
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # ------------------------------------------------------------------ encoding
     def _set_truncation(self, max_length: int) -> None:
         if self._truncation != max_length:
@@ -170,9 +182,10 @@ class BertTokenizer:
             raise ValueError(
                 f"max_length={limit} leaves no room for a token of each text after [CLS]/[SEP]."
             )
-        self._set_truncation(limit)
         inputs = list(texts) if pairs is None else list(zip(texts, pairs, strict=True))
-        encodings = self._tok.encode_batch(inputs)
+        with self._lock:
+            self._set_truncation(limit)
+            encodings = self._tok.encode_batch(inputs)
         cut = sum(1 for e in encodings if e.overflowing)
         if cut:
             msg = (
