@@ -341,3 +341,37 @@ def test_encode_threads_must_be_positive(cli, tiny_checkpoint: Path, tmp_path) -
     r = cli("encode", src, "-o", tmp_path / "o.npy", "--model", tiny_checkpoint, "--threads", "0")
     assert r.code == 2
     assert "--threads must be an integer >= 1, got 0" in r.err
+
+
+# ---------------------------------------------------------------------- what counts as contention
+def test_run_delay_leaves_out_the_processs_other_python_threads(tmp_path: Path) -> None:
+    """A server's event loop waiting for a core while the OpenMP threads compute is the
+    process's own work: only the caller's and OpenMP's threads count."""
+    from bertattn.threads import _RunDelay
+
+    for tid, wait in ((100, 5), (101, 7), (102, 1000)):  # caller, an OpenMP thread, the loop
+        _write(tmp_path / "self" / "task" / str(tid) / "schedstat", f"123 {wait} 4\n")
+    assert _RunDelay(tmp_path, others=lambda: {102}).total() == 12
+    assert _RunDelay(tmp_path, others=set).total() == 1012
+
+
+def test_other_python_threads_are_the_live_ones_but_the_caller() -> None:
+    import threading
+
+    from bertattn.threads import _other_python_threads
+
+    started, stop = threading.Event(), threading.Event()
+
+    def idle() -> None:
+        started.set()
+        stop.wait(10)
+
+    t = threading.Thread(target=idle)
+    t.start()
+    started.wait(10)
+    try:
+        others = _other_python_threads()
+        assert t.native_id in others and threading.get_native_id() not in others
+    finally:
+        stop.set()
+        t.join(10)

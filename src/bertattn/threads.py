@@ -30,7 +30,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,19 +267,30 @@ def _rungs(top: int) -> list[int]:
 
 
 class _RunDelay:
-    """Cumulative run-queue delay of this process's threads (ns), from the kernel's schedstat;
-    ``None`` where it cannot be read (not Linux, no schedstat)."""
+    """Cumulative run-queue delay (ns) of the threads that compute for the calling thread's
+    loop, from the kernel's schedstat; ``None`` where it cannot be read (not Linux, no
+    schedstat). The process's other Python threads are left out (``others``: their native
+    ids; default: every live Python thread but the caller): a server's event loop or a
+    tokenizing thread waiting for a core while this loop's OpenMP threads compute is this
+    process's own work, not another process taking cores; OpenMP's threads (not Python
+    threads) and the caller count."""
 
-    def __init__(self, proc: str | Path = "/proc") -> None:
+    def __init__(
+        self, proc: str | Path = "/proc", others: Callable[[], set[int]] | None = None
+    ) -> None:
         self.tasks = os.path.join(str(proc), "self", "task")
+        self.others = _other_python_threads if others is None else others
 
     def total(self) -> int | None:
         try:
             names = os.listdir(self.tasks)
         except OSError:
             return None
+        skip = self.others()
         delay = 0
         for name in names:
+            if name.isdigit() and int(name) in skip:
+                continue
             try:
                 with open(f"{self.tasks}/{name}/schedstat", "rb") as f:
                     fields = f.read().split()
@@ -287,6 +298,14 @@ class _RunDelay:
             except (OSError, IndexError, ValueError):
                 continue  # a thread that ended, or no schedstat
         return delay
+
+
+def _other_python_threads() -> set[int]:
+    """Native ids of the live Python threads other than the calling one."""
+    me = threading.get_native_id()
+    return {
+        t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id != me
+    }
 
 
 @dataclass
