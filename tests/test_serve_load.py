@@ -118,6 +118,28 @@ def test_timeout_and_gone_client_drop_queued_work(cli_subprocess, tiny_checkpoin
         assert httpx.get(server.url + "/live", timeout=10).status_code == 200
 
 
+def test_timeout_answers_work_that_started(cli_subprocess, tiny_checkpoint, bert):
+    """X-Request-Timeout drops work that has not started; work that started is finished and
+    answered, never computed for nobody: here one request of 30 inputs spreads over several
+    0.2 s batches, far past its 0.1 s deadline once its first batch has started."""
+    name = tiny_checkpoint.name
+    texts = _texts(7, 30)  # ~12 tokens each, 128 a batch: 3 batches, ~0.6 s
+    with running_server(cli_subprocess, tiny_checkpoint, *SMALL, env=DELAY) as server:
+        r = httpx.post(
+            server.url + "/v1/embeddings",
+            json={"model": name, "input": texts},
+            headers={"X-Request-Timeout": "0.1"},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        rows = np.array([d["embedding"] for d in r.json()["data"]], np.float32)
+        np.testing.assert_allclose(rows, bert.encode(texts), atol=1e-6, rtol=0)
+        m = _metrics(server)
+        assert m["bertattn_batch_texts_sum"] == 30 and m["bertattn_batch_texts_count"] >= 2
+        assert m.get('bertattn_rejections_total{reason="timeout"}', 0) == 0
+        assert m["bertattn_queue_tokens"] == 0 and m["bertattn_queue_requests"] == 0
+
+
 def test_sigterm_drains_without_losing_admitted_requests(cli_subprocess, tiny_checkpoint, bert):
     name = tiny_checkpoint.name
     key = {"Authorization": "Bearer s3cret"}

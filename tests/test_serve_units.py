@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from bertattn.serve.batcher import Batcher, Overloaded
+from bertattn.serve.batcher import Batcher, Overloaded, RequestDropped
 from bertattn.serve.metrics import Counter, Histogram, Registry
 from bertattn.serve.telemetry import ServeMetrics
 
@@ -469,3 +470,26 @@ def test_tokenize_small_on_the_loop_large_or_busy_on_the_tokenizer_thread(tiny_c
     assert where[0] == main
     assert where[1].startswith("bertattn-tokenize") and where[2].startswith("bertattn-tokenize")
     assert ticks >= 5  # the loop ran while the busy tokenizer was waited for
+
+
+def test_an_aged_request_past_its_deadline_gives_its_tokens_back():
+    """The leak a flood of ``X-Request-Timeout: 1`` found: a request older than ``max_wait_s``
+    and past its deadline, taken as the aged anchor of a batch, was dropped without giving its
+    tokens back, and an idle server then refused requests (429) until restarted."""
+
+    async def go():
+        fake = FakeBert()
+        b, metrics = _batcher(fake, max_wait_s=0.05)
+        _submit(b, [10])  # taken, held at the gate
+        await _held(fake)
+        late = b.submit([_enc(20)], [20], deadline=time.monotonic() + 0.02)
+        await asyncio.sleep(0.1)  # older than max_wait_s and past its deadline
+        fake.gate.set()
+        with pytest.raises(RequestDropped):
+            await asyncio.wait_for(late.future, 10)
+        await asyncio.get_running_loop().run_in_executor(None, b.stop, 10)
+        return b, metrics
+
+    b, metrics = asyncio.run(go())
+    assert b.depth() == (0, 0)
+    assert metrics.dropped.value("timeout") == 1

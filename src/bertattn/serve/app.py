@@ -255,20 +255,13 @@ async def _embed(
         raise _unavailable() from None
     gone = asyncio.ensure_future(_disconnected(request))
     try:
-        done, _ = await asyncio.wait(
-            {ticket.future, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
+        waiting = {ticket.future, gone}
+        done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not done:  # the deadline: dropped (504 below) unless its work started, which is
+            batcher.expire(ticket)  # then finished and answered, never computed for nobody
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if ticket.future not in done:
-            reason = "disconnected" if gone in done else "timeout"
-            batcher.cancel(ticket, reason)
-            if reason == "timeout":
-                raise ApiError(
-                    504,
-                    f"the request was not done within its X-Request-Timeout of {timeout:g} s; "
-                    f"retry, or allow more time.",
-                    code="timeout",
-                    reason="timeout",
-                )
+            batcher.cancel(ticket, "disconnected")
             raise ApiError(499, "the client went away.", code="client_closed", reason="gone")
         rows = ticket.future.result()
     except RequestDropped as exc:

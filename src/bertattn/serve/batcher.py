@@ -9,7 +9,13 @@ batch is spread over several and answered when its last row is in, rows in input
 
 The event loop only admits (:meth:`Batcher.submit`, a lock and a few additions) and awaits a
 future; the worker resolves it with ``loop.call_soon_threadsafe``, exactly once, or drops the
-request's remaining items when it is cancelled (client gone) or its deadline passed.
+request's remaining items when it is cancelled (client gone) or its deadline passed before any
+of its work started (work that started is finished and answered, never computed for nobody).
+
+The queue's counts are right by construction: :meth:`Batcher.submit` is the one place that adds
+an item's tokens and :meth:`Batcher._retire` the one place that takes them off, once per item
+(its ``taken`` flag), whether the item leaves in a batch, by a cancel, a deadline, a stop or a
+dead worker.
 
 Test hook: ``BERTATTN_TEST_BATCH_DELAY=0.2`` makes the worker sleep that long before each batch
 (a slow model, for the overload, timeout and drain tests).
@@ -78,6 +84,7 @@ class Ticket:
     started: float | None = None  # when its first item went into a batch
     inference_s: float = 0.0
     finished: bool = False  # resolved (rows, or an error): never twice
+    items: list[_Item] = field(default_factory=list)  # its inputs, in input order
 
 
 @dataclass(eq=False)
@@ -87,7 +94,7 @@ class _Item:
     encoding: Any
     tokens: int
     enqueued: float
-    taken: bool = False  # in a batch, or dropped
+    taken: bool = False  # retired: in a batch, or dropped (its tokens are off the count)
 
 
 def _resolve(future: asyncio.Future, value: object) -> None:
@@ -133,6 +140,7 @@ class Batcher:
         self._queued_tokens = 0
         self._queued_tickets: set[Ticket] = set()
         self._running = 0  # items in the batch being computed
+        self._batch: list[_Item] = []  # that batch (its requests are failed if the worker dies)
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._speed = 0.0  # tokens per second, a moving average
@@ -217,9 +225,10 @@ class Batcher:
             now = ticket.enqueued
             for i, (enc, n) in enumerate(zip(encodings, tokens, strict=True)):
                 item = _Item(ticket, i, enc, int(n), now)
+                ticket.items.append(item)
                 self._by_len.setdefault(int(n), deque()).append(item)
                 self._fifo.append(item)
-            self._queued_tokens += total
+            self._queued_tokens += total  # the one place that adds (see _retire)
             self._queued_tickets.add(ticket)
             self._cond.notify()
         if self._thread is None:
@@ -234,6 +243,17 @@ class Batcher:
             ticket.finished = True
             return self._drop(ticket, reason)
 
+    def expire(self, ticket: Ticket) -> bool:
+        """The ticket's deadline passed: drop it (True, its future resolved with
+        ``RequestDropped("timeout")``) when none of its work has started; False when some
+        has, and then all of it is computed and answered (work that started is never thrown
+        away). Atomic with the worker taking items, so no request is both."""
+        with self._cond:
+            if ticket.finished or ticket.started is not None:
+                return False
+            self._drop(ticket, "timeout")
+            return True
+
     def _retry_after(self, excess: int) -> int:
         """Whole seconds until ``excess`` queued tokens are computed (at least 1)."""
         speed = self._speed or 1000.0
@@ -243,20 +263,28 @@ class Batcher:
         """(lock held) Take the ticket's untaken items out; resolve it with ``error`` (default
         ``RequestDropped(reason)``)."""
         dropped = 0
-        if ticket.waiting:
-            for item in self._fifo:
-                if item.ticket is ticket and not item.taken:
-                    item.taken = True
-                    dropped += 1
-                    self._queued_tokens -= item.tokens
-            ticket.waiting = 0
-        self._queued_tickets.discard(ticket)
+        for item in ticket.items:
+            if not item.taken:
+                self._retire(item)
+                dropped += 1
         if dropped and self.metrics is not None:
             self.metrics.dropped.inc(reason, by=dropped)
         if not ticket.finished:
             ticket.finished = True
             self._call(ticket, RequestDropped(reason) if error is None else error)
         return dropped
+
+    def _retire(self, item: _Item) -> None:
+        """(lock held) The one place an item leaves the queue's counts, once: into a batch or
+        dropped, by whatever path."""
+        if item.taken:
+            return
+        item.taken = True
+        self._queued_tokens -= item.tokens
+        ticket = item.ticket
+        ticket.waiting -= 1
+        if ticket.waiting == 0:
+            self._queued_tickets.discard(ticket)
 
     @staticmethod
     def _call(ticket: Ticket, value: object) -> None:
@@ -295,15 +323,12 @@ class Batcher:
                 del self._by_len[k]
         for item in batch:
             ticket = item.ticket
-            self._queued_tokens -= item.tokens
-            ticket.waiting -= 1
-            if ticket.waiting == 0:
-                self._queued_tickets.discard(ticket)
             if ticket.started is None:
                 ticket.started = now
                 if self.metrics is not None:
                     self.metrics.stage.observe(now - ticket.enqueued, "queue")
         self._running = len(batch)
+        self._batch = batch
         return batch
 
     def _fits(self, k: int, budget: int, size: int, longest: int) -> bool:
@@ -318,9 +343,9 @@ class Batcher:
             return False
         ticket = item.ticket
         if ticket.deadline is not None and now > ticket.deadline and ticket.started is None:
-            self._drop(ticket, "timeout")
+            self._drop(ticket, "timeout")  # retires this item too (it is one of the ticket's)
             return False
-        item.taken = True
+        self._retire(item)
         return True
 
     def _work(self) -> None:
@@ -344,8 +369,10 @@ class Batcher:
             self.failed = exc
             logger.exception("the model worker stopped")
             with self._cond:
-                for ticket in list(self._queued_tickets):
+                running = [item.ticket for item in self._batch]
+                for ticket in dict.fromkeys([*running, *self._queued_tickets]):
                     self._drop(ticket, "stopped")
+                self._batch, self._running = [], 0
 
     def _run(self, batch: list[_Item], governor: Any) -> None:
         tokens = sum(item.tokens for item in batch)
@@ -372,6 +399,7 @@ class Batcher:
             self.metrics.tokens.inc(by=tokens)
         with self._cond:
             self._running = 0
+            self._batch = []
             seen: set[int] = set()
             for j, item in enumerate(batch):
                 ticket = item.ticket
