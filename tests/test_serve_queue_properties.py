@@ -143,6 +143,8 @@ def test_counts_return_to_zero_and_each_request_is_answered_once(
     admitted = sum(len(v) for v in inputs.values())
     # each admitted input left the queue exactly once: computed, failed in its batch, or dropped
     assert len(computed) + len(model.failed) + dropped == admitted
+    assert metrics.admitted_inputs.value() == admitted
+    assert metrics.admitted_requests.value() == len(tickets)
     for ticket in tickets:
         assert b.answers.get(id(ticket), 0) <= 1, "a request was answered twice"
         if id(ticket) in given_up:  # the caller stopped waiting: answered or not, left alone

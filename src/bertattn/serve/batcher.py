@@ -230,6 +230,9 @@ class Batcher:
                 self._fifo.append(item)
             self._queued_tokens += total  # the one place that adds (see _retire)
             self._queued_tickets.add(ticket)
+            if self.metrics is not None:
+                self.metrics.admitted_requests.inc()
+                self.metrics.admitted_inputs.inc(by=len(encodings))
             self._cond.notify()
         if self._thread is None:
             self.start()

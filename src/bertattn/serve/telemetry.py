@@ -44,6 +44,13 @@ class ServeMetrics:
             )
         )
         self.tokens = r.add(Counter("bertattn_tokens_total", "real tokens embedded"))
+        #: admitted = computed (bertattn_batch_texts_sum) + dropped, once the queue is empty
+        self.admitted_requests = r.add(
+            Counter("bertattn_admitted_requests_total", "requests admitted to the queue")
+        )
+        self.admitted_inputs = r.add(
+            Counter("bertattn_admitted_inputs_total", "inputs admitted to the queue")
+        )
         r.add(
             Gauge("bertattn_queue_requests", "requests waiting for the model", lambda: depth()[0])
         )
