@@ -18,6 +18,7 @@ _EXPORTS = {
     "Bert": ".bert",
     "BertConfig": ".bert",
     "BertModel": ".bert",
+    "CrossEncoder": ".heads",
     "Dispatch": ".attention",
     "DispatchLog": ".attention",
     "Embeddings": ".corpus",
@@ -34,6 +35,7 @@ __all__ = [
     "Bert",
     "BertConfig",
     "BertModel",
+    "CrossEncoder",
     "Dispatch",
     "DispatchLog",
     "Embeddings",
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     )
     from .bert import Bert, BertConfig, BertModel
     from .corpus import Embeddings, open_embeddings
+    from .heads import CrossEncoder
     from .maps import AttentionMaps
 
 

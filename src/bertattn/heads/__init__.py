@@ -1,0 +1,11 @@
+"""The heads a BERT checkpoint carries, on bertattn's encoder: each a thin layer over the
+encoder's output, loaded strictly from the checkpoint's own ``config.json`` and tensors.
+
+- :class:`CrossEncoder`: sequence classification (rerankers, classifiers) with
+  sentence-transformers' ``predict`` / ``rank``.
+"""
+
+from .config import HeadConfig, read_head_config
+from .cross_encoder import CrossEncoder
+
+__all__ = ["CrossEncoder", "HeadConfig", "read_head_config"]

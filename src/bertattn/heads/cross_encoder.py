@@ -1,0 +1,263 @@
+"""``CrossEncoder``: a BERT sequence-classification checkpoint (a reranker, a classifier)
+with sentence-transformers' ``predict`` / ``rank`` API, on bertattn's encoder.
+
+    from bertattn import CrossEncoder
+    model = CrossEncoder("cross-encoder/ms-marco-MiniLM-L6-v2")   # or a local folder
+    scores = model.predict([("query", "a passage"), ("query", "another")])
+    model.rank("query", ["a passage", "another"], top_k=1)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..arguments import check_bool, check_int, describe
+from ..bert import Bert, ModelFolder, resolve_model
+from ..errors import ModelFolderError
+from .config import HeadConfig, read_head_config
+from .runner import run_head
+from .weights import read_head
+
+__all__ = ["CrossEncoder"]
+
+#: a text, or a (text, text) pair
+Input = str | Sequence[str]
+
+
+def _is_single(inputs: object) -> bool:
+    """sentence-transformers' rule: a string, or a list / tuple whose first element is not a
+    list / tuple, is one input; anything else a batch."""
+    if isinstance(inputs, (list, tuple)):
+        return len(inputs) > 0 and not isinstance(inputs[0], (list, tuple))
+    return True
+
+
+def _split(inputs: Sequence[object]) -> tuple[list[str], list[str | None]]:
+    """Each input as ``(text, second text or None)``; a clear error for anything else."""
+    firsts: list[str] = []
+    seconds: list[str | None] = []
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            firsts.append(item)
+            seconds.append(None)
+            continue
+        if (
+            isinstance(item, (list, tuple))
+            and len(item) in (1, 2)
+            and all(isinstance(t, str) for t in item)
+        ):
+            firsts.append(item[0])
+            seconds.append(item[1] if len(item) == 2 else None)
+            continue
+        raise ValueError(
+            f"input {i} is {describe(item)}; expected a text or a (text, text) pair, e.g. "
+            f"[('query', 'passage'), ...]. A flat list of strings is read as one input (as "
+            f"sentence-transformers reads it): wrap single texts as [[text], ...]."
+        )
+    return firsts, seconds
+
+
+class CrossEncoder:
+    """A sequence-classification BERT checkpoint scoring texts and text pairs.
+
+    ``model``: a folder saved by transformers' ``BertForSequenceClassification`` or by
+    sentence-transformers' ``CrossEncoder`` (or a cached hub name); its ``config.json`` must
+    name that architecture. ``max_length``: tokens per input (default: the folder's);
+    ``activation_fn``: applied to the logits by :meth:`predict` (default: the folder's
+    sentence-transformers setting, else sigmoid for one label and none for several);
+    ``device``, ``dtype``, ``threads``, ``backend``: as :meth:`bertattn.Bert.load`.
+
+    Attributes: ``bert`` (the encoder, a :class:`bertattn.Bert`), ``head`` (its
+    :class:`HeadConfig`), ``classifier`` (``nn.Linear(E, num_labels)``), ``num_labels``,
+    ``id2label``, ``activation_fn``.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | ModelFolder | None,
+        *,
+        max_length: int | None = None,
+        activation_fn: Callable[[Tensor], Tensor] | None = None,
+        device: str | int | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+        threads: int | None = None,
+        backend: str = "auto",
+    ) -> None:
+        if activation_fn is not None and not callable(activation_fn):
+            raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
+        folder = resolve_model(model)
+        head = read_head_config(folder.model_dir, folder.root)
+        if head.kind != "sequence-classification":
+            raise ModelFolderError(
+                f"{folder.config_path}: architectures is {head.architecture or 'not given'}; "
+                f"a CrossEncoder needs a BertForSequenceClassification checkpoint (a reranker "
+                f"or classifier). For sentence embeddings load it with bertattn.Bert."
+            )
+        with warnings.catch_warnings():  # the head is read below, not skipped
+            warnings.filterwarnings("ignore", message=r".*skipped \d+ task-head tensors")
+            bert = Bert.load(folder, dtype=dtype, backend=backend, device=device, threads=threads)
+        if bert.model.pooler is None:
+            raise ModelFolderError(
+                f"{folder.weight_file()}: no pooler weights (bert.pooler.dense.*), which a "
+                f"sequence classifier runs on [CLS]; the checkpoint is incomplete."
+            )
+        if max_length is not None:
+            bert.max_seq_length = check_int(max_length, "max_length", low=3)  # type: ignore[assignment]
+        width = bert.model.config.hidden_size
+        n = head.num_labels
+        tensors = read_head(
+            folder.weight_file(),
+            {"classifier.weight": (n, width), "classifier.bias": (n,)},
+            f"sequence-classification head ({n} labels)",
+        )
+        classifier = nn.Linear(width, n)
+        with torch.no_grad():
+            classifier.weight.copy_(tensors["classifier.weight"])
+            classifier.bias.copy_(tensors["classifier.bias"])
+        self.bert = bert
+        self.head: HeadConfig = head
+        self.classifier = classifier.eval().to(bert.device)
+        self.num_labels = n
+        self.id2label = dict(head.id2label)
+        self.activation_fn: Callable[[Tensor], Tensor] = (
+            activation_fn if activation_fn is not None else head.default_activation()
+        )
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def max_length(self) -> int:
+        """Tokens per input (the pair's together), [CLS] and [SEP] included."""
+        return self.bert.max_length
+
+    @property
+    def device(self) -> torch.device:
+        return self.bert.device
+
+    def __repr__(self) -> str:
+        return (
+            f"CrossEncoder({self.bert.name!r}, num_labels={self.num_labels}, "
+            f"max_length={self.max_length}, device={self.device})"
+        )
+
+    # ------------------------------------------------------------------ scoring
+    def logits(self, inputs: Sequence[Input], *, batch_size: int = 32) -> Tensor:
+        """``(N, num_labels)`` float32 logits of the inputs (texts or pairs), as transformers'
+        ``BertForSequenceClassification`` gives them."""
+        firsts, seconds = _split(inputs)
+        encodings: list[Any] = [None] * len(firsts)
+        singles = [i for i, s in enumerate(seconds) if s is None]
+        pairs = [i for i, s in enumerate(seconds) if s is not None]
+        tok = self.bert.tokenizer
+        for group, second in ((singles, None), (pairs, [seconds[i] for i in pairs])):
+            if group:
+                done = tok.encode_batch(
+                    [firsts[i] for i in group], second, max_length=self.max_length
+                )
+                for i, enc in zip(group, done, strict=True):
+                    encodings[i] = enc
+        if not encodings:
+            return torch.zeros((0, self.num_labels))
+        pooler, classifier = self.bert.model.pooler, self.classifier
+
+        def step(hidden: Tensor, mask: Tensor) -> Tensor:
+            pooled = pooler(hidden).float()  # (B, E): dense + tanh on [CLS]
+            return classifier(pooled)  # (B, num_labels)
+
+        rows = run_head(self.bert, encodings, step, batch_size=batch_size)
+        return torch.stack(rows)
+
+    def predict(
+        self,
+        inputs: Sequence[Input] | Input,
+        *,
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        activation_fn: Callable[[Tensor], Tensor] | None = None,
+        apply_softmax: bool | None = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+    ) -> np.ndarray | Tensor | list[Tensor]:
+        """Scores, as sentence-transformers' ``CrossEncoder.predict``: ``(N,)`` for one label,
+        ``(N, num_labels)`` for several; a single input (a text, or one pair) gives one score
+        (row). ``activation_fn`` (default :attr:`activation_fn`) is applied to the logits,
+        then a softmax over labels when ``apply_softmax``. A float32 NumPy array (default),
+        one tensor (``convert_to_tensor``), or a list of tensors (neither)."""
+        batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
+        check_bool(show_progress_bar, "show_progress_bar", optional=True)
+        apply_softmax = check_bool(apply_softmax, "apply_softmax", optional=True)
+        check_bool(convert_to_numpy, "convert_to_numpy")
+        check_bool(convert_to_tensor, "convert_to_tensor")
+        if activation_fn is not None and not callable(activation_fn):
+            raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
+        single = _is_single(inputs)
+        if isinstance(inputs, np.ndarray):
+            inputs = inputs.tolist()
+        batch = [inputs] if single else list(inputs)  # type: ignore[arg-type]
+        scores = self.logits(batch, batch_size=batch_size)  # (N, num_labels)
+        fn = self.activation_fn if activation_fn is None else activation_fn
+        scores = fn(scores)
+        if self.num_labels == 1 and scores.ndim > 1:
+            scores = scores.squeeze(-1)  # (N,)
+        if apply_softmax and scores.ndim > 1:
+            scores = torch.softmax(scores, dim=1)
+        out: np.ndarray | Tensor | list[Tensor]
+        if convert_to_tensor:
+            out = scores
+        elif convert_to_numpy:
+            out = scores.float().numpy()
+        else:
+            out = list(scores)
+        return out[0] if single else out
+
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_k: int | None = None,
+        return_documents: bool = False,
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        activation_fn: Callable[[Tensor], Tensor] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The documents best first for ``query``, as sentence-transformers' ``rank``:
+        ``[{"corpus_id", "score", "text"?}]`` (``text`` with ``return_documents``), the first
+        ``top_k`` (None: all). Needs a one-label model (a reranker)."""
+        if self.num_labels != 1:
+            raise ValueError(
+                f"rank() needs a model with one label (a reranker); this one has "
+                f"{self.num_labels} ({', '.join(self.id2label.values())}): use predict()."
+            )
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, got {describe(query)}.")
+        if isinstance(documents, str) or not isinstance(documents, Sequence):
+            raise TypeError(f"documents must be a list of strings, got {describe(documents)}.")
+        for i, doc in enumerate(documents):
+            if not isinstance(doc, str):
+                raise TypeError(f"documents[{i}] must be a string, got {describe(doc)}.")
+        top_k = check_int(top_k, "top_k", low=1, optional=True)
+        check_bool(return_documents, "return_documents")
+        if not documents:
+            return []
+        scores = self.predict(
+            [(query, doc) for doc in documents],
+            batch_size=batch_size,
+            show_progress_bar=show_progress_bar,
+            activation_fn=activation_fn,
+            convert_to_tensor=True,
+        )
+        results: list[dict[str, Any]] = []
+        for i, score in enumerate(scores.tolist()):  # type: ignore[union-attr]
+            row: dict[str, Any] = {"corpus_id": i, "score": score}
+            if return_documents:
+                row["text"] = documents[i]
+            results.append(row)
+        results.sort(key=lambda r: r["score"], reverse=True)
+        return results[:top_k]

@@ -1,0 +1,62 @@
+"""A head's tensors, read strictly from a checkpoint: every expected name present with its
+shape, nothing else beside the encoder (a tensor missing, unexpected or of another shape is
+named in the error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import Tensor
+
+from ..bert.checkpoint import HEAD_PREFIXES, read_state_dict
+from ..errors import ModelFolderError
+
+__all__ = ["read_head"]
+
+
+def _head_keys(keys: list[str]) -> list[str]:
+    """The names of ``keys`` that are not the encoder's (``bert.`` prefixed, or bare)."""
+    prefixed = any(k.startswith("bert.") for k in keys)
+    if prefixed:
+        return [k for k in keys if not k.startswith("bert.")]
+    return [k for k in keys if k.startswith(HEAD_PREFIXES)]
+
+
+def _read(path: Path) -> dict[str, Tensor]:
+    """The head tensors of ``path`` (safetensors: only those are read)."""
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                return {k: f.get_tensor(k) for k in _head_keys(list(f.keys()))}
+        except (SafetensorError, OSError) as exc:
+            raise ModelFolderError(f"cannot read weights file {path}: {exc}") from None
+    state = read_state_dict(path)
+    return {k: state[k] for k in _head_keys(list(state))}
+
+
+def read_head(path: Path, expected: dict[str, tuple[int, ...]], what: str) -> dict[str, Tensor]:
+    """The tensors ``expected`` (name -> shape) of ``path``, float32; ``what``: the head's
+    name for the message. Raises :class:`ModelFolderError` naming what is missing, unexpected
+    or of another shape."""
+    found = _read(path)
+    missing = [k for k in expected if k not in found]
+    unexpected = sorted(k for k in found if k not in expected)
+    wrong = [
+        f"{k} {tuple(found[k].shape)} (expected {expected[k]})"
+        for k in expected
+        if k in found and tuple(found[k].shape) != expected[k]
+    ]
+    if missing or unexpected or wrong:
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {', '.join(unexpected[:8])}")
+        if wrong:
+            parts.append(f"other shapes: {'; '.join(wrong)}")
+        raise ModelFolderError(
+            f"{path} does not hold the {what} config.json describes: {'; '.join(parts)}."
+        )
+    return {k: found[k].float() for k in expected}
