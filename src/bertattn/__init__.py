@@ -23,6 +23,7 @@ _EXPORTS = {
     "DispatchLog": ".attention",
     "Embeddings": ".corpus",
     "MultiHeadAttention": ".attention",
+    "SparseEncoder": ".heads",
     "explain": ".attention",
     "open_embeddings": ".corpus",
     "prepare_mask": ".attention",
@@ -40,6 +41,7 @@ __all__ = [
     "DispatchLog",
     "Embeddings",
     "MultiHeadAttention",
+    "SparseEncoder",
     "__version__",
     "explain",
     "open_embeddings",
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     )
     from .bert import Bert, BertConfig, BertModel
     from .corpus import Embeddings, open_embeddings
-    from .heads import CrossEncoder
+    from .heads import CrossEncoder, SparseEncoder
     from .maps import AttentionMaps
 
 

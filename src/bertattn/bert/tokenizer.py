@@ -149,6 +149,14 @@ class BertTokenizer:
         enc = self._tok.encode("a", "b") if pair else self._tok.encode("a")
         return max(enc.type_ids, default=0)
 
+    def id_to_token(self, token_id: int) -> str:
+        """The vocabulary entry of ``token_id`` (``"[UNK]"``-free: an unknown id raises
+        ``ValueError``)."""
+        token = self._tok.id_to_token(int(token_id))
+        if token is None:
+            raise ValueError(f"token id {token_id} is not in the vocabulary of {self.vocab_size}.")
+        return token
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         del state["_lock"]  # a lock does not pickle or copy; each copy gets its own

@@ -3,9 +3,12 @@ encoder's output, loaded strictly from the checkpoint's own ``config.json`` and 
 
 - :class:`CrossEncoder`: sequence classification (rerankers, classifiers) with
   sentence-transformers' ``predict`` / ``rank``.
+- :class:`SparseEncoder`: SPLADE sparse embeddings from a masked-LM head, with
+  sentence-transformers' ``encode`` / ``decode`` / ``similarity`` / ``sparsity``.
 """
 
 from .config import HeadConfig, read_head_config
 from .cross_encoder import CrossEncoder
+from .sparse import SparseEncoder
 
-__all__ = ["CrossEncoder", "HeadConfig", "read_head_config"]
+__all__ = ["CrossEncoder", "HeadConfig", "SparseEncoder", "read_head_config"]

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
 from ..bert import Bert, ModelFolder, resolve_model
 from ..errors import ModelFolderError
 from .config import HeadConfig, read_head_config
+from .layers import load_classifier
 from .runner import run_head
-from .weights import read_head
 
 __all__ = ["CrossEncoder"]
 
@@ -112,15 +112,7 @@ class CrossEncoder:
             bert.max_seq_length = check_int(max_length, "max_length", low=3)  # type: ignore[assignment]
         width = bert.model.config.hidden_size
         n = head.num_labels
-        tensors = read_head(
-            folder.weight_file(),
-            {"classifier.weight": (n, width), "classifier.bias": (n,)},
-            f"sequence-classification head ({n} labels)",
-        )
-        classifier = nn.Linear(width, n)
-        with torch.no_grad():
-            classifier.weight.copy_(tensors["classifier.weight"])
-            classifier.bias.copy_(tensors["classifier.bias"])
+        classifier = load_classifier(folder.weight_file(), width, n, "sequence-classification")
         self.bert = bert
         self.head: HeadConfig = head
         self.classifier = classifier.eval().to(bert.device)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from ..bert.checkpoint import HEAD_PREFIXES, read_state_dict
+from ..bert.checkpoint import HEAD_PREFIXES, _canonical, read_state_dict
 from ..errors import ModelFolderError
 
 __all__ = ["read_head"]
@@ -23,7 +23,12 @@ def _head_keys(keys: list[str]) -> list[str]:
 
 
 def _read(path: Path) -> dict[str, Tensor]:
-    """The head tensors of ``path`` (safetensors: only those are read)."""
+    """The head tensors of ``path`` (safetensors: only those are read), legacy TF-era names
+    (``LayerNorm.gamma`` / ``beta``) under today's (``weight`` / ``bias``)."""
+    return {_canonical(k): v for k, v in _read_raw(path).items()}
+
+
+def _read_raw(path: Path) -> dict[str, Tensor]:
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError, safe_open
 
@@ -36,17 +41,23 @@ def _read(path: Path) -> dict[str, Tensor]:
     return {k: state[k] for k in _head_keys(list(state))}
 
 
-def read_head(path: Path, expected: dict[str, tuple[int, ...]], what: str) -> dict[str, Tensor]:
-    """The tensors ``expected`` (name -> shape) of ``path``, float32; ``what``: the head's
-    name for the message. Raises :class:`ModelFolderError` naming what is missing, unexpected
-    or of another shape."""
+def read_head(
+    path: Path,
+    expected: dict[str, tuple[int, ...]],
+    what: str,
+    optional: dict[str, tuple[int, ...]] | None = None,
+) -> dict[str, Tensor]:
+    """The tensors ``expected`` (name -> shape) of ``path``, and those of ``optional`` that
+    are there, float32; ``what``: the head's name for the message. Raises
+    :class:`ModelFolderError` naming what is missing, unexpected or of another shape."""
     found = _read(path)
+    shapes = {**(optional or {}), **expected}
     missing = [k for k in expected if k not in found]
-    unexpected = sorted(k for k in found if k not in expected)
+    unexpected = sorted(k for k in found if k not in shapes)
     wrong = [
-        f"{k} {tuple(found[k].shape)} (expected {expected[k]})"
-        for k in expected
-        if k in found and tuple(found[k].shape) != expected[k]
+        f"{k} {tuple(found[k].shape)} (expected {shapes[k]})"
+        for k in shapes
+        if k in found and tuple(found[k].shape) != shapes[k]
     ]
     if missing or unexpected or wrong:
         parts = []
@@ -59,4 +70,4 @@ def read_head(path: Path, expected: dict[str, tuple[int, ...]], what: str) -> di
         raise ModelFolderError(
             f"{path} does not hold the {what} config.json describes: {'; '.join(parts)}."
         )
-    return {k: found[k].float() for k in expected}
+    return {k: found[k].float() for k in shapes if k in found}

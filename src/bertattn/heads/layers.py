@@ -1,0 +1,97 @@
+"""The head layers: thin modules over the encoder's hidden states ``(..., E)``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ..bert.model import activation
+from ..errors import ModelFolderError
+from .weights import read_head
+
+__all__ = ["MaskedLMHead", "load_classifier", "load_masked_lm_head"]
+
+_MLM = "cls.predictions."
+
+
+def load_classifier(weights: Path, width: int, num_labels: int, what: str) -> nn.Linear:
+    """``classifier.weight`` / ``.bias`` of ``weights`` as ``nn.Linear(width, num_labels)``
+    (sequence and token classification both name it so)."""
+    tensors = read_head(
+        weights,
+        {"classifier.weight": (num_labels, width), "classifier.bias": (num_labels,)},
+        f"{what} head ({num_labels} labels)",
+    )
+    layer = nn.Linear(width, num_labels)
+    with torch.no_grad():
+        layer.weight.copy_(tensors["classifier.weight"])
+        layer.bias.copy_(tensors["classifier.bias"])
+    return layer.eval()
+
+
+class MaskedLMHead(nn.Module):
+    """BERT's masked-LM head: ``dense -> hidden_act -> LayerNorm`` (the transform), then the
+    decoder to the vocabulary, its weight tied to the word embeddings (``(V, E)``), plus a
+    bias: ``(..., E) -> (..., V)`` logits."""
+
+    def __init__(self, width: int, hidden_act: str, eps: float, decoder: Tensor) -> None:
+        super().__init__()
+        self.dense = nn.Linear(width, width)
+        self.act = activation(hidden_act)
+        self.norm = nn.LayerNorm(width, eps=eps)
+        self.decoder = decoder  # (V, E): the word embeddings (tied) or the file's own
+        self.bias = nn.Parameter(torch.zeros(decoder.shape[0]))
+
+    def transform(self, hidden: Tensor) -> Tensor:
+        """``(..., E) -> (..., E)``: the layers before the decoder."""
+        return self.norm(self.act(self.dense(hidden)))
+
+    def decode(self, transformed: Tensor) -> Tensor:
+        """``(..., E) -> (..., V)`` logits of transformed states."""
+        return torch.nn.functional.linear(transformed, self.decoder, self.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.decode(self.transform(hidden.float()))
+
+
+def load_masked_lm_head(model_dir: Path, weights: Path, bert: object) -> MaskedLMHead:
+    """The masked-LM head of a ``BertForMaskedLM`` folder, on ``bert`` (a
+    :class:`bertattn.Bert`) whose word embeddings the decoder shares (unless config.json says
+    ``tie_word_embeddings: false``, when the file's ``cls.predictions.decoder.weight`` is
+    used)."""
+    cfg = bert.model.config  # type: ignore[attr-defined]
+    width, vocab = cfg.hidden_size, cfg.vocab_size
+    raw = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    tied = raw.get("tie_word_embeddings", True) is not False
+    tensors = read_head(
+        weights,
+        {
+            f"{_MLM}transform.dense.weight": (width, width),
+            f"{_MLM}transform.dense.bias": (width,),
+            f"{_MLM}transform.LayerNorm.weight": (width,),
+            f"{_MLM}transform.LayerNorm.bias": (width,),
+            f"{_MLM}bias": (vocab,),
+        },
+        "masked-LM head",
+        optional={f"{_MLM}decoder.weight": (vocab, width), f"{_MLM}decoder.bias": (vocab,)},
+    )
+    if tied:
+        decoder = bert.model.embeddings.word.weight.detach().float()  # type: ignore[attr-defined]
+    elif f"{_MLM}decoder.weight" in tensors:
+        decoder = tensors[f"{_MLM}decoder.weight"]
+    else:
+        raise ModelFolderError(
+            f"{weights}: config.json sets tie_word_embeddings false but there is no "
+            f"{_MLM}decoder.weight; the checkpoint is incomplete."
+        )
+    head = MaskedLMHead(width, cfg.hidden_act, cfg.layer_norm_eps, decoder)
+    with torch.no_grad():
+        head.dense.weight.copy_(tensors[f"{_MLM}transform.dense.weight"])
+        head.dense.bias.copy_(tensors[f"{_MLM}transform.dense.bias"])
+        head.norm.weight.copy_(tensors[f"{_MLM}transform.LayerNorm.weight"])
+        head.norm.bias.copy_(tensors[f"{_MLM}transform.LayerNorm.bias"])
+        head.bias.copy_(tensors[f"{_MLM}bias"])
+    return head.eval()

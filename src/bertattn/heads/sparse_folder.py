@@ -1,0 +1,111 @@
+"""A SPLADE model folder: a plain ``BertForMaskedLM`` folder (SPLADE's defaults: max pooling
+of ``log(1 + relu(logits))``), or one saved by sentence-transformers' ``SparseEncoder``
+(``modules.json``: the MLM transformer, then ``SpladePooling`` with its ``config.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..bert.folder import (
+    ModelFolder,
+    _read_config,
+    _read_sbert_config,
+    locate_model,
+    read_model_folder,
+)
+from ..bert.jsonfile import read_json, read_json_object
+from ..errors import ModelFolderError
+
+__all__ = ["SparseSettings", "read_sparse_folder"]
+
+_MLM_TYPES = {
+    "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer",
+    "sentence_transformers.sparse_encoder.modules.MLMTransformer",
+    "sentence_transformers.sparse_encoder.models.MLMTransformer",
+}
+_TRANSFORMER_TYPES = {
+    "sentence_transformers.base.modules.Transformer",
+    "sentence_transformers.base.modules.transformer.Transformer",
+    "sentence_transformers.models.Transformer",
+}
+_SPLADE_TYPES = {
+    "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling",
+    "sentence_transformers.sparse_encoder.modules.SpladePooling",
+    "sentence_transformers.sparse_encoder.models.SpladePooling",
+}
+STRATEGIES = ("max", "sum")
+ACTIVATIONS = ("relu", "log1p_relu")
+
+
+@dataclass(frozen=True)
+class SparseSettings:
+    """How the token logits become one sparse row: ``pooling`` (``"max"`` / ``"sum"`` over
+    tokens) of ``log(1 + relu(x))`` (``activation="relu"``) or ``log(1 + log(1 +
+    relu(x)))`` (``"log1p_relu"``)."""
+
+    pooling: str = "max"
+    activation: str = "relu"
+
+
+def _entry_error(path: Path, i: int, kind: object) -> ModelFolderError:
+    return ModelFolderError(
+        f"{path}: entry {i}: module type {str(kind)[:120]!r} is not part of a SPLADE model "
+        f"bertattn runs (the MLM transformer, then SpladePooling)."
+    )
+
+
+def _read_pooling(path: Path) -> SparseSettings:
+    cfg = read_json_object(path)
+    pooling = cfg.get("pooling_strategy", "max")
+    act = cfg.get("activation_function", "relu")
+    if pooling not in STRATEGIES or act not in ACTIVATIONS:
+        raise ModelFolderError(
+            f"{path}: pooling_strategy must be one of {STRATEGIES} and activation_function one "
+            f"of {ACTIVATIONS}; got {str(pooling)[:40]!r} and {str(act)[:40]!r}."
+        )
+    return SparseSettings(pooling, act)
+
+
+def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSettings]:
+    """The encoder's :class:`ModelFolder` and the SPLADE settings of ``path`` (a folder or a
+    cached hub name)."""
+    if path is None:
+        raise ValueError("a SparseEncoder needs a model: a SPLADE folder or a cached hub name.")
+    root = locate_model(path)
+    modules = root / "modules.json"
+    if not modules.is_file():
+        return read_model_folder(root, name=str(path)), SparseSettings()
+    data = read_json(modules)
+    if not isinstance(data, list) or len(data) != 2 or not all(isinstance(m, dict) for m in data):
+        raise ModelFolderError(
+            f"{modules}: a SPLADE model has two modules (the MLM transformer, then "
+            f"SpladePooling); got {len(data) if isinstance(data, list) else 'no list'}."
+        )
+    first, second = data
+    kind = first.get("type")
+    model_dir = root / str(first.get("path", ""))
+    files: list[Path] = [modules]
+    max_length, lower = _read_sbert_config(model_dir, files)
+    if kind in _TRANSFORMER_TYPES:  # sentence-transformers >= 6: its task says fill-mask
+        task = read_json_object(model_dir / "sentence_bert_config.json").get("transformer_task")
+        if task != "fill-mask":
+            raise ModelFolderError(
+                f"{model_dir / 'sentence_bert_config.json'}: transformer_task is "
+                f"{str(task)[:40]!r}; a SPLADE model's transformer is 'fill-mask'."
+            )
+    elif kind not in _MLM_TYPES:
+        raise _entry_error(modules, 0, kind)
+    if second.get("type") not in _SPLADE_TYPES:
+        raise _entry_error(modules, 1, second.get("type"))
+    settings = _read_pooling(root / str(second.get("path", "")) / "config.json")
+    folder = ModelFolder(
+        str(path),
+        root,
+        model_dir,
+        _read_config(model_dir),
+        max_length=max_length,
+        settings_files=tuple(files),
+        do_lower_case=lower,
+    )
+    return folder, settings
