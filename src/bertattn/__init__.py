@@ -26,6 +26,7 @@ _EXPORTS = {
     "SparseEncoder": ".heads",
     "explain": ".attention",
     "open_embeddings": ".corpus",
+    "pipeline": ".heads",
     "prepare_mask": ".attention",
     "register_backend": ".attention",
 }
@@ -45,6 +46,7 @@ __all__ = [
     "__version__",
     "explain",
     "open_embeddings",
+    "pipeline",
     "prepare_mask",
     "register_backend",
 ]
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
     )
     from .bert import Bert, BertConfig, BertModel
     from .corpus import Embeddings, open_embeddings
-    from .heads import CrossEncoder, SparseEncoder
+    from .heads import CrossEncoder, SparseEncoder, pipeline
     from .maps import AttentionMaps
 
 

@@ -157,6 +157,15 @@ class BertTokenizer:
             raise ValueError(f"token id {token_id} is not in the vocabulary of {self.vocab_size}.")
         return token
 
+    def token_to_id(self, token: str) -> int | None:
+        """The id of vocabulary entry ``token`` (None when it is not one)."""
+        return self._tok.token_to_id(token)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """Text of token ids, as the folder's decoder joins them (WordPiece: ``##`` pieces
+        glued, spaces before punctuation cleaned)."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         del state["_lock"]  # a lock does not pickle or copy; each copy gets its own

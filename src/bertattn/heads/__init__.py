@@ -5,10 +5,13 @@ encoder's output, loaded strictly from the checkpoint's own ``config.json`` and 
   sentence-transformers' ``predict`` / ``rank``.
 - :class:`SparseEncoder`: SPLADE sparse embeddings from a masked-LM head, with
   sentence-transformers' ``encode`` / ``decode`` / ``similarity`` / ``sparsity``.
+- :func:`pipeline`: transformers' text-classification, token-classification and fill-mask
+  pipelines, answering with the same dictionaries.
 """
 
 from .config import HeadConfig, read_head_config
 from .cross_encoder import CrossEncoder
+from .pipelines import pipeline
 from .sparse import SparseEncoder
 
-__all__ = ["CrossEncoder", "HeadConfig", "SparseEncoder", "read_head_config"]
+__all__ = ["CrossEncoder", "HeadConfig", "SparseEncoder", "pipeline", "read_head_config"]

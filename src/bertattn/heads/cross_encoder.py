@@ -9,7 +9,6 @@ with sentence-transformers' ``predict`` / ``rank`` API, on bertattn's encoder.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,11 @@ import torch
 from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
-from ..bert import Bert, ModelFolder, resolve_model
+from ..bert import ModelFolder, resolve_model
 from ..errors import ModelFolderError
-from .config import HeadConfig, read_head_config
+from .config import HeadConfig
 from .layers import load_classifier
+from .loading import load_encoder
 from .runner import run_head
 
 __all__ = ["CrossEncoder"]
@@ -93,16 +93,8 @@ class CrossEncoder:
         if activation_fn is not None and not callable(activation_fn):
             raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
         folder = resolve_model(model)
-        head = read_head_config(folder.model_dir, folder.root)
-        if head.kind != "sequence-classification":
-            raise ModelFolderError(
-                f"{folder.config_path}: architectures is {head.architecture or 'not given'}; "
-                f"a CrossEncoder needs a BertForSequenceClassification checkpoint (a reranker "
-                f"or classifier). For sentence embeddings load it with bertattn.Bert."
-            )
-        with warnings.catch_warnings():  # the head is read below, not skipped
-            warnings.filterwarnings("ignore", message=r".*skipped \d+ task-head tensors")
-            bert = Bert.load(folder, dtype=dtype, backend=backend, device=device, threads=threads)
+        load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
+        bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
         if bert.model.pooler is None:
             raise ModelFolderError(
                 f"{folder.weight_file()}: no pooler weights (bert.pooler.dense.*), which a "

@@ -15,7 +15,6 @@ numbers).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,8 @@ import torch
 from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
-from ..bert import Bert
-from ..errors import ModelFolderError
-from .config import read_head_config
 from .layers import MaskedLMHead, load_masked_lm_head
+from .loading import load_encoder
 from .runner import run_head
 from .sparse_folder import SparseSettings, read_sparse_folder
 
@@ -61,16 +58,8 @@ class SparseEncoder:
         self.max_active_dims = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         self.chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
         folder, settings = read_sparse_folder(model)
-        head_cfg = read_head_config(folder.model_dir, folder.root)
-        if head_cfg.kind != "masked-lm":
-            raise ModelFolderError(
-                f"{folder.config_path}: architectures is {head_cfg.architecture or 'not given'}; "
-                f"a SparseEncoder (SPLADE) needs a BertForMaskedLM checkpoint."
-            )
-        with warnings.catch_warnings():  # the head is read below; an MLM model has no pooler
-            warnings.filterwarnings("ignore", message=r".*skipped \d+ task-head tensors")
-            warnings.filterwarnings("ignore", message=r".*no pooler weights")
-            bert = Bert.load(folder, dtype=dtype, backend=backend, device=device, threads=threads)
+        load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
+        bert, _ = load_encoder(folder, "masked-lm", "a SparseEncoder (SPLADE)", **load)
         self.bert = bert
         self.settings: SparseSettings = settings
         self.head: MaskedLMHead = load_masked_lm_head(

@@ -1,0 +1,41 @@
+"""Loading an encoder for a head: the folder's ``config.json`` must name the head's
+architecture, and the encoder loads without the warnings about the head tensors it leaves
+(the head reads those itself)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..bert import Bert, ModelFolder
+from ..errors import ModelFolderError
+from .config import HEAD_KINDS, HeadConfig, read_head_config
+
+__all__ = ["load_encoder"]
+
+#: what each head kind is for, in the refusal
+_USES = {
+    "sequence-classification": "a reranker or classifier",
+    "token-classification": "a tagger",
+    "masked-lm": "fill-mask or SPLADE",
+}
+
+
+def load_encoder(folder: ModelFolder, kind: str, who: str, **load: Any) -> tuple[Bert, HeadConfig]:
+    """The :class:`Bert` of ``folder`` and its :class:`HeadConfig`, which must be of ``kind``
+    (``who``: the class or task asking, for the message); ``load``: :meth:`Bert.load`'s
+    keywords (``dtype``, ``backend``, ``device``, ``threads``)."""
+    head = read_head_config(folder.model_dir, folder.root)
+    if head.kind != kind:
+        arch = next(a for a, k in HEAD_KINDS.items() if k == kind)
+        raise ModelFolderError(
+            f"{folder.config_path}: architectures is {head.architecture or 'not given'}; "
+            f"{who} needs a {arch} checkpoint ({_USES[kind]}). For sentence embeddings load "
+            f"it with bertattn.Bert."
+        )
+    with warnings.catch_warnings():  # the head's tensors are read by the head
+        warnings.filterwarnings("ignore", message=r".*skipped \d+ task-head tensors")
+        if kind != "sequence-classification":  # these heads run without the pooler
+            warnings.filterwarnings("ignore", message=r".*no pooler weights")
+        bert = Bert.load(folder, **load)
+    return bert, head
