@@ -202,3 +202,34 @@ def test_minilm_encoder_with_a_random_head_equals_transformers(minilm_dir, tmp_p
     np.testing.assert_allclose(
         ce.predict(PAIRS), st_cross_encoder(folder).predict(PAIRS), atol=1e-5, rtol=0
     )
+
+
+def test_rank_long_documents_by_their_best_window(reranker):
+    """A document longer than the window is scored in overlapping windows of its own tokens
+    (a quarter overlap, the last ending at the document's end) and takes the best; the oracle
+    is transformers on each window's text (every word here is one token, so a window's text
+    tokenizes to the same tokens)."""
+    ce = CrossEncoder(reranker, threads=1)
+    words = "the attention head looks at every token in sentence and weighs it".split()
+    long_doc = " ".join(words[i % len(words)] for i in range(300))  # 300 tokens > 128
+    short = "hello world"
+    query = "bert model layer"
+    size = 40
+    step = size - size // 4
+    doc_words = long_doc.split()
+    starts = list(range(0, len(doc_words) - size + step, step))
+    if starts[-1] + size < len(doc_words):
+        starts.append(len(doc_words) - size)
+    windows = [" ".join(doc_words[s : s + size]) for s in starts]
+    assert len(windows) > 5 and windows[-1].endswith(doc_words[-1])
+    want = torch.sigmoid(hf_logits(reranker, [(query, w) for w in windows])[:, 0]).max()
+    want_short = torch.sigmoid(hf_logits(reranker, [(query, short)])[0, 0])
+    got = ce.rank(query, [long_doc, short], max_tokens_per_doc=size)
+    scores = {r["corpus_id"]: r["score"] for r in got}
+    assert scores[0] == pytest.approx(float(want), abs=1e-5)
+    assert scores[1] == pytest.approx(float(want_short), abs=1e-5)  # one window: the pair
+    cut = ce.rank(query, [long_doc, short])  # without windows: cut at max_length
+    first = torch.sigmoid(hf_logits(reranker, [(query, long_doc)])[0, 0])
+    assert {r["corpus_id"]: r["score"] for r in cut}[0] == pytest.approx(float(first), abs=1e-5)
+    with pytest.raises(ValueError, match="max_tokens_per_doc"):
+        ce.rank(query, [short], max_tokens_per_doc=0)

@@ -24,6 +24,7 @@ from .config import HeadConfig
 from .layers import load_classifier
 from .loading import load_encoder
 from .runner import run_head
+from .windows import pair_windows
 
 __all__ = ["CrossEncoder"]
 
@@ -146,6 +147,10 @@ class CrossEncoder:
                 )
                 for i, enc in zip(group, done, strict=True):
                     encodings[i] = enc
+        return self._logits(encodings, batch_size)
+
+    def _logits(self, encodings: Sequence[Any], batch_size: int) -> Tensor:
+        """``(N, num_labels)`` float32 logits of tokenized inputs."""
         if not encodings:
             return torch.zeros((0, self.num_labels))
         pooler, classifier = self.bert.model.pooler, self.classifier
@@ -210,10 +215,16 @@ class CrossEncoder:
         batch_size: int = 32,
         show_progress_bar: bool | None = None,
         activation_fn: Callable[[Tensor], Tensor] | None = None,
+        max_tokens_per_doc: int | None = None,
     ) -> list[dict[str, Any]]:
         """The documents best first for ``query``, as sentence-transformers' ``rank``:
         ``[{"corpus_id", "score", "text"?}]`` (``text`` with ``return_documents``), the first
-        ``top_k`` (None: all). Needs a one-label model (a reranker)."""
+        ``top_k`` (None: all). Needs a one-label model (a reranker).
+
+        ``max_tokens_per_doc``: a document longer than that many tokens (or than the window
+        left beside the query) is not cut: it is scored in overlapping windows of that many of
+        its tokens (a quarter overlapping) and takes its best window's score, so a passage
+        deep in a long document still counts. None: each pair cut at ``max_length``."""
         if self.num_labels != 1:
             raise ValueError(
                 f"rank() needs a model with one label (a reranker); this one has "
@@ -227,21 +238,47 @@ class CrossEncoder:
             if not isinstance(doc, str):
                 raise TypeError(f"documents[{i}] must be a string, got {describe(doc)}.")
         top_k = check_int(top_k, "top_k", low=1, optional=True)
+        window = check_int(max_tokens_per_doc, "max_tokens_per_doc", low=1, optional=True)
         check_bool(return_documents, "return_documents")
         if not documents:
             return []
-        scores = self.predict(
-            [(query, doc) for doc in documents],
-            batch_size=batch_size,
-            show_progress_bar=show_progress_bar,
-            activation_fn=activation_fn,
-            convert_to_tensor=True,
-        )
+        if window is None:
+            scores = self.predict(
+                [(query, doc) for doc in documents],
+                batch_size=batch_size,
+                show_progress_bar=show_progress_bar,
+                activation_fn=activation_fn,
+                convert_to_tensor=True,
+            ).tolist()  # type: ignore[union-attr]
+        else:
+            scores = self._best_windows(query, documents, window, batch_size, activation_fn)
         results: list[dict[str, Any]] = []
-        for i, score in enumerate(scores.tolist()):  # type: ignore[union-attr]
+        for i, score in enumerate(scores):
             row: dict[str, Any] = {"corpus_id": i, "score": score}
             if return_documents:
                 row["text"] = documents[i]
             results.append(row)
         results.sort(key=lambda r: r["score"], reverse=True)
         return results[:top_k]
+
+    def _best_windows(
+        self,
+        query: str,
+        documents: Sequence[str],
+        window: int,
+        batch_size: int,
+        activation_fn: Callable[[Tensor], Tensor] | None,
+    ) -> list[float]:
+        """Each document's best window score (see :meth:`rank`)."""
+        tok = self.bert.tokenizer
+        owner: list[int] = []
+        encodings: list[Any] = []
+        for i, doc in enumerate(documents):
+            parts = pair_windows(tok, query, doc, max_length=self.max_length, doc_tokens=window)
+            encodings += parts
+            owner += [i] * len(parts)
+        fn = self.activation_fn if activation_fn is None else activation_fn
+        scores = fn(self._logits(encodings, batch_size))[:, 0]  # (windows,)
+        best = torch.full((len(documents),), float("-inf"))
+        best.scatter_reduce_(0, torch.tensor(owner), scores.float(), "amax")
+        return best.tolist()
