@@ -256,6 +256,18 @@ def test_a_small_request_is_not_held_by_a_large_one_tokenizing(server):
     assert max(lat for lat, _ in small) < 0.75, (small, answer["took"])
 
 
+def test_a_chunked_request_names_the_input_by_its_index_in_the_whole_request(server):
+    """Tokenized in chunks of 256 texts: a too-long input at 290 is 'inputs[290]', not the
+    chunk's 'inputs[34]'."""
+    texts = [f"short text number {i}" for i in range(300)]  # > 4,096 characters: chunked
+    texts[290] = "word " * 400  # > 128 tokens
+    body = {"inputs": texts, "truncate": False}
+    r = httpx.post(server.url + "/embed", json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 400, r.text[:300]
+    error = _envelope(r)
+    assert error["param"] == "inputs[290]" and "'inputs[290]'" in error["message"], error
+
+
 # ---------------------------------------------------------------------- 3. connections
 HEADER_TIMEOUT = 1.0
 CAP = 8
