@@ -1,5 +1,6 @@
 """The API key of a real ``bertattn serve`` (from ``BERTATTN_API_KEY``): data routes need
-``Authorization: Bearer KEY`` (401 in the envelope otherwise), probes and /metrics stay open,
+``Authorization: Bearer KEY`` (401 in the envelope otherwise), /info too (it tells the
+model, limits and threads), probes and /metrics stay open,
 the openai client works with the key, and texts do not reach the log at -v."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def server(cli_subprocess, tiny_checkpoint):
 )
 @pytest.mark.parametrize(
     "method, path", [("POST", "/v1/embeddings"), ("POST", "/embed"), ("POST", "/tokenize"),
-                     ("GET", "/v1/models")],
+                     ("GET", "/v1/models"), ("GET", "/info")],
 )  # fmt: skip
 def test_data_routes_need_the_key(server, tiny_checkpoint, headers, method, path):
     body = {"model": tiny_checkpoint.name, "input": "hi"} if path.startswith("/v1/emb") else None
@@ -43,7 +44,7 @@ def test_data_routes_need_the_key(server, tiny_checkpoint, headers, method, path
     assert set(error) == {"message", "type", "param", "code"}
 
 
-@pytest.mark.parametrize("path", ["/live", "/ready", "/health", "/metrics", "/info"])
+@pytest.mark.parametrize("path", ["/live", "/ready", "/health", "/metrics"])
 def test_probes_and_metrics_are_open(server, path):
     assert httpx.get(server.url + path, timeout=10).status_code == 200
 

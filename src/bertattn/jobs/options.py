@@ -614,6 +614,8 @@ SERVE_REQUEST_INPUTS = 2048  # OpenAI's own cap on inputs per embeddings request
 SERVE_BODY_SIZE = "16M"
 SERVE_DRAIN_TIMEOUT = 30.0
 SERVE_QUEUE_TIME = 2.0
+SERVE_HEADER_TIMEOUT = 10.0
+SERVE_MAX_CONNECTIONS = 1024
 
 
 def _seconds(cls: type, obj: object, name: str) -> None:
@@ -699,8 +701,8 @@ class ServeOptions:
     )
     api_key: str | None = _opt(
         None,
-        "require 'Authorization: Bearer KEY' on the data routes (default: $BERTATTN_API_KEY; "
-        "none: open). Probes and /metrics stay open",
+        "require 'Authorization: Bearer KEY' on the data routes and /info (default: "
+        "$BERTATTN_API_KEY; none: open). Probes and /metrics stay open",
         metavar="KEY",
     )
     drain_timeout: float = _opt(
@@ -709,6 +711,21 @@ class ServeOptions:
         f"{SERVE_DRAIN_TIMEOUT:.0f}); /ready answers 503 meanwhile",
         type=float,
         metavar="SECONDS",
+    )
+    header_timeout: float = _opt(
+        SERVE_HEADER_TIMEOUT,
+        f"seconds a connection may take to send a request's headers, counted from when it "
+        f"opens or its last answer (default {SERVE_HEADER_TIMEOUT:g}); then it is closed (408 "
+        f"when part of a request came)",
+        type=float,
+        metavar="SECONDS",
+    )
+    max_connections: int | None = _opt(
+        None,
+        f"open connections at most; more get 503 and are closed (default "
+        f"{SERVE_MAX_CONNECTIONS}, lowered to the open-file limit less 64)",
+        type=int,
+        metavar="N",
     )
     quiet: bool = _opt(
         False,
@@ -752,6 +769,10 @@ class ServeOptions:
             raise UsageError("--api-key is empty; give a key, or drop --api-key.")
         _seconds(cls, self, "drain_timeout")
         _seconds(cls, self, "max_queue_time")
+        _seconds(cls, self, "header_timeout")
+        if self.header_timeout == 0:
+            raise UsageError("--header-timeout must be a number of seconds > 0, got 0.")
+        _int(cls, self, "max_connections")
 
     @property
     def max_body_bytes(self) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import JobError, MissingExtraError, UsageError
-from .options import ServeOptions, job_device
+from .options import SERVE_MAX_CONNECTIONS, ServeOptions, job_device
 
 logger = logging.getLogger("bertattn.serve")
 
@@ -70,6 +70,23 @@ def _listen(host: str, port: int) -> socket.socket:
         ) from None
 
 
+def _max_connections(given: int | None) -> int:
+    """``--max-connections``, or the default: 1024, lowered to the soft open-file limit less 64
+    (files the process needs besides connections), so that the cap is met before the process
+    runs out of files and cannot even answer /live."""
+    if given is not None:
+        return given
+    try:
+        import resource
+
+        files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # not POSIX
+        return SERVE_MAX_CONNECTIONS
+    if files == resource.RLIM_INFINITY or files <= 0:
+        return SERVE_MAX_CONNECTIONS
+    return max(16, min(SERVE_MAX_CONNECTIONS, files - 64))
+
+
 def run_serve(
     options: ServeOptions, *, announce: Callable[[str], object] | None = None
 ) -> ServeResult:
@@ -79,6 +96,7 @@ def run_serve(
 
     from ..bert import Bert
     from ..serve import create_app
+    from ..serve.connections import guarded_protocol
     from ..serve.runner import DrainingServer
 
     say = announce or (lambda line: None)
@@ -116,8 +134,12 @@ def run_serve(
             served_name=options.served_model_name,
         )
         state = app.state.serve
+        protocol = guarded_protocol(
+            state.metrics, options.header_timeout, _max_connections(options.max_connections)
+        )
         config = uvicorn.Config(
             app,
+            http=protocol,
             log_config=None,
             access_log=False,
             lifespan="on",

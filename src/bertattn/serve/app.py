@@ -2,8 +2,8 @@
 
 :func:`create_app` ``(bert, **limits)`` returns a Starlette app; ``bertattn serve`` runs it in
 uvicorn, and it can be mounted in any ASGI server. Data routes (``/v1/embeddings``, ``/embed``,
-``/tokenize``, ``/v1/models``) need the API key when one is set; probes (``/live``,
-``/ready``, ``/health``), ``/info`` and ``/metrics`` stay open.
+``/tokenize``, ``/v1/models``) and ``/info`` need the API key when one is set; probes
+(``/live``, ``/ready``, ``/health``) and ``/metrics`` stay open.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import base64
 import hmac
 import logging
 import os
+import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -38,7 +40,7 @@ from .bodies import (
     request_timeout,
 )
 from .encoding import dumps
-from .errors import ApiError, envelope
+from .errors import ApiError, clip, envelope
 from .limits import Limits
 from .telemetry import ServeMetrics
 from .tokens import from_ids, token_pieces, tokenize
@@ -53,6 +55,12 @@ _BIG = 256 << 10  # bodies larger than this are parsed off the event loop
 _INLINE_CHARS = 4096
 #: responses of at most this many floats are serialized on the event loop (~0.1 ms with orjson)
 _INLINE_FLOATS = 16384
+#: a large request is tokenized in chunks of at most this many texts / characters, the lock given
+#: up between chunks, so that a small request waits for one chunk, not the whole request
+_CHUNK_TEXTS = 256
+_CHUNK_CHARS = 64 << 10
+#: token ids in one request above which their conversion runs off the event loop
+_INLINE_IDS = 65536
 
 
 class ServeState:
@@ -113,7 +121,11 @@ class ServeState:
     async def tokenize(self, fn: Callable[..., Any], texts: list[str], *args: Any) -> Any:
         """``fn(bert, texts, *args)`` under the tokenizer lock: on the event loop for a small
         request when the lock is free, else on the tokenizer thread (a large request never
-        holds up the loop); its time goes to the histogram."""
+        holds up the loop) in chunks of at most ``_CHUNK_TEXTS`` texts / ``_CHUNK_CHARS``
+        characters, one at a time, so that other requests' chunks run in between (one request
+        does not hold the tokenizer for the others). ``fn`` returns a list, or a tuple of
+        lists, per text; a 400 naming ``param[i]`` names the index in the whole request. Its
+        time goes to the histogram."""
         start = time.perf_counter()
         try:
             if sum(map(len, texts)) <= _INLINE_CHARS and self.tokenizer_lock.acquire(False):
@@ -122,9 +134,22 @@ class ServeState:
                 finally:
                     self.tokenizer_lock.release()
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
-                self.tokenizer_thread, self._locked, fn, texts, *args
-            )
+            out: Any = None
+            for first, chunk in _chunks(texts):
+                try:
+                    part = await loop.run_in_executor(
+                        self.tokenizer_thread, self._locked, fn, chunk, *args
+                    )
+                except ApiError as exc:
+                    raise _shifted(exc, first) from None
+                if out is None:
+                    out = part
+                elif isinstance(out, tuple):
+                    for whole, piece in zip(out, part, strict=True):
+                        whole.extend(piece)
+                else:
+                    out.extend(part)
+            return out
         finally:
             self.metrics.stage.observe(time.perf_counter() - start, "tokenization")
 
@@ -134,6 +159,28 @@ class ServeState:
 
 
 # ---------------------------------------------------------------------- helpers
+def _chunks(texts: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """``(index of the first, texts)`` of consecutive chunks of at most ``_CHUNK_TEXTS`` texts
+    and ``_CHUNK_CHARS`` characters (a longer single text is a chunk by itself)."""
+    start = chars = 0
+    for i, text in enumerate(texts):
+        if i > start and (i - start >= _CHUNK_TEXTS or chars + len(text) > _CHUNK_CHARS):
+            yield start, texts[start:i]
+            start, chars = i, 0
+        chars += len(text)
+    yield start, texts[start:]
+
+
+def _shifted(exc: ApiError, by: int) -> ApiError:
+    """``exc`` naming ``param[i]`` of a chunk as ``param[i + by]`` of the whole request."""
+    match = None if exc.param is None else re.fullmatch(r"(.*)\[(\d+)\]", exc.param)
+    if by and match:
+        where = f"{match[1]}[{int(match[2]) + by}]"
+        exc.message = exc.message.replace(f"'{exc.param}'", f"'{where}'")
+        exc.param = where
+    return exc
+
+
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(dumps(data), status, headers=headers, media_type="application/json")
 
@@ -172,6 +219,14 @@ async def _body(state: ServeState, request: Request) -> dict[str, Any]:
         f"(--max-body-size); split the request.",
         code="body_too_large",
     )
+    coding = request.headers.get("content-encoding", "identity").strip().lower()
+    if coding not in ("", "identity"):
+        raise ApiError(
+            415,
+            f"Content-Encoding {clip(coding, 40)} is not supported; send the body uncompressed "
+            f"(no Content-Encoding, or identity).",
+            code="unsupported_content_encoding",
+        )
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise too_big
@@ -197,9 +252,18 @@ async def _body(state: ServeState, request: Request) -> dict[str, Any]:
     except ClientDisconnect:
         raise ApiError(499, "the client went away.", code="client_closed", reason="gone") from None
     content_type = request.headers.get("content-type")
-    if len(body) > _BIG:
+    request.state.big = len(body) > _BIG
+    if request.state.big:
         return await run_in_threadpool(parse_json, body, content_type)
     return parse_json(body, content_type)
+
+
+async def _checked(request: Request, check: Callable[..., Any], obj: Any, **kw: Any) -> Any:
+    """``check(obj, **kw)``: off the event loop for a large body (checking a 16 MB body of
+    token ids is ~0.1 s of work: /live and the other requests are answered meanwhile)."""
+    if getattr(request.state, "big", False):
+        return await run_in_threadpool(lambda: check(obj, **kw))
+    return check(obj, **kw)
 
 
 async def _disconnected(request: Request) -> None:
@@ -224,6 +288,10 @@ async def _embed(
             logger.debug("texts (first 8 of %d): %r", len(req.texts), req.texts[:8])
         encodings, counts = await state.tokenize(
             tokenize, req.texts, state.max_input_tokens, truncate, param
+        )
+    elif sum(map(len, req.ids or [])) > _INLINE_IDS:
+        encodings, counts = await run_in_threadpool(
+            from_ids, req.ids or [], state.max_input_tokens, param
         )
     else:
         encodings, counts = from_ids(req.ids or [], state.max_input_tokens, param)
@@ -337,36 +405,45 @@ async def _serialize(
 Handler = Callable[[ServeState, Request], Awaitable[Response]]
 
 
-def _route(path: str, name: str, handler: Handler, *, data: bool, method: str = "GET") -> Route:
-    """A route that counts its answers, turns ApiError into the envelope, and (``data``)
-    checks the key and the drain state and counts itself in flight."""
+def _route(
+    path: str, name: str, handler: Handler, *, data: bool, method: str = "GET", key: bool = False
+) -> Route:
+    """A route that counts its answers (the status the client gets), turns ApiError into the
+    envelope, checks the key (``data`` or ``key``) and (``data``) the drain state and counts
+    itself in flight. While the server drains, every answer says ``Connection: close``."""
 
     async def endpoint(request: Request) -> Response:
         state: ServeState = request.app.state.serve
         status = 500
         counted = False
         try:
-            if data:
-                _check_key(state, request)
-                if state.batcher.failed is not None:
-                    raise ApiError(
-                        503,
-                        "the model worker of this server has stopped (see its log); send the "
-                        "request to another replica.",
-                        code="worker_failed",
-                    )
-                if not state.ready:
-                    raise _unavailable()
-                state.in_flight += 1
-                counted = True
-            response = await handler(state, request)
+            try:
+                if data or key:
+                    _check_key(state, request)
+                if data:
+                    if state.batcher.failed is not None:
+                        raise ApiError(
+                            503,
+                            "the model worker of this server has stopped (see its log); send "
+                            "the request to another replica.",
+                            code="worker_failed",
+                        )
+                    if not state.ready:
+                        raise _unavailable()
+                    state.in_flight += 1
+                    counted = True
+                response = await handler(state, request)
+            except ApiError as exc:
+                response = _error(exc)
+                if exc.status in (400, 401, 404, 408, 413, 415, 429, 499, 503, 504):
+                    state.metrics.rejections.inc(exc.reason if exc.status != 400 else "invalid")
+            if state.draining:
+                response.headers["connection"] = "close"
             status = response.status_code
             return response
-        except ApiError as exc:
-            status = exc.status
-            if exc.status in (400, 401, 404, 408, 413, 415, 429, 499, 503, 504):
-                state.metrics.rejections.inc(exc.reason if exc.status != 400 else "invalid")
-            return _error(exc)
+        except asyncio.CancelledError:  # the server stops now: _CutShort answers 503
+            status = 503
+            raise
         finally:
             if counted:
                 state.in_flight -= 1
@@ -377,7 +454,9 @@ def _route(path: str, name: str, handler: Handler, *, data: bool, method: str = 
 
 async def _openai(state: ServeState, request: Request) -> Response:
     obj = await _body(state, request)
-    req = check_openai(
+    req = await _checked(
+        request,
+        check_openai,
         obj,
         names=state.names,
         width=state.width,
@@ -391,7 +470,9 @@ async def _openai(state: ServeState, request: Request) -> Response:
 
 async def _tei(state: ServeState, request: Request) -> Response:
     obj = await _body(state, request)
-    req = check_tei(obj, width=state.width, limit=state.limits.max_request_inputs)
+    req = await _checked(
+        request, check_tei, obj, width=state.width, limit=state.limits.max_request_inputs
+    )
     rows, _ = await _embed(state, request, req, "inputs")
     emb = _finish(state, rows, bool(req.normalize), req.dimensions)
     return await _serialize(state, emb.size, dumps, list(emb))
@@ -399,7 +480,9 @@ async def _tei(state: ServeState, request: Request) -> Response:
 
 async def _tokenize(state: ServeState, request: Request) -> Response:
     obj = await _body(state, request)
-    req, special = check_tokenize(obj, limit=state.limits.max_request_inputs)
+    req, special = await _checked(
+        request, check_tokenize, obj, limit=state.limits.max_request_inputs
+    )
     pieces = await state.tokenize(token_pieces, req.texts, state.max_input_tokens, special)
     return _json(pieces)
 
@@ -459,6 +542,49 @@ async def _metrics(state: ServeState, request: Request) -> Response:
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
+class _CutShort:
+    """ASGI middleware: a request cancelled before its answer started (a second SIGTERM, the
+    end of the drain's time) gets 503 in the envelope with ``Connection: close``, not
+    uvicorn's plain-text 500."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if not started:
+                started = True
+                error = _unavailable()
+                error.message = (
+                    "the server stopped before this request was answered; send it again, to "
+                    "another replica."
+                )
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"retry-after", b"1"),
+                    (b"connection", b"close"),
+                ]
+                try:
+                    await send({"type": "http.response.start", "status": 503, "headers": headers})
+                    await send({"type": "http.response.body", "body": dumps(error.body())})
+                except Exception:  # noqa: BLE001  (the connection is gone: nothing to answer)
+                    pass
+            raise
+
+
 # ---------------------------------------------------------------------- the app
 def create_app(bert: Any, **limits: Any) -> Starlette:
     """The embeddings server for ``bert`` (a loaded :class:`bertattn.Bert`) as an ASGI app.
@@ -483,14 +609,22 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
             state.tokenizer_thread.shutdown(wait=False)
 
     async def not_found(request: Request, exc: Exception) -> Response:
+        """404 (no route) and 405 (with ``Allow``: the methods the route takes), counted in
+        /metrics under the route ``unmatched``."""
         status = getattr(exc, "status_code", 500)
+        path = clip(request.url.path)
         if status == 404:
-            msg = f"no route {request.url.path[:200]}; see GET /info and the README's Serving."
+            msg = f"no route {path}; see GET /info and the README's Serving."
         elif status == 405:
-            msg = f"{request.method} is not allowed on {request.url.path[:200]}."
+            msg = f"{clip(request.method, 20)} is not allowed on {path}."
         else:
             msg = getattr(exc, "detail", None) or "error"
-        return _json(envelope(str(msg), "invalid_request_error", None, None), status)
+        headers = dict(getattr(exc, "headers", None) or {})
+        if state.draining:
+            headers["connection"] = "close"
+        response = _json(envelope(str(msg), "invalid_request_error", None, None), status, headers)
+        state.metrics.requests.inc("unmatched", str(status))
+        return response
 
     async def server_error(request: Request, exc: Exception) -> Response:
         logger.exception("unexpected error on %s", request.url.path)
@@ -502,7 +636,7 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
         _route("/embed", "embed", _tei, data=True, method="POST"),
         _route("/tokenize", "tokenize", _tokenize, data=True, method="POST"),
         _route("/v1/models", "models", _models, data=True),
-        _route("/info", "info", _info, data=False),
+        _route("/info", "info", _info, data=False, key=True),
         _route("/live", "live", _live, data=False),
         _route("/ready", "ready", _ready, data=False),
         _route("/health", "health", _health, data=False),
@@ -510,6 +644,7 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
+        middleware=[Middleware(_CutShort)],
         lifespan=lifespan,
         exception_handlers={HTTPException: not_found, Exception: server_error},
     )

@@ -1,6 +1,9 @@
 """Running the app in uvicorn with a drain: SIGTERM / Ctrl-C first turn ``/ready`` and new data
 requests to 503 and let the requests in flight finish (at most ``drain_timeout`` seconds), then
-stop. A second signal stops at once. No signal is raised again afterwards: the caller decides
+stop. The drain lasts at least ``DRAIN_LINGER`` seconds (``drain_timeout`` when less), so that a
+request sent just after the signal on a kept-alive connection gets 503 with ``Connection:
+close`` instead of a reset connection. A second signal stops at once (requests cut short get
+503 in the error envelope). No signal is raised again afterwards: the caller decides
 the exit status from :attr:`DrainingServer.signal`."""
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from .app import ServeState
 logger = logging.getLogger("bertattn.serve")
 
 __all__ = ["DrainingServer", "listen"]
+
+DRAIN_LINGER = 1.0  # seconds the drain lasts at least (answering 503 + Connection: close)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -79,7 +84,8 @@ class DrainingServer(uvicorn.Server):
         if self.signal is not None and not self.should_exit:
             waited = time.monotonic() - self._drain_start
             idle = self.state.in_flight == 0 and self.state.batcher.idle()
-            if idle or waited >= self.drain_timeout:
+            linger = min(DRAIN_LINGER, self.drain_timeout)
+            if (idle and waited >= linger) or waited >= self.drain_timeout:
                 self.drained = idle
                 left = max(0.0, self.drain_timeout - waited)
                 self.config.timeout_graceful_shutdown = max(1.0, left)

@@ -51,6 +51,21 @@ class ServeMetrics:
         self.admitted_inputs = r.add(
             Counter("bertattn_admitted_inputs_total", "inputs admitted to the queue")
         )
+        self.connections_closed = r.add(
+            Counter(
+                "bertattn_connections_closed_total",
+                "connections the server cut: header_timeout (request headers not complete in "
+                "time), idle (nothing sent in time), over_limit (past --max-connections)",
+                ("reason",),
+            )
+        )
+        #: HTTP connections open now (kept by the server's protocol, see .connections)
+        self.open_connections = 0
+        r.add(
+            Gauge(
+                "bertattn_open_connections", "HTTP connections open", lambda: self.open_connections
+            )
+        )
         r.add(
             Gauge("bertattn_queue_requests", "requests waiting for the model", lambda: depth()[0])
         )
