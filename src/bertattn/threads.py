@@ -369,6 +369,22 @@ class ThreadGovernor:
         self._probe: tuple[int, float, float, int] | None = None  # (level, ref cost, cost, work)
         self._mark: tuple[float, int | None] = (time.perf_counter(), self._delay.total())
 
+    def __getstate__(self) -> dict:
+        """A copy or pickle keeps the rungs and settings, not the lock (locks do not pickle)
+        nor the measurements (they describe this process's run, not the copy's)."""
+        state = dict(self.__dict__)
+        for name in ("_busy", "_ref", "_probe", "_mark"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Rebuild what :meth:`__getstate__` dropped: a fresh lock, no reference, no probe."""
+        self.__dict__.update(state)
+        self._busy = threading.Lock()
+        self._ref = None
+        self._probe = None
+        self._mark = (time.perf_counter(), self._delay.total())
+
     @property
     def threads(self) -> int:
         """The count the governor runs at now."""
