@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..files import overlapping
+from ..threads import check_threads
 from .inputs import is_stream
 
 __all__ = [
@@ -287,6 +288,7 @@ class EncodeOptions:
         _int(cls, self, "max_length", low=3, because=_MAX_LENGTH_WHY)
         _int(cls, self, "workers")
         _int(cls, self, "threads")
+        check_threads(self.threads, flag(cls, "threads"))
         self.chunk_bytes  # noqa: B018  (parses --chunk-size)
         if self.normalize is not None and not isinstance(self.normalize, bool):
             raise UsageError(f"normalize must be True, False or None, got {self.normalize!r}.")
@@ -728,6 +730,7 @@ class ServeOptions:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise UsageError(f"--port must be an integer in 0..65535, got {port!r}.")
         _int(cls, self, "threads")
+        check_threads(self.threads, flag(cls, "threads"))
         _int(cls, self, "max_batch_tokens", optional=False)
         _int(cls, self, "max_queue_tokens", optional=False)
         _int(cls, self, "max_request_inputs", optional=False)
