@@ -8,7 +8,9 @@ import copy
 import multiprocessing
 import os
 import pickle
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -137,3 +139,238 @@ def test_cli_adaptive_threads_garbage_is_one_line_exit_2(cli, tiny_checkpoint: P
     )
     assert r.code == 2, r
     assert f"{ADAPTIVE_ENV}='garbage' is not one of" in r.err and "Traceback" not in r.err, r
+
+
+# ---------------------------------------------------------------------- huge texts: cut first
+#: texts far longer than the budget (16 characters per needed token), each built to trip a
+#: cut that would change the tokens: whitespace runs, no spaces at all, words that normalize
+#: away or grow, words of many pieces or over WordPiece's 100 characters, special tokens
+LONG_TEXTS = {
+    "english": "hello world, this is a sentence. " * 700,
+    "whitespace-runs": "a" + " " * 30_000 + "b c\t\t\n\r d " * 300 + "\n" * 9000 + "end " * 400,
+    "leading-whitespace": " " * 60_000 + "the words come late " * 200,
+    "cjk": "日本語の文章です。中文句子没有空格" * 1500,
+    "cjk-no-punct": "汉字" * 9000,
+    "accents": "café naïve résumé Ångström e\u0301te\u0301 " * 800,
+    "combining-run": "a" + "\u0301" * 20_000 + " b" * 3000,
+    "emoji": "😀🎉 👍🏽 family👨‍👩‍👧 flags🇫🇷 " * 1200,
+    "many-pieces": "supercalifragilisticexpialidocious antidisestablishmentarianism " * 400,
+    "over-100-chars": ("x" * 150 + " ") * 300 + ("y" * 99 + " ") * 200,
+    "one-huge-word": "z" * 60_000,
+    "specials": "[MASK] [SEP] hello [CLS] ab[MASK]cd [PAD]" * 900,
+    "glued-specials": "ab[MASK]" * 6000,
+    "controls": "a\x00b\x1cc\u200bd\ufffde\x7f " * 2500,
+    "casing": "ΣΊΣΥΦΟΣ ΣΣ İstanbul ǅemal ß ﬁne " * 1200,
+    "punctuation": "!?.,;:'\"()[]{}" * 3000,
+    "digits": "1234567890" * 5000,
+    "no-word-end-tail": "short words first " * 20 + "w" * 80_000,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizers_pair(minilm_dir: Path):
+    """bertattn's tokenizer and a reference ``tokenizers.Tokenizer`` of the same file, which
+    always tokenizes the whole text."""
+    from tokenizers import Tokenizer
+
+    from bertattn.bert.tokenizer import BertTokenizer
+
+    ours = BertTokenizer.from_folder(minilm_dir)
+    reference = Tokenizer.from_file(str(minilm_dir / "tokenizer.json"))
+    reference.no_padding()
+    return ours, reference
+
+
+def _whole(reference, texts: list[str], pairs: list[str] | None, limit: int) -> list:
+    reference.enable_truncation(limit, strategy="longest_first")
+    return reference.encode_batch(texts if pairs is None else list(zip(texts, pairs, strict=True)))
+
+
+def _same(got, want) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.ids == w.ids
+        assert g.type_ids == w.type_ids
+        assert g.tokens == w.tokens
+        assert g.offsets == w.offsets
+        assert g.special_tokens_mask == w.special_tokens_mask
+        assert bool(g.overflowing) == bool(w.overflowing)
+
+
+@pytest.mark.parametrize("limit", [8, 64, 512])
+@pytest.mark.parametrize("name", sorted(LONG_TEXTS))
+def test_a_cut_text_tokenizes_as_the_whole_text(tokenizers_pair, name: str, limit: int) -> None:
+    ours, reference = tokenizers_pair
+    texts = [LONG_TEXTS[name], "a short text"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = ours.encode_batch(texts, max_length=limit)
+    _same(got, _whole(reference, texts, None, limit))
+
+
+PAIRS = [
+    ("english", "cjk"),
+    ("whitespace-runs", "english"),
+    ("many-pieces", "specials"),
+    ("emoji", "accents"),
+    ("combining-run", "over-100-chars"),
+]
+
+
+@pytest.mark.parametrize("limit", [9, 64, 512])
+@pytest.mark.parametrize(("first", "second"), PAIRS)
+def test_cut_pairs_truncate_as_the_whole_pairs(tokenizers_pair, first, second, limit) -> None:
+    ours, reference = tokenizers_pair
+    # past the budget (16 characters per token), yet short enough for the reference: a whole
+    # pair's overflowing encodings multiply (each window of one with each of the other)
+    n = 40 * (limit + 1)
+    a, b = LONG_TEXTS[first][-n:], LONG_TEXTS[second][-n:]
+    texts = [a, "a short one", a, b[: 4 * limit]]
+    pairs = [b, b, "two words", a[: 8 * limit]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = ours.encode_batch(texts, pairs, max_length=limit)
+    _same(got, _whole(reference, texts, pairs, limit))
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("x " * 1300, "x " * 1300),  # a tie: the second text gets the odd token
+        ("x " * 1301, "x " * 1300),
+        ("x " * 1300, "x " * 1301),
+        (" " * 3000 + "x " * 1400, "x y, " * 500),  # sparse and longer vs dense and shorter
+        ("x y, " * 500, " " * 3000 + "x " * 1600),
+        ("x " * 1300, "x " * 200),  # one long, one just past the room
+        ("x " * 200, "x " * 1300),
+    ],
+)
+def test_a_cut_pair_keeps_which_text_is_longer(tokenizers_pair, first: str, second: str) -> None:
+    ours, reference = tokenizers_pair
+    for limit in (64, 65, 128, 129):  # rooms of 61, 62, 125, 126 tokens: odd and even
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = ours.encode_batch([first], [second], max_length=limit)
+        _same(got, _whole(reference, [first], [second], limit))
+
+
+class _Spy:
+    """A ``tokenizers.Tokenizer`` stand-in that records the longest text it was given."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.longest = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def _seen(self, inputs) -> None:
+        for item in inputs:
+            for text in item if isinstance(item, tuple) else (item,):
+                self.longest = max(self.longest, len(text))
+
+    def encode_batch(self, inputs, *args, **kwargs):
+        self._seen(inputs)
+        return self.inner.encode_batch(inputs, *args, **kwargs)
+
+    def encode(self, text, *args, **kwargs):
+        self._seen([text, *args[:1]])
+        return self.inner.encode(text, *args, **kwargs)
+
+
+def test_a_huge_text_reaches_the_tokenizer_cut_to_the_budget(tokenizers_pair) -> None:
+    ours, reference = tokenizers_pair
+    huge = "hello world " * 50_000  # 600,000 characters, 100,000 tokens
+    spy = _Spy(ours._tok)
+    twin = copy.copy(ours)
+    twin._tok = spy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = twin.encode_batch([huge, huge[:50]], max_length=256)
+    # 16 characters per token needed (257), to the next word end: never the whole text
+    assert 0 < spy.longest <= 16 * 257 + len("hello "), spy.longest
+    _same(got, _whole(reference, [huge, huge[:50]], None, 256))
+
+
+# ---------------------------------------------------------------------- the server's tokens
+def _server_refusal(bert, texts: list[str], *, truncate: bool = False):
+    from bertattn.serve.errors import ApiError
+    from bertattn.serve.tokens import tokenize
+
+    with pytest.raises(ApiError) as info:
+        tokenize(bert, texts, 16, truncate, "input")
+    return info.value
+
+
+def test_truncate_false_names_the_true_token_count(tokenizers_pair) -> None:
+    ours, reference = tokenizers_pair
+    text = "hello world, " * 1000  # past the budget: cut before tokenizing, counted apart
+    reference.no_truncation()
+    want = len(reference.encode(text).ids)  # 3002: [CLS], 3 tokens x 1000, [SEP]
+    error = _server_refusal(SimpleNamespace(tokenizer=ours), ["fine", text])
+    assert error.status == 400 and error.param == "input[1]" and error.code == "input_too_long"
+    assert f"has {want} tokens, more than this server's limit of 16" in error.message
+
+
+def test_truncate_false_says_more_than_past_the_count_limit(tokenizers_pair) -> None:
+    from bertattn.serve.tokens import COUNT_MOST
+
+    ours, _ = tokenizers_pair
+    huge = "hello world " * 850_000  # 10 MB, 1,700,002 tokens: once reported as "1000000"
+    spy = _Spy(ours._tok)
+    twin = copy.copy(ours)
+    twin._tok = spy
+    error = _server_refusal(SimpleNamespace(tokenizer=twin), [huge])
+    assert f"has more than {COUNT_MOST} tokens, more than this server's limit" in error.message
+    assert spy.longest < 40 * COUNT_MOST  # the count read a bounded prefix, not 10 MB
+
+
+def test_the_server_refuses_a_lone_surrogate_naming_input_and_position(tokenizers_pair):
+    ours, _ = tokenizers_pair
+    for truncate in (True, False):
+        error = _server_refusal(
+            SimpleNamespace(tokenizer=ours), ["ok", "caf\udce9 x"], truncate=truncate
+        )
+        assert error.status == 400 and error.param == "input[1]" and error.code == "invalid_text"
+        assert "'input[1]' holds a lone surrogate (U+DCE9) at character 3" in error.message
+
+
+def test_post_tokenize_refuses_a_lone_surrogate(tokenizers_pair) -> None:
+    from bertattn.serve.errors import ApiError
+    from bertattn.serve.tokens import token_pieces
+
+    ours, _ = tokenizers_pair
+    with pytest.raises(ApiError, match=r"'inputs\[0\]' holds a lone surrogate \(U\+D800\)"):
+        token_pieces(SimpleNamespace(tokenizer=ours), ["\ud800"], 16, False)
+
+
+# ---------------------------------------------------------------------- lone surrogates
+@pytest.fixture(scope="module")
+def tiny_bert(tiny_checkpoint: Path) -> Bert:
+    return Bert.load(tiny_checkpoint, threads=1)
+
+
+@pytest.mark.parametrize(
+    ("texts", "where"),
+    [
+        (["\ud800"], r"texts\[0\] holds a lone surrogate \(U\+D800\) at character 0"),
+        (["fine", "caf\udce9"], r"texts\[1\] holds a lone surrogate \(U\+DCE9\) at character 3"),
+        (["ok", "ok", "a \udfff b"], r"texts\[2\] holds a lone surrogate \(U\+DFFF\) at char"),
+    ],
+)
+def test_encode_refuses_a_lone_surrogate_naming_index_and_position(tiny_bert, texts, where):
+    with pytest.raises(ValueError, match=where) as info:
+        tiny_bert.encode(texts)
+    assert "errors='replace'" in str(info.value)  # the fix
+
+
+def test_a_valid_astral_character_is_not_a_surrogate(tiny_bert) -> None:
+    assert tiny_bert.encode(["emoji 😀 and 𝔘"]).shape[0] == 1  # one code point each in Python
+
+
+def test_tokenizer_names_a_surrogate_in_pairs(tokenizers_pair) -> None:
+    from bertattn.bert.tokenizer import InvalidTextError
+
+    ours, _ = tokenizers_pair
+    with pytest.raises(InvalidTextError, match=r"pairs\[1\] holds a lone surrogate") as info:
+        ours.encode_batch(["a", "b"], ["c", "d\ud83d"])
+    assert (info.value.field, info.value.index, info.value.position) == ("pairs", 1, 1)
