@@ -374,3 +374,35 @@ def test_tokenizer_names_a_surrogate_in_pairs(tokenizers_pair) -> None:
     with pytest.raises(InvalidTextError, match=r"pairs\[1\] holds a lone surrogate") as info:
         ours.encode_batch(["a", "b"], ["c", "d\ud83d"])
     assert (info.value.field, info.value.index, info.value.position) == ("pairs", 1, 1)
+
+
+# ---------------------------------------------------------------------- arguments not UTF-8
+NOT_UTF8 = "caf\udce9"  # what Python makes of the bytes caf\xe9 (latin-1) in argv
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["attend", NOT_UTF8], "TEXT"),
+        (["attend", "fine", "--pair", NOT_UTF8], "--pair"),
+        (["attend", "fine", "--explain", f"0:0:{NOT_UTF8}"], "--explain"),
+        (["serve", "--served-model-name", NOT_UTF8], "--served-model-name"),
+        (["serve", "--api-key", NOT_UTF8], "--api-key"),
+        (["encode", "in.txt", "-o", "o.jsonl", "--field", NOT_UTF8], "--field"),
+        (["encode", "in.txt", "-o", "o.jsonl", "--id-field", NOT_UTF8], "--id-field"),
+    ],
+)
+def test_a_text_argument_not_utf8_is_one_line_exit_2(cli, tmp_path: Path, argv, flag) -> None:
+    (tmp_path / "in.txt").write_text("hello\n")
+    r = cli(*argv, "--model", tmp_path / "never-read", cwd=tmp_path)
+    assert r.code == 2, r
+    assert f"{flag} is not valid UTF-8 (byte 0xE9 at character" in r.err, r
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r
+
+
+@pytest.mark.slow
+def test_attend_with_latin1_bytes_in_argv_exits_2(cli_subprocess) -> None:
+    r = cli_subprocess("attend", NOT_UTF8, timeout=120)  # the child gets the byte 0xE9
+    assert r.code == 2, r
+    assert "TEXT is not valid UTF-8 (byte 0xE9 at character 3)" in r.err, r
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r
