@@ -406,3 +406,62 @@ def test_attend_with_latin1_bytes_in_argv_exits_2(cli_subprocess) -> None:
     assert r.code == 2, r
     assert "TEXT is not valid UTF-8 (byte 0xE9 at character 3)" in r.err, r
     assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r
+
+
+# ---------------------------------------------------------------------- serve: before loading
+@pytest.fixture
+def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Bert.load`` fails the test if it is called: these refusals come before the weights."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Bert.load was called before the options were checked")
+
+    monkeypatch.setattr(Bert, "load", refuse)
+
+
+def _one_line_exit_2(r, message: str) -> None:
+    assert r.code == 2, r
+    assert message in r.err, r
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r
+
+
+def test_serve_a_folder_that_is_no_model_exits_2_as_encode_says(cli, tmp_path, no_model_load):
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    (folder / "passwd").write_text("root:x:0:0\n")
+    r = cli("serve", "--model", folder, "--port", "0")
+    _one_line_exit_2(r, f"{folder}: no config.json; pass a Hugging Face BERT folder")
+
+
+def test_encode_gives_the_same_words_for_a_folder_that_is_no_model(cli, tmp_path) -> None:
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    (tmp_path / "in.txt").write_text("hello\n")
+    encode = cli("encode", tmp_path / "in.txt", "-o", tmp_path / "o.npy", "--model", folder)
+    assert f"{folder}: no config.json; pass a Hugging Face BERT folder" in encode.err, encode
+
+
+def test_serve_a_file_as_model_exits_2(cli, tmp_path, no_model_load) -> None:
+    (tmp_path / "passwd").write_text("root:x:0:0\n")
+    r = cli("serve", "--model", tmp_path / "passwd", "--port", "0")
+    _one_line_exit_2(r, f"{tmp_path / 'passwd'} is a file; pass the model folder")
+
+
+def test_serve_max_batch_tokens_below_the_model_is_refused_before_loading(
+    cli, tiny_checkpoint, no_model_load
+) -> None:
+    r = cli("serve", "--model", tiny_checkpoint, "--port", "0", "--max-batch-tokens", "10")
+    _one_line_exit_2(
+        r, "--max-batch-tokens 10 is less than the longest input, 128 tokens (the model's max"
+    )
+    r = cli("serve", "--model", tiny_checkpoint, "--port", "0", "--max-input-tokens", "1000")
+    _one_line_exit_2(r, "--max-input-tokens 1000 is more than the model takes (128 tokens)")
+
+
+def test_expected_max_length_is_what_bert_load_gives(tiny_checkpoint, minilm_dir) -> None:
+    from bertattn.bert.folder import resolve_model
+    from bertattn.jobs.serve_checks import expected_max_length
+
+    for path, want in ((tiny_checkpoint, 128), (minilm_dir, 256)):
+        assert expected_max_length(resolve_model(path)) == want
+        assert Bert.load(path, threads=1).max_length == want
