@@ -96,6 +96,7 @@ def test_omp_num_threads_beyond_the_cap_is_clamped_with_a_warning(
     with pytest.warns(UserWarning, match="OMP_NUM_THREADS=999 is more threads .* using 64"):
         choice = _choose({"OMP_NUM_THREADS": "999"})
     assert choice.threads == 64 and not choice.adaptive
+    assert choice.source == "OMP_NUM_THREADS=999, clamped to 64"
     assert _choose({"OMP_NUM_THREADS": "3"}).threads == 3  # within the cap: as given
 
 
@@ -121,6 +122,13 @@ def test_cli_threads_beyond_the_cap_is_one_line_exit_2(cli, tmp_path: Path, comm
         argv = [tmp_path / "in.txt", "-o", tmp_path / "out.npy", *argv]
         (tmp_path / "in.txt").write_text("hello\n")
     r = cli(command, *argv)
+    assert r.code == 2, r
+    assert "--threads 100000 is more threads than bertattn runs" in r.err, r
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r
+
+
+def test_bench_threads_beyond_the_cap_is_one_line_exit_2(cli) -> None:
+    r = cli("bench", "--threads", "100000")
     assert r.code == 2, r
     assert "--threads 100000 is more threads than bertattn runs" in r.err, r
     assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r

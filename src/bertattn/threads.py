@@ -231,10 +231,10 @@ def check_threads(threads: object, name: str = "threads") -> int | None:
     return threads
 
 
-def _env_threads(environ: Mapping[str, str]) -> int | None:
-    """``OMP_NUM_THREADS`` as a count (None: unset or not a positive int, as OpenMP ignores
-    it), clamped to :func:`max_threads` with a warning: the variable is often set by a
-    platform rather than by the user, so a process is not refused for it."""
+def _env_threads(environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """``OMP_NUM_THREADS`` as ``(count, source)`` (None: unset or not a positive int, as
+    OpenMP ignores it), clamped to :func:`max_threads` with a warning: the variable is often
+    set by a platform rather than by the user, so a process is not refused for it."""
     text = environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     try:
         value = int(text)
@@ -244,14 +244,13 @@ def _env_threads(environ: Mapping[str, str]) -> int | None:
         return None
     cap = max_threads()
     if value > cap:
-        msg = (
+        warnings.warn(
             f"OMP_NUM_THREADS={value} is more threads than bertattn runs: {_cap_text(cap)}; "
-            f"using {cap}. Set OMP_NUM_THREADS to the CPUs this process may use, or unset it."
+            f"using {cap}. Set OMP_NUM_THREADS to the CPUs this process may use, or unset it.",
+            stacklevel=3,
         )
-        logger.warning("%s", msg)
-        warnings.warn(msg, stacklevel=3)
-        return cap
-    return value
+        return cap, f"OMP_NUM_THREADS={value}, clamped to {cap}"
+    return value, f"OMP_NUM_THREADS={value}"
 
 
 def adaptive_enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -299,7 +298,7 @@ def choose_threads(
         return ThreadChoice(threads, "explicit", False, budget)
     env = _env_threads(environ)
     if env is not None:
-        return ThreadChoice(env, f"OMP_NUM_THREADS={env}", False, budget)
+        return ThreadChoice(env[0], env[1], False, budget)
     if current is None:
         import torch
 
