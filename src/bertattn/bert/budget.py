@@ -159,9 +159,7 @@ class TextBudget:
             yield len(probe([text[pos:end]])[0].ids)
             pos = end
 
-    def longer(
-        self, first: str, second: str, probe: Callable[[list[str]], list[Encoding]]
-    ) -> bool:
+    def longer(self, first: str, second: str, probe: Callable[[list[str]], list[Encoding]]) -> bool:
         """Whether ``first`` gives more tokens than ``second``, counting both a chunk at a
         time until the shorter one ends."""
         counts = [self._chunk_counts(first, probe), self._chunk_counts(second, probe)]
