@@ -181,10 +181,51 @@ def test_element_and_row_part_keys(sharded):
             emb[key]
 
 
-@pytest.mark.parametrize("key", [None, (None, 1), True, 1.5, "a", [1.0, 2.0], {1}, (0, None)])
-def test_other_keys_are_a_clear_type_error(sharded, key):
+@pytest.mark.parametrize("key", [True, False, (0, True), np.True_])
+def test_a_scalar_bool_is_a_clear_type_error(sharded, key):
     with pytest.raises(TypeError, match="embeddings are indexed by an int, a slice"):
         sharded[0][key]
+
+
+NEW_AXIS_KEYS = [
+    None,
+    (None, 5),
+    (None, 1),
+    (0, None),
+    (None, None, 3),
+    (5, None, 2),
+    (slice(2, 9), None),
+    (None, slice(None, None, -3), [0, 2]),
+    ([1, 3], None, [0, 2]),
+    (None, ..., 1),
+    (..., None),
+    (None, np.arange(N_ROWS) % 2 == 0),
+]
+
+
+@pytest.mark.parametrize("key", NEW_AXIS_KEYS, ids=repr)
+def test_none_adds_an_axis_where_numpy_does(sharded, key):
+    emb, rows = sharded
+    want = rows[key]  # NumPy answers each of these keys
+    got = emb[key]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_none_with_a_row_out_of_range_is_an_index_error(sharded):
+    emb, rows = sharded
+    _same_as_numpy(emb, rows, (None, N_ROWS))
+    with pytest.raises(IndexError, match="out of range"):
+        emb[None, N_ROWS]
+
+
+@pytest.mark.parametrize("key", [1.5, (0, 1.5), "a", [1.0, 2.0], {1}, (0, "b"), object()])
+def test_what_numpy_refuses_is_an_index_error(sharded, key):
+    emb, rows = sharded
+    with pytest.raises(IndexError):
+        rows[key]  # the NumPy reference refuses it so
+    with pytest.raises(IndexError, match="embeddings are indexed by an int, a slice"):
+        emb[key]
 
 
 def test_locate_is_range_checked_with_numpy_negatives(tmp_path, sharded):

@@ -30,10 +30,13 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import UsageError
 
 logger = logging.getLogger("bertattn.threads")
 
@@ -41,14 +44,24 @@ __all__ = [
     "CpuBudget",
     "ThreadChoice",
     "ThreadGovernor",
+    "check_threads",
     "choose_threads",
     "cpu_budget",
+    "max_threads",
     "split_threads",
 ]
 
 #: set to 0 to keep the policy's count without the governor: the same rounding whatever the load
 #: (the count a batch runs at changes the order of float sums: rows differ by ~1e-7)
 ADAPTIVE_ENV = "BERTATTN_ADAPTIVE_THREADS"
+
+#: the values ``BERTATTN_ADAPTIVE_THREADS`` may take (any case; unset or empty: on)
+_ADAPTIVE_ON = ("1", "true", "on", "yes")
+_ADAPTIVE_OFF = ("0", "false", "off", "no")
+
+#: threads per CPU of the machine bertattn runs at most (and never fewer than ``_MIN_CAP``)
+_PER_CPU = 8
+_MIN_CAP = 64
 
 #: the count bertattn itself last gave torch (so that it is not mistaken for the user's own)
 _ours: int | None = None
@@ -188,13 +201,72 @@ class ThreadChoice:
         return f"{self.threads} thread{'s' if self.threads != 1 else ''} ({self.source}; {mode})"
 
 
-def _env_threads(environ: Mapping[str, str]) -> int | None:
+def max_threads() -> int:
+    """The most threads bertattn computes with: 8 per CPU of the machine (``os.cpu_count()``,
+    the host's CPUs, not the affinity: a pinned process may still oversubscribe on purpose),
+    and at least 64. More only adds waits at OpenMP's barriers, and far more fails to start
+    (``torch.set_num_threads(10**9)`` kills the interpreter)."""
+    return max(_MIN_CAP, _PER_CPU * (os.cpu_count() or 1))
+
+
+def _cap_text(cap: int) -> str:
+    cpus = os.cpu_count() or 1
+    return f"at most {cap} ({_PER_CPU} per CPU of this machine's {cpus}, at least {_MIN_CAP})"
+
+
+def check_threads(threads: object, name: str = "threads") -> int | None:
+    """``threads`` as given when it is None or an int in ``1..max_threads()``; otherwise a
+    :class:`~bertattn.errors.UsageError` (a ``ValueError``) naming ``name`` (the argument or
+    the command-line flag), the value, the bound and the fix."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UsageError(f"{name} must be a positive int or None (the policy), got {threads!r}.")
+    cap = max_threads()
+    if threads > cap:
+        raise UsageError(
+            f"{name} {threads} is more threads than bertattn runs: {_cap_text(cap)}; give "
+            f"{cpu_budget().cpus} (the CPUs this process may use) or leave it unset."
+        )
+    return threads
+
+
+def _env_threads(environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """``OMP_NUM_THREADS`` as ``(count, source)`` (None: unset or not a positive int, as
+    OpenMP ignores it), clamped to :func:`max_threads` with a warning: the variable is often
+    set by a platform rather than by the user, so a process is not refused for it."""
     text = environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     try:
         value = int(text)
     except ValueError:
         return None
-    return value if value >= 1 else None
+    if value < 1:
+        return None
+    cap = max_threads()
+    if value > cap:
+        warnings.warn(
+            f"OMP_NUM_THREADS={value} is more threads than bertattn runs: {_cap_text(cap)}; "
+            f"using {cap}. Set OMP_NUM_THREADS to the CPUs this process may use, or unset it.",
+            stacklevel=3,
+        )
+        return cap, f"OMP_NUM_THREADS={value}, clamped to {cap}"
+    return value, f"OMP_NUM_THREADS={value}"
+
+
+def adaptive_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``BERTATTN_ADAPTIVE_THREADS``: unset, empty, 1, true, on, yes (any case): the governor
+    runs; 0, false, off, no: it does not. Anything else raises
+    :class:`~bertattn.errors.UsageError` (a ``ValueError``): a misspelt "off" must not mean on."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(ADAPTIVE_ENV, "").strip().lower()
+    if text in ("", *_ADAPTIVE_ON):
+        return True
+    if text in _ADAPTIVE_OFF:
+        return False
+    raise UsageError(
+        f"{ADAPTIVE_ENV}={environ[ADAPTIVE_ENV]!r} is not one of 1/0, true/false, on/off, "
+        f"yes/no; set {ADAPTIVE_ENV}=0 to keep a fixed thread count, or unset it."
+    )
 
 
 def choose_threads(
@@ -204,27 +276,29 @@ def choose_threads(
     budget: CpuBudget | None = None,
     current: int | None = None,
 ) -> ThreadChoice:
-    """The policy. ``threads``: an explicit count (a positive int) or None. In order:
+    """The policy. ``threads``: an explicit count (a positive int, at most
+    :func:`max_threads`: more raises :class:`~bertattn.errors.UsageError`, a ``ValueError``)
+    or None. In order:
 
     1. an explicit count: used as given, fixed;
     2. ``OMP_NUM_THREADS`` in the environment: fixed (torchrun and ``--workers`` set it per rank);
+       more than :func:`max_threads` is clamped to it, with a warning;
     3. a count the user set with ``torch.set_num_threads`` (torch's count differs from the
        affinity and from what bertattn set): left alone, fixed;
     4. otherwise the budget's CPUs (affinity capped by the cgroup quota), adaptive unless
-       ``BERTATTN_ADAPTIVE_THREADS=0``.
+       ``BERTATTN_ADAPTIVE_THREADS`` says off (:func:`adaptive_enabled`: a value it does not
+       know raises ``UsageError``).
 
     ``current`` is torch's count now (read from torch when None)."""
-    if threads is not None and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-    ):
-        raise ValueError(f"threads must be a positive int or None (the policy), got {threads!r}.")
+    check_threads(threads)
     environ = os.environ if environ is None else environ
+    adaptive = adaptive_enabled(environ)  # a bad value is refused whatever else is given
     budget = cpu_budget() if budget is None else budget
     if threads is not None:
         return ThreadChoice(threads, "explicit", False, budget)
     env = _env_threads(environ)
     if env is not None:
-        return ThreadChoice(env, f"OMP_NUM_THREADS={env}", False, budget)
+        return ThreadChoice(env[0], env[1], False, budget)
     if current is None:
         import torch
 
@@ -232,7 +306,6 @@ def choose_threads(
     if current not in (budget.affinity, _ours):
         source = "set with torch.set_num_threads, left alone"
         return ThreadChoice(current, source, False, budget, users=True)
-    adaptive = environ.get(ADAPTIVE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
     source = budget.describe() + ("" if adaptive else f"; {ADAPTIVE_ENV}=0")
     return ThreadChoice(budget.cpus, source, adaptive, budget)
 
@@ -368,6 +441,22 @@ class ThreadGovernor:
         self._ref: tuple[float, int] | None = None  # (cost per unit, work) at the current count
         self._probe: tuple[int, float, float, int] | None = None  # (level, ref cost, cost, work)
         self._mark: tuple[float, int | None] = (time.perf_counter(), self._delay.total())
+
+    def __getstate__(self) -> dict:
+        """A copy or pickle keeps the rungs and settings, not the lock (locks do not pickle)
+        nor the measurements (they describe this process's run, not the copy's)."""
+        state = dict(self.__dict__)
+        for name in ("_busy", "_ref", "_probe", "_mark"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Rebuild what :meth:`__getstate__` dropped: a fresh lock, no reference, no probe."""
+        self.__dict__.update(state)
+        self._busy = threading.Lock()
+        self._ref = None
+        self._probe = None
+        self._mark = (time.perf_counter(), self._delay.total())
 
     @property
     def threads(self) -> int:

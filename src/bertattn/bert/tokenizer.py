@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import warnings
 from collections.abc import Sequence
@@ -20,11 +21,37 @@ from tokenizers.models import WordPiece
 from torch import Tensor
 
 from ..errors import ModelFolderError
+from .budget import TextBudget
 from .jsonfile import ModelFolderNotFoundError, check_bool, check_real, read_json_object
 
 logger = logging.getLogger("bertattn.bert")
 
-__all__ = ["BertTokenizer", "TokenizedBatch", "read_tokenizer_config"]
+__all__ = ["BertTokenizer", "InvalidTextError", "TokenizedBatch", "read_tokenizer_config"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class InvalidTextError(ValueError):
+    """A text that is not valid Unicode: it holds a lone surrogate (U+D800..U+DFFF), which no
+    UTF-8 encodes. ``field``: ``"texts"`` or ``"pairs"``; ``index``: the text's index;
+    ``position``: the character's index in it; ``char``: the character."""
+
+    def __init__(self, field: str, index: int, position: int, char: str) -> None:
+        self.field, self.index, self.position, self.char = field, index, position, char
+        super().__init__(
+            f"{field}[{index}] holds a lone surrogate (U+{ord(char):04X}) at character "
+            f"{position}: it is not valid Unicode (bytes decoded with errors='surrogateescape', "
+            f"or half of a UTF-16 pair); decode the input with errors='replace' or fix it "
+            f"where it was made."
+        )
+
+
+def check_unicode(texts: Sequence[str], field: str = "texts") -> None:
+    """Raise :class:`InvalidTextError` for the first text holding a lone surrogate."""
+    for i, text in enumerate(texts):
+        found = _SURROGATE.search(text) if isinstance(text, str) else None
+        if found is not None:
+            raise InvalidTextError(field, i, found.start(), found.group())
 
 
 def read_tokenizer_config(path: Path) -> dict:
@@ -87,6 +114,8 @@ class BertTokenizer:
         self._truncation: int | None = None
         #: the truncation length is state of the wrapped tokenizer: one encode at a time
         self._lock = threading.Lock()
+        #: where a long text may be cut before tokenizing (bertattn.bert.budget)
+        self._budget = TextBudget(tokenizer)
         self.model_max_length = int(model_max_length)
         pad_id = tokenizer.token_to_id(pad_token)
         if pad_id is None:
@@ -174,12 +203,68 @@ class BertTokenizer:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        if "_budget" not in state:  # pickled before texts were cut
+            self._budget = TextBudget(self._tok)
 
     # ------------------------------------------------------------------ encoding
-    def _set_truncation(self, max_length: int) -> None:
-        if self._truncation != max_length:
+    def _set_truncation(self, max_length: int | None) -> None:
+        if self._truncation == max_length:
+            return
+        if max_length is None:
+            self._tok.no_truncation()
+        else:
             self._tok.enable_truncation(max_length, strategy="longest_first")
-            self._truncation = max_length
+        self._truncation = max_length
+
+    def _probe(self, prefixes: list[str]) -> list[Encoding]:
+        """Prefixes tokenized whole, without special tokens (under the lock)."""
+        self._set_truncation(None)
+        return self._tok.encode_batch(prefixes, add_special_tokens=False)
+
+    def _within_budget(self, texts: list[str], need: int) -> list[str]:
+        """``texts`` cut where at least ``need`` of their first tokens are certain (under the
+        lock): what lies beyond can never be kept (:mod:`bertattn.bert.budget`)."""
+        if all(self._budget.first_cut(t, need) is None for t in texts):
+            return texts
+        return self._budget.cut(texts, need, self._probe)
+
+    def _keep_pair_order(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str],
+        firsts: list[str],
+        seconds: list[str],
+        limit: int,
+    ) -> None:
+        """Where a pair was cut and both texts are long, cut again (in place) so that the cut
+        pair has the same longer text as the whole pair: ``longest_first`` gives an odd room's
+        extra token to the longer one (the second on a tie). Under the lock."""
+        room = limit - self._tok.num_special_tokens_to_add(True)
+        if room % 2 == 0:
+            return  # an even room splits evenly: which one is longer does not matter
+        for i, (a, b) in enumerate(zip(firsts, seconds, strict=True)):
+            cut_a, cut_b = len(a) < len(texts[i]), len(b) < len(pairs[i])
+            if not (cut_a or cut_b):
+                continue
+            na, nb = (len(e.ids) for e in self._probe([a, b]))
+            if not (cut_a and cut_b) and (nb < na if cut_a else na <= nb):
+                continue  # the cut one is longer, whole as cut: the order is kept
+            if self._budget.longer(texts[i], pairs[i], self._probe):
+                if na <= nb:
+                    firsts[i] = self._budget.cut([texts[i]], nb + 1, self._probe)[0]
+            elif na > nb:
+                seconds[i] = self._budget.cut([pairs[i]], na, self._probe)[0]
+
+    def count_tokens(self, text: str, *, most: int) -> int | None:
+        """The tokens ``text`` gives ([CLS] and [SEP] included), or None when that is more
+        than ``most``: the count costs about ``most`` tokens of work, whatever the text's
+        length."""
+        check_unicode([text])
+        with self._lock:
+            cut = self._within_budget([text], most + 1)[0]
+            self._set_truncation(None)
+            count = len(self._tok.encode(cut).ids)
+        return None if len(cut) < len(text) or count > most else count
 
     def encode_batch(
         self,
@@ -189,7 +274,11 @@ class BertTokenizer:
         max_length: int | None = None,
     ) -> list[Encoding]:
         """Raw encodings (truncated to ``max_length``, default the model's); reports how many
-        were truncated through ``warnings`` and the ``bertattn.bert`` logger."""
+        were truncated through ``warnings`` and the ``bertattn.bert`` logger. A long text is
+        cut before tokenizing what can never be kept (:mod:`bertattn.bert.budget`; the same
+        tokens as the whole text's; a cut encoding's ``overflowing`` is only a flag). A text
+        that is not valid Unicode (a lone surrogate) raises :class:`InvalidTextError` (a
+        ``ValueError``) naming it and the position."""
         if isinstance(texts, str):
             raise ValueError("texts must be a sequence of strings; wrap a single text in a list.")
         if pairs is not None and len(pairs) != len(texts):
@@ -199,8 +288,17 @@ class BertTokenizer:
             raise ValueError(
                 f"max_length={limit} leaves no room for a token of each text after [CLS]/[SEP]."
             )
-        inputs = list(texts) if pairs is None else list(zip(texts, pairs, strict=True))
+        check_unicode(texts, "texts")
+        if pairs is not None:
+            check_unicode(pairs, "pairs")
         with self._lock:
+            firsts = self._within_budget(list(texts), limit + 1)
+            if pairs is None:
+                inputs: list = firsts
+            else:
+                seconds = self._within_budget(list(pairs), limit + 1)
+                self._keep_pair_order(texts, pairs, firsts, seconds, limit)
+                inputs = list(zip(firsts, seconds, strict=True))
             self._set_truncation(limit)
             encodings = self._tok.encode_batch(inputs)
         cut = sum(1 for e in encodings if e.overflowing)

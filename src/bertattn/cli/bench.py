@@ -66,6 +66,9 @@ def _check_options(args: argparse.Namespace) -> Path | None:
         raise UsageError(
             f"--threads must be an integer >= 1 (or 0 for torch's default), got {args.threads}."
         )
+    from ..threads import check_threads
+
+    check_threads(args.threads or None, "--threads")  # not more than bertattn runs
     out = None
     if args.json is not None and args.json != "-":
         if not args.json.strip():

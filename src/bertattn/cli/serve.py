@@ -1,7 +1,8 @@
 """`bertattn serve`: sentence embeddings over HTTP (options: :class:`bertattn.jobs.ServeOptions`).
 
 Exit 0 after SIGTERM (drained), 130 after Ctrl-C; a missing ``bertattn[serve]``, a port in use
-or a bad model: one line, exit 1 (2 for options that cannot work)."""
+or a bad model: one line, exit 1 (2 for options that cannot work and a model path that is not
+a model folder, found before the model loads)."""
 
 from __future__ import annotations
 

@@ -123,12 +123,17 @@ class Embeddings:
     def __getitem__(self, key: object) -> np.ndarray:
         """What ``np.asarray(self)[key]`` gives, reading only the rows ``key`` selects: an int
         (NumPy integers too), a slice, an integer array or list, a boolean mask, a tuple of
-        those for (rows, columns), and ``...``. Anything else (``None``, a bool, a float, a
-        string) raises ``TypeError``; an index out of range ``IndexError``."""
+        those for (rows, columns), ``...``, and ``None`` (``np.newaxis``: a new axis of length
+        1, where NumPy puts it). A scalar bool raises ``TypeError``; what NumPy refuses as an
+        index (a float, a string, a set) and an index out of range raise ``IndexError``."""
         entries = _normalized_key(key, self.shape)
-        rows, row_key = _row_selection(entries[0], self._rows)
-        rest = tuple(entries[1:])
-        if isinstance(row_key, slice) and rows.size:  # rows stay the first axis: shard by shard
+        at = next(i for i, e in enumerate(entries) if e is not None)  # the row entry
+        rows, row_key = _row_selection(entries[at], self._rows)
+        rest = tuple(entries[at + 1 :])
+        if at:  # new axes before the rows: NumPy places them, on the rows read
+            return self._rows_of(rows)[(*entries[:at], row_key, *rest)]
+        plain = all(e is not None for e in rest)
+        if isinstance(row_key, slice) and rows.size and plain:  # rows first: shard by shard
             # each part copied out of its shard's rows, which are then let go
             parts = [self._rows_of(run)[(row_key, *rest)].copy() for run in self._runs(rows)]
             return np.concatenate(parts)
@@ -202,7 +207,7 @@ class Embeddings:
 
 # ---------------------------------------------------------------------- indexing
 _KEY_FORMS = (
-    "an int, a slice, an integer array or list, a boolean mask, ... or a tuple of those "
+    "an int, a slice, an integer array or list, a boolean mask, ..., None or a tuple of those "
     "(rows, columns)"
 )
 
@@ -218,15 +223,15 @@ def _row_number(row: object, rows: int) -> int:
 
 
 def _entry(item: object) -> object:
-    """One entry of an index as NumPy would take it: ``...``, an int, a slice or an array
-    (integer or boolean); ``TypeError`` for anything else."""
-    if item is Ellipsis or isinstance(item, slice):
+    """One entry of an index as NumPy would take it: ``...``, ``None`` (a new axis), an int, a
+    slice or an array (integer or boolean); ``TypeError`` for a scalar bool, ``IndexError``
+    (as NumPy) for anything else."""
+    if item is Ellipsis or item is None or isinstance(item, slice):
         return item
-    if isinstance(item, (bool, np.bool_)) or item is None:
-        what = "None (np.newaxis)" if item is None else f"a bool ({item!r})"
+    if isinstance(item, (bool, np.bool_)):
         raise TypeError(
-            f"embeddings are indexed by {_KEY_FORMS}; got {what}: index the array they give "
-            f"instead, e.g. np.asarray(emb[rows])[None]."
+            f"embeddings are indexed by {_KEY_FORMS}; got a bool ({item!r}): index the array "
+            f"they give instead, e.g. np.asarray(emb[rows])[True]."
         )
     if isinstance(item, (int, np.integer)):
         return int(item)
@@ -238,7 +243,10 @@ def _entry(item: object) -> object:
             return _entry(bool(arr))
         if arr.dtype == bool or arr.dtype.kind in "iu":
             return arr
-    raise TypeError(f"embeddings are indexed by {_KEY_FORMS}; got {item!r}.")
+    raise IndexError(
+        f"embeddings are indexed by {_KEY_FORMS}, as NumPy arrays are; got {item!r}: use an "
+        f"int (int(x) for a float) or an integer array."
+    )
 
 
 def _dims(entry: object) -> int:
@@ -246,13 +254,13 @@ def _dims(entry: object) -> int:
 
 
 def _normalized_key(key: object, shape: tuple[int, int]) -> list[object]:
-    """``key`` as exactly two entries, (rows, columns): ``...`` expanded, a boolean mask
-    replaced by the integer arrays of its true entries (what NumPy does), each mask checked
-    against the dimensions it covers."""
+    """``key`` as two entries, (rows, columns), plus the ``None`` (new axes) it holds, in
+    place: ``...`` expanded, a boolean mask replaced by the integer arrays of its true entries
+    (what NumPy does), each mask checked against the dimensions it covers."""
     entries = [_entry(item) for item in (key if isinstance(key, tuple) else (key,))]
     if sum(e is Ellipsis for e in entries) > 1:
         raise IndexError("an index can hold only one ellipsis (...).")
-    used = sum(_dims(e) for e in entries if e is not Ellipsis)
+    used = sum(_dims(e) for e in entries if e is not Ellipsis and e is not None)
     if used > len(shape):
         raise IndexError(
             f"too many indices: the embeddings are 2-dimensional (rows, width), the index "
@@ -264,7 +272,8 @@ def _normalized_key(key: object, shape: tuple[int, int]) -> list[object]:
     out: list[object] = []
     for e in entries:
         if isinstance(e, np.ndarray) and e.dtype == bool:
-            covered = shape[len(out) : len(out) + e.ndim]
+            dim = sum(1 for o in out if o is not None)
+            covered = shape[dim : dim + e.ndim]
             if e.shape != covered:
                 raise IndexError(
                     f"a boolean mask of shape {e.shape} does not match the dimensions it "

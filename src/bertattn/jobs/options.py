@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..files import overlapping
+from ..threads import check_threads
 from .inputs import is_stream
 
 __all__ = [
@@ -95,6 +96,27 @@ def _text(cls: type, obj: object, name: str, *, optional: bool = True) -> None:
         return
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise UsageError(f"{flag(cls, name)} must be a non-empty path or name, got {value!r}.")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unicode(cls: type, obj: object, *names: str) -> None:
+    """Text options that are valid Unicode: a command-line argument that is not valid UTF-8
+    reaches Python as lone surrogates (``surrogateescape``), which no tokenizer, header or
+    file takes. Refused naming the option, the byte and the fix."""
+    for name in names:
+        value = getattr(obj, name)
+        found = _SURROGATE.search(value) if isinstance(value, str) else None
+        if found is None:
+            continue
+        code = ord(found.group())
+        what = f"byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise UsageError(
+            f"{flag(cls, name)} is not valid UTF-8 ({what} at character {found.start()}); "
+            f"give it in UTF-8 (check the terminal's encoding, LANG / LC_ALL)"
+            + (", or put the text in a UTF-8 file and pass --file." if name == "text" else ".")
+        )
 
 
 #: the fewest tokens a text can keep: [CLS], one token, [SEP] (a pair: one more [SEP])
@@ -280,6 +302,7 @@ class EncodeOptions:
                 "--id-field copies ids into .jsonl output; a .npy file holds only the numbers "
                 "(rows in input order): write .jsonl, or drop --id-field."
             )
+        _unicode(cls, self, "field", "id_field")
         _choice(cls, self, "pooling", POOLINGS)
         _choice(cls, self, "dtype", DTYPES)
         _device(cls, self)
@@ -287,6 +310,7 @@ class EncodeOptions:
         _int(cls, self, "max_length", low=3, because=_MAX_LENGTH_WHY)
         _int(cls, self, "workers")
         _int(cls, self, "threads")
+        check_threads(self.threads, flag(cls, "threads"))
         self.chunk_bytes  # noqa: B018  (parses --chunk-size)
         if self.normalize is not None and not isinstance(self.normalize, bool):
             raise UsageError(f"normalize must be True, False or None, got {self.normalize!r}.")
@@ -446,6 +470,7 @@ class AttendOptions:
         cls = type(self)
         if self.text is not None and self.file is not None:
             raise UsageError("give the text or --file PATH, not both.")
+        _unicode(cls, self, "text", "pair", "explain", "steps")
         if self.text is None and self.file is None:
             raise UsageError("no text: give TEXT, - to read stdin, or --file PATH.")
         if self.text is not None and (not isinstance(self.text, str) or not self.text.strip()):
@@ -737,6 +762,7 @@ class ServeOptions:
         cls = type(self)
         _text(cls, self, "model")
         _text(cls, self, "served_model_name")
+        _unicode(cls, self, "served_model_name", "host", "api_key")
         _device(cls, self)
         _choice(cls, self, "dtype", DTYPES)
         if not isinstance(self.host, str) or not self.host.strip() or " " in self.host:
@@ -745,6 +771,7 @@ class ServeOptions:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise UsageError(f"--port must be an integer in 0..65535, got {port!r}.")
         _int(cls, self, "threads")
+        check_threads(self.threads, flag(cls, "threads"))
         _int(cls, self, "max_batch_tokens", optional=False)
         _int(cls, self, "max_queue_tokens", optional=False)
         _int(cls, self, "max_request_inputs", optional=False)

@@ -2,7 +2,8 @@
 :class:`bertattn.jobs.ServeOptions`).
 
 Checks before the model loads: the options (on construction), the optional packages
-(``bertattn[serve]``), the device, and the port (bound first, so a port in use is one line,
+(``bertattn[serve]``), the device, the model folder and the token limits against it
+(:mod:`bertattn.jobs.serve_checks`), and the port (bound first, so a port in use is one line,
 not a traceback after a minute of loading)."""
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ def run_serve(
     say = announce or (lambda line: None)
     api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
     device = job_device(options.device)
+    from .serve_checks import check_before_load  # the folder and limits, before the weights
+
+    folder = check_before_load(options)
     if not _is_local(options.host) and api_key is None:
         warnings.warn(
             f"--host {options.host} listens beyond this machine and no API key is set: anyone "
@@ -110,13 +114,7 @@ def run_serve(
         )
     sock = _listen(options.host, options.port)
     try:
-        bert = Bert.load(options.model, dtype=options.dtype, device=device, threads=options.threads)
-        top = bert.max_length
-        if options.max_input_tokens is not None and options.max_input_tokens > top:
-            raise UsageError(
-                f"--max-input-tokens {options.max_input_tokens} is more than the model takes "
-                f"({top} tokens); use --max-input-tokens {top} or less."
-            )
+        bert = Bert.load(folder, dtype=options.dtype, device=device, threads=options.threads)
         names = [str(options.model)] if options.model else []
         if options.model and os.path.basename(str(options.model).rstrip("/")):
             names.append(os.path.basename(str(options.model).rstrip("/")))

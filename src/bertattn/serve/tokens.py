@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bert.tokenizer import InvalidTextError
 from .errors import ApiError
 
 __all__ = ["TokenIds", "from_ids", "tokenize", "token_pieces"]
@@ -29,23 +30,49 @@ class TokenIds:
             self.type_ids = [0] * len(self.ids)
 
 
-def _encode(bert: Any, texts: list[str], limit: int) -> list[Any]:
-    with warnings.catch_warnings():  # a truncation is the server's rule, not news
-        warnings.simplefilter("ignore")
-        return bert.tokenizer.encode_batch(texts, max_length=limit)
+#: the most tokens counted to name an over-long input's length (``truncate: false``): a
+#: longer one is "more than" this, so that a 10 MB input costs no more than this many tokens
+COUNT_MOST = 32768
+
+
+def _encode(bert: Any, texts: list[str], limit: int, param: str) -> list[Any]:
+    """The encodings, each text cut to ``limit`` tokens (a long text is cut before it is
+    tokenized: :mod:`bertattn.bert.budget`); a text that is not valid Unicode -> 400."""
+    try:
+        with warnings.catch_warnings():  # a truncation is the server's rule, not news
+            warnings.simplefilter("ignore")
+            return bert.tokenizer.encode_batch(texts, max_length=limit)
+    except InvalidTextError as exc:
+        raise ApiError(
+            400,
+            f"'{param}[{exc.index}]' holds a lone surrogate (U+{ord(exc.char):04X}) at "
+            f"character {exc.position}: it is not valid Unicode (a \\u{ord(exc.char):04x} "
+            f"escape without the other half of its pair); send the character's two halves "
+            f"or drop it.",
+            param=f"{param}[{exc.index}]",
+            code="invalid_text",
+        ) from None
+
+
+def _length(bert: Any, text: str) -> str:
+    """An over-long input's length in words: its token count, or "more than N" past
+    :data:`COUNT_MOST` (counting further would cost what the limit is there to spare)."""
+    count = bert.tokenizer.count_tokens(text, most=COUNT_MOST)
+    return f"more than {COUNT_MOST}" if count is None else str(count)
 
 
 def tokenize(
     bert: Any, texts: list[str], limit: int, truncate: bool, param: str
 ) -> tuple[list[Any], list[int]]:
     """``(encodings, real token counts)``, cut to ``limit`` tokens; with ``truncate`` off a
-    longer input is refused (400) naming its index and its token count."""
-    encodings = _encode(bert, texts, limit)
+    longer input is refused (400) naming its index and its token count (or "more than
+    :data:`COUNT_MOST`"). A text holding a lone surrogate is refused (400, ``invalid_text``)
+    naming its index and the character's position."""
+    encodings = _encode(bert, texts, limit, param)
     if not truncate:
         over = next((i for i, e in enumerate(encodings) if e.overflowing), None)
         if over is not None:
-            top = bert.model.config.max_position_embeddings
-            full = len(_encode(bert, [texts[over]], max(top, 10**6))[0].ids)
+            full = _length(bert, texts[over])
             raise ApiError(
                 400,
                 f"'{param}[{over}]' has {full} tokens, more than this server's limit of {limit} "
@@ -76,7 +103,7 @@ def token_pieces(bert: Any, texts: list[str], limit: int, special: bool) -> list
     """``POST /tokenize``: per text, its tokens as ``{id, text, special, start, stop}``
     (character offsets into the text), cut to ``limit`` as the model would see them."""
     out = []
-    for enc in _encode(bert, texts, limit):
+    for enc in _encode(bert, texts, limit, "inputs"):  # POST /tokenize: TEI's field
         rows = []
         for tid, tok, sp, (start, stop) in zip(
             enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets, strict=True

@@ -1,0 +1,78 @@
+"""``bertattn serve``'s checks that need the model folder but not the model: run before the port
+is bound and the weights are read, so that a path that is not a model folder or token limits
+that cannot work are one line (exit 2) at once, not after the model has loaded.
+
+Reads ``config.json``, the sentence-transformers files and ``tokenizer_config.json``; never the
+weights nor the vocabulary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..bert.folder import ModelFolder, resolve_model
+from ..bert.jsonfile import ModelPathNotFoundError
+from ..bert.tokenizer import read_tokenizer_config
+from ..errors import UsageError
+from .options import ServeOptions
+
+__all__ = ["check_before_load", "check_model_path", "expected_max_length"]
+
+#: ``BertTokenizer.from_folder``'s defaults: no ``model_max_length`` -> 512; HF's "no limit"
+#: (1e30) -> 10**6
+_TOKENIZER_DEFAULT = 512
+_TOKENIZER_CAP = 10**6
+
+
+def check_model_path(model: str | None) -> None:
+    """A local ``--model`` path that exists but is not a model folder (a file; a folder with
+    neither ``config.json`` nor ``modules.json``, such as ``/etc``) raises
+    :class:`~bertattn.bert.folder.ModelPathNotFoundError` (a usage error: exit 2), with the
+    message the loaders give. Anything else is left to the loader."""
+    if model is None:
+        return
+    path = Path(model).expanduser()
+    if path.is_file():
+        hint = f" (here: {path.parent})" if path.name == "config.json" else ""
+        raise ModelPathNotFoundError(
+            f"{path} is a file; pass the model folder (the one with config.json){hint} instead."
+        )
+    if path.is_dir() and not any((path / f).is_file() for f in ("config.json", "modules.json")):
+        raise ModelPathNotFoundError(
+            f"{path}: no config.json; pass a Hugging Face BERT folder (config.json, "
+            f"model.safetensors, tokenizer) or a sentence-transformers folder (modules.json)."
+        )
+
+
+def expected_max_length(folder: ModelFolder) -> int:
+    """The ``max_length`` :meth:`bertattn.Bert.load` will give the folder's model, from its
+    files alone: the sentence-transformers ``max_seq_length``, else the tokenizer's
+    ``model_max_length`` (512 when absent), at most ``max_position_embeddings``."""
+    cfg_path = folder.model_dir / "tokenizer_config.json"
+    cfg = read_tokenizer_config(cfg_path) if cfg_path.is_file() else {}
+    tokenizer = int(min(cfg.get("model_max_length") or _TOKENIZER_DEFAULT, _TOKENIZER_CAP))
+    return min(folder.max_length or tokenizer, folder.config.max_position_embeddings)
+
+
+def check_before_load(options: ServeOptions) -> ModelFolder:
+    """The model folder, read and checked, and the token limits checked against it: a
+    ``--max-input-tokens`` above the model's length, or a ``--max-batch-tokens`` below the
+    longest input (``--max-input-tokens``, default the model's length), raises
+    :class:`~bertattn.errors.UsageError` naming the option, the numbers and the fix."""
+    check_model_path(options.model)
+    folder = resolve_model(options.model)
+    top = expected_max_length(folder)
+    given = options.max_input_tokens
+    if given is not None and given > top:
+        raise UsageError(
+            f"--max-input-tokens {given} is more than the model takes ({top} tokens); use "
+            f"--max-input-tokens {top} or less."
+        )
+    longest = top if given is None else given
+    if options.max_batch_tokens < longest:
+        why = "--max-input-tokens" if given is not None else "the model's max length"
+        raise UsageError(
+            f"--max-batch-tokens {options.max_batch_tokens} is less than the longest input, "
+            f"{longest} tokens ({why}): one input must fit in a batch; use --max-batch-tokens "
+            f"{longest} or more, or a lower --max-input-tokens."
+        )
+    return folder
