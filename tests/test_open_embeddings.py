@@ -181,8 +181,16 @@ def test_element_and_row_part_keys(sharded):
             emb[key]
 
 
-@pytest.mark.parametrize("key", [True, False, (0, True), np.True_])
-def test_a_scalar_bool_is_a_clear_type_error(sharded, key):
+@pytest.mark.parametrize("key", [True, False, np.True_, np.False_], ids=repr)
+def test_a_bare_bool_adds_an_axis_as_numpy(sharded, key):
+    emb, rows = sharded
+    want, got = rows[key], emb[key]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("key", [(0, True), (True, 0)])
+def test_a_scalar_bool_in_a_tuple_is_a_clear_type_error(sharded, key):
     with pytest.raises(TypeError, match="embeddings are indexed by an int, a slice"):
         sharded[0][key]
 

@@ -124,8 +124,11 @@ class Embeddings:
         """What ``np.asarray(self)[key]`` gives, reading only the rows ``key`` selects: an int
         (NumPy integers too), a slice, an integer array or list, a boolean mask, a tuple of
         those for (rows, columns), ``...``, and ``None`` (``np.newaxis``: a new axis of length
-        1, where NumPy puts it). A scalar bool raises ``TypeError``; what NumPy refuses as an
+        1, where NumPy puts it), and a bare ``True`` / ``False`` (an axis of length 1 / 0 in
+        front, as NumPy). A bool inside a tuple raises ``TypeError``; what NumPy refuses as an
         index (a float, a string, a set) and an index out of range raise ``IndexError``."""
+        if isinstance(key, (bool, np.bool_)):
+            return self[None] if key else np.empty((0, *self.shape), dtype=np.float32)
         entries = _normalized_key(key, self.shape)
         at = next(i for i, e in enumerate(entries) if e is not None)  # the row entry
         rows, row_key = _row_selection(entries[at], self._rows)
