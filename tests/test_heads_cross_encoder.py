@@ -210,6 +210,7 @@ def test_rank_long_documents_by_their_best_window(reranker):
     is transformers on each window's text (every word here is one token, so a window's text
     tokenizes to the same tokens)."""
     ce = CrossEncoder(reranker, threads=1)
+    ce.predict(PAIRS)  # the tokenizer's truncation is now set: windows must read past it
     words = "the attention head looks at every token in sentence and weighs it".split()
     long_doc = " ".join(words[i % len(words)] for i in range(300))  # 300 tokens > 128
     short = "hello world"

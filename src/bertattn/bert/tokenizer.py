@@ -255,6 +255,17 @@ class BertTokenizer:
             elif na > nb:
                 seconds[i] = self._budget.cut([pairs[i]], na, self._probe)[0]
 
+    def token_ids(self, texts: Sequence[str], *, most: int | None = None) -> list[list[int]]:
+        """Each text's token ids without [CLS] / [SEP], never truncated (``most``: only the
+        first ``most``, a long text cut before tokenizing what lies beyond). Texts that are
+        not valid Unicode raise :class:`InvalidTextError`."""
+        check_unicode(texts, "texts")
+        with self._lock:
+            cut = list(texts) if most is None else self._within_budget(list(texts), most + 1)
+            self._set_truncation(None)
+            done = self._tok.encode_batch(cut, add_special_tokens=False)
+        return [e.ids if most is None else e.ids[:most] for e in done]
+
     def count_tokens(self, text: str, *, most: int) -> int | None:
         """The tokens ``text`` gives ([CLS] and [SEP] included), or None when that is more
         than ``most``: the count costs about ``most`` tokens of work, whatever the text's

@@ -11,19 +11,25 @@ __all__ = ["pair_windows"]
 
 
 def pair_windows(
-    tokenizer: Any, query: str, document: str, *, max_length: int, doc_tokens: int
+    tokenizer: Any,
+    query: str,
+    document: str,
+    *,
+    max_length: int,
+    doc_tokens: int,
+    most_tokens: int | None = None,
 ) -> list[SimpleNamespace]:
     """The windows of ``document`` for ``query``: at most ``doc_tokens`` document tokens each
     (and at most what ``max_length`` leaves beside the query), consecutive windows overlapping
-    by a quarter, the last one ending at the document's end. A short document is one window.
-    Each is an encoding-like object (``ids``, ``type_ids``, ``tokens``, ``overflowing``) for
+    by a quarter, the last one ending at the document's end (``most_tokens``: only the
+    document's first that many tokens are read). A short document is one window. Each is an
+    encoding-like object (``ids``, ``type_ids``, ``tokens``, ``overflowing``) for
     :meth:`bertattn.Bert._forward`."""
-    raw = tokenizer._tok
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     if cls_id is None or sep_id is None:
         raise ValueError("the vocabulary has no [CLS] / [SEP]: windows need them.")
-    q = raw.encode(query, add_special_tokens=False).ids
-    d = raw.encode(document, add_special_tokens=False).ids
+    q = tokenizer.token_ids([query], most=max_length)[0]
+    d = tokenizer.token_ids([document], most=most_tokens)[0]
     room = max_length - 3 - len(q)
     if room < 1:
         q = q[: max(1, max_length // 2 - 3)]  # a query that fills the window: its start
