@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
 from ..bert import ModelFolder, resolve_model
+from ..engine import ModelStep
 from ..errors import ModelFolderError
 from .config import HeadConfig
 from .layers import load_classifier
@@ -153,14 +154,22 @@ class CrossEncoder:
         """``(N, num_labels)`` float32 logits of tokenized inputs."""
         if not encodings:
             return torch.zeros((0, self.num_labels))
-        pooler, classifier = self.bert.model.pooler, self.classifier
+        return torch.stack(run_head(self.bert, encodings, self._head, batch_size=batch_size))
 
-        def step(hidden: Tensor, mask: Tensor) -> Tensor:
-            pooled = pooler(hidden).float()  # (B, E): dense + tanh on [CLS]
-            return classifier(pooled)  # (B, num_labels)
+    def _head(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        """``(B, L, E)`` hidden states -> ``(B, num_labels)`` logits: the pooler (dense + tanh
+        on [CLS]), then the classifier."""
+        return self.classifier(self.bert.model.pooler(hidden).float())
 
-        rows = run_head(self.bert, encodings, step, batch_size=batch_size)
-        return torch.stack(rows)
+    def step(self) -> ModelStep:
+        """The engine step (:mod:`bertattn.engine`): tokenized inputs (texts or pairs) ->
+        ``(B, num_labels)`` logits, for a batching worker such as the server's."""
+
+        def compute(encodings: Sequence[Any]) -> Tensor:
+            _, mask, hidden = self.bert._forward(encodings)
+            return self._head(hidden, mask)
+
+        return ModelStep(self.bert, compute, "scores")
 
     def predict(
         self,

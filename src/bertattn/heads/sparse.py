@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
+from ..engine import ModelStep
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
 from .runner import run_head
@@ -101,6 +102,16 @@ class SparseEncoder:
             else:
                 out.index_add_(0, idx, self._activate(logits))
         return self._activate(out) if by_max else out
+
+    def step(self) -> ModelStep:
+        """The engine step (:mod:`bertattn.engine`): tokenized inputs -> ``(B, V)`` dense
+        rows (before ``max_active_dims``), for a batching worker such as the server's."""
+
+        def compute(encodings: Sequence[Any]) -> Tensor:
+            _, mask, hidden = self.bert._forward(encodings)
+            return self._pool(hidden, mask)
+
+        return ModelStep(self.bert, compute, "sparse")
 
     def _activate(self, x: Tensor) -> Tensor:
         """``log(1 + relu(x))`` (and ``log1p`` once more for ``log1p_relu``)."""

@@ -114,7 +114,10 @@ def run_serve(
         )
     sock = _listen(options.host, options.port)
     try:
-        bert = Bert.load(folder, dtype=options.dtype, device=device, threads=options.threads)
+        from ..heads.auto import load_auto  # an encoder, a reranker / classifier, SPLADE
+
+        load = {"dtype": options.dtype, "device": device, "threads": options.threads}
+        bert = load_auto(options.model, **load) if options.model else Bert.load(folder, **load)
         names = [str(options.model)] if options.model else []
         if options.model and os.path.basename(str(options.model).rstrip("/")):
             names.append(os.path.basename(str(options.model).rstrip("/")))
@@ -147,9 +150,11 @@ def run_serve(
         server = DrainingServer(config, state, options.drain_timeout)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        threads = "" if bert.threads is None else f", {bert.threads.describe()}"
+        encoder = state.bert
+        threads = "" if encoder.threads is None else f", {encoder.threads.describe()}"
+        kind = "" if state.served.kind == "embedding" else f"{state.served.describe()}, "
         say(
-            f"serving {state.names[0]} on http://{shown}:{port} ({bert.device}{threads}; "
+            f"serving {state.names[0]} on http://{shown}:{port} ({kind}{encoder.device}{threads}; "
             f"{'API key required' if api_key else 'no API key'}); Ctrl-C or SIGTERM to stop"
         )
         try:

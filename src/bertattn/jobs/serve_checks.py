@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..bert.folder import ModelFolder, resolve_model
+from ..bert.folder import ModelFolder
 from ..bert.jsonfile import ModelPathNotFoundError
 from ..bert.tokenizer import read_tokenizer_config
 from ..errors import UsageError
@@ -59,7 +59,9 @@ def check_before_load(options: ServeOptions) -> ModelFolder:
     longest input (``--max-input-tokens``, default the model's length), raises
     :class:`~bertattn.errors.UsageError` naming the option, the numbers and the fix."""
     check_model_path(options.model)
-    folder = resolve_model(options.model)
+    from ..heads.auto import resolve_auto  # a reranker, classifier or SPLADE folder too
+
+    folder, _ = resolve_auto(options.model)
     top = expected_max_length(folder)
     given = options.max_input_tokens
     if given is not None and given > top:

@@ -42,6 +42,7 @@ from .bodies import (
 from .encoding import dumps
 from .errors import ApiError, clip, envelope
 from .limits import Limits
+from .served import ROUTES, serve_model
 from .telemetry import ServeMetrics
 from .tokens import from_ids, token_pieces, tokenize
 
@@ -67,8 +68,10 @@ class ServeState:
     """What the routes share: the model, the limits, the batcher, the metrics, and whether the
     server is ready (loaded, not draining). ``in_flight``: data requests being answered."""
 
-    def __init__(self, bert: Any, limits: Limits) -> None:
-        self.bert = bert
+    def __init__(self, model: Any, limits: Limits) -> None:
+        #: the model's kind, its routes and its engine step (:mod:`.served`)
+        self.served = serve_model(model)
+        bert = self.bert = self.served.bert  # the encoder: tokenizer, limits, device
         self.limits = limits
         top = int(bert.max_length)
         limit = top if limits.max_input_tokens is None else limits.max_input_tokens
@@ -94,7 +97,7 @@ class ServeState:
         self.names = tuple(dict.fromkeys((*first, *aliases, *limits.names)))
         self.metrics = ServeMetrics(lambda: self.batcher.depth())
         self.batcher = Batcher(
-            bert,
+            self.served.step,
             max_batch_tokens=limits.max_batch_tokens,
             max_queue_tokens=limits.max_queue_tokens,
             max_wait_s=limits.max_wait_s,
@@ -128,7 +131,7 @@ class ServeState:
         time goes to the histogram."""
         start = time.perf_counter()
         try:
-            if sum(map(len, texts)) <= _INLINE_CHARS and self.tokenizer_lock.acquire(False):
+            if sum(map(_size, texts)) <= _INLINE_CHARS and self.tokenizer_lock.acquire(False):
                 try:
                     return fn(self.bert, texts, *args)
                 finally:
@@ -159,15 +162,20 @@ class ServeState:
 
 
 # ---------------------------------------------------------------------- helpers
+def _size(text: str | tuple[str, ...]) -> int:
+    """Characters of a text, or of a pair's texts together."""
+    return len(text) if isinstance(text, str) else sum(map(len, text))
+
+
 def _chunks(texts: list[str]) -> Iterator[tuple[int, list[str]]]:
     """``(index of the first, texts)`` of consecutive chunks of at most ``_CHUNK_TEXTS`` texts
     and ``_CHUNK_CHARS`` characters (a longer single text is a chunk by itself)."""
     start = chars = 0
     for i, text in enumerate(texts):
-        if i > start and (i - start >= _CHUNK_TEXTS or chars + len(text) > _CHUNK_CHARS):
+        if i > start and (i - start >= _CHUNK_TEXTS or chars + _size(text) > _CHUNK_CHARS):
             yield start, texts[start:i]
             start, chars = i, 0
-        chars += len(text)
+        chars += _size(text)
     yield start, texts[start:]
 
 
@@ -281,7 +289,7 @@ async def _embed(
     """``(N, E)`` float32 rows of the model step (pooled, not yet normalized), in input order,
     and the real tokens they hold."""
     limits = state.limits
-    timeout = request_timeout(request.headers.get("x-request-timeout"))
+    request_timeout(request.headers.get("x-request-timeout"))  # a bad header: 400 first
     truncate = limits.truncate if req.truncate is None else req.truncate
     if req.texts is not None:
         if logger.isEnabledFor(logging.DEBUG):  # texts only at -vv, never at -v
@@ -295,6 +303,17 @@ async def _embed(
         )
     else:
         encodings, counts = from_ids(req.ids or [], state.max_input_tokens, param)
+    rows = await _run(state, request, encodings, counts, param)
+    return rows, int(sum(counts))
+
+
+async def _run(
+    state: ServeState, request: Request, encodings: list[Any], counts: list[int], param: str
+) -> np.ndarray:
+    """The model step's ``(N, ...)`` float32 rows of tokenized inputs, in input order: admitted
+    to the queue (429 / 413), waited for within ``X-Request-Timeout`` (504), dropped when the
+    client goes away (499)."""
+    timeout = request_timeout(request.headers.get("x-request-timeout"))
     deadline = None if timeout is None else time.monotonic() + timeout
     batcher = state.batcher
     try:
@@ -309,8 +328,9 @@ async def _embed(
                 code="request_too_large",
             ) from None
         cap = (
-            f"{exc.limit}: --max-queue-time {batcher.max_queue_s:g} s of work at the measured "
-            f"speed" if exc.by_time else f"{exc.limit}, --max-queue-tokens"
+            f"{exc.limit}: --max-queue-time {batcher.max_queue_s:g} s of work at the measured speed"
+            if exc.by_time
+            else f"{exc.limit}, --max-queue-tokens"
         )
         raise ApiError(
             429,
@@ -344,7 +364,7 @@ async def _embed(
         raise _unavailable() from None
     finally:
         gone.cancel()
-    return np.stack(rows), int(sum(counts))  # (N, E)
+    return np.stack(rows)  # (N, ...)
 
 
 def _unavailable() -> ApiError:
@@ -453,6 +473,7 @@ def _route(
 
 
 async def _openai(state: ServeState, request: Request) -> Response:
+    state.served.require("/v1/embeddings")
     obj = await _body(state, request)
     req = await _checked(
         request,
@@ -469,6 +490,7 @@ async def _openai(state: ServeState, request: Request) -> Response:
 
 
 async def _tei(state: ServeState, request: Request) -> Response:
+    state.served.require("/embed")
     obj = await _body(state, request)
     req = await _checked(
         request, check_tei, obj, width=state.width, limit=state.limits.max_request_inputs
@@ -517,8 +539,18 @@ async def _info(state: ServeState, request: Request) -> Response:
             "max_client_batch_size": limits.max_request_inputs,
             "max_body_bytes": limits.max_body_bytes,
             "auth": limits.api_key is not None,
+            "model_type": state.served.kind,
+            "head": state.served.describe(),
+            "routes": list(ROUTES[state.served.kind]),
+            **_labels(state),
         }
     )
+
+
+def _labels(state: ServeState) -> dict[str, Any]:
+    """A classifier's or reranker's labels, for ``/info``."""
+    labels = getattr(state.served.model, "id2label", None)
+    return {} if labels is None else {"id2label": {str(k): v for k, v in labels.items()}}
 
 
 async def _live(state: ServeState, request: Request) -> Response:
@@ -587,7 +619,9 @@ class _CutShort:
 
 # ---------------------------------------------------------------------- the app
 def create_app(bert: Any, **limits: Any) -> Starlette:
-    """The embeddings server for ``bert`` (a loaded :class:`bertattn.Bert`) as an ASGI app.
+    """The server for ``bert`` as an ASGI app: a loaded :class:`bertattn.Bert` (embeddings),
+    :class:`bertattn.CrossEncoder` (a reranker or classifier: ``/rerank``, ``/v1/rerank``,
+    ``/predict``) or :class:`bertattn.SparseEncoder` (``/embed_sparse``); see :mod:`.served`.
 
     ``limits``: the keyword arguments of :class:`bertattn.serve.Limits` (``max_batch_tokens``,
     ``max_queue_tokens``, ``max_queue_s``, ``max_request_inputs``, ``max_input_tokens``,
@@ -595,6 +629,8 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
     starts with the app's lifespan (or on the first request when mounted without one) and
     finishes the admitted work when the lifespan ends. ``app.state.serve`` is the
     :class:`ServeState`."""
+    from .head_routes import HEAD_ROUTES  # its handlers use this module's helpers
+
     state = ServeState(bert, Limits(**limits))
 
     @asynccontextmanager
@@ -635,6 +671,7 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
         _route("/embeddings", "embeddings", _openai, data=True, method="POST"),
         _route("/embed", "embed", _tei, data=True, method="POST"),
         _route("/tokenize", "tokenize", _tokenize, data=True, method="POST"),
+        *(_route(path, name, fn, data=True, method="POST") for path, name, fn in HEAD_ROUTES),
         _route("/v1/models", "models", _models, data=True),
         _route("/info", "info", _info, data=False, key=True),
         _route("/live", "live", _live, data=False),

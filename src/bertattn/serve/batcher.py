@@ -31,7 +31,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,13 +108,13 @@ def _resolve(future: asyncio.Future, value: object) -> None:
 class Batcher:
     """The queue and the one model worker of a server (see the module docstring).
 
-    ``bert``: a :class:`bertattn.Bert`; the worker calls ``bert.embed_encodings(...,
-    normalize=False)`` inside ``bert.governor.batch(real tokens)`` when the model runs on the
-    CPU with an adaptive thread count."""
+    ``step``: a :class:`bertattn.engine.ModelStep` (the worker holds its ``session()`` and
+    calls it on each batch with the batch's real tokens), or a :class:`bertattn.Bert`, taken
+    as its :func:`bertattn.engine.embedding_step`."""
 
     def __init__(
         self,
-        bert: Any,
+        step: Any,
         *,
         max_batch_tokens: int,
         max_queue_tokens: int,
@@ -123,7 +122,9 @@ class Batcher:
         max_queue_s: float | None = None,
         metrics: ServeMetrics | None = None,
     ) -> None:
-        self.bert = bert
+        from ..engine import ModelStep, embedding_step
+
+        self.step: ModelStep = step if isinstance(step, ModelStep) else embedding_step(step)
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_tokens = max_queue_tokens
         #: seconds of queued work (at the measured tokens/s) before new requests get 429, so
@@ -352,13 +353,8 @@ class Batcher:
         return True
 
     def _work(self) -> None:
-        import torch
-
-        governor = getattr(self.bert, "governor", None)
-        if getattr(self.bert, "device", None) is not None and self.bert.device.type != "cpu":
-            governor = None
         try:
-            with governor.loop() if governor else nullcontext(), torch.inference_mode():
+            with self.step.session():
                 while True:
                     with self._cond:
                         batch = self._take()
@@ -367,7 +363,7 @@ class Batcher:
                                 return
                             self._cond.wait(timeout=self.max_wait_s or None)
                             batch = self._take()
-                    self._run(batch, governor)
+                    self._run(batch)
         except BaseException as exc:  # the worker is gone: fail what waits, say so
             self.failed = exc
             logger.exception("the model worker stopped")
@@ -377,16 +373,13 @@ class Batcher:
                     self._drop(ticket, "stopped")
                 self._batch, self._running = [], 0
 
-    def _run(self, batch: list[_Item], governor: Any) -> None:
+    def _run(self, batch: list[_Item]) -> None:
         tokens = sum(item.tokens for item in batch)
         start = time.perf_counter()
         if self._delay:  # a slow model: its speed is measured as such
             time.sleep(self._delay)
         try:
-            timed = governor.batch(tokens) if governor else nullcontext()
-            with timed:
-                emb = self.bert.embed_encodings([item.encoding for item in batch], normalize=False)
-            rows = emb.numpy()  # (B, E) float32
+            rows = self.step([item.encoding for item in batch], tokens)  # (B, ...) float32
             error: BaseException | None = None
         except Exception as exc:  # a failed batch fails its requests, not the server
             logger.exception("a model batch of %d inputs failed", len(batch))

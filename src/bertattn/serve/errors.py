@@ -44,6 +44,7 @@ def shown(value: object, limit: int = ECHO_CHARS) -> str:
         return f"'{clip(value)}'"
     return "an array" if isinstance(value, list) else "an object"
 
+
 #: HTTP status -> OpenAI's error ``type``
 _TYPES = {
     400: "invalid_request_error",

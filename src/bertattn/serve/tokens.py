@@ -13,7 +13,7 @@ from typing import Any
 from ..bert.tokenizer import InvalidTextError
 from .errors import ApiError
 
-__all__ = ["TokenIds", "from_ids", "tokenize", "token_pieces"]
+__all__ = ["TokenIds", "from_ids", "tokenize", "tokenize_inputs", "token_pieces", "window_groups"]
 
 
 @dataclass
@@ -35,13 +35,15 @@ class TokenIds:
 COUNT_MOST = 32768
 
 
-def _encode(bert: Any, texts: list[str], limit: int, param: str) -> list[Any]:
-    """The encodings, each text cut to ``limit`` tokens (a long text is cut before it is
-    tokenized: :mod:`bertattn.bert.budget`); a text that is not valid Unicode -> 400."""
+def _encode(
+    bert: Any, texts: list[str], limit: int, param: str, pairs: list[str] | None = None
+) -> list[Any]:
+    """The encodings, each text (or pair) cut to ``limit`` tokens (a long text is cut before
+    it is tokenized: :mod:`bertattn.bert.budget`); a text that is not valid Unicode -> 400."""
     try:
         with warnings.catch_warnings():  # a truncation is the server's rule, not news
             warnings.simplefilter("ignore")
-            return bert.tokenizer.encode_batch(texts, max_length=limit)
+            return bert.tokenizer.encode_batch(texts, pairs, max_length=limit)
     except InvalidTextError as exc:
         raise ApiError(
             400,
@@ -112,4 +114,60 @@ def token_pieces(bert: Any, texts: list[str], limit: int, special: bool) -> list
                 continue
             rows.append({"id": tid, "text": tok, "special": bool(sp), "start": start, "stop": stop})
         out.append(rows)
+    return out
+
+
+def tokenize_inputs(
+    bert: Any, inputs: list[str | tuple[str, str]], limit: int, truncate: bool, param: str
+) -> tuple[list[Any], list[int]]:
+    """:func:`tokenize` for inputs that are texts or ``(text, text)`` pairs (a pair is one
+    input: ``[CLS] a [SEP] b [SEP]``, cut longest first), in input order."""
+    singles = [i for i, x in enumerate(inputs) if isinstance(x, str)]
+    pairs = [i for i, x in enumerate(inputs) if not isinstance(x, str)]
+    encodings: list[Any] = [None] * len(inputs)
+    if singles:
+        done, _ = tokenize(bert, [inputs[i] for i in singles], limit, truncate, param)  # type: ignore[misc]
+        for i, e in zip(singles, done, strict=True):
+            encodings[i] = e
+    if pairs:
+        firsts = [inputs[i][0] for i in pairs]
+        seconds = [inputs[i][1] for i in pairs]
+        done = _encode(bert, firsts, limit, param, seconds)
+        if not truncate:
+            over = next((j for j, e in enumerate(done) if e.overflowing), None)
+            if over is not None:
+                raise ApiError(
+                    400,
+                    f"'{param}[{pairs[over]}]' is a pair longer than this server's limit of "
+                    f"{limit} tokens (--max-input-tokens); shorten it, or send 'truncate': true.",
+                    param=f"{param}[{pairs[over]}]",
+                    code="input_too_long",
+                )
+        for i, e in zip(pairs, done, strict=True):
+            encodings[i] = e
+    return encodings, [len(e.ids) for e in encodings]
+
+
+def window_groups(
+    bert: Any, pairs: list[tuple[str, str]], limit: int, window: int, param: str
+) -> list[list[Any]]:
+    """Per ``(query, document)`` pair, the document's overlapping windows of ``window`` tokens
+    beside the query (:func:`bertattn.heads.windows.pair_windows`), reading at most
+    ``limit`` x 64 of its tokens."""
+    from ..heads.windows import pair_windows
+
+    out = []
+    for i, (query, doc) in enumerate(pairs):
+        try:
+            out.append(
+                pair_windows(
+                    bert.tokenizer, query, doc, max_length=limit, doc_tokens=window,
+                    most_tokens=64 * limit,
+                )
+            )  # fmt: skip
+        except InvalidTextError:
+            raise ApiError(
+                400, f"'{param}[{i}]' holds a lone surrogate: it is not valid Unicode.",
+                param=f"{param}[{i}]", code="invalid_text",
+            ) from None  # fmt: skip
     return out

@@ -1,0 +1,147 @@
+"""The head routes: ``POST /rerank`` and ``/v1/rerank`` (a reranker), ``/predict`` (a
+reranker or classifier), ``/embed_sparse`` (SPLADE), on the same batcher as the embeddings
+(token budget, admission, deadlines, drain, metrics). Bodies: :mod:`.head_bodies`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .app import ServeState, _body, _checked, _json, _run
+from .head_bodies import check_predict, check_rerank, check_rerank_v1, check_sparse
+from .tokens import tokenize_inputs, window_groups
+
+__all__ = ["HEAD_ROUTES"]
+
+
+async def _scores(
+    state: ServeState, request: Request, inputs: list[Any], truncate: bool | None, param: str
+) -> tuple[np.ndarray, int]:
+    """``(N, num_labels)`` logits of texts or pairs, and the real tokens they held."""
+    cut = state.limits.truncate if truncate is None else truncate
+    encodings, counts = await state.tokenize(
+        tokenize_inputs, inputs, state.max_input_tokens, cut, param
+    )
+    return await _run(state, request, encodings, counts, param), int(sum(counts))
+
+
+def _activate(state: ServeState, logits: np.ndarray) -> np.ndarray:
+    """The reranker's scores: its activation (the folder's, else sigmoid for one label)."""
+    fn = state.served.model.activation_fn
+    return fn(torch.from_numpy(logits)).float().numpy()
+
+
+def _ranked(scores: np.ndarray) -> list[int]:
+    """Indices best first (a stable order for ties)."""
+    return sorted(range(len(scores)), key=lambda i: -float(scores[i]))
+
+
+async def _rerank(state: ServeState, request: Request) -> Response:
+    """TEI: ``[{"index", "score", "text"?}]`` best first."""
+    state.served.require("/rerank")
+    obj = await _body(state, request)
+    req = await _checked(request, check_rerank, obj, limit=state.limits.max_request_inputs)
+    pairs = [(req.query, d) for d in req.documents]
+    logits, _ = await _scores(state, request, pairs, req.truncate, "texts")
+    scores = logits[:, 0] if req.raw_scores else _activate(state, logits)[:, 0]
+    out = []
+    for i in _ranked(scores):
+        row: dict[str, Any] = {"index": i, "score": float(scores[i])}
+        if req.return_documents:
+            row["text"] = req.documents[i]
+        out.append(row)
+    return _json(out)
+
+
+async def _rerank_v1(state: ServeState, request: Request) -> Response:
+    """Cohere / Jina: ``{"model", "results": [{"index", "relevance_score", "document"?}],
+    "usage": {"total_tokens"}}``; ``max_tokens_per_doc``: a long document scored by its best
+    window of that many tokens (:meth:`bertattn.CrossEncoder.rank`)."""
+    state.served.require("/v1/rerank")
+    obj = await _body(state, request)
+    req = await _checked(
+        request, check_rerank_v1, obj, names=state.names, limit=state.limits.max_request_inputs
+    )
+    pairs = [(req.query, d) for d in req.documents]
+    if req.max_tokens_per_doc is None:
+        logits, tokens = await _scores(state, request, pairs, True, "documents")
+        scores = _activate(state, logits)[:, 0]
+    else:
+        groups = await state.tokenize(
+            window_groups, pairs, state.max_input_tokens, req.max_tokens_per_doc, "documents"
+        )
+        encodings = [e for g in groups for e in g]
+        counts = [len(e.ids) for e in encodings]
+        logits = await _run(state, request, encodings, counts, "documents")
+        flat = _activate(state, logits)[:, 0]
+        scores, at = np.empty(len(groups), np.float32), 0
+        for i, g in enumerate(groups):  # each document: its best window
+            scores[i], at = flat[at : at + len(g)].max(), at + len(g)
+        tokens = int(sum(counts))
+    results = []
+    for i in _ranked(scores)[: req.top_n]:
+        row: dict[str, Any] = {"index": i, "relevance_score": float(scores[i])}
+        if req.return_documents:
+            row["document"] = {"text": req.documents[i]}
+        results.append(row)
+    return _json({"model": state.names[0], "results": results, "usage": {"total_tokens": tokens}})
+
+
+async def _predict(state: ServeState, request: Request) -> Response:
+    """TEI: per input ``[{"label", "score"}]`` over every label, best first (one list for a
+    single input); scores through the pipeline's function (none for regression, sigmoid for
+    one label or multi-label, else softmax), or the logits with ``raw_scores``."""
+    state.served.require("/predict")
+    obj = await _body(state, request)
+    inputs, single, raw = await _checked(
+        request, check_predict, obj, limit=state.limits.max_request_inputs
+    )
+    logits, _ = await _scores(state, request, inputs, None, "inputs")
+    head = state.served.model.head
+    t = torch.from_numpy(logits)
+    if raw or head.problem_type == "regression":
+        scores = t
+    elif head.problem_type == "multi_label_classification" or head.num_labels == 1:
+        scores = torch.sigmoid(t)
+    else:
+        scores = torch.softmax(t, dim=-1)
+    labels = state.served.model.id2label
+    out = [
+        sorted(
+            ({"score": float(s), "label": labels[j]} for j, s in enumerate(row)),
+            key=lambda d: -d["score"],
+        )
+        for row in scores.float().numpy()
+    ]
+    return _json(out[0] if single else out)
+
+
+async def _embed_sparse(state: ServeState, request: Request) -> Response:
+    """TEI: per input ``[{"index", "value"}]`` of its non-zero weights, by index."""
+    state.served.require("/embed_sparse")
+    obj = await _body(state, request)
+    texts, truncate = await _checked(
+        request, check_sparse, obj, limit=state.limits.max_request_inputs
+    )
+    rows, _ = await _scores(state, request, list(texts), truncate, "inputs")  # (N, V)
+    keep = state.served.model.max_active_dims
+    out = []
+    for row in rows:
+        nz = np.flatnonzero(row)
+        if keep is not None and len(nz) > keep:
+            nz = np.sort(nz[np.argsort(-np.abs(row[nz]), kind="stable")[:keep]])
+        out.append([{"index": int(i), "value": float(row[i])} for i in nz])
+    return _json(out)
+
+
+#: (path, metrics name, handler)
+HEAD_ROUTES = (
+    ("/rerank", "rerank", _rerank),
+    ("/v1/rerank", "rerank", _rerank_v1),
+    ("/predict", "predict", _predict),
+    ("/embed_sparse", "embed_sparse", _embed_sparse),
+)

@@ -1,0 +1,78 @@
+"""What one server serves: a model of one kind, the routes it answers and its engine step.
+
+=============  ==========================================  ===================================
+kind           checkpoint                                  routes
+=============  ==========================================  ===================================
+embedding      a BERT encoder / sentence-transformers      /v1/embeddings, /embeddings, /embed
+reranker       BertForSequenceClassification, one label    /rerank, /v1/rerank, /predict
+classifier     BertForSequenceClassification, labels       /predict
+sparse         BertForMaskedLM (SPLADE)                    /embed_sparse
+=============  ==========================================  ===================================
+
+``/tokenize`` and the probes answer for every kind. A data route the model cannot answer gets
+400 naming the model's head and the routes it answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import ModelStep, embedding_step
+from .errors import ApiError
+
+__all__ = ["ROUTES", "Served", "serve_model"]
+
+#: the data routes each kind answers (besides /tokenize and /v1/models)
+ROUTES = {
+    "embedding": ("/v1/embeddings", "/embeddings", "/embed"),
+    "reranker": ("/rerank", "/v1/rerank", "/predict"),
+    "classifier": ("/predict",),
+    "sparse": ("/embed_sparse",),
+}
+
+
+@dataclass
+class Served:
+    """``kind`` (see the module docstring), ``model`` (a :class:`bertattn.Bert`,
+    :class:`bertattn.CrossEncoder` or :class:`bertattn.SparseEncoder`), ``bert`` (its encoder:
+    tokenizer, limits, device), ``step`` (what the batcher runs)."""
+
+    kind: str
+    model: Any
+    bert: Any
+    step: ModelStep
+
+    def describe(self) -> str:
+        """The model's head in words, for messages and ``/info``."""
+        if self.kind == "embedding":
+            return "a sentence-embedding model"
+        if self.kind == "sparse":
+            return "a SPLADE model (BertForMaskedLM)"
+        n = self.model.num_labels
+        what = "a reranker" if self.kind == "reranker" else "a classifier"
+        return f"{what} (BertForSequenceClassification, {n} label{'s' if n != 1 else ''})"
+
+    def require(self, route: str) -> None:
+        """400 unless this model answers ``route``."""
+        if route not in ROUTES[self.kind]:
+            raise ApiError(
+                400,
+                f"this server's model is {self.describe()}: it answers "
+                f"{', '.join('POST ' + r for r in ROUTES[self.kind])}, not POST {route}.",
+                code="wrong_route_for_model",
+            )
+
+
+def serve_model(model: Any) -> Served:
+    """A loaded model as what the server serves, by its class."""
+    from ..heads import CrossEncoder, SparseEncoder
+
+    if isinstance(model, Served):
+        return model
+    if isinstance(model, CrossEncoder):
+        kind = "reranker" if model.num_labels == 1 else "classifier"
+        return Served(kind, model, model.bert, model.step())
+    if isinstance(model, SparseEncoder):
+        return Served("sparse", model, model.bert, model.step())
+    return Served("embedding", model, model, embedding_step(model))
