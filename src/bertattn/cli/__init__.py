@@ -43,6 +43,8 @@ COMMANDS: dict[str, str] = {
     "bench": "time MultiHeadAttention against its peers (module level)",
     "export-onnx": "export a BERT model to ONNX (dynamic batch and length) for ONNX Runtime",
     "serve": "serve sentence embeddings over HTTP (OpenAI /v1/embeddings, TEI /embed)",
+    "rerank": "rank the documents of a file for a query with a cross-encoder (JSON lines)",
+    "predict": "classify, tag or fill in every line with the model's head (JSON lines)",
 }
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
@@ -241,6 +243,13 @@ def _run_named_stdout(args: argparse.Namespace) -> int:
         return code
     finally:
         sys.stdout = stdout
+
+
+def report(command: str, summary: object, *, quiet: bool) -> None:
+    """The final status line of a job on stderr (``bertattn COMMAND: SUMMARY``), unless
+    ``quiet``."""
+    if summary is not None and not quiet:
+        print(f"bertattn {command}: {summary}", file=sys.stderr)
 
 
 def _stdout_to_null() -> None:

@@ -1,0 +1,449 @@
+"""The jobs of the heads (:mod:`bertattn.heads`) on the command line: ``rerank`` (documents for a
+query, by a one-label cross-encoder), ``predict`` (the pipeline of the model's head, one answer
+per input) and the sparse rows ``encode`` writes for a SPLADE model.
+
+Each checks, before reading the input or loading the model, the options, the input path, the
+output path and the model's head (from its ``config.json`` / ``modules.json`` only), so that a
+wrong head is a usage error (exit 2) found before any work. The output is JSON lines, written
+whole or not at all (:mod:`bertattn.files`), or to stdout (``-``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ..errors import UsageError
+from ..files import check_output, write_atomic, write_stdout
+from ..stdio import is_closed
+from .inputs import is_stream, read_records, stdin_buffer
+from .options import HEAD_OUTPUTS, PredictOptions, RerankOptions, flag, job_device
+
+if TYPE_CHECKING:
+    from ..bert import ModelFolder
+    from ..heads.config import HeadConfig
+    from .options import EncodeOptions
+
+__all__ = [
+    "HeadSummary",
+    "is_sparse_model",
+    "read_pairs",
+    "run_predict",
+    "run_rerank",
+    "sparse_payload",
+]
+
+#: head kind -> the pipeline task ``predict`` runs
+TASKS = {
+    "sequence-classification": "text-classification",
+    "token-classification": "token-classification",
+    "masked-lm": "fill-mask",
+}
+
+
+@dataclass
+class HeadSummary:
+    """What a head job did, for the final report line (``str(summary)``)."""
+
+    output: Path
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.output}: {self.detail}"
+
+
+# ---------------------------------------------------------------------- checks before work
+def _head(model: str) -> tuple[ModelFolder, HeadConfig]:
+    """The model's folder and head, from its files (no weights read)."""
+    from ..bert import resolve_model
+    from ..heads.config import read_head_config
+
+    folder = resolve_model(model)
+    return folder, read_head_config(folder.model_dir, folder.root)
+
+
+def _named(head: HeadConfig) -> str:
+    """The head in words, for a refusal."""
+    arch = head.architecture or "not given (a bare encoder)"
+    if head.kind == "sequence-classification":
+        labels = ", ".join(head.id2label[i] for i in sorted(head.id2label)[:6])
+        return f"{arch}, {head.num_labels} labels ({labels})"
+    return arch
+
+
+def _check_io(options: RerankOptions | PredictOptions) -> Path | None:
+    """The input exists and can be read; the output (None: stdout) can be written and is not
+    the input."""
+    from ..corpus import open_corpus
+
+    if str(options.input) == "-":
+        stdin_buffer()  # a closed stdin: refused now
+    inputs = [] if is_stream(options.input) else [f.name for f in open_corpus(options.input).files]
+    if str(options.output) == "-":
+        if is_closed(sys.stdout):
+            raise UsageError(
+                "--output - writes to stdout, which is closed (the command was started with "
+                ">&-); give an output file (-o FILE.jsonl), or run it with a stdout."
+            )
+        return None
+    return check_output(options.output, what="--output", inputs=inputs, suffixes=HEAD_OUTPUTS)
+
+
+def _load(options: RerankOptions | PredictOptions) -> dict[str, Any]:
+    """The keywords every head takes to load (``device``, ``dtype``, ``threads``)."""
+    device = None if options.device == "auto" else job_device(options.device)
+    return {"device": device, "dtype": options.dtype, "threads": options.threads}
+
+
+def _max_length(bert: Any, options: RerankOptions | PredictOptions) -> None:
+    """``--max-length``, within the model's position limit."""
+    if options.max_length is None:
+        return
+    limit = bert.model.config.max_position_embeddings
+    if options.max_length > limit:
+        raise UsageError(
+            f"--max-length {options.max_length} exceeds what the model takes "
+            f"(max_position_embeddings {limit}); use --max-length {limit} or less."
+        )
+    bert.max_seq_length = options.max_length
+
+
+# ---------------------------------------------------------------------- output
+def jsonl_payload(rows: Iterable[object]) -> Callable[[BinaryIO], None]:
+    """A writer of one JSON value a line (floats as Python's shortest repr: they read back
+    equal)."""
+
+    def write(f: BinaryIO) -> None:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, allow_nan=False).encode() + b"\n")
+
+    return write
+
+
+def _write(out: Path | None, payload: Callable[[BinaryIO], None]) -> Path:
+    if out is None:
+        write_stdout(payload)
+        return Path("<stdout>")
+    return write_atomic(out, payload)
+
+
+def _empty(options: RerankOptions | PredictOptions, what: str) -> ValueError:
+    name = "stdin" if str(options.input) == "-" else str(options.input)
+    return ValueError(
+        f"input {name} holds no {what} (it is empty, or has only blank JSON lines); nothing is "
+        f"written."
+    )
+
+
+# ---------------------------------------------------------------------- rerank
+def run_rerank(options: RerankOptions) -> HeadSummary:
+    """Rank the documents of ``options.input`` for ``options.query``; JSON lines best first,
+    each as :meth:`bertattn.CrossEncoder.rank` returns it (``id`` after ``corpus_id`` with
+    ``--id-field``)."""
+    folder, head = _head(options.model)
+    if head.kind != "sequence-classification" or head.num_labels != 1:
+        raise UsageError(
+            f"--model {options.model}: rerank needs a one-label BertForSequenceClassification "
+            f"(a reranker); this model's head is {_named(head)}"
+            + (": use bertattn predict." if head.kind in TASKS else ".")
+        )
+    out = _check_io(options)
+    docs, ids = read_records(options.input, field=options.field, id_field=options.id_field)
+    if not docs:
+        raise _empty(options, "documents")
+    from ..heads import CrossEncoder
+
+    start = time.perf_counter()
+    model = CrossEncoder(folder, **_load(options))
+    _max_length(model.bert, options)
+    ranked = model.rank(
+        options.query,
+        docs,
+        top_k=options.top_k,
+        return_documents=options.return_documents,
+        batch_size=options.batch_size,
+        max_tokens_per_doc=options.max_tokens_per_doc,
+    )
+    if ids is not None:
+        ranked = [{"corpus_id": r["corpus_id"], "id": ids[r["corpus_id"]], **r} for r in ranked]
+    where = _write(out, jsonl_payload(ranked))
+    seconds = time.perf_counter() - start
+    return HeadSummary(
+        where, f"{len(docs)} documents ranked, {len(ranked)} written, in {seconds:.1f}s"
+    )
+
+
+# ---------------------------------------------------------------------- predict
+def _check_predict_options(options: PredictOptions, head: HeadConfig) -> str:
+    """The task of the model's head; ``UsageError`` for an option that head does not take."""
+    if head.kind not in TASKS:
+        raise UsageError(
+            f"--model {options.model}: predict needs a BertForSequenceClassification, "
+            f"BertForTokenClassification or BertForMaskedLM checkpoint; this model's head is "
+            f"{_named(head)} (for sentence embeddings use bertattn encode)."
+        )
+    task = TASKS[head.kind]
+    takes = {
+        "text-classification": ("top_k", "function_to_apply"),
+        "token-classification": ("aggregation_strategy",),
+        "fill-mask": ("top_k",),
+    }[task]
+    for name in ("top_k", "function_to_apply", "aggregation_strategy"):
+        if getattr(options, name) is not None and name not in takes:
+            raise UsageError(
+                f"{flag(PredictOptions, name)} does not apply to this model: its head is "
+                f"{_named(head)} ({task}), which takes "
+                f"{', '.join(flag(PredictOptions, n) for n in takes)}; drop "
+                f"{flag(PredictOptions, name)}."
+            )
+    return task
+
+
+def read_pairs(source: str, *, field: str | None = None) -> list[str | dict[str, str]]:
+    """The inputs of a text-classification run: each a text, or ``{"text", "text_pair"}``
+    where a JSON line carries a string ``"text_pair"`` (null or absent: a single text)."""
+    if is_stream(source) and _is_jsonl(source, field):  # read twice: from a copy
+        with _spooled(source) as copy:
+            return read_pairs(copy, field=field or "text")
+    texts, pairs = read_records(source, field=field, id_field=None), None
+    if _is_jsonl(source, field):
+        pairs = _pair_values(source, field or "text", len(texts[0]))
+    if pairs is None:
+        return list(texts[0])
+    return [
+        t if p is None else {"text": t, "text_pair": p}
+        for t, p in zip(texts[0], pairs, strict=True)
+    ]
+
+
+@contextlib.contextmanager
+def _spooled(source: str) -> Iterator[str]:
+    """A stream (stdin, a pipe) copied into a temporary ``.jsonl`` file, removed afterwards."""
+    import shutil
+    import tempfile
+
+    with contextlib.ExitStack() as stack:
+        if str(source) == "-":
+            stream: BinaryIO = stdin_buffer()
+        else:
+            stream = stack.enter_context(open(source, "rb"))  # noqa: SIM115
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bertattn-predict-"))
+        copy = Path(tmp) / "stdin.jsonl"
+        with copy.open("wb") as f:
+            shutil.copyfileobj(stream, f)
+        yield str(copy)
+
+
+def _is_jsonl(source: str, field: str | None) -> bool:
+    from ..corpus.sources import JSONL_SUFFIXES
+
+    return field is not None or str(source).lower().endswith(JSONL_SUFFIXES)
+
+
+def _pair_values(source: str, field: str, n: int) -> list[str | None] | None:
+    """Each JSON record's ``"text_pair"`` (None when absent or null), in order; ``ValueError``
+    naming the line for one that is not a string. None when no record has one. The input is
+    read again (a file; a stream was read once: its pairs are not available, and said so)."""
+    if is_stream(source):
+        return None
+    from ..corpus import open_corpus
+    from ..corpus.lines import json_kind
+
+    values: list[str | None] = []
+    found = False
+    for src in open_corpus(source).files:
+        with src.open_stream() as f:
+            for n_line, raw in enumerate(f, start=1):
+                line = raw.strip()
+                if n_line == 1:
+                    line = line.removeprefix(b"\xef\xbb\xbf")
+                if not line:
+                    continue
+                obj = json.loads(line)  # parsed once already: valid
+                pair = obj.get("text_pair")
+                if pair is not None and not isinstance(pair, str):
+                    raise ValueError(
+                        f"{src.name}: line {n_line}: field 'text_pair' is {json_kind(pair)}, not a "
+                        f'string; a pair is {{"{field}": "...", "text_pair": "..."}} (null or '
+                        f"absent: a single text)."
+                    )
+                found = found or pair is not None
+                values.append(pair)
+    if len(values) != n:  # the file changed between the two reads
+        raise ValueError(f"input {source} changed while it was read; rerun.")
+    return values if found else None
+
+
+def _pipeline_answers(pipe: Any, task: str, items: list, options: PredictOptions) -> list:
+    """One answer per input, exactly as ``pipe(items)`` gives each."""
+    kwargs: dict[str, Any] = {"batch_size": options.batch_size}
+    if task == "text-classification":
+        if options.top_k is not None:
+            kwargs["top_k"] = options.top_k
+        kwargs["function_to_apply"] = options.function_to_apply
+    elif task == "token-classification":
+        kwargs["aggregation_strategy"] = options.aggregation_strategy or "none"
+    elif options.top_k is not None:
+        kwargs["top_k"] = options.top_k
+    answers = pipe(items, **kwargs)
+    if task == "fill-mask" and len(items) == 1:  # the pipeline unwraps a list of one
+        answers = [answers]
+    return answers
+
+
+def run_predict(options: PredictOptions) -> HeadSummary:
+    """The pipeline of the model's head over every input; one JSON line per input, each the
+    pipeline's answer for it."""
+    folder, head = _head(options.model)
+    task = _check_predict_options(options, head)
+    out = _check_io(options)
+    if task == "text-classification":
+        items: list = read_pairs(options.input, field=options.field)
+    else:
+        items = read_records(options.input, field=options.field)[0]
+        if _is_jsonl(options.input, options.field):
+            _refuse_pairs(options.input, task)
+    if not items:
+        raise _empty(options, "inputs")
+    from ..heads import pipeline
+
+    start = time.perf_counter()
+    pipe = pipeline(task, folder, **_load(options))
+    _max_length(pipe.model.bert if task == "text-classification" else pipe.bert, options)
+    answers = _pipeline_answers(pipe, task, items, options)
+    where = _write(out, jsonl_payload(answers))
+    seconds = time.perf_counter() - start
+    return HeadSummary(where, f"{len(items)} inputs ({task}) in {seconds:.1f}s")
+
+
+def _refuse_pairs(source: str, task: str) -> None:
+    """A text pair given to a head that takes single texts: ``ValueError`` naming the line."""
+    if is_stream(source):
+        return
+    from ..corpus import open_corpus
+
+    for src in open_corpus(source).files:
+        with src.open_stream() as f:
+            for n_line, raw in enumerate(f, start=1):
+                if b'"text_pair"' in raw:
+                    obj = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+                    if isinstance(obj, dict) and obj.get("text_pair") is not None:
+                        raise ValueError(
+                            f"{src.name}: line {n_line}: a text pair (text_pair), but this "
+                            f"model's {task} takes single texts; drop text_pair, or use a "
+                            f"sequence classifier."
+                        )
+
+
+# ---------------------------------------------------------------------- sparse encode
+def is_sparse_model(model: str | None) -> bool:
+    """Whether ``encode`` writes sparse rows for ``model``: a sentence-transformers folder
+    whose ``modules.json`` has ``SpladePooling``, or a folder without ``modules.json`` whose
+    ``config.json`` names ``BertForMaskedLM`` (SPLADE's own folders). Reads those two files
+    only; anything it cannot read is left to the dense path, which says what is wrong."""
+    if model is None:
+        return False
+    from ..bert.folder import locate_model
+
+    try:
+        root = locate_model(model)
+        modules = root / "modules.json"
+        if modules.is_file():
+            data = json.loads(modules.read_text(encoding="utf-8"))
+            return isinstance(data, list) and any(
+                isinstance(m, dict) and str(m.get("type", "")).endswith("SpladePooling")
+                for m in data
+            )
+        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    arches = config.get("architectures") if isinstance(config, dict) else None
+    return isinstance(arches, list) and arches[:1] == ["BertForMaskedLM"]
+
+
+def check_sparse_options(options: EncodeOptions) -> None:
+    """``UsageError`` for what a sparse (SPLADE) encode cannot do: ``.npy`` output, a pooling
+    or normalization of its own, ONNX, chunked and several-rank runs."""
+    name = options.model
+    if str(options.output) != "-" and str(options.output).lower().endswith(".npy"):
+        raise UsageError(
+            f"--model {name} is a SPLADE (sparse) model: its rows are vocabulary-wide (tens of "
+            f"thousands of columns) and mostly zeros, which .npy would store densely; write "
+            f'.jsonl (one {{"index", "indices", "values"}} object per input), or pass '
+            f"--no-sparse for dense embeddings of its encoder."
+        )
+    given = [
+        f
+        for f, on in (
+            ("--pooling", options.pooling is not None),
+            ("--normalize/--no-normalize", options.normalize is not None),
+            ("--onnx", options.onnx is not None),
+            ("--cuda-graphs", options.cuda_graphs is not None),
+            ("--workers", options.workers is not None),
+            ("--resumable/--restart", options.resumable or options.restart),
+            ("a folder output", options.sharded),
+        )
+        if on
+    ]
+    if given or options.chunked:
+        what = ", ".join(given) or "a chunked run (torchrun)"
+        raise UsageError(
+            f"--model {name} is a SPLADE (sparse) model, encoded in one process with its own "
+            f"pooling; {what} applies to dense embeddings only: drop it, or pass --no-sparse."
+        )
+
+
+def sparse_payload(
+    rows: Any, ids: list[object] | None
+) -> Callable[[BinaryIO], None]:  # rows: (N, V) torch tensor
+    """JSON lines ``{"index", "id" (with ids), "indices", "values"}``: each row's non-zero
+    vocabulary ids, ascending, and their weights (float32's shortest repr)."""
+    import numpy as np
+
+    def write(f: BinaryIO) -> None:
+        for i, row in enumerate(rows):
+            dense = row.to_dense().float().numpy() if row.is_sparse else row.float().numpy()
+            nz = np.flatnonzero(dense)
+            record: dict[str, object] = {"index": i}
+            if ids is not None:
+                record["id"] = ids[i]
+            record["indices"] = nz.tolist()
+            record["values"] = [float(str(v)) for v in dense[nz].astype(np.float32)]
+            f.write(json.dumps(record, allow_nan=False).encode() + b"\n")
+
+    return write
+
+
+def run_sparse_encode(
+    options: EncodeOptions, out: Path | None, texts: list[str], ids: list[object] | None
+) -> tuple[Path, str]:
+    """SPLADE rows of ``texts`` written as :func:`sparse_payload`; (where, the summary)."""
+    from ..heads import SparseEncoder
+
+    start = time.perf_counter()
+    device = None if options.device == "auto" else job_device(options.device)
+    model = SparseEncoder(
+        options.model, device=device, dtype=options.dtype, threads=options.threads
+    )
+    limit = model.bert.model.config.max_position_embeddings
+    if options.max_length is not None:
+        if options.max_length > limit:
+            raise UsageError(
+                f"--max-length {options.max_length} exceeds what the model takes "
+                f"(max_position_embeddings {limit}); use --max-length {limit} or less."
+            )
+        model.bert.max_seq_length = options.max_length
+    rows = model.encode(texts, batch_size=options.batch_size, convert_to_sparse_tensor=False)
+    where = _write(out, sparse_payload(rows, ids))
+    seconds = time.perf_counter() - start
+    active = float((rows != 0).sum(dim=1).float().mean()) if len(texts) else 0.0
+    return where, (
+        f"{len(texts)} texts, sparse rows of {model.vocab_size} (mean {active:.1f} active) in "
+        f"{seconds:.1f}s"
+    )
