@@ -4,7 +4,8 @@ Python API on the same folders: each parsed JSON line equals the Python answer f
 before any work), 1 for a malformed input, and no output file left behind.
 
 The folders: the tiny random model with random heads (a one-label reranker, a three-label
-classifier, a BIO tagger; built as tests/test_heads_*.py build them) and the real SPLADE model
+classifier, a BIO tagger: the fixtures of tests/test_heads_cross_encoder.py and
+tests/test_heads_pipelines.py) and the real SPLADE model
 (``splade_dir``) for fill-mask and sparse encode.
 """
 
@@ -14,9 +15,8 @@ import json
 from pathlib import Path
 
 import pytest
-import transformers
-from test_heads_cross_encoder import save_classifier
-from test_heads_pipelines import _noisy, _save
+import test_heads_cross_encoder
+import test_heads_pipelines
 
 import bertattn
 
@@ -35,6 +35,11 @@ TEXTS = [
     "tokenization splits zyxwv into pieces",
 ]
 QUERY = "which head looks at the tokens"
+
+# the folders of the Python API's tests (shared, not built again here)
+reranker = test_heads_cross_encoder.reranker
+sentiment = test_heads_pipelines.sentiment
+tagger = test_heads_pipelines.tagger
 
 
 def same(ours, theirs, path: str = "") -> None:  # type: ignore[no-untyped-def]
@@ -56,37 +61,6 @@ def same(ours, theirs, path: str = "") -> None:  # type: ignore[no-untyped-def]
 
 def lines(text: str) -> list:
     return [json.loads(line) for line in text.splitlines()]
-
-
-@pytest.fixture(scope="module")
-def reranker(tiny_checkpoint, tmp_path_factory) -> Path:
-    return save_classifier(tiny_checkpoint, tmp_path_factory.mktemp("rr"), 1, seed=3)
-
-
-@pytest.fixture(scope="module")
-def sentiment(tiny_checkpoint, tmp_path_factory) -> Path:
-    labels = {0: "negative", 1: "neutral", 2: "positive"}
-    cfg = transformers.BertConfig.from_pretrained(
-        tiny_checkpoint, id2label=labels, label2id={v: k for k, v in labels.items()}
-    )
-    model = transformers.BertForSequenceClassification.from_pretrained(tiny_checkpoint, config=cfg)
-    return _save(_noisy(model, 11), tiny_checkpoint, tmp_path_factory.mktemp("sentiment"))
-
-
-@pytest.fixture(scope="module")
-def tagger(tiny_checkpoint, tmp_path_factory) -> Path:
-    import torch
-
-    names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "MISC"]
-    labels = dict(enumerate(names))
-    cfg = transformers.BertConfig.from_pretrained(
-        tiny_checkpoint, id2label=labels, label2id={v: k for k, v in labels.items()}
-    )
-    model = transformers.BertForTokenClassification.from_pretrained(tiny_checkpoint, config=cfg)
-    model = _noisy(model, 12, scale=0.5)
-    with torch.no_grad():
-        model.classifier.bias[0] -= 1.0  # fewer "O": more entities to group
-    return _save(model, tiny_checkpoint, tmp_path_factory.mktemp("tagger"))
 
 
 @pytest.fixture
@@ -192,6 +166,14 @@ def test_predict_text_pairs_from_jsonl(cli, sentiment, tmp_path):
     same(lines(r.out), want)
     single = pipe({"text": TEXTS[0], "text_pair": TEXTS[1]}, top_k=3)
     same(lines(r.out)[0], single)
+    # a folder of a plain text file and a JSON-lines file: read file by file, in name order
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    (folder / "a.txt").write_text(TEXTS[0] + "\n", encoding="utf-8")
+    (folder / "b.jsonl").write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    r = cli("predict", "-i", folder, "--model", sentiment, "--top-k", "3", "-q")
+    assert r.code == 0, r
+    same(lines(r.out), [pipe(TEXTS[0], top_k=3), *want])
 
 
 @pytest.mark.parametrize("strategy", [None, "simple", "first", "average", "max"])

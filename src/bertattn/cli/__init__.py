@@ -30,7 +30,7 @@ import signal
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import exit_status, one_line
 from ..stdio import NamedStdout, is_closed, mend_closed_streams
@@ -245,11 +245,34 @@ def _run_named_stdout(args: argparse.Namespace) -> int:
         sys.stdout = stdout
 
 
-def report(command: str, summary: object, *, quiet: bool) -> None:
-    """The final status line of a job on stderr (``bertattn COMMAND: SUMMARY``), unless
-    ``quiet``."""
-    if summary is not None and not quiet:
-        print(f"bertattn {command}: {summary}", file=sys.stderr)
+def job_command(command: str) -> tuple[Callable[..., None], Callable[..., int]]:
+    """``(add_arguments, run)`` of a command whose options are ``<Name>Options`` in
+    :mod:`bertattn.jobs.options` and whose job is ``run_<name>`` in :mod:`bertattn.jobs.heads`
+    (``rerank``, ``predict``): the job's summary goes on stderr (``bertattn COMMAND:
+    SUMMARY``) unless ``-q``."""
+    name = command.replace("-", "_")
+
+    def options_class() -> type:
+        from ..jobs import options
+
+        return getattr(options, f"{name.title().replace('_', '')}Options")
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        from ..jobs.options import add_arguments
+
+        add_arguments(parser, options_class())
+
+    def run(args: argparse.Namespace) -> int:
+        from ..jobs import heads
+        from ..jobs.options import from_namespace
+
+        options = from_namespace(options_class(), args)
+        summary = getattr(heads, f"run_{name}")(options)
+        if summary is not None and not options.quiet:
+            print(f"bertattn {command}: {summary}", file=sys.stderr)
+        return 0
+
+    return add_arguments, run
 
 
 def _stdout_to_null() -> None:

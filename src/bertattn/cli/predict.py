@@ -1,22 +1,7 @@
 """`bertattn predict`: the model's head on every input, as ``bertattn.pipeline`` answers
-(options: :class:`bertattn.jobs.options.PredictOptions`)."""
+(options: :class:`bertattn.jobs.options.PredictOptions`, job:
+:func:`bertattn.jobs.heads.run_predict`)."""
 
-from __future__ import annotations
+from . import job_command
 
-import argparse
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..jobs.options import PredictOptions, add_arguments
-
-    add_arguments(p, PredictOptions)
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..jobs.heads import run_predict
-    from ..jobs.options import PredictOptions, from_namespace
-    from . import report
-
-    options = from_namespace(PredictOptions, args)
-    report("predict", run_predict(options), quiet=options.quiet)
-    return 0
+add_arguments, run = job_command("predict")

@@ -1,22 +1,6 @@
-"""`bertattn rerank`: documents ranked for a query (options: :class:`~bertattn.jobs.options.
-RerankOptions`)."""
+"""`bertattn rerank`: documents ranked for a query by a one-label cross-encoder (options:
+:class:`bertattn.jobs.options.RerankOptions`, job: :func:`bertattn.jobs.heads.run_rerank`)."""
 
-from __future__ import annotations
+from . import job_command
 
-import argparse
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..jobs.options import RerankOptions, add_arguments
-
-    add_arguments(p, RerankOptions)
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..jobs.heads import run_rerank
-    from ..jobs.options import RerankOptions, from_namespace
-    from . import report
-
-    options = from_namespace(RerankOptions, args)
-    report("rerank", run_rerank(options), quiet=options.quiet)
-    return 0
+add_arguments, run = job_command("rerank")

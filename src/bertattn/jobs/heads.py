@@ -205,21 +205,33 @@ def _check_predict_options(options: PredictOptions, head: HeadConfig) -> str:
     return task
 
 
-def read_pairs(source: str, *, field: str | None = None) -> list[str | dict[str, str]]:
-    """The inputs of a text-classification run: each a text, or ``{"text", "text_pair"}``
-    where a JSON line carries a string ``"text_pair"`` (null or absent: a single text)."""
-    if is_stream(source) and _is_jsonl(source, field):  # read twice: from a copy
-        with _spooled(source) as copy:
-            return read_pairs(copy, field=field or "text")
-    texts, pairs = read_records(source, field=field, id_field=None), None
-    if _is_jsonl(source, field):
-        pairs = _pair_values(source, field or "text", len(texts[0]))
-    if pairs is None:
-        return list(texts[0])
-    return [
-        t if p is None else {"text": t, "text_pair": p}
-        for t, p in zip(texts[0], pairs, strict=True)
-    ]
+def read_pairs(
+    source: str, *, field: str | None = None, task: str = "text-classification"
+) -> list[str | dict[str, str]]:
+    """The inputs of a predict run: each a text, or for ``task`` text-classification
+    ``{"text", "text_pair"}`` where a JSON line carries a string ``"text_pair"`` (null or
+    absent: a single text). Another task refuses a pair (``ValueError`` naming the line)."""
+    if is_stream(source):
+        if not _is_jsonl(source, field):
+            return list(read_records(source, field=field)[0])
+        with _spooled(source) as copy:  # JSON lines are read twice: from a copy
+            return read_pairs(copy, field=field or "text", task=task)
+    from ..corpus import open_corpus
+
+    items: list[str | dict[str, str]] = []
+    for src in open_corpus(source).files:
+        texts = read_records(src.name, field=field)[0]
+        if not (src.jsonl or field is not None):
+            items += texts
+            continue
+        pairs = _pair_values(src, field or "text", task)
+        if len(pairs) != len(texts):  # the file changed between the two reads
+            raise ValueError(f"input {src.name} changed while it was read; rerun.")
+        items += [
+            t if p is None else {"text": t, "text_pair": p}
+            for t, p in zip(texts, pairs, strict=True)
+        ]
+    return items
 
 
 @contextlib.contextmanager
@@ -246,38 +258,34 @@ def _is_jsonl(source: str, field: str | None) -> bool:
     return field is not None or str(source).lower().endswith(JSONL_SUFFIXES)
 
 
-def _pair_values(source: str, field: str, n: int) -> list[str | None] | None:
-    """Each JSON record's ``"text_pair"`` (None when absent or null), in order; ``ValueError``
-    naming the line for one that is not a string. None when no record has one. The input is
-    read again (a file; a stream was read once: its pairs are not available, and said so)."""
-    if is_stream(source):
-        return None
-    from ..corpus import open_corpus
+def _pair_values(src: Any, field: str, task: str) -> list[str | None]:
+    """Each JSON record's ``"text_pair"`` of the file ``src`` (None when absent or null), in
+    order; ``ValueError`` naming the line for one that is not a string, or for any pair when
+    ``task`` takes single texts. The records were read (and checked) once already."""
     from ..corpus.lines import json_kind
 
     values: list[str | None] = []
-    found = False
-    for src in open_corpus(source).files:
-        with src.open_stream() as f:
-            for n_line, raw in enumerate(f, start=1):
-                line = raw.strip()
-                if n_line == 1:
-                    line = line.removeprefix(b"\xef\xbb\xbf")
-                if not line:
-                    continue
-                obj = json.loads(line)  # parsed once already: valid
-                pair = obj.get("text_pair")
-                if pair is not None and not isinstance(pair, str):
-                    raise ValueError(
-                        f"{src.name}: line {n_line}: field 'text_pair' is {json_kind(pair)}, not a "
-                        f'string; a pair is {{"{field}": "...", "text_pair": "..."}} (null or '
-                        f"absent: a single text)."
-                    )
-                found = found or pair is not None
-                values.append(pair)
-    if len(values) != n:  # the file changed between the two reads
-        raise ValueError(f"input {source} changed while it was read; rerun.")
-    return values if found else None
+    with src.open_stream() as f:
+        for n_line, raw in enumerate(f, start=1):
+            line = raw.strip()
+            if n_line == 1:
+                line = line.removeprefix(b"\xef\xbb\xbf")
+            if not line:
+                continue
+            pair = json.loads(line).get("text_pair")
+            where = f"{src.name}: line {n_line}"
+            if pair is not None and task != "text-classification":
+                raise ValueError(
+                    f"{where}: a text pair (text_pair), but this model's {task} takes single "
+                    f"texts; drop text_pair, or use a sequence classifier."
+                )
+            if pair is not None and not isinstance(pair, str):
+                raise ValueError(
+                    f"{where}: field 'text_pair' is {json_kind(pair)}, not a string; a pair is "
+                    f'{{"{field}": "...", "text_pair": "..."}} (null or absent: a single text).'
+                )
+            values.append(pair)
+    return values
 
 
 def _pipeline_answers(pipe: Any, task: str, items: list, options: PredictOptions) -> list:
@@ -303,12 +311,7 @@ def run_predict(options: PredictOptions) -> HeadSummary:
     folder, head = _head(options.model)
     task = _check_predict_options(options, head)
     out = _check_io(options)
-    if task == "text-classification":
-        items: list = read_pairs(options.input, field=options.field)
-    else:
-        items = read_records(options.input, field=options.field)[0]
-        if _is_jsonl(options.input, options.field):
-            _refuse_pairs(options.input, task)
+    items = read_pairs(options.input, field=options.field, task=task)
     if not items:
         raise _empty(options, "inputs")
     from ..heads import pipeline
@@ -320,25 +323,6 @@ def run_predict(options: PredictOptions) -> HeadSummary:
     where = _write(out, jsonl_payload(answers))
     seconds = time.perf_counter() - start
     return HeadSummary(where, f"{len(items)} inputs ({task}) in {seconds:.1f}s")
-
-
-def _refuse_pairs(source: str, task: str) -> None:
-    """A text pair given to a head that takes single texts: ``ValueError`` naming the line."""
-    if is_stream(source):
-        return
-    from ..corpus import open_corpus
-
-    for src in open_corpus(source).files:
-        with src.open_stream() as f:
-            for n_line, raw in enumerate(f, start=1):
-                if b'"text_pair"' in raw:
-                    obj = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
-                    if isinstance(obj, dict) and obj.get("text_pair") is not None:
-                        raise ValueError(
-                            f"{src.name}: line {n_line}: a text pair (text_pair), but this "
-                            f"model's {task} takes single texts; drop text_pair, or use a "
-                            f"sequence classifier."
-                        )
 
 
 # ---------------------------------------------------------------------- sparse encode

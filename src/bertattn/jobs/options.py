@@ -803,8 +803,30 @@ _HEAD_INPUT = (
 )
 
 
+_RUN = "running the model"
+
+
+@dataclass(kw_only=True)
+class _HeadRun:
+    """How a head job runs its model: the options :class:`RerankOptions` and
+    :class:`PredictOptions` share."""
+
+    batch_size: int = _opt(
+        32, "inputs per batch (rerank: query-document pairs; default 32)", type=int, group=_RUN
+    )
+    max_length: int | None = _opt(
+        None, "tokens per input, a pair's together (default: the model's)", type=int, group=_RUN
+    )
+    dtype: str = _opt("float32", "compute dtype", choices=DTYPES, group=_RUN)
+    device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)", group=_RUN)
+    threads: int | None = _opt(
+        None, "CPU threads (default: automatic)", type=int, metavar="N", group=_RUN
+    )
+    quiet: bool = _opt(False, "no summary line on stderr", flags=("-q", "--quiet"), group=_RUN)
+
+
 @dataclass
-class RerankOptions:
+class RerankOptions(_HeadRun):
     """``bertattn rerank``: documents ranked for a query by a one-label cross-encoder."""
 
     query: str = _opt(MISSING, "the query the documents are ranked for", positional=True)
@@ -843,12 +865,6 @@ class RerankOptions:
         metavar="N",
     )
     return_documents: bool = _opt(False, 'include each document as "text"')
-    batch_size: int = _opt(32, "pairs per batch (default 32)", type=int)
-    max_length: int | None = _opt(None, "tokens per pair (default: the model's)", type=int)
-    dtype: str = _opt("float32", "compute dtype", choices=DTYPES)
-    device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)")
-    threads: int | None = _opt(None, "CPU threads (default: automatic)", type=int, metavar="N")
-    quiet: bool = _opt(False, "no summary line on stderr", flags=("-q", "--quiet"))
 
     def __post_init__(self) -> None:
         cls = type(self)
@@ -860,7 +876,7 @@ class RerankOptions:
 
 
 @dataclass
-class PredictOptions:
+class PredictOptions(_HeadRun):
     """``bertattn predict``: what a model's head says of each input, as bertattn.pipeline."""
 
     input: str = _opt(
@@ -907,12 +923,6 @@ class PredictOptions:
         "average or max (tokens grouped into words and entities)",
         choices=AGGREGATIONS,
     )
-    batch_size: int = _opt(32, "inputs per batch (default 32)", type=int)
-    max_length: int | None = _opt(None, "tokens per input (default: the model's)", type=int)
-    dtype: str = _opt("float32", "compute dtype", choices=DTYPES)
-    device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)")
-    threads: int | None = _opt(None, "CPU threads (default: automatic)", type=int, metavar="N")
-    quiet: bool = _opt(False, "no summary line on stderr", flags=("-q", "--quiet"))
 
     def __post_init__(self) -> None:
         cls = type(self)

@@ -122,9 +122,7 @@ class ServeState:
                 finally:
                     self.tokenizer_lock.release()
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
-                self.tokenizer_thread, self._locked, fn, texts, *args
-            )
+            return await loop.run_in_executor(self.tokenizer_thread, self._locked, fn, texts, *args)
         finally:
             self.metrics.stage.observe(time.perf_counter() - start, "tokenization")
 
@@ -241,8 +239,9 @@ async def _embed(
                 code="request_too_large",
             ) from None
         cap = (
-            f"{exc.limit}: --max-queue-time {batcher.max_queue_s:g} s of work at the measured "
-            f"speed" if exc.by_time else f"{exc.limit}, --max-queue-tokens"
+            f"{exc.limit}: --max-queue-time {batcher.max_queue_s:g} s of work at the measured speed"
+            if exc.by_time
+            else f"{exc.limit}, --max-queue-tokens"
         )
         raise ApiError(
             429,
