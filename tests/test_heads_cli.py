@@ -218,7 +218,7 @@ def test_encode_splade_writes_sparse_rows(cli, splade_dir, tmp_path):
     out = tmp_path / "sparse.jsonl"
     r = cli("encode", src, "-o", out, "--model", splade_dir, "--id-field", "key")
     assert r.code == 0, r
-    assert "sparse rows of 30522" in r.err
+    assert "SPLADE sparse rows of 30522" in r.err and "--no-sparse" in r.err
     rows = bertattn.SparseEncoder(splade_dir).encode(texts).to_dense()
     got = lines(out.read_text(encoding="utf-8"))
     assert [list(g) for g in got] == [["index", "id", "indices", "values"]] * 3
@@ -227,6 +227,35 @@ def test_encode_splade_writes_sparse_rows(cli, splade_dir, tmp_path):
         want = row.nonzero().flatten().tolist()
         assert g["indices"] == want and want == sorted(want) and len(want) > 0
         assert g["values"] == pytest.approx(row[want].tolist(), abs=1e-6)
+
+
+def test_encode_sentence_transformers_splade_folder_to_stdout(cli, splade_dir, tmp_path):
+    from sentence_transformers import SparseEncoder as STSparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    st = STSparseEncoder(str(splade_dir), device="cpu")
+    st[1] = SpladePooling(pooling_strategy="sum", activation_function="log1p_relu")
+    st.save(str(tmp_path / "st"))
+    texts = ["the cat sat on the mat", "attention is all you need"]
+    r = cli("encode", "-", "-o", "-", "--model", tmp_path / "st", "-q", input="\n".join(texts))
+    assert r.code == 0, r
+    assert r.err == ""
+    rows = bertattn.SparseEncoder(tmp_path / "st").encode(texts).to_dense()
+    for i, (g, row) in enumerate(zip(lines(r.out), rows, strict=True)):
+        want = row.nonzero().flatten().tolist()
+        assert list(g) == ["index", "indices", "values"] and g["index"] == i
+        assert g["indices"] == want
+        assert g["values"] == pytest.approx(row[want].tolist(), abs=1e-6)
+
+
+def test_which_folders_encode_as_sparse(splade_dir, tiny_checkpoint, minilm_dir, tmp_path):
+    from bertattn.jobs.heads import is_sparse_model
+
+    assert is_sparse_model(str(splade_dir))  # a BertForMaskedLM folder
+    assert not is_sparse_model(str(tiny_checkpoint))  # BertModel
+    assert not is_sparse_model(str(minilm_dir))  # modules.json with Pooling: dense
+    assert not is_sparse_model(None)  # the default model
+    assert not is_sparse_model(str(tmp_path / "missing"))  # left to the dense path's message
 
 
 def test_encode_splade_npy_refused_and_no_sparse_is_dense(cli, splade_dir, tmp_path):

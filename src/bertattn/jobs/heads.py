@@ -428,6 +428,7 @@ def run_sparse_encode(
     seconds = time.perf_counter() - start
     active = float((rows != 0).sum(dim=1).float().mean()) if len(texts) else 0.0
     return where, (
-        f"{len(texts)} texts, sparse rows of {model.vocab_size} (mean {active:.1f} active) in "
-        f"{seconds:.1f}s"
+        f"{len(texts)} texts, SPLADE sparse rows of {model.vocab_size} (mean {active:.1f} "
+        f"active) in {seconds:.1f}s"
+        + ("" if options.sparse else "; --no-sparse writes dense embeddings of its encoder")
     )
