@@ -332,6 +332,8 @@ def test_bad_usage_exits_2_before_any_work(cli, command, reranker, sentiment, do
     _error(r, 2, "writes JSON lines", ".jsonl")
     r = cli(*head, "-i", docs_file, "--model", model, "-o", docs_file)
     _error(r, 2, "--output")
+    r = cli(*head, "-i", docs_file, "--model", model, "--max-length", "9999", "-o", out)
+    _error(r, 2, "--max-length 9999 exceeds what the model takes")
     r = cli(*head, "-i", docs_file, "-o", out)  # no --model: argparse's usage error
     assert r.code == 2 and "--model" in r.err, r
     assert not out.exists()
@@ -388,3 +390,12 @@ def test_rerank_and_predict_as_processes(cli_subprocess, reranker, sentiment, do
     same(lines(r.out), bertattn.pipeline("text-classification", sentiment)(TEXTS))
     r = cli_subprocess("predict", "-i", docs_file, "--model", sentiment, "--top-k", "0")
     assert r.code == 2 and r.err.count("\n") == 1, r
+
+
+@pytest.mark.filterwarnings("ignore:5 of 5 inputs were longer")
+def test_rerank_max_length_cuts_pairs_as_the_python_api(cli, reranker, docs_file):
+    r = cli("rerank", QUERY, "-i", docs_file, "--model", reranker, "--max-length", "12", "-q")
+    assert r.code == 0, r
+    want = bertattn.CrossEncoder(reranker, max_length=12).rank(QUERY, DOCS)
+    same(lines(r.out), want)
+    assert want != bertattn.CrossEncoder(reranker).rank(QUERY, DOCS)  # the cut mattered

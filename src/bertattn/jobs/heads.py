@@ -101,17 +101,20 @@ def _load(options: RerankOptions | PredictOptions) -> dict[str, Any]:
     return {"device": device, "dtype": options.dtype, "threads": options.threads}
 
 
-def _max_length(bert: Any, options: RerankOptions | PredictOptions) -> None:
-    """``--max-length``, within the model's position limit."""
-    if options.max_length is None:
-        return
-    limit = bert.model.config.max_position_embeddings
-    if options.max_length > limit:
+def _check_max_length(folder: ModelFolder, options: RerankOptions | PredictOptions) -> None:
+    """``--max-length`` within the model's position limit (from its config: before any work)."""
+    limit = folder.config.max_position_embeddings
+    if options.max_length is not None and options.max_length > limit:
         raise UsageError(
             f"--max-length {options.max_length} exceeds what the model takes "
             f"(max_position_embeddings {limit}); use --max-length {limit} or less."
         )
-    bert.max_seq_length = options.max_length
+
+
+def _max_length(bert: Any, options: RerankOptions | PredictOptions) -> None:
+    """``--max-length`` (checked by :func:`_check_max_length`) set on the loaded encoder."""
+    if options.max_length is not None:
+        bert.max_seq_length = options.max_length
 
 
 # ---------------------------------------------------------------------- output
@@ -153,6 +156,7 @@ def run_rerank(options: RerankOptions) -> HeadSummary:
             f"(a reranker); this model's head is {_named(head)}"
             + (": use bertattn predict." if head.kind in TASKS else ".")
         )
+    _check_max_length(folder, options)
     out = _check_io(options)
     docs, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     if not docs:
@@ -310,6 +314,7 @@ def run_predict(options: PredictOptions) -> HeadSummary:
     pipeline's answer for it."""
     folder, head = _head(options.model)
     task = _check_predict_options(options, head)
+    _check_max_length(folder, options)
     out = _check_io(options)
     items = read_pairs(options.input, field=options.field, task=task)
     if not items:
