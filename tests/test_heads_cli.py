@@ -208,7 +208,10 @@ def test_predict_fill_mask(cli, splade_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------- encode (SPLADE)
-def test_encode_splade_writes_sparse_rows(cli, splade_dir, tmp_path):
+def test_encode_splade_writes_sparse_rows(cli, splade_dir, tmp_path, monkeypatch):
+    import bertattn.jobs.heads
+
+    monkeypatch.setattr(bertattn.jobs.heads, "SPARSE_BLOCK", 2)  # two blocks: 2 texts, then 1
     texts = ["the cat sat on the mat", "hello world", ""]
     src = tmp_path / "in.jsonl"
     src.write_text(
@@ -219,7 +222,8 @@ def test_encode_splade_writes_sparse_rows(cli, splade_dir, tmp_path):
     r = cli("encode", src, "-o", out, "--model", splade_dir, "--id-field", "key")
     assert r.code == 0, r
     assert "SPLADE sparse rows of 30522" in r.err and "--no-sparse" in r.err
-    rows = bertattn.SparseEncoder(splade_dir).encode(texts).to_dense()
+    model = bertattn.SparseEncoder(splade_dir)  # the same blocks (their padding: ~1e-6 apart)
+    rows = [*model.encode(texts[:2]).to_dense(), *model.encode(texts[2:]).to_dense()]
     got = lines(out.read_text(encoding="utf-8"))
     assert [list(g) for g in got] == [["index", "id", "indices", "values"]] * 3
     for i, (g, row) in enumerate(zip(got, rows, strict=True)):
@@ -258,7 +262,9 @@ def test_which_folders_encode_as_sparse(splade_dir, tiny_checkpoint, minilm_dir,
     assert not is_sparse_model(str(tmp_path / "missing"))  # left to the dense path's message
 
 
-def test_encode_splade_npy_refused_and_no_sparse_is_dense(cli, splade_dir, tmp_path):
+def test_encode_splade_npy_refused_and_no_sparse_is_dense(
+    cli, splade_dir, tiny_checkpoint, tmp_path
+):
     src = tmp_path / "in.txt"
     src.write_text("the cat sat\nhello\n", encoding="utf-8")
     out = tmp_path / "rows.npy"
@@ -270,6 +276,9 @@ def test_encode_splade_npy_refused_and_no_sparse_is_dense(cli, splade_dir, tmp_p
     jsonl = tmp_path / "rows.jsonl"
     r = cli("encode", src, "-o", jsonl, "--model", splade_dir, "--pooling", "mean", "--sparse")
     _error(r, 2, "--pooling applies to dense embeddings only")
+    assert not jsonl.exists()
+    r = cli("encode", src, "-o", jsonl, "--model", tiny_checkpoint, "--sparse")
+    _error(r, 2, "--sparse needs a SPLADE model")
     assert not jsonl.exists()
     with pytest.warns(UserWarning):  # the dense path as before: the head's tensors skipped
         bert = bertattn.Bert.load(splade_dir)

@@ -262,7 +262,13 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
 
 def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
     _check_machine(options, info.world_size)
-    sparse = options.sparse if options.sparse is not None else is_sparse_model(options.model)
+    sparse = is_sparse_model(options.model) if options.sparse is None else options.sparse
+    if sparse and not is_sparse_model(options.model):
+        raise UsageError(
+            f"--sparse needs a SPLADE model (a sentence-transformers folder with SpladePooling, "
+            f"or a BertForMaskedLM folder); --model {options.model or 'the default'} is not one: "
+            f"drop --sparse."
+        )
     if sparse:  # a SPLADE model: sparse rows (bertattn.jobs.heads), one process, JSON lines
         check_sparse_options(options)
     out, corpus = check_paths(options)

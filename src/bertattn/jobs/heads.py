@@ -14,7 +14,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -26,6 +26,8 @@ from .inputs import is_stream, read_records, stdin_buffer
 from .options import HEAD_OUTPUTS, PredictOptions, RerankOptions, flag, job_device
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..bert import ModelFolder
     from ..heads.config import HeadConfig
     from .options import EncodeOptions
@@ -96,8 +98,9 @@ def _check_io(options: RerankOptions | PredictOptions) -> Path | None:
 
 
 def _load(options: RerankOptions | PredictOptions) -> dict[str, Any]:
-    """The keywords every head takes to load (``device``, ``dtype``, ``threads``)."""
-    device = None if options.device == "auto" else job_device(options.device)
+    """The keywords every head takes to load (``device``, ``dtype``, ``threads``); a device
+    this machine lacks is refused here (``UsageError``), before any work."""
+    device = job_device(options.device)
     return {"device": device, "dtype": options.dtype, "threads": options.threads}
 
 
@@ -157,6 +160,7 @@ def run_rerank(options: RerankOptions) -> HeadSummary:
             + (": use bertattn predict." if head.kind in TASKS else ".")
         )
     _check_max_length(folder, options)
+    load = _load(options)
     out = _check_io(options)
     docs, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     if not docs:
@@ -164,7 +168,7 @@ def run_rerank(options: RerankOptions) -> HeadSummary:
     from ..heads import CrossEncoder
 
     start = time.perf_counter()
-    model = CrossEncoder(folder, **_load(options))
+    model = CrossEncoder(folder, **load)
     _max_length(model.bert, options)
     ranked = model.rank(
         options.query,
@@ -315,6 +319,7 @@ def run_predict(options: PredictOptions) -> HeadSummary:
     folder, head = _head(options.model)
     task = _check_predict_options(options, head)
     _check_max_length(folder, options)
+    load = _load(options)
     out = _check_io(options)
     items = read_pairs(options.input, field=options.field, task=task)
     if not items:
@@ -322,7 +327,7 @@ def run_predict(options: PredictOptions) -> HeadSummary:
     from ..heads import pipeline
 
     start = time.perf_counter()
-    pipe = pipeline(task, folder, **_load(options))
+    pipe = pipeline(task, folder, **load)
     _max_length(pipe.model.bert if task == "text-classification" else pipe.bert, options)
     answers = _pipeline_answers(pipe, task, items, options)
     where = _write(out, jsonl_payload(answers))
@@ -388,22 +393,25 @@ def check_sparse_options(options: EncodeOptions) -> None:
         )
 
 
+#: texts encoded at a time by a sparse run: its dense (texts x vocabulary) float32 rows are
+#: held for one block only (1024 x 30,522 x 4 bytes = 125 MB), each row kept as its non-zeros
+SPARSE_BLOCK = 1024
+
+
 def sparse_payload(
-    rows: Any, ids: list[object] | None
-) -> Callable[[BinaryIO], None]:  # rows: (N, V) torch tensor
-    """JSON lines ``{"index", "id" (with ids), "indices", "values"}``: each row's non-zero
-    vocabulary ids, ascending, and their weights (float32's shortest repr)."""
-    import numpy as np
+    rows: Sequence[tuple[np.ndarray, np.ndarray]], ids: list[object] | None
+) -> Callable[[BinaryIO], None]:
+    """JSON lines ``{"index", "id" (with ids), "indices", "values"}`` of ``rows``, each the
+    (vocabulary ids ascending, float32 weights) of one input's non-zero weights; a weight is
+    written as the shortest decimal that reads back as the same float32."""
 
     def write(f: BinaryIO) -> None:
-        for i, row in enumerate(rows):
-            dense = row.to_dense().float().numpy() if row.is_sparse else row.float().numpy()
-            nz = np.flatnonzero(dense)
+        for i, (indices, values) in enumerate(rows):
             record: dict[str, object] = {"index": i}
             if ids is not None:
                 record["id"] = ids[i]
-            record["indices"] = nz.tolist()
-            record["values"] = [float(str(v)) for v in dense[nz].astype(np.float32)]
+            record["indices"] = indices.tolist()
+            record["values"] = [float(str(v)) for v in values]
             f.write(json.dumps(record, allow_nan=False).encode() + b"\n")
 
     return write
@@ -412,14 +420,15 @@ def sparse_payload(
 def run_sparse_encode(
     options: EncodeOptions, out: Path | None, texts: list[str], ids: list[object] | None
 ) -> tuple[Path, str]:
-    """SPLADE rows of ``texts`` written as :func:`sparse_payload`; (where, the summary)."""
+    """SPLADE rows of ``texts`` (as :meth:`bertattn.SparseEncoder.encode` computes them)
+    written as :func:`sparse_payload`; (where, the summary)."""
+    import numpy as np
+
     from ..heads import SparseEncoder
 
     start = time.perf_counter()
-    device = None if options.device == "auto" else job_device(options.device)
-    model = SparseEncoder(
-        options.model, device=device, dtype=options.dtype, threads=options.threads
-    )
+    load = {"dtype": options.dtype, "threads": options.threads}
+    model = SparseEncoder(options.model, device=job_device(options.device), **load)
     limit = model.bert.model.config.max_position_embeddings
     if options.max_length is not None:
         if options.max_length > limit:
@@ -428,10 +437,19 @@ def run_sparse_encode(
                 f"(max_position_embeddings {limit}); use --max-length {limit} or less."
             )
         model.bert.max_seq_length = options.max_length
-    rows = model.encode(texts, batch_size=options.batch_size, convert_to_sparse_tensor=False)
+    rows: list[tuple[np.ndarray, np.ndarray]] = []
+    for at in range(0, len(texts), SPARSE_BLOCK):
+        block = model.encode(
+            texts[at : at + SPARSE_BLOCK],
+            batch_size=options.batch_size,
+            convert_to_sparse_tensor=False,
+        )
+        for row in block.float().numpy():
+            nz = np.flatnonzero(row)
+            rows.append((nz, row[nz].astype(np.float32)))
     where = _write(out, sparse_payload(rows, ids))
     seconds = time.perf_counter() - start
-    active = float((rows != 0).sum(dim=1).float().mean()) if len(texts) else 0.0
+    active = sum(len(r[0]) for r in rows) / len(rows) if rows else 0.0
     return where, (
         f"{len(texts)} texts, SPLADE sparse rows of {model.vocab_size} (mean {active:.1f} "
         f"active) in {seconds:.1f}s"
