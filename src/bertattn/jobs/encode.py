@@ -28,7 +28,6 @@ import numpy as np
 from ..errors import JobError, UsageError, describe_os_error, disk_full, exit_status, one_line
 from ..files import check_name_length, check_output, write_atomic, write_stdout
 from ..stdio import is_closed
-from .heads import check_sparse_options, is_sparse_model, run_sparse_encode
 from .inputs import check_input, is_stream, read_records, stdin_buffer
 from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
@@ -44,7 +43,8 @@ BLOCK_LINES = 1024  # lines of a chunk encoded at a time (the model sorts them b
 
 @dataclass
 class EncodeSummary:
-    """What an encode job did, for the final report line (``str(summary)``)."""
+    """What a job writing one output did (encode, rerank, predict), for the final report line
+    (``str(summary)``)."""
 
     output: Path
     detail: str
@@ -261,6 +261,8 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
 
 
 def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
+    from .heads import check_sparse_options, is_sparse_model, run_sparse_encode
+
     _check_machine(options, info.world_size)
     sparse = is_sparse_model(options.model) if options.sparse is None else options.sparse
     if sparse and not is_sparse_model(options.model):
@@ -273,9 +275,7 @@ def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> Enco
         check_sparse_options(options)
     out, corpus = check_paths(options)
     if sparse:
-        texts, ids = _read_input(options, corpus)
-        where, detail = run_sparse_encode(options, out, texts, ids)
-        return EncodeSummary(where, detail)
+        return run_sparse_encode(options, out, *_read_input(options, corpus))
     if options.workers is not None:
         return _run_workers(options, out)  # type: ignore[arg-type]  (not stdout: refused)
     if options.chunked or info.world_size > 1:

@@ -15,13 +15,13 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import UsageError
 from ..files import check_output, write_atomic, write_stdout
 from ..stdio import is_closed
+from .encode import EncodeSummary
 from .inputs import is_stream, read_records, stdin_buffer
 from .options import HEAD_OUTPUTS, PredictOptions, RerankOptions, flag, job_device
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .options import EncodeOptions
 
 __all__ = [
-    "HeadSummary",
     "is_sparse_model",
     "read_pairs",
     "run_predict",
@@ -47,17 +46,6 @@ TASKS = {
     "token-classification": "token-classification",
     "masked-lm": "fill-mask",
 }
-
-
-@dataclass
-class HeadSummary:
-    """What a head job did, for the final report line (``str(summary)``)."""
-
-    output: Path
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.output}: {self.detail}"
 
 
 # ---------------------------------------------------------------------- checks before work
@@ -148,7 +136,7 @@ def _empty(options: RerankOptions | PredictOptions, what: str) -> ValueError:
 
 
 # ---------------------------------------------------------------------- rerank
-def run_rerank(options: RerankOptions) -> HeadSummary:
+def run_rerank(options: RerankOptions) -> EncodeSummary:
     """Rank the documents of ``options.input`` for ``options.query``; JSON lines best first,
     each as :meth:`bertattn.CrossEncoder.rank` returns it (``id`` after ``corpus_id`` with
     ``--id-field``)."""
@@ -182,7 +170,7 @@ def run_rerank(options: RerankOptions) -> HeadSummary:
         ranked = [{"corpus_id": r["corpus_id"], "id": ids[r["corpus_id"]], **r} for r in ranked]
     where = _write(out, jsonl_payload(ranked))
     seconds = time.perf_counter() - start
-    return HeadSummary(
+    return EncodeSummary(
         where, f"{len(docs)} documents ranked, {len(ranked)} written, in {seconds:.1f}s"
     )
 
@@ -313,7 +301,7 @@ def _pipeline_answers(pipe: Any, task: str, items: list, options: PredictOptions
     return answers
 
 
-def run_predict(options: PredictOptions) -> HeadSummary:
+def run_predict(options: PredictOptions) -> EncodeSummary:
     """The pipeline of the model's head over every input; one JSON line per input, each the
     pipeline's answer for it."""
     folder, head = _head(options.model)
@@ -332,7 +320,7 @@ def run_predict(options: PredictOptions) -> HeadSummary:
     answers = _pipeline_answers(pipe, task, items, options)
     where = _write(out, jsonl_payload(answers))
     seconds = time.perf_counter() - start
-    return HeadSummary(where, f"{len(items)} inputs ({task}) in {seconds:.1f}s")
+    return EncodeSummary(where, f"{len(items)} inputs ({task}) in {seconds:.1f}s")
 
 
 # ---------------------------------------------------------------------- sparse encode
@@ -419,9 +407,9 @@ def sparse_payload(
 
 def run_sparse_encode(
     options: EncodeOptions, out: Path | None, texts: list[str], ids: list[object] | None
-) -> tuple[Path, str]:
+) -> EncodeSummary:
     """SPLADE rows of ``texts`` (as :meth:`bertattn.SparseEncoder.encode` computes them)
-    written as :func:`sparse_payload`; (where, the summary)."""
+    written as :func:`sparse_payload`."""
     import numpy as np
 
     from ..heads import SparseEncoder
@@ -450,8 +438,9 @@ def run_sparse_encode(
     where = _write(out, sparse_payload(rows, ids))
     seconds = time.perf_counter() - start
     active = sum(len(r[0]) for r in rows) / len(rows) if rows else 0.0
-    return where, (
+    return EncodeSummary(
+        where,
         f"{len(texts)} texts, SPLADE sparse rows of {model.vocab_size} (mean {active:.1f} "
         f"active) in {seconds:.1f}s"
-        + ("" if options.sparse else "; --no-sparse writes dense embeddings of its encoder")
+        + ("" if options.sparse else "; --no-sparse writes dense embeddings of its encoder"),
     )
