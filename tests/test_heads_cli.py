@@ -343,6 +343,9 @@ def test_bad_usage_exits_2_before_any_work(cli, command, reranker, sentiment, do
     _error(r, 2, "--output")
     r = cli(*head, "-i", docs_file, "--model", model, "--max-length", "9999", "-o", out)
     _error(r, 2, "--max-length 9999 exceeds what the model takes")
+    if command == "rerank":
+        r = cli("rerank", " ", "-i", docs_file, "--model", model, "-o", out)
+        _error(r, 2, "QUERY is empty")
     r = cli(*head, "-i", docs_file, "-o", out)  # no --model: argparse's usage error
     assert r.code == 2 and "--model" in r.err, r
     assert not out.exists()

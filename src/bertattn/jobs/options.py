@@ -829,7 +829,9 @@ class _HeadRun:
 class RerankOptions(_HeadRun):
     """``bertattn rerank``: documents ranked for a query by a one-label cross-encoder."""
 
-    query: str = _opt(MISSING, "the query the documents are ranked for", positional=True)
+    query: str = _opt(
+        MISSING, "the query the documents are ranked for", positional=True, metavar="QUERY"
+    )
     input: str = _opt(
         MISSING,
         f"the documents: {_HEAD_INPUT}",
@@ -947,6 +949,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         if meta.get("positional"):
             if "nargs" in meta:
                 kwargs.update(nargs=meta["nargs"], default=None)
+            if "metavar" in meta:
+                kwargs["metavar"] = meta["metavar"]
             target.add_argument(f.name, **kwargs)
             continue
         names = meta.get("flags", (f"--{f.name.replace('_', '-')}",))
