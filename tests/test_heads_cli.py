@@ -376,6 +376,9 @@ def test_malformed_pairs_exit_1_naming_the_line(cli, sentiment, tagger, tmp_path
     _error(r, 1, "pairs.jsonl: line 2", "'text_pair' is an array", "not a string")
     r = cli("predict", "-i", src, "--model", tagger, "-o", out)
     _error(r, 1, "pairs.jsonl: line 1", "takes single texts")
+    r = cli("predict", "-i", "-", "--field", "text", "--model", sentiment, "-o", out,
+            input=src.read_text(encoding="utf-8"))  # fmt: skip
+    _error(r, 1, "<stdin>: line 2", "'text_pair' is an array")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a"}\n{"txt": "b"}\n', encoding="utf-8")
     r = cli("predict", "-i", bad, "--model", sentiment, "-o", out)

@@ -211,7 +211,11 @@ def read_pairs(
         if not _is_jsonl(source, field):
             return list(read_records(source, field=field)[0])
         with _spooled(source) as copy:  # JSON lines are read twice: from a copy
-            return read_pairs(copy, field=field or "text", task=task)
+            try:
+                return read_pairs(copy, field=field or "text", task=task)
+            except ValueError as exc:  # named as the user gave it, not as the copy
+                name = "<stdin>" if str(source) == "-" else str(source)
+                raise ValueError(str(exc).replace(copy, name)) from None
     from ..corpus import open_corpus
 
     items: list[str | dict[str, str]] = []
