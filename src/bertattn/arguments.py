@@ -181,8 +181,7 @@ def check_tensor(
     if integer and value.dtype not in (torch.int64, torch.int32):
         got = str(value.dtype).replace("torch.", "")
         raise ArgumentTypeError(
-            f"{name} must hold integer token ids (int64 or int32), got {got}; pass "
-            f"{name}.long()."
+            f"{name} must hold integer token ids (int64 or int32), got {got}; pass {name}.long()."
         )
     return value
 

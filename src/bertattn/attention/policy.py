@@ -68,9 +68,7 @@ class Rule:
 
     def matches(self, device: str, dtype: str, size: str) -> bool:
         return (
-            self.device in ("*", device)
-            and self.dtype in ("*", dtype)
-            and self.size in ("*", size)
+            self.device in ("*", device) and self.dtype in ("*", dtype) and self.size in ("*", size)
         )
 
 
@@ -83,7 +81,11 @@ _CPU_FP32 = (
 # BEGIN GENERATED TABLE (python -m benchmarks.dispatch)
 TABLE: tuple[Rule, ...] = (
     Rule(
-        "cuda", "*", "*", "sdpa", None,
+        "cuda",
+        "*",
+        "*",
+        "sdpa",
+        None,
         "measured on an H200, not here (benchmarks/gpu.py): BERT-base B=16 is launch-bound, "
         "packing no faster; padded fused SDPA",
     ),
@@ -92,7 +94,11 @@ TABLE: tuple[Rule, ...] = (
     Rule("cpu", "float32", "medium", "sdpa", CPU_VARLEN_MIN_PAD, _CPU_FP32),
     Rule("cpu", "float32", "long", "sdpa", CPU_VARLEN_MIN_PAD, _CPU_FP32),
     Rule(
-        "cpu", "*", "*", "sdpa", CPU_VARLEN_MIN_PAD,
+        "cpu",
+        "*",
+        "*",
+        "sdpa",
+        CPU_VARLEN_MIN_PAD,
         "not measured: bf16/fp16 matmuls are emulated on the measuring CPU (no AVX512_BF16 / "
         "AMX); the fp32 rule is kept",
     ),

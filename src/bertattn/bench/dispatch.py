@@ -247,8 +247,7 @@ def format_measurement(m: DispatchMeasurement) -> str:
     if m.varlen:
         lines.append("packing: 2-layer MiniLM-sized encoder, varlen vs sdpa on the padded batch")
         lines.append(
-            f"{'size':<8}{'B x L':<10}{'padding':>8}{'varlen ms':>11}{'sdpa ms':>9}"
-            f"{'varlen x':>10}"
+            f"{'size':<8}{'B x L':<10}{'padding':>8}{'varlen ms':>11}{'sdpa ms':>9}{'varlen x':>10}"
         )
         for r in m.varlen:
             lines.append(

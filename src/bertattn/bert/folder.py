@@ -418,9 +418,7 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
             )
         if kind == _TRANSFORMER:
             settings = _SentenceSettings(folder, files=[modules_path])
-            settings.max_length, settings.do_lower_case = _read_sbert_config(
-                folder, settings.files
-            )
+            settings.max_length, settings.do_lower_case = _read_sbert_config(folder, settings.files)
         else:
             assert settings is not None
             settings.pooling_path = folder / "config.json"

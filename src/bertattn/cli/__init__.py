@@ -30,7 +30,7 @@ import signal
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import exit_status, one_line
 from ..stdio import NamedStdout, is_closed, mend_closed_streams
@@ -43,6 +43,8 @@ COMMANDS: dict[str, str] = {
     "bench": "time MultiHeadAttention against its peers (module level)",
     "export-onnx": "export a BERT model to ONNX (dynamic batch and length) for ONNX Runtime",
     "serve": "serve sentence embeddings over HTTP (OpenAI /v1/embeddings, TEI /embed)",
+    "rerank": "rank the documents of a file for a query with a cross-encoder (JSON lines)",
+    "predict": "classify, tag or fill in every line with the model's head (JSON lines)",
 }
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
@@ -241,6 +243,36 @@ def _run_named_stdout(args: argparse.Namespace) -> int:
         return code
     finally:
         sys.stdout = stdout
+
+
+def job_command(command: str) -> tuple[Callable[..., None], Callable[..., int]]:
+    """``(add_arguments, run)`` of a command whose options are ``<Name>Options`` in
+    :mod:`bertattn.jobs.options` and whose job is ``run_<name>`` in :mod:`bertattn.jobs.heads`
+    (``rerank``, ``predict``): the job's summary goes on stderr (``bertattn COMMAND:
+    SUMMARY``) unless ``-q``."""
+    name = command.replace("-", "_")
+
+    def options_class() -> type:
+        from ..jobs import options
+
+        return getattr(options, f"{name.title().replace('_', '')}Options")
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        from ..jobs.options import add_arguments
+
+        add_arguments(parser, options_class())
+
+    def run(args: argparse.Namespace) -> int:
+        from ..jobs import heads
+        from ..jobs.options import from_namespace
+
+        options = from_namespace(options_class(), args)
+        summary = getattr(heads, f"run_{name}")(options)
+        if summary is not None and not options.quiet:
+            print(f"bertattn {command}: {summary}", file=sys.stderr)
+        return 0
+
+    return add_arguments, run
 
 
 def _stdout_to_null() -> None:

@@ -11,8 +11,16 @@ through :mod:`bertattn.files`. The CLI only parses arguments into these objects 
 from .attend import AttendResult, run_attend
 from .encode import EncodeSummary, run_encode
 from .export import run_export
+from .heads import run_predict, run_rerank
 from .inputs import read_texts
-from .options import AttendOptions, EncodeOptions, ExportOptions, ServeOptions
+from .options import (
+    AttendOptions,
+    EncodeOptions,
+    ExportOptions,
+    PredictOptions,
+    RerankOptions,
+    ServeOptions,
+)
 from .serve import ServeResult, run_serve
 
 __all__ = [
@@ -21,11 +29,15 @@ __all__ = [
     "EncodeOptions",
     "EncodeSummary",
     "ExportOptions",
+    "PredictOptions",
+    "RerankOptions",
     "ServeOptions",
     "ServeResult",
     "read_texts",
     "run_attend",
     "run_encode",
     "run_export",
+    "run_predict",
+    "run_rerank",
     "run_serve",
 ]

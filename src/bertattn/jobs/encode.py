@@ -43,7 +43,8 @@ BLOCK_LINES = 1024  # lines of a chunk encoded at a time (the model sorts them b
 
 @dataclass
 class EncodeSummary:
-    """What an encode job did, for the final report line (``str(summary)``)."""
+    """What a job writing one output did (encode, rerank, predict), for the final report line
+    (``str(summary)``)."""
 
     output: Path
     detail: str
@@ -260,8 +261,21 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
 
 
 def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
+    from .heads import check_sparse_options, is_sparse_model, run_sparse_encode
+
     _check_machine(options, info.world_size)
+    sparse = is_sparse_model(options.model) if options.sparse is None else options.sparse
+    if sparse and not is_sparse_model(options.model):
+        raise UsageError(
+            f"--sparse needs a SPLADE model (a sentence-transformers folder with SpladePooling, "
+            f"or a BertForMaskedLM folder); --model {options.model or 'the default'} is not one: "
+            f"drop --sparse."
+        )
+    if sparse:  # a SPLADE model: sparse rows (bertattn.jobs.heads), one process, JSON lines
+        check_sparse_options(options)
     out, corpus = check_paths(options)
+    if sparse:
+        return run_sparse_encode(options, out, *_read_input(options, corpus))
     if options.workers is not None:
         return _run_workers(options, out)  # type: ignore[arg-type]  (not stdout: refused)
     if options.chunked or info.world_size > 1:
@@ -329,20 +343,7 @@ def _run_single(
             stacklevel=2,
         )
     bert = _load(options, None if options.onnx else job_device(options.device))
-    if corpus is None:
-        texts, ids = read_records(options.input, field=options.field, id_field=options.id_field)
-    else:
-        from ..corpus.lines import read_corpus
-
-        before = corpus.identity()
-        texts, ids = read_corpus(corpus, text_field=options.field, id_field=options.id_field)
-        changed = corpus.changes(before)
-        if changed:  # edited while it was read: its texts may mix old and new lines
-            raise JobError(
-                f"input {'; '.join(changed[:5])} changed while it was read, so its texts may "
-                f"mix old and new lines and nothing is written; rerun once it is no longer "
-                f"being written."
-            )
+    texts, ids = _read_input(options, corpus)
     start = time.perf_counter()
     kwargs = _encode_kwargs(options, bert)
     callback = None if progress is None else progress(len(texts))
@@ -356,6 +357,27 @@ def _run_single(
         f"{kwargs['max_length']} tokens), {stats.texts} x {emb.shape[1]} float32 in "
         f"{seconds:.1f}s, {rate:.1f} texts/s",
     )
+
+
+def _read_input(
+    options: EncodeOptions, corpus: Corpus | None
+) -> tuple[list[str], list[object] | None]:
+    """Every text (and id) of the input: a stream (``corpus`` None) or the corpus's files,
+    which must not change while they are read."""
+    if corpus is None:
+        return read_records(options.input, field=options.field, id_field=options.id_field)
+    from ..corpus.lines import read_corpus
+
+    before = corpus.identity()
+    texts, ids = read_corpus(corpus, text_field=options.field, id_field=options.id_field)
+    changed = corpus.changes(before)
+    if changed:  # edited while it was read: its texts may mix old and new lines
+        raise JobError(
+            f"input {'; '.join(changed[:5])} changed while it was read, so its texts may "
+            f"mix old and new lines and nothing is written; rerun once it is no longer "
+            f"being written."
+        )
+    return texts, ids
 
 
 def _chunk_work(bert, corpus: Corpus, options: EncodeOptions, kwargs: dict):  # type: ignore[no-untyped-def]

@@ -33,6 +33,8 @@ __all__ = [
     "AttendOptions",
     "EncodeOptions",
     "ExportOptions",
+    "PredictOptions",
+    "RerankOptions",
     "ServeOptions",
     "add_arguments",
     "flag",
@@ -236,6 +238,14 @@ class EncodeOptions:
         "folder it came from (tokenizer, pooling)",
         metavar="MODEL.onnx",
     )
+    sparse: bool | None = _opt(
+        None,
+        'write SPLADE sparse rows, JSON lines {"index", "id"?, "indices", "values"} '
+        "(vocabulary ids ascending, their weights; .npy is refused). Default: on for a SPLADE "
+        "model (a sentence-transformers folder with SpladePooling, or a BertForMaskedLM folder "
+        "without modules.json); --no-sparse: dense embeddings of its encoder, as before",
+        output=False,  # a chunked run is always dense: its manifests need not record it
+    )
     quiet: bool = _opt(
         False,
         "no progress bar and no summary line (warnings and errors still appear)",
@@ -314,6 +324,8 @@ class EncodeOptions:
         self.chunk_bytes  # noqa: B018  (parses --chunk-size)
         if self.normalize is not None and not isinstance(self.normalize, bool):
             raise UsageError(f"normalize must be True, False or None, got {self.normalize!r}.")
+        if self.sparse is not None and not isinstance(self.sparse, bool):
+            raise UsageError(f"sparse must be True, False or None, got {self.sparse!r}.")
         if self.timeout is not None and (
             isinstance(self.timeout, bool)
             or not isinstance(self.timeout, (int, float))
@@ -807,6 +819,168 @@ class ServeOptions:
         return parse_size(self.max_body_size, "--max-body-size")
 
 
+# ---------------------------------------------------------------------- the heads
+FUNCTIONS = ("sigmoid", "softmax", "none")  # bertattn.heads.pipelines.FUNCTIONS (no torch here)
+AGGREGATIONS = ("none", "simple", "first", "average", "max")  # bertattn.heads.tagger.STRATEGIES
+HEAD_OUTPUTS = (".jsonl",)
+
+
+def _head_common(cls: type, obj: Any) -> None:
+    """What :class:`RerankOptions` and :class:`PredictOptions` check alike."""
+    _text(cls, obj, "input", optional=False)
+    _text(cls, obj, "output", optional=False)
+    _text(cls, obj, "model", optional=False)
+    _text(cls, obj, "field")
+    _device(cls, obj)
+    _choice(cls, obj, "dtype", DTYPES)
+    _int(cls, obj, "batch_size", optional=False)
+    _int(cls, obj, "max_length", low=3, because=_MAX_LENGTH_WHY)
+    _int(cls, obj, "threads")
+    _int(cls, obj, "top_k")
+    out = str(obj.output)
+    if out != "-" and not out.lower().endswith(HEAD_OUTPUTS):
+        raise UsageError(
+            f"--output {out}: {cls.__name__.removesuffix('Options').lower()} writes JSON lines; "
+            f"name the file .jsonl, or write - for stdout."
+        )
+
+
+_HEAD_INPUT = (
+    "one text per line of a UTF-8 file, or a .jsonl file (--field names the text; default "
+    "text); - for stdin"
+)
+
+
+_RUN = "running the model"
+
+
+@dataclass(kw_only=True)
+class _HeadRun:
+    """How a head job runs its model: the options :class:`RerankOptions` and
+    :class:`PredictOptions` share."""
+
+    batch_size: int = _opt(
+        32, "inputs per batch (rerank: query-document pairs; default 32)", type=int, group=_RUN
+    )
+    max_length: int | None = _opt(
+        None, "tokens per input, a pair's together (default: the model's)", type=int, group=_RUN
+    )
+    dtype: str = _opt("float32", "compute dtype", choices=DTYPES, group=_RUN)
+    device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)", group=_RUN)
+    threads: int | None = _opt(
+        None, "CPU threads (default: automatic)", type=int, metavar="N", group=_RUN
+    )
+    quiet: bool = _opt(False, "no summary line on stderr", flags=("-q", "--quiet"), group=_RUN)
+
+
+@dataclass
+class RerankOptions(_HeadRun):
+    """``bertattn rerank``: documents ranked for a query by a one-label cross-encoder."""
+
+    query: str = _opt(
+        MISSING, "the query the documents are ranked for", positional=True, metavar="QUERY"
+    )
+    input: str = _opt(
+        MISSING,
+        f"the documents: {_HEAD_INPUT}",
+        flags=("-i", "--input"),
+        required=True,
+        metavar="DOCS",
+    )
+    model: str = _opt(
+        MISSING,
+        "a BertForSequenceClassification folder with one label (a reranker), or a cached hub name",
+        required=True,
+        metavar="FOLDER",
+    )
+    output: str = _opt(
+        "-",
+        "JSON lines, best first, as bertattn.CrossEncoder.rank returns them: "
+        '{"corpus_id": the document\'s 0-based record number, "id" (with --id-field), '
+        '"score", "text" (with --return-documents)} (default -: stdout)',
+        flags=("-o", "--output"),
+        metavar="OUT.jsonl",
+    )
+    field: str | None = _opt(None, "JSON field holding each document (default text)")
+    id_field: str | None = _opt(
+        None, 'JSON field holding each document\'s id, copied into the output as "id"'
+    )
+    top_k: int | None = _opt(None, "write the best K documents only (default: all)", type=int,
+                             metavar="K")  # fmt: skip
+    max_tokens_per_doc: int | None = _opt(
+        None,
+        "score a longer document in overlapping windows of N of its tokens and keep its best "
+        "window (default: cut each query + document pair at the model's max length)",
+        type=int,
+        metavar="N",
+    )
+    return_documents: bool = _opt(False, 'include each document as "text"')
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        if not isinstance(self.query, str) or not self.query.strip():
+            raise UsageError("QUERY is empty; give the text the documents are ranked for.")
+        _head_common(cls, self)
+        _text(cls, self, "id_field")
+        _int(cls, self, "max_tokens_per_doc")
+
+
+@dataclass
+class PredictOptions(_HeadRun):
+    """``bertattn predict``: what a model's head says of each input, as bertattn.pipeline."""
+
+    input: str = _opt(
+        MISSING,
+        f"the inputs: {_HEAD_INPUT}; for a sequence classifier a JSON line may carry "
+        f'"text_pair" too (a text pair); for a masked LM each text holds [MASK]',
+        flags=("-i", "--input"),
+        required=True,
+        metavar="TEXTS",
+    )
+    model: str = _opt(
+        MISSING,
+        "a BertForSequenceClassification (text-classification), BertForTokenClassification "
+        "(token-classification) or BertForMaskedLM (fill-mask) folder, or a cached hub name",
+        required=True,
+        metavar="FOLDER",
+    )
+    output: str = _opt(
+        "-",
+        "JSON lines, one per input, each the answer of bertattn.pipeline (transformers' "
+        'dictionaries): {"label", "score"} (a list of them with --top-k), the entities '
+        '[{"entity" or "entity_group", "score", "word", "start", "end", ...}], or the '
+        'fill-mask proposals [{"score", "token", "token_str", "sequence"}] (default -: stdout)',
+        flags=("-o", "--output"),
+        metavar="OUT.jsonl",
+    )
+    field: str | None = _opt(None, "JSON field holding each text (default text)")
+    top_k: int | None = _opt(
+        None,
+        "a classifier: the best K labels as a list per input (default: the best one, not in a "
+        "list); fill-mask: K proposals per [MASK] (default 5)",
+        type=int,
+        metavar="K",
+    )
+    function_to_apply: str | None = _opt(
+        None,
+        "a sequence classifier's scores: sigmoid, softmax or none (default: as transformers, "
+        "from the model's problem_type and labels)",
+        choices=FUNCTIONS,
+    )
+    aggregation_strategy: str | None = _opt(
+        None,
+        "a token classifier's entities: none (one per token, the default), simple, first, "
+        "average or max (tokens grouped into words and entities)",
+        choices=AGGREGATIONS,
+    )
+
+    def __post_init__(self) -> None:
+        cls = type(self)
+        _head_common(cls, self)
+        _choice(cls, self, "function_to_apply", FUNCTIONS)
+        _choice(cls, self, "aggregation_strategy", AGGREGATIONS)
+
+
 # ---------------------------------------------------------------------- the command line
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """Add one argument per field of the options class ``cls`` (its metadata says how)."""
@@ -823,6 +997,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         if meta.get("positional"):
             if "nargs" in meta:
                 kwargs.update(nargs=meta["nargs"], default=None)
+            if "metavar" in meta:
+                kwargs["metavar"] = meta["metavar"]
             target.add_argument(f.name, **kwargs)
             continue
         names = meta.get("flags", (f"--{f.name.replace('_', '-')}",))

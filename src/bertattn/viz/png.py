@@ -139,9 +139,7 @@ def _add_new_system_fonts(fm) -> bool:
     """Add the system's font files that ``fm`` does not know; True when any was added."""
     try:
         known = {os.path.realpath(f.fname) for f in fm.ttflist}
-        new = sorted(
-            p for p in font_manager.findSystemFonts() if os.path.realpath(p) not in known
-        )
+        new = sorted(p for p in font_manager.findSystemFonts() if os.path.realpath(p) not in known)
     except Exception:  # an unreadable font folder, no fc-list: keep what matplotlib has
         return False
     added = False

@@ -1,0 +1,7 @@
+"""`bertattn predict`: the model's head on every input, as ``bertattn.pipeline`` answers
+(options: :class:`bertattn.jobs.options.PredictOptions`, job:
+:func:`bertattn.jobs.heads.run_predict`)."""
+
+from . import job_command
+
+add_arguments, run = job_command("predict")
