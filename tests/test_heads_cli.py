@@ -219,9 +219,9 @@ def test_encode_splade_writes_sparse_rows(cli, splade_dir, tmp_path, monkeypatch
         encoding="utf-8",
     )
     out = tmp_path / "sparse.jsonl"
-    r = cli("encode", src, "-o", out, "--model", splade_dir, "--id-field", "key")
+    r = cli("encode", src, "-o", out, "--model", splade_dir, "--id-field", "key", "--sparse")
     assert r.code == 0, r
-    assert "SPLADE sparse rows of 30522" in r.err and "--no-sparse" in r.err
+    assert "SPLADE sparse rows of 30522" in r.err
     model = bertattn.SparseEncoder(splade_dir)  # the same blocks (their padding: ~1e-6 apart)
     rows = [*model.encode(texts[:2]).to_dense(), *model.encode(texts[2:]).to_dense()]
     got = lines(out.read_text(encoding="utf-8"))
@@ -253,10 +253,17 @@ def test_encode_sentence_transformers_splade_folder_to_stdout(cli, splade_dir, t
 
 
 def test_which_folders_encode_as_sparse(splade_dir, tiny_checkpoint, minilm_dir, tmp_path):
-    from bertattn.jobs.heads import is_sparse_model
+    from bertattn.jobs.heads import can_be_sparse, is_sparse_model
 
-    assert is_sparse_model(str(splade_dir))  # a BertForMaskedLM folder
+    # a plain BertForMaskedLM folder may be SPLADE or a plain BERT (bert-base-uncased is one):
+    # dense unless --sparse; a sentence-transformers SPLADE folder says so itself
+    assert not is_sparse_model(str(splade_dir)) and can_be_sparse(str(splade_dir))
+    from sentence_transformers import SparseEncoder as STSparseEncoder
+
+    STSparseEncoder(str(splade_dir), device="cpu").save(str(tmp_path / "st"))
+    assert is_sparse_model(str(tmp_path / "st"))
     assert not is_sparse_model(str(tiny_checkpoint))  # BertModel
+    assert not can_be_sparse(str(tiny_checkpoint))
     assert not is_sparse_model(str(minilm_dir))  # modules.json with Pooling: dense
     assert not is_sparse_model(None)  # the default model
     assert not is_sparse_model(str(tmp_path / "missing"))  # left to the dense path's message
@@ -268,10 +275,10 @@ def test_encode_splade_npy_refused_and_no_sparse_is_dense(
     src = tmp_path / "in.txt"
     src.write_text("the cat sat\nhello\n", encoding="utf-8")
     out = tmp_path / "rows.npy"
-    r = cli("encode", src, "-o", out, "--model", splade_dir)
+    r = cli("encode", src, "-o", out, "--model", splade_dir, "--sparse")
     assert r.code == 2, r
     assert r.err.count("\n") == 1 and "bertattn encode: error:" in r.err
-    assert "SPLADE (sparse) model" in r.err and ".jsonl" in r.err and "--no-sparse" in r.err
+    assert "SPLADE (sparse) model" in r.err and ".jsonl" in r.err
     assert not out.exists()
     jsonl = tmp_path / "rows.jsonl"
     r = cli("encode", src, "-o", jsonl, "--model", splade_dir, "--pooling", "mean", "--sparse")
@@ -282,7 +289,7 @@ def test_encode_splade_npy_refused_and_no_sparse_is_dense(
     assert not jsonl.exists()
     with pytest.warns(UserWarning):  # the dense path as before: the head's tensors skipped
         bert = bertattn.Bert.load(splade_dir)
-    r = cli("encode", src, "-o", out, "--model", splade_dir, "--no-sparse", "-q")
+    r = cli("encode", src, "-o", out, "--model", splade_dir, "-q")  # dense, as before
     assert r.code == 0, r
     import numpy as np
 

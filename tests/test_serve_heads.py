@@ -235,8 +235,24 @@ def test_bertattn_serve_loads_a_reranker_by_its_architecture(cli_subprocess, rer
 @pytest.mark.slow
 def test_bertattn_serve_loads_a_splade_folder(cli_subprocess, splade_dir):
     model = SparseEncoder(splade_dir, threads=1)
-    with running_server(cli_subprocess, splade_dir, "--threads", "1") as server:
+    with running_server(cli_subprocess, splade_dir, "--threads", "1", "--sparse") as server:
         r = httpx.post(server.url + "/embed_sparse", json={"inputs": ["hello world"]}, timeout=30)
         assert r.status_code == 200, r.text
         want = model.encode(["hello world"], convert_to_sparse_tensor=False)[0]
         assert [d["index"] for d in r.json()[0]] == torch.nonzero(want).flatten().tolist()
+
+
+def test_which_class_serves_a_folder(reranker, splade_dir, tiny_checkpoint, tmp_path):
+    from sentence_transformers import SparseEncoder as STSparseEncoder
+
+    from bertattn.heads.auto import resolve_auto
+
+    assert resolve_auto(reranker)[1] == "sequence-classification"
+    assert resolve_auto(tiny_checkpoint)[1] == "embedding"
+    # a plain BertForMaskedLM may be SPLADE or a plain BERT: an encoder unless --sparse
+    assert resolve_auto(splade_dir)[1] == "embedding"
+    assert resolve_auto(splade_dir, sparse=True)[1] == "masked-lm"
+    STSparseEncoder(str(splade_dir), device="cpu").save(str(tmp_path / "st"))
+    assert resolve_auto(tmp_path / "st")[1] == "masked-lm"  # SpladePooling says so itself
+    with pytest.raises(ValueError, match="architectures is BertModel.*drop --sparse"):
+        resolve_auto(tiny_checkpoint, sparse=True)

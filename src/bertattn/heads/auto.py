@@ -1,7 +1,7 @@
 """Which class runs a folder, by what it holds: ``config.json``'s ``architectures`` (a
-sequence classifier: :class:`CrossEncoder`; a masked LM: :class:`SparseEncoder`), or a
-sentence-transformers ``modules.json`` with ``SpladePooling`` (:class:`SparseEncoder`); anything
-else is an encoder (:class:`bertattn.Bert`). The server loads its ``--model`` so."""
+sequence classifier: :class:`CrossEncoder`), a sentence-transformers ``modules.json`` with
+``SpladePooling`` (:class:`SparseEncoder`; a plain masked LM only when asked: ``sparse``);
+anything else is an encoder (:class:`bertattn.Bert`). The server loads its ``--model`` so."""
 
 from __future__ import annotations
 
@@ -13,34 +13,60 @@ from ..bert.folder import locate_model
 from .config import read_head_config
 from .sparse_folder import read_sparse_folder
 
-__all__ = ["load_auto", "resolve_auto"]
+__all__ = ["is_masked_lm", "is_splade_folder", "load_auto", "resolve_auto"]
 
 
-def _is_splade_folder(root: Path) -> bool:
-    modules = root / "modules.json"
-    return modules.is_file() and "SpladePooling" in modules.read_text(encoding="utf-8")
+def is_splade_folder(path: str | Path | None) -> bool:
+    """A sentence-transformers folder whose ``modules.json`` has ``SpladePooling``: SPLADE
+    by its own word (a plain ``BertForMaskedLM`` folder may be SPLADE or a plain BERT such as
+    bert-base-uncased: only the caller can say, e.g. ``--sparse``)."""
+    if path is None:
+        return False
+    try:
+        modules = locate_model(path) / "modules.json"
+        return modules.is_file() and "SpladePooling" in modules.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return False
 
 
-def resolve_auto(path: str | Path | None) -> tuple[ModelFolder, str]:
+def is_masked_lm(path: str | Path | None) -> bool:
+    """A folder that can run as SPLADE: a SpladePooling folder, or a ``BertForMaskedLM``."""
+    if is_splade_folder(path):
+        return True
+    try:
+        folder = resolve_model(path)
+        return read_head_config(folder.model_dir, folder.root).kind == "masked-lm"
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_auto(path: str | Path | None, *, sparse: bool = False) -> tuple[ModelFolder, str]:
     """``(the encoder's folder, kind)``, kind ``"embedding"`` / ``"sequence-classification"`` /
-    ``"masked-lm"``, read and checked without loading weights."""
-    if path is not None and _is_splade_folder(locate_model(path)):
+    ``"masked-lm"``, read and checked without loading weights. A masked LM is run as SPLADE
+    when its folder says so (SpladePooling) or ``sparse``; else as an encoder, as before."""
+    if is_splade_folder(path):
         return read_sparse_folder(path)[0], "masked-lm"
     folder = resolve_model(path)
     kind = read_head_config(folder.model_dir, folder.root).kind
-    if kind in ("sequence-classification", "masked-lm"):
+    if kind == "sequence-classification" or (kind == "masked-lm" and sparse):
         return folder, kind
+    if sparse:
+        raise ValueError(
+            f"{folder.config_path}: architectures is "
+            f"{read_head_config(folder.model_dir).architecture or 'not given'}; sparse (SPLADE) "
+            f"rows need a BertForMaskedLM checkpoint: drop --sparse."
+        )
     return folder, "embedding"
 
 
-def load_auto(path: str | Path | None, **load: Any) -> Any:
-    """The loaded model for ``path`` (see the module docstring); ``load``: ``dtype``,
-    ``device``, ``threads``, ``backend``."""
+def load_auto(path: str | Path | None, *, sparse: bool = False, **load: Any) -> Any:
+    """The loaded model for ``path`` (see the module docstring and :func:`resolve_auto`);
+    ``load``: ``dtype``, ``device``, ``threads``, ``backend``."""
     from ..bert import Bert
     from .cross_encoder import CrossEncoder
     from .sparse import SparseEncoder
 
-    folder, kind = resolve_auto(path)
+    folder, kind = resolve_auto(path, sparse=sparse)
     if kind == "sequence-classification":
         return CrossEncoder(folder, **load)
     if kind == "masked-lm":

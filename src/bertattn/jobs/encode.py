@@ -261,11 +261,11 @@ def run_encode(options: EncodeOptions, *, progress: Progress | None = None) -> E
 
 
 def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> EncodeSummary | None:  # type: ignore[no-untyped-def]
-    from .heads import check_sparse_options, is_sparse_model, run_sparse_encode
+    from .heads import can_be_sparse, check_sparse_options, is_sparse_model, run_sparse_encode
 
     _check_machine(options, info.world_size)
     sparse = is_sparse_model(options.model) if options.sparse is None else options.sparse
-    if sparse and not is_sparse_model(options.model):
+    if sparse and not can_be_sparse(options.model):
         raise UsageError(
             f"--sparse needs a SPLADE model (a sentence-transformers folder with SpladePooling, "
             f"or a BertForMaskedLM folder); --model {options.model or 'the default'} is not one: "

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .options import EncodeOptions
 
 __all__ = [
+    "can_be_sparse",
     "is_sparse_model",
     "read_pairs",
     "run_predict",
@@ -329,28 +330,19 @@ def run_predict(options: PredictOptions) -> EncodeSummary:
 
 # ---------------------------------------------------------------------- sparse encode
 def is_sparse_model(model: str | None) -> bool:
-    """Whether ``encode`` writes sparse rows for ``model``: a sentence-transformers folder
-    whose ``modules.json`` has ``SpladePooling``, or a folder without ``modules.json`` whose
-    ``config.json`` names ``BertForMaskedLM`` (SPLADE's own folders). Reads those two files
-    only; anything it cannot read is left to the dense path, which says what is wrong."""
-    if model is None:
-        return False
-    from ..bert.folder import locate_model
+    """Whether ``encode`` writes sparse rows for ``model`` by default: a sentence-transformers
+    folder whose ``modules.json`` has ``SpladePooling``. A plain ``BertForMaskedLM`` folder
+    (SPLADE, or a plain BERT such as bert-base-uncased) stays dense unless ``--sparse``."""
+    from ..heads.auto import is_splade_folder
 
-    try:
-        root = locate_model(model)
-        modules = root / "modules.json"
-        if modules.is_file():
-            data = json.loads(modules.read_text(encoding="utf-8"))
-            return isinstance(data, list) and any(
-                isinstance(m, dict) and str(m.get("type", "")).endswith("SpladePooling")
-                for m in data
-            )
-        config = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    arches = config.get("architectures") if isinstance(config, dict) else None
-    return isinstance(arches, list) and arches[:1] == ["BertForMaskedLM"]
+    return is_splade_folder(model)
+
+
+def can_be_sparse(model: str | None) -> bool:
+    """Whether ``--sparse`` can run ``model``: a SpladePooling folder or a BertForMaskedLM."""
+    from ..heads.auto import is_masked_lm
+
+    return model is not None and is_masked_lm(model)
 
 
 def check_sparse_options(options: EncodeOptions) -> None:

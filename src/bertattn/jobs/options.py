@@ -241,9 +241,9 @@ class EncodeOptions:
     sparse: bool | None = _opt(
         None,
         'write SPLADE sparse rows, JSON lines {"index", "id"?, "indices", "values"} '
-        "(vocabulary ids ascending, their weights; .npy is refused). Default: on for a SPLADE "
-        "model (a sentence-transformers folder with SpladePooling, or a BertForMaskedLM folder "
-        "without modules.json); --no-sparse: dense embeddings of its encoder, as before",
+        "(vocabulary ids ascending, their weights; .npy is refused). Default: on for a "
+        "sentence-transformers SPLADE folder (SpladePooling); a plain BertForMaskedLM folder "
+        "(SPLADE, or a plain BERT) needs --sparse; --no-sparse: dense embeddings of its encoder",
         output=False,  # a chunked run is always dense: its manifests need not record it
     )
     quiet: bool = _opt(
@@ -730,6 +730,11 @@ class ServeOptions:
         None,
         "cut a longer input to --max-input-tokens (default); --no-truncate answers 400 naming "
         "the input instead",
+    )
+    sparse: bool = _opt(
+        False,
+        "serve a plain BertForMaskedLM folder as SPLADE (POST /embed_sparse); a "
+        "sentence-transformers folder with SpladePooling is served so without it",
     )
     max_body_size: str = _opt(
         SERVE_BODY_SIZE,

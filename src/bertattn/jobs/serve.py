@@ -117,7 +117,11 @@ def run_serve(
         from ..heads.auto import load_auto  # an encoder, a reranker / classifier, SPLADE
 
         load = {"dtype": options.dtype, "device": device, "threads": options.threads}
-        bert = load_auto(options.model, **load) if options.model else Bert.load(folder, **load)
+        bert = (
+            load_auto(options.model, sparse=options.sparse, **load)
+            if options.model
+            else Bert.load(folder, **load)
+        )
         names = [str(options.model)] if options.model else []
         if options.model and os.path.basename(str(options.model).rstrip("/")):
             names.append(os.path.basename(str(options.model).rstrip("/")))

@@ -61,7 +61,12 @@ def check_before_load(options: ServeOptions) -> ModelFolder:
     check_model_path(options.model)
     from ..heads.auto import resolve_auto  # a reranker, classifier or SPLADE folder too
 
-    folder, _ = resolve_auto(options.model)
+    try:
+        folder, _ = resolve_auto(options.model, sparse=options.sparse)
+    except ValueError as exc:
+        if options.sparse and "drop --sparse" in str(exc):
+            raise UsageError(str(exc)) from None
+        raise
     top = expected_max_length(folder)
     given = options.max_input_tokens
     if given is not None and given > top:
