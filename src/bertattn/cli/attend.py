@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         write_stdout(result.stdout)
     elif not options.outputs and result.steps is None:
         print(viz.summary(maps, layer=options.layer or 0, head=options.head or 0))
+        if result.prediction is not None:
+            print(f"\nthe model's head decided: {result.prediction}")
         if options.rollout:
             roll = viz.attention_rollout(maps)
             print("\nrollout: most attended input token per token")

@@ -34,6 +34,9 @@ class AttendResult:
     steps: AttentionSteps | None = None
     stdout: bytes | None = None  # the output asked for as ``-`` (JSON or HTML), for stdout
     notes: list[str] = field(default_factory=list)
+    #: what a classifier or reranker decided on the text (pair), e.g. "positive 0.912"; also in
+    #: the titles of the PNG and the page. None: the model has no such head
+    prediction: str | None = None
 
 
 #: the suffixes each output takes (lower case); the format comes from the option, not the name
@@ -154,6 +157,39 @@ def read_text(options: AttendOptions) -> str:
     return text
 
 
+def _load(model: str | None, device: object) -> tuple[Bert, object | None]:
+    """The encoder to show, and the classifier / reranker head over it (None for a model
+    without one): a ``BertForSequenceClassification`` is loaded as a
+    :class:`bertattn.CrossEncoder`, so the page can say what it decided."""
+    from ..bert import Bert
+    from ..heads import CrossEncoder
+    from ..heads.auto import resolve_auto
+
+    folder, kind = resolve_auto(model)
+    if kind == "sequence-classification":
+        head = CrossEncoder(folder, device=device)  # type: ignore[arg-type]
+        return head.bert, head
+    return Bert.load(folder, device=device), None  # type: ignore[arg-type]
+
+
+def _decision(head: object, text: str, pair: str | None, max_length: int | None) -> str:
+    """What ``head`` decided on the text (pair), in words: a reranker's score, or a
+    classifier's label and its probability."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # truncation was reported with the maps
+        if max_length is not None:
+            head.bert.max_length = max_length  # type: ignore[attr-defined]
+        logits = head.logits([text if pair is None else (text, pair)])[0]  # type: ignore[attr-defined]
+    if head.num_labels == 1:  # type: ignore[attr-defined]
+        score = float(head.activation_fn(logits[None])[0, 0])  # type: ignore[attr-defined]
+        return f"score {score:.3f}"
+    probs = torch.softmax(logits, dim=-1)
+    best = int(probs.argmax())
+    return f"{head.id2label[best]} {float(probs[best]):.3f}"  # type: ignore[attr-defined]
+
+
 def run_attend(options: AttendOptions) -> AttendResult:
     """Compute the attention of the text and write the files asked for.
 
@@ -163,7 +199,6 @@ def run_attend(options: AttendOptions) -> AttendResult:
     and written together (:func:`bertattn.files.write_all`).
     """
     from .. import viz
-    from ..bert import Bert
 
     inputs = [] if options.file is None else [options.file]
     for path, kind in options.outputs:
@@ -171,7 +206,7 @@ def run_attend(options: AttendOptions) -> AttendResult:
             check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
     device = job_device(options.device)
     text = read_text(options)
-    bert = Bert.load(options.model, device=device)
+    bert, head = _load(options.model, device)
     cfg = bert.model.config
     _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
     _check_range("head", options.head or 0, cfg.num_attention_heads)
@@ -200,6 +235,9 @@ def run_attend(options: AttendOptions) -> AttendResult:
             text, options.pair, max_length=options.max_length, qkv_layers=qkv_layers
         )
     result = AttendResult(maps, warnings=[str(w.message) for w in caught], notes=notes)
+    if head is not None:
+        result.prediction = _decision(head, text, options.pair, options.max_length)
+        maps.model_name = f"{maps.model_name} · {result.prediction}"
     if target is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # truncation was reported above
