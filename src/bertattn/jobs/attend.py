@@ -206,7 +206,7 @@ def run_attend(options: AttendOptions) -> AttendResult:
             check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
     device = job_device(options.device)
     text = read_text(options)
-    bert, head = _load(options.model, device)
+    bert, decider = _load(options.model, device)
     cfg = bert.model.config
     _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
     _check_range("head", options.head or 0, cfg.num_attention_heads)
@@ -235,8 +235,8 @@ def run_attend(options: AttendOptions) -> AttendResult:
             text, options.pair, max_length=options.max_length, qkv_layers=qkv_layers
         )
     result = AttendResult(maps, warnings=[str(w.message) for w in caught], notes=notes)
-    if head is not None:
-        result.prediction = _decision(head, text, options.pair, options.max_length)
+    if decider is not None:
+        result.prediction = _decision(decider, text, options.pair, options.max_length)
         maps.model_name = f"{maps.model_name} · {result.prediction}"
     if target is not None:
         with warnings.catch_warnings():
