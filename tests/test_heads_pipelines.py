@@ -177,3 +177,22 @@ def test_classification_bad_input(sentiment, tagger):
         pipe("a", top_k=0)
     with pytest.raises(ValueError, match="aggregation_strategy must be one of"):
         bertattn.pipeline("ner", tagger)("a", aggregation_strategy="longest")
+
+
+@pytest.mark.parametrize("strategy", ["simple", "first", "max"])
+def test_token_classification_of_a_long_text_in_strided_windows(tagger, strategy):
+    """A text longer than the model's window is tagged whole, in windows sharing ``stride``
+    tokens, with character offsets into the whole text: as transformers' ``stride``."""
+    words = "the attention head looks at every token in sentence and weighs it on".split()
+    text = " ".join(words[i % len(words)] for i in range(400))  # ~400 tokens > 128
+    ours = bertattn.pipeline("token-classification", tagger)
+    theirs = hf_pipeline("token-classification", tagger)
+    got = ours(text, aggregation_strategy=strategy, stride=16)
+    same(got, theirs(text, aggregation_strategy=strategy, stride=16))
+    assert got[-1]["end"] > len(text) - 40  # the end of the text was tagged, not cut off
+    for e in got:
+        assert text[e["start"] : e["end"]].replace(" ", "") == e["word"].replace(" ", "")
+    with pytest.raises(ValueError, match="aggregation_strategy other than 'none'"):
+        ours(text, stride=16)
+    with pytest.raises(ValueError, match="stride"):
+        ours(text, aggregation_strategy=strategy, stride=200)

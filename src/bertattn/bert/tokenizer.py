@@ -266,6 +266,16 @@ class BertTokenizer:
             done = self._tok.encode_batch(cut, add_special_tokens=False)
         return [e.ids if most is None else e.ids[:most] for e in done]
 
+    def encode_windows(self, text: str, *, max_length: int, stride: int) -> list[Encoding]:
+        """The whole of ``text`` as windows of ``max_length`` tokens ([CLS] and [SEP] in
+        each), consecutive windows sharing ``stride`` tokens; offsets refer to ``text``."""
+        check_unicode([text], "texts")
+        with self._lock:
+            self._tok.enable_truncation(max_length, stride=stride, strategy="longest_first")
+            self._truncation = -1  # not a plain truncation: the next encode sets its own
+            first = self._tok.encode(text)
+        return [first, *first.overflowing]
+
     def count_tokens(self, text: str, *, most: int) -> int | None:
         """The tokens ``text`` gives ([CLS] and [SEP] included), or None when that is more
         than ``most``: the count costs about ``most`` tokens of work, whatever the text's

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..arguments import describe
+from ..arguments import check_int, describe
 from ..bert import ModelFolder, resolve_model
 from .layers import load_classifier
 from .loading import load_encoder
@@ -71,7 +71,12 @@ class TokenClassificationPipeline:
         aggregation_strategy: str = "none",
         ignore_labels: Sequence[str] | None = None,
         batch_size: int = 32,
+        stride: int | None = None,
     ) -> Any:
+        """Entities of each text (a list for one text). ``stride``: a text longer than the
+        model's window is tagged whole, in windows of ``max_length`` tokens that share
+        ``stride`` tokens, as transformers' ``stride`` does: each window's entities, then of
+        overlapping ones the longer (the more confident on a tie); needs an aggregation."""
         if not isinstance(aggregation_strategy, str) or aggregation_strategy.lower() not in (
             STRATEGIES
         ):
@@ -81,25 +86,61 @@ class TokenClassificationPipeline:
             )
         strategy = aggregation_strategy.lower()
         ignore = ["O"] if ignore_labels is None else list(ignore_labels)
+        if stride is not None:
+            top = self.bert.max_length
+            stride = check_int(stride, "stride", low=0, high=top - 3)  # type: ignore[assignment]
+            if strategy == "none":
+                raise ValueError(
+                    "stride tags a long text whole, in windows whose entities are then merged: "
+                    "give an aggregation_strategy other than 'none'."
+                )
         single = isinstance(inputs, str)
         texts = [inputs] if single else list(inputs)
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"inputs[{i}] must be a string, got {describe(t)}.")
-        encodings, rows = self._run(texts, batch_size)
+        if stride is None:
+            encodings, rows = self._run(texts, batch_size)
+            windows = [[(enc, row)] for enc, row in zip(encodings, rows, strict=True)]
+        else:
+            windows = self._windows(texts, stride, batch_size)
         out = []
-        for text, enc, row in zip(texts, encodings, rows, strict=True):
-            probs = torch.softmax(row.float(), dim=-1).numpy()  # (L, C)
-            tokens = self._tokens(text, enc, probs)
-            if strategy in ("none", "simple"):
-                found = [self._label(t) for t in tokens]
-            else:
-                found = [self._word(w, strategy) for w in _words(tokens)]
-            if strategy != "none":
-                found = [self._group(g) for g in _groups(found)]
-            key = "entity" if strategy == "none" else "entity_group"
-            out.append([e for e in found if e[key] not in ignore])
+        for text, parts in zip(texts, windows, strict=True):
+            found = []
+            for enc, row in parts:
+                probs = torch.softmax(row.float(), dim=-1).numpy()  # (L, C)
+                found += self._entities(text, enc, probs, strategy, ignore)
+            out.append(_overlaps_merged(found) if len(parts) > 1 else found)
         return out[0] if single else out
+
+    def _windows(
+        self, texts: list[str], stride: int, batch_size: int
+    ) -> list[list[tuple[Any, torch.Tensor]]]:
+        """Each text's windows (``stride`` tokens shared) and their logits."""
+        tok, top = self.bert.tokenizer, self.bert.max_length
+        parts = [tok.encode_windows(t, max_length=top, stride=stride) for t in texts]
+        flat = [e for p in parts for e in p]
+        classifier = self.classifier
+        rows = run_head(self.bert, flat, lambda h, m: classifier(h.float()), batch_size=batch_size)
+        out, at = [], 0
+        for p in parts:
+            out.append([(e, rows[at + j][: len(e.ids)]) for j, e in enumerate(p)])
+            at += len(p)
+        return out
+
+    def _entities(
+        self, text: str, enc: Any, probs: np.ndarray, strategy: str, ignore: list[str]
+    ) -> list[dict]:
+        """One window's entities by ``strategy``, the ignored labels left out."""
+        tokens = self._tokens(text, enc, probs)
+        if strategy in ("none", "simple"):
+            found = [self._label(t) for t in tokens]
+        else:
+            found = [self._word(w, strategy) for w in _words(tokens)]
+        if strategy != "none":
+            found = [self._group(g) for g in _groups(found)]
+        key = "entity" if strategy == "none" else "entity_group"
+        return [e for e in found if e[key] not in ignore]
 
     # ------------------------------------------------------------------ the steps
     def _tokens(self, text: str, enc: Any, probs: np.ndarray) -> list[dict]:
@@ -193,3 +234,19 @@ def _groups(entries: list[dict]) -> list[list[dict]]:
         else:
             groups.append([e])
     return groups
+
+
+def _overlaps_merged(entities: list[dict]) -> list[dict]:
+    """Entities of overlapping windows, by start: of two that overlap, the longer is kept
+    (the more confident when as long)."""
+    out: list[dict] = []
+    for e in sorted(entities, key=lambda x: x["start"]):
+        if out and out[-1]["start"] <= e["start"] < out[-1]["end"]:
+            last = out[-1]
+            longer = e["end"] - e["start"] > last["end"] - last["start"]
+            same = e["end"] - e["start"] == last["end"] - last["start"]
+            if longer or (same and e["score"] > last["score"]):
+                out[-1] = e
+        else:
+            out.append(e)
+    return out
