@@ -41,7 +41,16 @@ __all__ = [
 #: not validated); new code calls :func:`bertattn.bert.folder.resolve_model`
 resolve_model_dir = locate_model
 # task heads of BertFor* models: skipped (and reported) when loading the encoder
-HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "pre_classifier.", "lm_head.")
+HEAD_PREFIXES = (
+    "cls.",
+    "classifier.",
+    "qa_outputs.",
+    "pre_classifier.",
+    "lm_head.",
+    "vocab_transform.",  # DistilBERT's masked-LM head
+    "vocab_layer_norm.",
+    "vocab_projector.",
+)
 # buffers some checkpoints carry that are not weights
 IGNORED_BUFFERS = ("embeddings.position_ids",)
 
@@ -132,6 +141,9 @@ def remap_state_dict(
     Returns ``(state, skipped_head_keys, has_pooler)``. Raises ``ValueError`` naming the keys
     for a missing tensor or an unexpected non-head key.
     """
+    from .families import as_bert_names
+
+    state = as_bert_names(state)  # BERT's family under BERT's names (bert.families)
     prefixed = any(k.startswith("bert.") for k in state)
     encoder: dict[str, Tensor] = {}
     skipped: list[str] = []
@@ -286,12 +298,17 @@ def load_pretrained(
     if auto:
         target = _checkpoint_dtype(folder)
     wfile = weight_file(folder)
-    state, skipped, has_pooler = remap_state_dict(read_state_dict(wfile), config, source=str(wfile))
+    from .families import family_of
+
+    raw = read_state_dict(wfile)
+    family = family_of(raw)
+    state, skipped, has_pooler = remap_state_dict(raw, config, source=str(wfile))
+    del raw
     if skipped:
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)
-    if not has_pooler:
+    if not has_pooler and family == "bert":  # DistilBERT has none by design
         msg = f"{wfile}: no pooler weights (e.g. a BertForMaskedLM); pooler_output will be None"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)

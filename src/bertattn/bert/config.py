@@ -24,7 +24,6 @@ _REFUSED: dict[str, Any] = {
     "add_cross_attention": False,
     "position_embedding_type": "absolute",
 }
-_MODEL_TYPES = ("bert", None)
 
 
 @dataclass
@@ -69,12 +68,15 @@ class BertConfig:
             raise ModelFolderError(
                 f"{source}: expected a JSON object ({{...}}), got a JSON {json_type(data)}."
             )
+        from .families import FAMILIES, as_bert_config
+
         model_type = data.get("model_type")
-        if model_type not in _MODEL_TYPES:
+        if model_type not in (*FAMILIES, None):
             raise ModelFolderError(
-                f"{source}: model_type={model_type!r} is not supported; bertattn loads BERT "
-                f"checkpoints (model_type 'bert')."
+                f"{source}: model_type={model_type!r} is not supported; bertattn loads "
+                f"{', '.join(repr(f) for f in FAMILIES)} checkpoints."
             )
+        data = as_bert_config(data, source)
         for key, harmless in _REFUSED.items():
             if key in data and data[key] not in (harmless, None):
                 raise ModelFolderError(
