@@ -143,7 +143,7 @@ def remap_state_dict(
     """
     from .families import as_bert_names
 
-    state = as_bert_names(state)  # BERT's family under BERT's names (bert.families)
+    state = as_bert_names(state, config.position_offset)  # the family as BERT (bert.families)
     prefixed = any(k.startswith("bert.") for k in state)
     encoder: dict[str, Tensor] = {}
     skipped: list[str] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ModelFolderError
 from .jsonfile import check_int, check_real, check_str, json_type, read_json
@@ -47,6 +47,10 @@ class BertConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int | None = 0
+    #: rows of the checkpoint's position table before its first real position (RoBERTa's
+    #: ``pad_token_id + 1``; 0 for BERT): dropped when its weights load. Not a field: the
+    #: encoder built from this config is a BERT, whose positions start at 0
+    position_offset: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
         try:
@@ -68,7 +72,7 @@ class BertConfig:
             raise ModelFolderError(
                 f"{source}: expected a JSON object ({{...}}), got a JSON {json_type(data)}."
             )
-        from .families import FAMILIES, as_bert_config
+        from .families import FAMILIES, as_bert_config, position_offset
 
         model_type = data.get("model_type")
         if model_type not in (*FAMILIES, None):
@@ -76,6 +80,7 @@ class BertConfig:
                 f"{source}: model_type={model_type!r} is not supported; bertattn loads "
                 f"{', '.join(repr(f) for f in FAMILIES)} checkpoints."
             )
+        offset = position_offset(data)
         data = as_bert_config(data, source)
         for key, harmless in _REFUSED.items():
             if key in data and data[key] not in (harmless, None):
@@ -92,7 +97,9 @@ class BertConfig:
             check_values({**_DEFAULTS, **kwargs})
         except ValueError as exc:
             raise ModelFolderError(f"{source}: {exc}") from None
-        return cls(**kwargs)
+        config = cls(**kwargs)
+        config.position_offset = offset
+        return config
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> BertConfig:

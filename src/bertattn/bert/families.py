@@ -1,13 +1,19 @@
-"""BERT's close family, loaded into the same encoder: a checkpoint of another ``model_type`` is
-read as the BERT it is equivalent to — its config as a :class:`~.config.BertConfig`, its tensor
-names as BERT's — and anything that is not equivalent is refused by name.
+"""BERT's close family, loaded into the same encoder: a checkpoint of another ``model_type``
+is read as the BERT it is equivalent to — its config as a :class:`~.config.BertConfig`, its
+tensor names as BERT's — and anything that is not equivalent is refused by name.
 
 DistilBERT (``model_type: distilbert``) is a BERT without token types and without a pooler:
 the same post-LayerNorm layers under other names (``q_lin``, ``sa_layer_norm``, ``ffn.lin1``,
 ...). Its token-type embedding is supplied as zeros (two rows, so that a text pair's second
 segment adds nothing either), which leaves every hidden state as DistilBERT computes it. Its
-sinusoidal position embeddings (``sinusoidal_pos_embds: true``) are refused; checkpoints that
-use them still carry learned-size tables, but bertattn does not claim them.
+sinusoidal position embeddings (``sinusoidal_pos_embds: true``) are refused.
+
+RoBERTa and XLM-RoBERTa (``roberta``, ``xlm-roberta``) are BERT's layers under BERT's names
+(``roberta.`` for ``bert.``); their positions are numbered from ``pad_token_id + 1``, so the
+position table's first rows are never used by a right-padded input: they are dropped and the
+encoder numbers positions from 0, as BERT does — the same vectors. Their one token type is
+given to both segments of a pair. Their tokenizers (byte-level BPE, SentencePiece) come from
+the folder's ``tokenizer.json``.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from torch import Tensor
 
 from ..errors import ModelFolderError
 
-__all__ = ["FAMILIES", "as_bert_config", "as_bert_names", "family_of"]
+__all__ = ["FAMILIES", "as_bert_config", "as_bert_names", "family_of", "position_offset"]
 
 #: the ``model_type`` values bertattn loads (None: a config without one, read as BERT)
-FAMILIES = ("bert", "distilbert")
+FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta")
+#: families whose position ids start past the padding id (RoBERTa's ``padding_idx + 1``)
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta")
 
 _DISTIL_CONFIG = {
     "dim": "hidden_size",
@@ -50,9 +58,27 @@ _DISTIL_LAYER = {
 _DISTIL_KEY = re.compile(r"^(distilbert\.)?transformer\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 
 
+def position_offset(data: dict[str, Any]) -> int:
+    """Rows of the position table before the first real position: RoBERTa and XLM-RoBERTa
+    number positions from ``pad_token_id + 1`` (2 for their checkpoints); BERT from 0."""
+    if data.get("model_type") not in _OFFSET_POSITIONS:
+        return 0
+    return int(data.get("pad_token_id", 1)) + 1
+
+
 def as_bert_config(data: dict[str, Any], source: str) -> dict[str, Any]:
-    """A family member's ``config.json`` as BERT's (BERT's own: unchanged)."""
-    if data.get("model_type") != "distilbert":
+    """A family member's ``config.json`` as BERT's (BERT's own: unchanged). RoBERTa and
+    XLM-RoBERTa: BERT's layers and names; their positions start past the padding id, so the
+    table's first ``pad_token_id + 1`` rows are never used and are dropped (see
+    :func:`as_bert_names`), and their one token type is given to both segments."""
+    kind = data.get("model_type")
+    if kind in _OFFSET_POSITIONS:
+        offset = position_offset(data)
+        out = {**data, "model_type": "bert", "type_vocab_size": 2}
+        if "max_position_embeddings" in data:
+            out["max_position_embeddings"] = int(data["max_position_embeddings"]) - offset
+        return out
+    if kind != "distilbert":
         return data
     if data.get("sinusoidal_pos_embds"):
         raise ModelFolderError(
@@ -71,9 +97,27 @@ def family_of(state: dict[str, Tensor]) -> str:
     return "distilbert" if any(_DISTIL_KEY.match(k) for k in state) else "bert"
 
 
-def as_bert_names(state: dict[str, Tensor]) -> dict[str, Tensor]:
+def _offset_positions(state: dict[str, Tensor], offset: int) -> dict[str, Tensor]:
+    """RoBERTa's tensors under BERT's names: ``roberta.`` as ``bert.``, the position table
+    without its first ``offset`` rows, the one token type repeated for the second segment."""
+    out: dict[str, Tensor] = {}
+    for key, tensor in state.items():
+        name = "bert." + key[len("roberta.") :] if key.startswith("roberta.") else key
+        if name.endswith("embeddings.position_embeddings.weight"):
+            tensor = tensor[offset:]
+        elif name.endswith("embeddings.token_type_embeddings.weight") and tensor.shape[0] == 1:
+            tensor = tensor.expand(2, -1).clone()
+        out[name] = tensor
+    return out
+
+
+def as_bert_names(state: dict[str, Tensor], offset: int = 0) -> dict[str, Tensor]:
     """A family member's tensors under BERT's names (BERT's own: unchanged); DistilBERT gets a
-    zero token-type embedding (see the module docstring). Head tensors keep their names."""
+    zero token-type embedding (see the module docstring); ``offset`` (RoBERTa's
+    :func:`position_offset`): the position rows before the first real position, dropped.
+    Head tensors keep their names."""
+    if offset:
+        return _offset_positions(state, offset)
     if family_of(state) != "distilbert":
         return state
     prefixed = any(k.startswith("distilbert.") for k in state)

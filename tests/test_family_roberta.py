@@ -1,0 +1,128 @@
+"""RoBERTa and XLM-RoBERTa checkpoints in the same encoder: random ``RobertaModel`` /
+``XLMRobertaModel`` (tiny sizes, seeded noise on every parameter) saved with
+``save_pretrained``, with tokenizers trained for the test by ``tokenizers`` (byte-level BPE for
+RoBERTa, SentencePiece Unigram for XLM-RoBERTa, no real one being installable here): hidden
+states within 1e-5 of transformers' on padded batches and text pairs, ``Bert.encode`` equal to
+sentence-transformers on the same folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertattn import Bert, BertModel
+
+CORPUS = [
+    "the attention head looks at every token in the sentence",
+    "hello world, a model and a layer",
+    "queries, keys and values: softmax over the scaled dot products",
+    "un modèle multilingue lit aussi le français",
+] * 20
+TEXTS = ["the attention head looks at every token", "hello", "a model and a layer, ok"]
+PAIRS = ["every token", "the sentence and a word"]
+SIZES = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+    max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+)  # fmt: skip
+
+
+def _bpe(folder: Path) -> int:
+    from tokenizers import ByteLevelBPETokenizer, processors
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(
+        CORPUS, vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tok.save(str(folder / "tokenizer.json"))
+    return tok.get_vocab_size()
+
+
+def _unigram(folder: Path) -> int:
+    from tokenizers import SentencePieceUnigramTokenizer, processors
+
+    tok = SentencePieceUnigramTokenizer()
+    tok.train_from_iterator(
+        CORPUS, vocab_size=200, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        unk_token="<unk>",
+    )  # fmt: skip
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tok.save(str(folder / "tokenizer.json"))
+    return tok.get_vocab_size()
+
+
+def save_family(kind: str, folder: Path, seed: int = 0) -> Path:
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = _bpe(folder) if kind == "roberta" else _unigram(folder)
+    cls_name = "Roberta" if kind == "roberta" else "XLMRoberta"
+    config = getattr(transformers, f"{cls_name}Config")(vocab_size=vocab, **SIZES)
+    torch.manual_seed(seed)
+    model = getattr(transformers, f"{cls_name}Model")(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1)
+    model.save_pretrained(folder)
+    specials = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
+                "mask_token": "<mask>"}  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": f"{cls_name}Tokenizer", "model_max_length": 128, **specials})
+    )
+    return folder
+
+
+@pytest.fixture(scope="module", params=["roberta", "xlm-roberta"])
+def family(request, tmp_path_factory) -> Path:
+    return save_family(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def test_hidden_states_equal_transformers(family):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(family)
+    theirs = transformers.AutoModel.from_pretrained(family).eval()
+    ours = BertModel.from_pretrained(family)
+    for batch in (
+        tok(TEXTS, padding=True, return_tensors="pt"),
+        tok(TEXTS[:2], PAIRS, padding=True, return_tensors="pt"),
+    ):
+        with torch.no_grad():
+            want = theirs(**batch)
+            got = ours(batch["input_ids"], batch["attention_mask"])
+        real = batch["attention_mask"].bool()
+        torch.testing.assert_close(
+            got.last_hidden_state[real], want.last_hidden_state[real], atol=1e-5, rtol=1e-5
+        )
+        torch.testing.assert_close(got.pooler_output, want.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+def test_our_tokenizer_gives_transformers_ids(family):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(family)
+    bert = Bert.load(family, threads=1)
+    ours = bert.tokenizer.encode_batch(TEXTS[:2], PAIRS)
+    theirs = tok(TEXTS[:2], PAIRS)["input_ids"]
+    assert [e.ids for e in ours] == theirs
+    assert bert.tokenizer.pad_token_id == 1
+
+
+def test_encode_equals_sentence_transformers(family, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    st = SentenceTransformer(modules=[Transformer(str(family)), Pooling(32, "mean")], device="cpu")
+    st.save(str(tmp_path / "st"))
+    want = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
+    got = Bert.load(tmp_path / "st", threads=1).encode(TEXTS)
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert cos.min() >= 0.99999
+    np.testing.assert_allclose(got, want, atol=1e-5)
