@@ -50,6 +50,9 @@ HEAD_PREFIXES = (
     "vocab_transform.",  # DistilBERT's masked-LM head
     "vocab_layer_norm.",
     "vocab_projector.",
+    "discriminator_predictions.",  # ELECTRA's heads
+    "generator_predictions.",
+    "generator_lm_head.",
 )
 # buffers some checkpoints carry that are not weights
 IGNORED_BUFFERS = ("embeddings.position_ids",)
@@ -298,17 +301,12 @@ def load_pretrained(
     if auto:
         target = _checkpoint_dtype(folder)
     wfile = weight_file(folder)
-    from .families import family_of
-
-    raw = read_state_dict(wfile)
-    family = family_of(raw)
-    state, skipped, has_pooler = remap_state_dict(raw, config, source=str(wfile))
-    del raw
+    state, skipped, has_pooler = remap_state_dict(read_state_dict(wfile), config, source=str(wfile))
     if skipped:
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)
-    if not has_pooler and family == "bert":  # DistilBERT has none by design
+    if not has_pooler and config.family in ("bert", "roberta", "xlm-roberta"):  # others: none
         msg = f"{wfile}: no pooler weights (e.g. a BertForMaskedLM); pooler_output will be None"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)

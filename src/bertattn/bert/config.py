@@ -51,6 +51,8 @@ class BertConfig:
     #: ``pad_token_id + 1``; 0 for BERT): dropped when its weights load. Not a field: the
     #: encoder built from this config is a BERT, whose positions start at 0
     position_offset: ClassVar[int] = 0
+    #: the checkpoint's ``model_type`` (see :mod:`.families`); also not a field
+    family: ClassVar[str] = "bert"
 
     def __post_init__(self) -> None:
         try:
@@ -99,6 +101,7 @@ class BertConfig:
             raise ModelFolderError(f"{source}: {exc}") from None
         config = cls(**kwargs)
         config.position_offset = offset
+        config.family = str(model_type or "bert")
         return config
 
     @classmethod

@@ -14,6 +14,10 @@ position table's first rows are never used by a right-padded input: they are dro
 encoder numbers positions from 0, as BERT does — the same vectors. Their one token type is
 given to both segments of a pair. Their tokenizers (byte-level BPE, SentencePiece) come from
 the folder's ``tokenizer.json``.
+
+ELECTRA (``electra``: the discriminator's encoder) is BERT's layers under ``electra.``, without
+a pooler; a checkpoint whose ``embedding_size`` differs from ``hidden_size`` (an embedding
+projection, as ELECTRA-small has) is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from ..errors import ModelFolderError
 __all__ = ["FAMILIES", "as_bert_config", "as_bert_names", "family_of", "position_offset"]
 
 #: the ``model_type`` values bertattn loads (None: a config without one, read as BERT)
-FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta")
+FAMILIES = ("bert", "distilbert", "electra", "roberta", "xlm-roberta")
 #: families whose position ids start past the padding id (RoBERTa's ``padding_idx + 1``)
 _OFFSET_POSITIONS = ("roberta", "xlm-roberta")
 
@@ -78,6 +82,16 @@ def as_bert_config(data: dict[str, Any], source: str) -> dict[str, Any]:
         if "max_position_embeddings" in data:
             out["max_position_embeddings"] = int(data["max_position_embeddings"]) - offset
         return out
+    if kind == "electra":
+        size = data.get("embedding_size")
+        if size is not None and size != data.get("hidden_size"):
+            raise ModelFolderError(
+                f"{source}: embedding_size={size} differs from hidden_size="
+                f"{data.get('hidden_size')} (an embedding projection, as in ELECTRA-small); "
+                f"bertattn loads ELECTRA checkpoints whose embedding size is the hidden size "
+                f"(ELECTRA-base and -large)."
+            )
+        return {**data, "model_type": "bert"}
     if kind != "distilbert":
         return data
     if data.get("sinusoidal_pos_embds"):
@@ -102,7 +116,7 @@ def _offset_positions(state: dict[str, Tensor], offset: int) -> dict[str, Tensor
     without its first ``offset`` rows, the one token type repeated for the second segment."""
     out: dict[str, Tensor] = {}
     for key, tensor in state.items():
-        name = "bert." + key[len("roberta.") :] if key.startswith("roberta.") else key
+        name = "bert." + key.split(".", 1)[1] if key.startswith("roberta.") else key
         if name.endswith("embeddings.position_embeddings.weight"):
             tensor = tensor[offset:]
         elif name.endswith("embeddings.token_type_embeddings.weight") and tensor.shape[0] == 1:
@@ -118,6 +132,9 @@ def as_bert_names(state: dict[str, Tensor], offset: int = 0) -> dict[str, Tensor
     Head tensors keep their names."""
     if offset:
         return _offset_positions(state, offset)
+    if any(k.startswith("electra.") for k in state):  # ELECTRA: BERT's names under electra.
+        return {("bert." + k.split(".", 1)[1] if k.startswith("electra.") else k): v
+                for k, v in state.items()}  # fmt: skip
     if family_of(state) != "distilbert":
         return state
     prefixed = any(k.startswith("distilbert.") for k in state)
