@@ -111,12 +111,26 @@ def family_of(state: dict[str, Tensor]) -> str:
     return "distilbert" if any(_DISTIL_KEY.match(k) for k in state) else "bert"
 
 
+def roberta_head_name(key: str, prefixed: bool) -> str:
+    """A RoBERTa sequence-classification head's tensor under BERT's names: its
+    ``classifier.dense`` (dense + tanh on the first token) is BERT's pooler, its
+    ``classifier.out_proj`` BERT's classifier."""
+    if key.startswith("classifier.dense."):
+        return ("bert." if prefixed else "") + "pooler.dense." + key.split(".", 2)[2]
+    if key.startswith("classifier.out_proj."):
+        return "classifier." + key.split(".", 2)[2]
+    return key
+
+
 def _offset_positions(state: dict[str, Tensor], offset: int) -> dict[str, Tensor]:
     """RoBERTa's tensors under BERT's names: ``roberta.`` as ``bert.``, the position table
-    without its first ``offset`` rows, the one token type repeated for the second segment."""
+    without its first ``offset`` rows, the one token type repeated for the second segment, a
+    classification head as BERT's pooler and classifier (:func:`roberta_head_name`)."""
+    prefixed = any(k.startswith("roberta.") for k in state)
     out: dict[str, Tensor] = {}
     for key, tensor in state.items():
         name = "bert." + key.split(".", 1)[1] if key.startswith("roberta.") else key
+        name = roberta_head_name(name, prefixed)
         if name.endswith("embeddings.position_embeddings.weight"):
             tensor = tensor[offset:]
         elif name.endswith("embeddings.token_type_embeddings.weight") and tensor.shape[0] == 1:

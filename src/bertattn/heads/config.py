@@ -26,6 +26,9 @@ __all__ = ["ACTIVATIONS", "HeadConfig", "read_head_config"]
 #: the heads bertattn runs, by the transformers class that saved them
 HEAD_KINDS = {
     "BertForSequenceClassification": "sequence-classification",
+    # RoBERTa's head is BERT's: dense + tanh on the first token, then a linear layer
+    "RobertaForSequenceClassification": "sequence-classification",
+    "XLMRobertaForSequenceClassification": "sequence-classification",
     "BertForTokenClassification": "token-classification",
     "BertForMaskedLM": "masked-lm",
 }

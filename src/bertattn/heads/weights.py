@@ -16,16 +16,19 @@ __all__ = ["read_head"]
 
 def _head_keys(keys: list[str]) -> list[str]:
     """The names of ``keys`` that are not the encoder's (``bert.`` prefixed, or bare)."""
-    prefixed = any(k.startswith("bert.") for k in keys)
-    if prefixed:
-        return [k for k in keys if not k.startswith("bert.")]
+    for family in ("bert.", "roberta.", "electra.", "distilbert."):
+        if any(k.startswith(family) for k in keys):
+            return [k for k in keys if not k.startswith(family)]
     return [k for k in keys if k.startswith(HEAD_PREFIXES)]
 
 
 def _read(path: Path) -> dict[str, Tensor]:
     """The head tensors of ``path`` (safetensors: only those are read), legacy TF-era names
     (``LayerNorm.gamma`` / ``beta``) under today's (``weight`` / ``bias``)."""
-    return {_canonical(k): v for k, v in _read_raw(path).items()}
+    from ..bert.families import roberta_head_name
+
+    found = {roberta_head_name(_canonical(k), False): v for k, v in _read_raw(path).items()}
+    return {k: v for k, v in found.items() if not k.startswith("pooler.")}  # the encoder's
 
 
 def _read_raw(path: Path) -> dict[str, Tensor]:
