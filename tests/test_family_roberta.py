@@ -159,3 +159,47 @@ def test_a_roberta_reranker_is_a_cross_encoder(kind, tmp_path):
     torch.testing.assert_close(ce.logits(pairs), want, atol=1e-5, rtol=1e-5)
     st = STCrossEncoder(str(tmp_path / "rr"), device="cpu")
     np.testing.assert_allclose(ce.predict(pairs), st.predict(pairs), atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:Tokenizer does not support real words")
+@pytest.mark.parametrize("strategy", ["none", "simple", "first", "average", "max"])
+def test_a_roberta_tagger_like_transformers(strategy, tmp_path):
+    """Token classification on a byte-level BPE vocabulary: words are told apart by spaces
+    (transformers' rule where pieces carry no ``##``), offsets into the text."""
+    import transformers
+
+    import bertattn
+
+    folder = save_family("roberta", tmp_path / "base")
+    labels = dict(enumerate(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]))
+    config = transformers.RobertaConfig.from_pretrained(
+        folder, id2label=labels, label2id={v: k for k, v in labels.items()}
+    )
+    model = transformers.RobertaForTokenClassification.from_pretrained(folder, config=config)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in model.classifier.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    model.save_pretrained(tmp_path / "tagger")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "tagger" / name).write_bytes((folder / name).read_bytes())
+    texts = ["the attention head looks at every token", "queries, keys and values: softmax"]
+    theirs = transformers.pipeline("token-classification", model=str(tmp_path / "tagger"))
+    ours = bertattn.pipeline("token-classification", tmp_path / "tagger")
+    got, want = (
+        ours(texts, aggregation_strategy=strategy),
+        theirs(texts, aggregation_strategy=strategy),
+    )
+    assert sum(map(len, got)) > 2
+    for g_row, w_row in zip(got, want, strict=True):
+        assert [{k: v for k, v in e.items() if k != "score"} for e in g_row] == [
+            {
+                k: (int(v) if k in ("start", "end", "index") else v)
+                for k, v in e.items()
+                if k != "score"
+            }
+            for e in w_row
+        ]
+        np.testing.assert_allclose(
+            [e["score"] for e in g_row], [e["score"] for e in w_row], atol=1e-5
+        )

@@ -30,6 +30,10 @@ HEAD_KINDS = {
     "RobertaForSequenceClassification": "sequence-classification",
     "XLMRobertaForSequenceClassification": "sequence-classification",
     "BertForTokenClassification": "token-classification",
+    "RobertaForTokenClassification": "token-classification",
+    "XLMRobertaForTokenClassification": "token-classification",
+    "ElectraForTokenClassification": "token-classification",
+    "DistilBertForTokenClassification": "token-classification",
     "BertForMaskedLM": "masked-lm",
 }
 

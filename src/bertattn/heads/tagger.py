@@ -12,7 +12,8 @@ offsets in the input text.
   words are grouped as ``"simple"`` groups tokens.
 
 A piece continues a word when its text in the vocabulary (``##ing``) is longer than the span
-of input it covers (``ing``), transformers' rule for WordPiece vocabularies.
+of input it covers (``ing``) for a WordPiece vocabulary, and when no space is next to its start
+for the others (BPE, SentencePiece): transformers' rules.
 """
 
 from __future__ import annotations
@@ -147,15 +148,22 @@ class TokenClassificationPipeline:
         """The input's tokens but [CLS] / [SEP]: piece, scores, span, whether it continues a
         word."""
         tok = self.bert.tokenizer
-        unk = tok.token_to_id("[UNK]")
+        model = tok._tok.model
+        unk = getattr(model, "unk_id", None)  # SentencePiece Unigram: an id; others: a token
+        if unk is None:
+            unk = tok.token_to_id(getattr(model, "unk_token", None) or "[UNK]")
         out = []
+        marked = bool(getattr(model, "continuing_subword_prefix", None))
         for i, (tid, special) in enumerate(zip(enc.ids, enc.special_tokens_mask, strict=True)):
             if special:
                 continue
             start, end = enc.offsets[i]
             piece = tok.id_to_token(tid)
             span = text[start:end]
-            continues = len(piece) != len(span)
+            if marked:  # WordPiece: "##ing" is longer than the "ing" it covers
+                continues = len(piece) != len(span)
+            else:  # BPE, SentencePiece: a piece not after a space continues a word
+                continues = start > 0 and " " not in text[start - 1 : start + 1]
             if tid == unk:
                 piece, continues = span, False
             out.append(
