@@ -107,3 +107,29 @@ def test_what_is_not_equivalent_is_refused(distil, tmp_path):
         ModelFolderError, match="'deberta-v2' is not supported.*'bert', 'distilbert'"
     ):
         Bert.load(folder)
+
+
+def test_a_distilbert_tagger_like_transformers(tiny_checkpoint, tmp_path):
+    import transformers
+
+    import bertattn
+
+    folder = save_distilbert(
+        tiny_checkpoint, tmp_path / "tag", cls="DistilBertForTokenClassification"
+    )
+    texts = ["the attention head looks at every token", "hello world, the bert model is ok!"]
+    theirs = transformers.pipeline("token-classification", model=str(folder))
+    ours = bertattn.pipeline("token-classification", folder)
+    for strategy in ("none", "simple", "first"):
+        got = ours(texts, aggregation_strategy=strategy, ignore_labels=[])
+        want = theirs(texts, aggregation_strategy=strategy, ignore_labels=[])
+        assert [[e["word"] for e in row] for row in got] == [
+            [e["word"] for e in row] for row in want
+        ]
+        key = "entity" if strategy == "none" else "entity_group"
+        assert [[e[key] for e in row] for row in got] == [[e[key] for e in row] for row in want]
+        np.testing.assert_allclose(
+            [e["score"] for row in got for e in row],
+            [e["score"] for row in want for e in row],
+            atol=1e-5,
+        )
