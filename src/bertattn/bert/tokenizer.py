@@ -330,7 +330,43 @@ class BertTokenizer:
             )
             logger.info("%s", msg)
             warnings.warn(msg, stacklevel=3)
+        self._warn_unknown(encodings)
         return encodings
+
+    @property
+    def unk_token_id(self) -> int | None:
+        """The id of the vocabulary's unknown token (``[UNK]``, ``<unk>``), None if it has none."""
+        model = self._tok.model
+        found = getattr(model, "unk_id", None)  # SentencePiece Unigram: an id
+        if found is None:
+            name = getattr(model, "unk_token", None)
+            found = None if name is None else self._tok.token_to_id(name)
+        return found
+
+    def _warn_unknown(self, encodings: Sequence[Encoding]) -> None:
+        """Warn when inputs are mostly the unknown token for this vocabulary (more than half of
+        their tokens, specials aside): a script the model does not cover, such as Chinese for
+        an English model. Their embeddings and attention then say little about the text."""
+        unk = self.unk_token_id
+        if unk is None:
+            return
+        mostly = 0
+        for e in encodings:
+            real = [
+                t for t, special in zip(e.ids, e.special_tokens_mask, strict=True) if not special
+            ]
+            if real and 2 * sum(1 for t in real if t == unk) > len(real):
+                mostly += 1
+        if mostly:
+            msg = (
+                f"{mostly} of {len(encodings)} inputs are mostly unknown tokens for this model's "
+                f"vocabulary (a script it does not cover, such as Chinese for an English model): "
+                f"what it computes for them says little about the text; use a model that covers "
+                f"it, such as a multilingual XLM-RoBERTa one "
+                f"(paraphrase-multilingual-MiniLM-L12-v2, multilingual-e5-small)"
+            )
+            logger.info("%s", msg)
+            warnings.warn(msg, stacklevel=3)
 
     def pad(self, encodings: Sequence[Encoding]) -> TokenizedBatch:
         """Pad encodings to the longest one; ``attention_mask`` 1 = real token."""
