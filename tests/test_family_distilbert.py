@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_bert import TINY
+from tiny_bert import TINY, save_random
 
 from bertattn import Bert, BertModel
 from bertattn.errors import ModelFolderError
@@ -32,15 +32,7 @@ def save_distilbert(base: Path, out: Path, seed: int = 0, cls: str = "DistilBert
         hidden_dim=TINY["intermediate_size"],
         max_position_embeddings=TINY["max_position_embeddings"],
     )
-    torch.manual_seed(seed)
-    model = getattr(transformers, cls)(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
-    model.save_pretrained(out)
-    for name in TOKENIZER_FILES:
-        shutil.copy(base / name, out / name)
+    save_random(getattr(transformers, cls), config, out, seed, tokenizer_from=base)
     return out
 
 

@@ -6,12 +6,11 @@ loads its encoder strictly (the discriminator head skipped and reported), hidden
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from tiny_bert import TINY
+from tiny_bert import TINY, save_random
 
 from bertattn import Bert
 from bertattn.errors import ModelFolderError
@@ -26,15 +25,7 @@ def save_electra(base: Path, out: Path, seed: int = 0, **overrides: object) -> P
     config = transformers.ElectraConfig(
         embedding_size=TINY["hidden_size"], **{**sizes, **overrides}
     )
-    torch.manual_seed(seed)
-    model = transformers.ElectraForPreTraining(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
-    model.save_pretrained(out)
-    for name in TOKENIZER_FILES:
-        shutil.copy(base / name, out / name)
+    save_random(transformers.ElectraForPreTraining, config, out, seed, tokenizer_from=base)
     return out
 
 

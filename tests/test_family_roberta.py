@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_bert import save_random
 
 from bertattn import Bert, BertModel
 
@@ -62,13 +63,7 @@ def save_family(kind: str, folder: Path, seed: int = 0) -> Path:
     vocab = _bpe(folder) if kind == "roberta" else _unigram(folder)
     cls_name = "Roberta" if kind == "roberta" else "XLMRoberta"
     config = getattr(transformers, f"{cls_name}Config")(vocab_size=vocab, **SIZES)
-    torch.manual_seed(seed)
-    model = getattr(transformers, f"{cls_name}Model")(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
-    model.save_pretrained(folder)
+    save_random(getattr(transformers, f"{cls_name}Model"), config, folder, seed)
     specials = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                 "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
                 "mask_token": "<mask>"}  # fmt: skip

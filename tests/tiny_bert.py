@@ -65,19 +65,12 @@ def save_tiny_checkpoint(folder: str | Path, seed: int = 0, **overrides: object)
     """Write a random ``transformers.BertModel`` of ``TINY`` sizes (``overrides`` on top) and
     its tokenizer to ``folder``. Every parameter, LayerNorms included, gets N(0, 0.1) noise
     from ``seed``, so a swapped or dropped tensor cannot pass a comparison."""
-    import torch
     import transformers
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = transformers.BertConfig(**{**TINY, **overrides})
-    torch.manual_seed(seed)
-    model = transformers.BertModel(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.1)
-    model.save_pretrained(folder)
+    save_random(transformers.BertModel, config, folder, seed)
     vocab = folder / "vocab.txt"
     vocab.write_text("\n".join(tiny_vocab(config.vocab_size)) + "\n", encoding="utf-8")
     # tokenizer.json from the `tokenizers` library (what transformers 4 and 5 both read)
@@ -93,3 +86,25 @@ def save_tiny_checkpoint(folder: str | Path, seed: int = 0, **overrides: object)
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
     return folder
+
+
+def save_random(cls, config, folder: str | Path, seed: int = 0, tokenizer_from: Path | None = None):  # type: ignore[no-untyped-def]
+    """``cls(config)`` (a transformers model class), every parameter moved by N(0, 0.1) noise
+    from ``seed``, saved to ``folder`` with ``save_pretrained`` (and the tokenizer files of
+    ``tokenizer_from``, when given); the model, in eval mode."""
+    import shutil
+
+    import torch
+
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1)
+    model.save_pretrained(folder)
+    if tokenizer_from is not None:
+        for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+            if (Path(tokenizer_from) / name).exists():
+                shutil.copy(Path(tokenizer_from) / name, Path(folder) / name)
+    return model

@@ -268,6 +268,19 @@ def _dimensions(obj: dict[str, Any], width: int) -> int | None:
     return value
 
 
+def check_model(model: object, names: tuple[str, ...]) -> None:
+    """A body's ``model``: a string (400) naming a model this server serves (404)."""
+    if not isinstance(model, str):
+        raise ApiError(400, f"'model' must be a string, got {_kind(model)}.", param="model")
+    if model not in names:
+        raise ApiError(
+            404,
+            f"The model {shown(model)} does not exist here; this server serves {names[0]!r}.",
+            param="model",
+            code="model_not_found",
+        )
+
+
 def check_openai(
     obj: dict[str, Any], *, names: tuple[str, ...], width: int, limit: int, vocab: int
 ) -> EmbedRequest:
@@ -280,15 +293,7 @@ def check_openai(
     model = obj.get("model")
     if model is None:
         raise ApiError(400, f"'model' is required; this server serves {names[0]!r}.", param="model")
-    if not isinstance(model, str):
-        raise ApiError(400, f"'model' must be a string, got {_kind(model)}.", param="model")
-    if model not in names:
-        raise ApiError(
-            404,
-            f"The model {shown(model)} does not exist here; this server serves {names[0]!r}.",
-            param="model",
-            code="model_not_found",
-        )
+    check_model(model, names)
     fmt = obj.get("encoding_format", "float")
     if fmt is None:
         fmt = "float"

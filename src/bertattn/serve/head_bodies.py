@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .bodies import _bool, _count, _inputs, _kind, _unknown
+from .bodies import _bool, _count, _inputs, _kind, _unknown, check_model
 from .errors import ApiError, shown
 
 __all__ = ["RerankRequest", "check_predict", "check_rerank", "check_rerank_v1", "check_sparse"]
@@ -91,17 +91,8 @@ def check_rerank_v1(obj: dict[str, Any], *, names: tuple[str, ...], limit: int) 
     _unknown(
         obj, ("model", "query", "documents", "top_n", "return_documents", "max_tokens_per_doc")
     )
-    model = obj.get("model")
-    if model is not None:
-        if not isinstance(model, str):
-            raise ApiError(400, f"'model' must be a string, got {_kind(model)}.", param="model")
-        if model not in names:
-            raise ApiError(
-                404,
-                f"The model {shown(model)} does not exist here; this server serves {names[0]!r}.",
-                param="model",
-                code="model_not_found",
-            )
+    if obj.get("model") is not None:
+        check_model(obj["model"], names)
     query = _query(obj)
     docs = obj.get("documents")
     if not isinstance(docs, list):
