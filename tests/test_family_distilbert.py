@@ -18,7 +18,6 @@ from bertattn import Bert, BertModel
 from bertattn.errors import ModelFolderError
 
 TEXTS = ["the attention head looks at every token", "hello", "bert model layer and a word ok"]
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")
 
 
 def save_distilbert(base: Path, out: Path, seed: int = 0, cls: str = "DistilBertModel") -> Path:

@@ -15,7 +15,6 @@ from tiny_bert import TINY, save_random
 from bertattn import Bert
 from bertattn.errors import ModelFolderError
 
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")
 
 
 def save_electra(base: Path, out: Path, seed: int = 0, **overrides: object) -> Path:
