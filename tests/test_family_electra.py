@@ -16,7 +16,6 @@ from bertattn import Bert
 from bertattn.errors import ModelFolderError
 
 
-
 def save_electra(base: Path, out: Path, seed: int = 0, **overrides: object) -> Path:
     import transformers
 
