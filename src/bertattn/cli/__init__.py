@@ -169,6 +169,16 @@ def _unraisable(unraisable: object) -> None:
     sys.__unraisablehook__(unraisable)  # type: ignore[arg-type]
 
 
+def _above_bars(line: str) -> None:
+    """``line`` on stderr; while a progress bar is drawn there, above it (the bar is cleared
+    and drawn again), not into the bar's own line."""
+    tqdm = sys.modules.get("tqdm")
+    if tqdm is not None and getattr(tqdm.tqdm, "_instances", None):
+        tqdm.tqdm.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit status (see the module docstring)."""
     held = _HeldInterrupts()  # first: no Ctrl-C can land before the handlers below
@@ -183,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
 
     def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
-        print(f"{prefix} warning: {message}", file=sys.stderr)
+        _above_bars(f"{prefix} warning: {message}")
 
     shown = warnings.showwarning
     warnings.showwarning = show
