@@ -528,10 +528,14 @@ class Bert(SentenceTransformerSurface):
         *,
         progress: Callable[[int], object] | None = None,
         batch_tokens: int | None = None,
+        progress_tokens: Callable[[int], Callable[[int], object]] | None = None,
     ) -> tuple[np.ndarray, EncodeStats]:
         """``(N, E)`` float32 sentence embeddings, in input order, plus counts (texts, empty,
         truncated, tokens, padded): the jobs' entry point. ``texts``: an iterable of str (not
-        one str); the other parameters as :meth:`encode`'s keywords of the same names."""
+        one str); the other parameters as :meth:`encode`'s keywords of the same names.
+        ``progress_tokens``: called once the texts are tokenized with their real tokens in all,
+        returns what is called with each batch's real tokens (a progress bar whose ETA goes by
+        tokens: the longest texts go first, so texts done would promise too much too early)."""
         if isinstance(texts, str):
             raise ArgumentTypeError(
                 "texts must be a sequence of strings; wrap a single text in a list."
@@ -545,6 +549,7 @@ class Bert(SentenceTransformerSurface):
             max_length=max_length,
             progress=progress,
             batch_tokens=batch_tokens,
+            progress_tokens=progress_tokens,
         )
         return out.numpy(), stats  # type: ignore[union-attr]
 
@@ -574,6 +579,7 @@ class Bert(SentenceTransformerSurface):
         truncate_dim: int | None = None,
         show_progress_bar: bool = False,
         pairs: list[str] | None = None,
+        progress_tokens: Callable[[int], Callable[[int], object]] | None = None,
     ) -> tuple[Tensor | list, EncodeStats]:
         """The one encoding loop. ``output_value="sentence_embedding"``: a ``(N, E)`` float32
         tensor (on the CPU when ``to_cpu``); otherwise a list, in input order (``None``: the
@@ -635,6 +641,7 @@ class Bert(SentenceTransformerSurface):
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
         lengths = [len(encodings[i].ids) for i in order]
         ranges = length_batches(lengths, batch_size, batch_tokens)
+        by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
         from tqdm import tqdm
 
         bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
@@ -659,6 +666,8 @@ class Bert(SentenceTransformerSurface):
                 bar.update(1)
                 if progress is not None:
                     progress(len(idx))
+                if by_tokens is not None:
+                    by_tokens(sum(lengths[start:end]))
         if self.threads is not None and device.type == "cpu" and explaining():
             state = f"; {governor.describe()}" if governor else ""
             explain_note(f"encode: {self.threads.describe()}{state}")

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         bar = tqdm(
             total=total,
             unit=unit,
-            unit_scale=unit == "B",
+            unit_scale=unit in ("B", "token"),
             desc="encode",
             file=sys.stderr,
             disable=not show,

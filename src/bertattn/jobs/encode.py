@@ -346,8 +346,8 @@ def _run_single(
     texts, ids = _read_input(options, corpus)
     start = time.perf_counter()
     kwargs = _encode_kwargs(options, bert)
-    callback = None if progress is None else progress(len(texts))
-    emb, stats = bert.encode_with_stats(texts, progress=callback, **kwargs)
+    by_tokens = None if progress is None else (lambda total: progress(total, unit="token"))
+    emb, stats = bert.encode_with_stats(texts, progress_tokens=by_tokens, **kwargs)
     _write(out, embeddings_payload(options.output, emb, ids))
     seconds = time.perf_counter() - start
     rate = stats.texts / seconds if seconds > 0 else float("inf")
