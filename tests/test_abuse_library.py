@@ -24,8 +24,15 @@ from bertattn.threads import ADAPTIVE_ENV, CpuBudget, ThreadChoice, choose_threa
 def governed_bert(tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> Bert:
     """A tiny Bert loaded as where ``OMP_NUM_THREADS`` is unset: with its thread governor
     (whose lock did not pickle)."""
+    import torch
+
+    from bertattn.threads import cpu_budget
+
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv(ADAPTIVE_ENV, "1")
+    # torch's count as a fresh process has it (an earlier test's module-wide Bert may have
+    # left another, which the policy would then keep as the user's own, with no governor)
+    torch.set_num_threads(cpu_budget().affinity)
     bert = Bert.load(tiny_checkpoint)
     assert bert.governor is not None  # the failing case: a governor with a lock
     return bert

@@ -171,7 +171,7 @@ def test_interrupted_run_leaves_no_output(tmp_path, sig, cli_subprocess):
     deadline = time.monotonic() + 120
     argv = ("encode", src, "-o", out, "--batch-size", "4", "--progress")  # a bar on a pipe too
     with cli_subprocess.popen(*argv) as proc:
-        while b"text/s]" not in seen:  # the progress bar is running
+        while b"token/s]" not in seen:  # the progress bar is running
             assert time.monotonic() < deadline, seen.decode(errors="replace")
             ready, _, _ = select.select([proc.stderr], [], [], 1.0)
             if ready:

@@ -670,7 +670,13 @@ def _seconds(cls: type, obj: object, name: str) -> None:
 class ServeOptions:
     """``bertattn serve``: sentence embeddings over HTTP (OpenAI's /v1/embeddings, TEI's /embed)."""
 
-    model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
+    model: str | None = _opt(
+        None,
+        "model folder or hub name (default MiniLM); give it again to serve several models in "
+        "one process (an embedder and a reranker: each request goes to the model its body "
+        "names, or to the one that answers its route)",
+        action="append",
+    )
     device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)")
     dtype: str = _opt("float32", "compute dtype (responses are float32)", choices=DTYPES)
     served_model_name: str | None = _opt(
@@ -777,7 +783,19 @@ class ServeOptions:
 
     def __post_init__(self) -> None:
         cls = type(self)
-        _text(cls, self, "model")
+        given = self.model
+        many = isinstance(given, (list, tuple))
+        #: every --model, in order (``model`` is the first)
+        self.models: tuple[str, ...] = tuple(given) if many else (() if given is None else (given,))
+        self.model = self.models[0] if self.models else None
+        for one in self.models:
+            if not isinstance(one, (str, os.PathLike)) or not str(one).strip():
+                raise UsageError(f"--model must be a non-empty path or name, got {one!r}.")
+        if len(self.models) > 1 and self.served_model_name is not None:
+            raise UsageError(
+                "--served-model-name names one model; with several --model each is served "
+                "under its own names (the folder's name and path, or the hub name)."
+            )
         _text(cls, self, "served_model_name")
         _unicode(cls, self, "served_model_name", "host", "api_key")
         _device(cls, self)
@@ -1009,7 +1027,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         names = meta.get("flags", (f"--{f.name.replace('_', '-')}",))
         kwargs["dest"] = f.name
         kwargs["default"] = None if f.default is MISSING else f.default
-        if f.type in ("bool", bool):
+        if "action" in meta:
+            kwargs["action"] = meta["action"]
+        elif f.type in ("bool", bool):
             kwargs["action"] = "store_true"
         elif f.type in ("bool | None",):
             kwargs["action"] = argparse.BooleanOptionalAction

@@ -8,6 +8,7 @@ not a traceback after a minute of loading)."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -106,6 +107,8 @@ def run_serve(
     from .serve_checks import check_before_load  # the folder and limits, before the weights
 
     folder = check_before_load(options)
+    for other in options.models[1:]:  # every model's folder and limits, before any weights
+        check_before_load(dataclasses.replace(options, model=other))
     if not _is_local(options.host) and api_key is None:
         warnings.warn(
             f"--host {options.host} listens beyond this machine and no API key is set: anyone "
@@ -117,13 +120,10 @@ def run_serve(
         from ..heads.auto import load_auto  # an encoder, a reranker / classifier, SPLADE
 
         load = {"dtype": options.dtype, "device": device, "threads": options.threads}
-        bert = (
-            load_auto(options.model, sparse=options.sparse, **load)
-            if options.model
-            else Bert.load(folder, **load)
-        )
-        names = [str(options.model)] if options.model else []
-        if options.model and os.path.basename(str(options.model).rstrip("/")):
+        models = [load_auto(m, sparse=options.sparse, **load) for m in options.models]
+        bert = models if len(models) > 1 else models[0] if models else Bert.load(folder, **load)
+        names = [str(options.model)] if options.model and len(models) == 1 else []
+        if names and os.path.basename(str(options.model).rstrip("/")):
             names.append(os.path.basename(str(options.model).rstrip("/")))
         app = create_app(
             bert,
@@ -154,11 +154,15 @@ def run_serve(
         server = DrainingServer(config, state, options.drain_timeout)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        encoder = state.bert
+        each = getattr(state, "states", [state])  # several models: a ServeGroup
+        encoder = each[0].bert
         threads = "" if encoder.threads is None else f", {encoder.threads.describe()}"
-        kind = "" if state.served.kind == "embedding" else f"{state.served.describe()}, "
+        what = ", ".join(
+            s.names[0] + ("" if s.served.kind == "embedding" else f" ({s.served.describe()})")
+            for s in each
+        )
         say(
-            f"serving {state.names[0]} on http://{shown}:{port} ({kind}{encoder.device}{threads}; "
+            f"serving {what} on http://{shown}:{port} ({encoder.device}{threads}; "
             f"{'API key required' if api_key else 'no API key'}); Ctrl-C or SIGTERM to stop"
         )
         try:

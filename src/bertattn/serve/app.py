@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import json
 import logging
 import os
 import re
@@ -41,6 +42,7 @@ from .bodies import (
 )
 from .encoding import dumps
 from .errors import ApiError, clip, envelope
+from .group import ServeGroup
 from .limits import Limits
 from .served import ROUTES, serve_model
 from .telemetry import ServeMetrics
@@ -68,7 +70,7 @@ class ServeState:
     """What the routes share: the model, the limits, the batcher, the metrics, and whether the
     server is ready (loaded, not draining). ``in_flight``: data requests being answered."""
 
-    def __init__(self, model: Any, limits: Limits) -> None:
+    def __init__(self, model: Any, limits: Limits, metrics: ServeMetrics | None = None) -> None:
         #: the model's kind, its routes and its engine step (:mod:`.served`)
         self.served = serve_model(model)
         bert = self.bert = self.served.bert  # the encoder: tokenizer, limits, device
@@ -95,7 +97,8 @@ class ServeState:
             aliases = (name, name.rsplit("/", 1)[-1])
         first = () if limits.served_name is None else (limits.served_name,)
         self.names = tuple(dict.fromkeys((*first, *aliases, *limits.names)))
-        self.metrics = ServeMetrics(lambda: self.batcher.depth())
+        #: one server's counters (several models share one: ``metrics``)
+        self.metrics = metrics or ServeMetrics(lambda: self.batcher.depth())
         self.batcher = Batcher(
             self.served.step,
             max_batch_tokens=limits.max_batch_tokens,
@@ -219,7 +222,11 @@ def _check_key(state: ServeState, request: Request) -> None:
 
 async def _body(state: ServeState, request: Request) -> dict[str, Any]:
     """The JSON object of the body, read within ``max_body_bytes`` (413) and ``body_timeout_s``
-    (408: a client that stops sending does not hold a request open)."""
+    (408: a client that stops sending does not hold a request open). Read once per request:
+    a second call returns the same object."""
+    cached = getattr(request.state, "body", None)
+    if cached is not None:
+        return cached
     limit = state.limits.max_body_bytes
     too_big = ApiError(
         413,
@@ -262,8 +269,11 @@ async def _body(state: ServeState, request: Request) -> dict[str, Any]:
     content_type = request.headers.get("content-type")
     request.state.big = len(body) > _BIG
     if request.state.big:
-        return await run_in_threadpool(parse_json, body, content_type)
-    return parse_json(body, content_type)
+        obj = await run_in_threadpool(parse_json, body, content_type)
+    else:
+        obj = parse_json(body, content_type)
+    request.state.body = obj
+    return obj
 
 
 async def _checked(request: Request, check: Callable[..., Any], obj: Any, **kw: Any) -> Any:
@@ -433,13 +443,16 @@ def _route(
     itself in flight. While the server drains, every answer says ``Connection: close``."""
 
     async def endpoint(request: Request) -> Response:
-        state: ServeState = request.app.state.serve
+        serve = request.app.state.serve  # a ServeState, or a ServeGroup of several models
+        state = serve
         status = 500
         counted = False
         try:
             try:
                 if data or key:
-                    _check_key(state, request)
+                    _check_key(serve, request)
+                if data and isinstance(serve, ServeGroup) and method == "POST":
+                    state = await serve.pick(request, path, await _body(serve, request))
                 if data:
                     if state.batcher.failed is not None:
                         raise ApiError(
@@ -450,14 +463,15 @@ def _route(
                         )
                     if not state.ready:
                         raise _unavailable()
-                    state.in_flight += 1
-                    counted = True
+                    if not isinstance(state, ServeGroup):  # a group's is its models' sum
+                        state.in_flight += 1
+                        counted = True
                 response = await handler(state, request)
             except ApiError as exc:
                 response = _error(exc)
                 if exc.status in (400, 401, 404, 408, 413, 415, 429, 499, 503, 504):
                     state.metrics.rejections.inc(exc.reason if exc.status != 400 else "invalid")
-            if state.draining:
+            if serve.draining:
                 response.headers["connection"] = "close"
             status = response.status_code
             return response
@@ -467,7 +481,7 @@ def _route(
         finally:
             if counted:
                 state.in_flight -= 1
-            state.metrics.requests.inc(name, str(status))
+            serve.metrics.requests.inc(name, str(status))
 
     return Route(path, endpoint, methods=[method], name=name)
 
@@ -509,13 +523,20 @@ async def _tokenize(state: ServeState, request: Request) -> Response:
     return _json(pieces)
 
 
-async def _models(state: ServeState, request: Request) -> Response:
+async def _models(state: Any, request: Request) -> Response:
     created = int(state.started)
-    data = [{"id": state.names[0], "object": "model", "created": created, "owned_by": "bertattn"}]
+    served = state.states if isinstance(state, ServeGroup) else [state]
+    data = [
+        {"id": s.names[0], "object": "model", "created": created, "owned_by": "bertattn"}
+        for s in served
+    ]
     return _json({"object": "list", "data": data})
 
 
-async def _info(state: ServeState, request: Request) -> Response:
+async def _info(state: Any, request: Request) -> Response:
+    if isinstance(state, ServeGroup):  # several models: each one's, in --model order
+        infos = [json.loads((await _info(s, request)).body) for s in state.states]
+        return _json({"models": infos, "model_id": infos[0]["model_id"]})
     from .. import __version__
 
     bert, limits = state.bert, state.limits
@@ -631,7 +652,19 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
     :class:`ServeState`."""
     from .head_routes import HEAD_ROUTES  # its handlers use this module's helpers
 
-    state = ServeState(bert, Limits(**limits))
+    state: Any
+    if isinstance(bert, (list, tuple)) and len(bert) > 1:
+        checked = Limits(**limits)
+        if checked.names or checked.served_name is not None:
+            raise ValueError(
+                "names / served_name name one model; several models are served under their "
+                "own names (a folder's name and path, a hub name)."
+            )
+        holder: dict[str, Any] = {}
+        metrics = ServeMetrics(lambda: holder["group"].batcher.depth())
+        state = holder["group"] = ServeGroup([ServeState(m, checked, metrics) for m in bert])
+    else:
+        state = ServeState(bert[0] if isinstance(bert, (list, tuple)) else bert, Limits(**limits))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -642,7 +675,10 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
             state.drain()
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, state.batcher.stop, state.stop_timeout)
-            state.tokenizer_thread.shutdown(wait=False)
+            if isinstance(state, ServeGroup):
+                state.shutdown_tokenizers()
+            else:
+                state.tokenizer_thread.shutdown(wait=False)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         """404 (no route) and 405 (with ``Allow``: the methods the route takes), counted in
