@@ -186,6 +186,15 @@ class BertTokenizer:
             raise ValueError(f"token id {token_id} is not in the vocabulary of {self.vocab_size}.")
         return token
 
+    def join_pieces(self, pieces: Sequence[str]) -> str:
+        """Vocabulary pieces as text, as the folder's decoder joins them (``##`` glued)."""
+        return self._tok.decoder.decode(list(pieces))
+
+    @property
+    def marks_continuations(self) -> bool:
+        """Whether a piece that continues a word says so itself (WordPiece's ``##``)."""
+        return bool(getattr(self._tok.model, "continuing_subword_prefix", None))
+
     def token_to_id(self, token: str) -> int | None:
         """The id of vocabulary entry ``token`` (None when it is not one)."""
         return self._tok.token_to_id(token)

@@ -24,7 +24,7 @@ from ..errors import ModelFolderError
 from .config import HeadConfig
 from .layers import load_classifier
 from .loading import load_encoder
-from .runner import run_head
+from .runner import head_step, run_head
 from .windows import pair_windows
 
 __all__ = ["CrossEncoder"]
@@ -165,11 +165,7 @@ class CrossEncoder:
         """The engine step (:mod:`bertattn.engine`): tokenized inputs (texts or pairs) ->
         ``(B, num_labels)`` logits, for a batching worker such as the server's."""
 
-        def compute(encodings: Sequence[Any]) -> Tensor:
-            _, mask, hidden = self.bert._forward(encodings)
-            return self._head(hidden, mask)
-
-        return ModelStep(self.bert, compute, "scores")
+        return head_step(self.bert, self._head, "scores")
 
     def predict(
         self,

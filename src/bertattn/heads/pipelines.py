@@ -158,7 +158,7 @@ class FillMaskPipeline:
                 raise TypeError(f"targets must be strings, got {describe(t)}.")
             found = tok.token_to_id(t)
             if found is None:
-                pieces = tok._tok.encode(t, add_special_tokens=False).ids
+                pieces = tok.token_ids([t], most=1)[0]
                 if not pieces:
                     logger.warning("target %r is not in the vocabulary: ignored", t[:40])
                     continue

@@ -5,18 +5,29 @@ applied to each batch's hidden states; results back in input order."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..bert.pooling import length_batches
+from ..engine import ModelStep
 
-__all__ = ["run_head"]
+__all__ = ["head_step", "run_head"]
 
 #: ``step(hidden (B, L, E), mask (B, L)) -> (B, ...)`` float32 rows of one batch
 Step = Callable[[Tensor, Tensor], Tensor]
+
+
+def head_step(bert: Any, step: Step, kind: str) -> ModelStep:
+    """The engine step (:mod:`bertattn.engine`) of a head: tokenized inputs through ``bert``
+    (padded; packed inside on the CPU), then ``step`` on their hidden states."""
+
+    def compute(encodings: Sequence[Any]) -> Tensor:
+        _, mask, hidden = bert._forward(encodings)  # mask (B, L), hidden (B, L, E)
+        return step(hidden, mask)
+
+    return ModelStep(bert, compute, kind)
 
 
 def run_head(
@@ -29,23 +40,21 @@ def run_head(
 ) -> list[Tensor]:
     """``step`` over every input of ``encodings`` (from ``bert.tokenizer.encode_batch``): one
     CPU row per input, in input order. The longest inputs go first, ``batch_size`` at a time
-    (little padding; the encoder packs the real tokens on the CPU)."""
+    (little padding; the encoder packs the real tokens on the CPU), each batch through the
+    head's engine step (inference mode, the thread governor: :func:`head_step`)."""
     from tqdm import tqdm
 
     order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
     lengths = [len(encodings[i].ids) for i in order]
     ranges = length_batches(lengths, batch_size)
     out: list[Tensor | None] = [None] * len(encodings)
-    governor = bert.governor if bert.device.type == "cpu" else None
+    engine = head_step(bert, step, "rows")
     bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
-    with torch.inference_mode(), bar, governor.loop() if governor else nullcontext():
+    with engine.session(), bar:
         for start, end in ranges:
             idx = order[start:end]
-            timed = governor.batch(sum(lengths[start:end])) if governor else nullcontext()
-            with timed:
-                _, mask, hidden = bert._forward([encodings[i] for i in idx])  # (B, L, E)
-                rows = step(hidden, mask).float().cpu()  # (B, ...)
+            rows = engine([encodings[i] for i in idx], sum(lengths[start:end]))  # (B, ...)
             for j, i in enumerate(idx):
-                out[i] = rows[j]
+                out[i] = torch.from_numpy(rows[j])
             bar.update(1)
     return out  # type: ignore[return-value]

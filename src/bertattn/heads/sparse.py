@@ -26,7 +26,7 @@ from ..arguments import check_bool, check_int, describe
 from ..engine import ModelStep
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
-from .runner import run_head
+from .runner import head_step, run_head
 from .sparse_folder import SparseSettings, read_sparse_folder
 
 __all__ = ["SparseEncoder"]
@@ -107,11 +107,7 @@ class SparseEncoder:
         """The engine step (:mod:`bertattn.engine`): tokenized inputs -> ``(B, V)`` dense
         rows (before ``max_active_dims``), for a batching worker such as the server's."""
 
-        def compute(encodings: Sequence[Any]) -> Tensor:
-            _, mask, hidden = self.bert._forward(encodings)
-            return self._pool(hidden, mask)
-
-        return ModelStep(self.bert, compute, "sparse")
+        return head_step(self.bert, self._pool, "sparse")
 
     def _activate(self, x: Tensor) -> Tensor:
         """``log(1 + relu(x))`` (and ``log1p`` once more for ``log1p_relu``)."""

@@ -148,12 +148,9 @@ class TokenClassificationPipeline:
         """The input's tokens but [CLS] / [SEP]: piece, scores, span, whether it continues a
         word."""
         tok = self.bert.tokenizer
-        model = tok._tok.model
-        unk = getattr(model, "unk_id", None)  # SentencePiece Unigram: an id; others: a token
-        if unk is None:
-            unk = tok.token_to_id(getattr(model, "unk_token", None) or "[UNK]")
+        unk = tok.unk_token_id
         out = []
-        marked = bool(getattr(model, "continuing_subword_prefix", None))
+        marked = tok.marks_continuations
         for i, (tid, special) in enumerate(zip(enc.ids, enc.special_tokens_mask, strict=True)):
             if special:
                 continue
@@ -211,7 +208,7 @@ class TokenClassificationPipeline:
 
     def _join(self, pieces: list[str]) -> str:
         """Pieces as text, as the folder's decoder joins them (``##`` glued)."""
-        return self.bert.tokenizer._tok.decoder.decode(pieces)
+        return self.bert.tokenizer.join_pieces(pieces)
 
 
 def _words(tokens: list[dict]) -> list[list[dict]]:
