@@ -183,51 +183,19 @@ def test_a_gzip_bomb_is_415_without_inflating(server):
 
 
 # ---------------------------------------------------------------------- 2. checking token ids
-def _live_latencies(url: str, until: threading.Event, out: list[float]) -> None:
-    """``/live``'s answer times, one after another (a fresh connection each), until ``until``
-    is set (at most 60 s)."""
-    stop = time.monotonic() + 60
-    with httpx.Client(timeout=30) as c:
-        while not until.is_set() and time.monotonic() < stop:
-            t0 = time.perf_counter()
-            c.get(url + "/live", headers={"connection": "close"})
-            out.append(time.perf_counter() - t0)
-            time.sleep(0.01)
-
-
-@pytest.mark.slow
-def test_live_answers_while_token_ids_are_checked(server):
-    """A 32 MB body of 16M token ids (twice the default limit, so that the time is well above
-    this machine's noise). Before: the ids were checked on the event loop, a Python step per
-    id: /live waited 0.6 s here for 8M ids (the hostile tester saw 1.8 s) and ~1.1 s for 16M.
-    Now the check runs in C off the loop, and orjson parses (the parse still holds the
-    interpreter, ~0.3 s here): the least of two tries' longest wait must stay under 0.7 s."""
-    row = "[" + ",".join(["5"] * 8000) + "]"  # one digit: the most ids per byte
-    rows = ",".join([row] * 2048)
-    body = f'{{"model": {json.dumps(server.name)}, "input": [{rows}]}}'.encode()
-    assert 31 << 20 < len(body) < 32 << 20
-    worst = []
-    for _ in range(2):  # the better of two: a load spike of another process is not the server
-        done, latencies = threading.Event(), []
-        poll = threading.Thread(target=_live_latencies, args=(server.url, done, latencies))
-        poll.start()
-        try:
-            time.sleep(0.2)
-            r = httpx.post(server.url + "/v1/embeddings", content=body, headers=JSON, timeout=60)
-        finally:
-            done.set()
-            poll.join(60)
-        assert r.status_code == 400 and _envelope(r)["code"] == "input_too_long"  # checked whole
-        assert len(latencies) >= 3
-        worst.append(max(latencies))
-    assert min(worst) < 0.7, worst
+# A large body of token ids is parsed and checked off the event loop: the threads each step runs
+# on are checked in test_serve_units.py (a timing here would measure the machine's load; the
+# longest /live wait is measured by ``python -m benchmarks.serve_stalls``).
 
 
 # ---------------------------------------------------------------------- 7. tokenizer fairness
 @pytest.mark.slow
 def test_a_small_request_is_not_held_by_a_large_one_tokenizing(server):
     """2,048 texts of ~7,800 characters (~15 MB) take seconds to tokenize; a 3-word request
-    sent meanwhile waits for one chunk of them, not for all."""
+    sent meanwhile waits for one chunk of them, not for all: it is answered while the large
+    one is still being worked on, in a small part of the large one's time (before chunking it
+    waited for the whole tokenization, about half of that time). Relative, so that a loaded
+    machine slows both alike."""
     texts = [f"the attention head looks at token {i} " * 200 for i in range(2048)]
     big = {"model": server.name, "input": texts}
     answer: dict = {}
@@ -253,7 +221,7 @@ def test_a_small_request_is_not_held_by_a_large_one_tokenizing(server):
     assert answer["r"].status_code == 200, answer["r"].text[:300]
     assert answer["took"] > 1.5, answer  # it was tokenizing while the small ones came
     assert all(end < answer["end"] for _, end in small), (small, answer)
-    assert max(lat for lat, _ in small) < 0.75, (small, answer["took"])
+    assert max(lat for lat, _ in small) < answer["took"] / 4, (small, answer["took"])
 
 
 def test_a_chunked_request_names_the_input_by_its_index_in_the_whole_request(server):

@@ -493,3 +493,50 @@ def test_an_aged_request_past_its_deadline_gives_its_tokens_back():
     b, metrics = asyncio.run(go())
     assert b.depth() == (0, 0)
     assert metrics.dropped.value("timeout") == 1
+
+
+@pytest.mark.parametrize("rows", [2, 40], ids=["small-on-the-loop", "large-off-the-loop"])
+def test_a_large_body_of_token_ids_is_parsed_and_checked_off_the_event_loop(
+    tiny_checkpoint, monkeypatch, rows
+):
+    """The event loop answers /live and every other request: a large body of token ids (40 rows
+    of 8,000: 640 KB, 320K ids) is parsed, checked and converted on worker threads, a small one
+    (2 rows) on the loop itself (handing it over would cost more than the work). The threads
+    each step ran on are recorded, so this holds however fast or loaded the machine is."""
+    import json
+
+    from bertattn import Bert
+    from bertattn.serve import app as app_module
+    from bertattn.serve import create_app
+
+    ran_on: dict[str, int] = {}
+
+    def recorded(name, fn):  # type: ignore[no-untyped-def]
+        def wrapper(*args, **kw):  # type: ignore[no-untyped-def]
+            ran_on[name] = threading.get_ident()
+            return fn(*args, **kw)
+
+        return wrapper
+
+    for name in ("parse_json", "check_openai", "from_ids"):
+        monkeypatch.setattr(app_module, name, recorded(name, getattr(app_module, name)))
+    bert = Bert.load(tiny_checkpoint, threads=1)
+    loop_thread: list[int] = []
+    original = app_module._openai
+
+    async def openai(state, request):  # type: ignore[no-untyped-def]
+        loop_thread.append(threading.get_ident())
+        return await original(state, request)
+
+    monkeypatch.setattr(app_module, "_openai", openai)
+    app = create_app(bert)  # its routes go through the recording endpoint
+    ids = [[5] * 8000] * rows
+    body = json.dumps({"model": tiny_checkpoint.name, "input": ids}).encode()
+    try:
+        status, answer = _raw_post(app, [{"type": "http.request", "body": body}])
+    finally:
+        app.state.serve.batcher.stop(10)
+    assert status == 400 and answer["error"]["code"] == "input_too_long", answer  # went through
+    assert set(ran_on) == {"parse_json", "check_openai", "from_ids"}, ran_on
+    on_loop = {name for name, ident in ran_on.items() if ident == loop_thread[0]}
+    assert on_loop == (set(ran_on) if rows == 2 else set()), (rows, on_loop)
