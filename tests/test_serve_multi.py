@@ -5,6 +5,8 @@ model that answers its route; answers equal each model's own Python API."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import httpx
 import numpy as np
@@ -98,9 +100,31 @@ def test_names_name_one_model(models):
         create_app(list(models), max_batch_tokens=1024, served_name="x")
 
 
-def test_concurrent_mixed_traffic(models):
+@pytest.mark.parametrize("one_worker", [False, True], ids=["worker-per-model", "one-worker"])
+def test_concurrent_mixed_traffic(models, one_worker):
+    """Embeddings and reranks at once: each answer equals its model's Python API; with
+    ``one_worker`` the two models' batches never run at the same time."""
     bert, ce, _ = models
-    app = create_app(list(models[:2]), max_batch_tokens=1024)
+    app = create_app(list(models[:2]), max_batch_tokens=1024, one_worker=one_worker)
+    running, most = [0], [0]
+    lock = threading.Lock()
+    for state in app.state.serve.states:
+        compute = state.batcher.step.compute
+
+        def counted(encodings, compute=compute):  # type: ignore[no-untyped-def]
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            try:
+                time.sleep(0.02)  # long enough for the other model's worker to start a batch
+                return compute(encodings)
+            finally:
+                with lock:
+                    running[0] -= 1
+
+        state.batcher.step.compute = counted
+        if one_worker:  # the wrapper calls the shared step's own: count there too
+            state.batcher.step._step.compute = counted
     texts = [f"the attention head looks at token {i}" for i in range(8)]
     docs = ["looks at every token", "hello", "bert model layer"]
 
@@ -120,16 +144,51 @@ def test_concurrent_mixed_traffic(models):
     np.testing.assert_allclose(got, bert.encode(texts, normalize=True), atol=1e-6)
     for t, a in zip(texts, answers[4:], strict=True):
         assert [d["index"] for d in a.json()] == [d["corpus_id"] for d in ce.rank(t, docs)]
+    if one_worker:
+        assert most[0] == 1, most
+    assert most[0] >= 1  # the steps ran through the counting wrapper
+
+
+def test_turn_taking_is_first_come_first_served():
+    """A thread waiting for its turn is served before a thread that asks later, even one that
+    just had its turn (a plain lock lets it take the turn again at once)."""
+    from bertattn.engine import TurnTaking
+
+    turns = TurnTaking()
+    order: list[str] = []
+    turns.__enter__()  # held: the others queue in a known order
+
+    def take(name: str) -> None:
+        with turns:
+            order.append(name)
+
+    threads = []
+    for name in ("b", "c", "d"):
+        t = threading.Thread(target=take, args=(name,))
+        t.start()
+        threads.append(t)
+        deadline = time.monotonic() + 10
+        while turns._next < len(threads) + 1 and time.monotonic() < deadline:
+            time.sleep(0.001)  # until this one holds its ticket
+    turns.__exit__()
+    for t in threads:
+        t.join(10)
+    assert order == ["b", "c", "d"]
+
+
+def test_one_worker_needs_several_models(models):
+    with pytest.raises(ValueError, match="one_worker applies to several models"):
+        create_app(models[0], one_worker=True)
 
 
 @pytest.mark.slow
-def test_bertattn_serve_with_two_models(cli_subprocess, tiny_checkpoint, models, tmp_path):
+def test_serve_two_models_on_one_worker(cli_subprocess, tiny_checkpoint, models, tmp_path):
     from serve_server import running_server
 
     reranker = save_classifier(tiny_checkpoint, tmp_path / "rr", 1, seed=3)
     bert, ce, _ = models
     with running_server(
-        cli_subprocess, tiny_checkpoint, "--model", reranker, "--threads", "1"
+        cli_subprocess, tiny_checkpoint, "--model", reranker, "--threads", "1", "--one-worker"
     ) as server:
         e = httpx.post(
             server.url + "/v1/embeddings",
@@ -149,6 +208,12 @@ def test_bertattn_serve_with_two_models(cli_subprocess, tiny_checkpoint, models,
         assert [d["index"] for d in r.json()["results"]] == [d["corpus_id"] for d in want]
         models_listed = httpx.get(server.url + "/v1/models", timeout=30).json()["data"]
         assert [m["id"] for m in models_listed] == [tiny_checkpoint.name, "rr"]
+
+
+def test_one_worker_with_one_model_is_refused(cli, tiny_checkpoint):
+    r = cli("serve", "--model", tiny_checkpoint, "--one-worker")
+    assert r.code == 2, r
+    assert "--one-worker shares one worker between several models" in r.err
 
 
 def test_served_model_name_with_two_models_is_refused(cli, tiny_checkpoint):

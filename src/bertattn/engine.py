@@ -14,13 +14,14 @@ so it needs nothing of the model's insides.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ModelStep", "embedding_step"]
+__all__ = ["ModelStep", "TurnTaking", "embedding_step"]
 
 
 class ModelStep:
@@ -65,3 +66,48 @@ def embedding_step(bert: Any) -> ModelStep:
     """Sentence embeddings, pooled but not normalized (the caller normalizes as asked):
     ``bert.embed_encodings(encodings, normalize=False)``, ``(B, E)``."""
     return ModelStep(bert, lambda enc: bert.embed_encodings(enc, normalize=False), "embed")
+
+
+class TurnTaking:
+    """One batch at a time across several steps, in the order they asked (first come, first
+    served; a plain lock lets the thread that just released it take it again, so a busy model
+    could starve the others). The steps of a multi-model server with one worker for all
+    share one (:meth:`share`)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next = 0  # the ticket the next caller gets
+        self._serving = 0  # the ticket whose turn it is
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            self._cond.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+    def share(self, step: ModelStep) -> ModelStep:
+        """``step``, its batches run in turn with the other steps this object shares."""
+        return _InTurn(step, self)
+
+
+class _InTurn(ModelStep):
+    """A step whose batches wait for their turn (:class:`TurnTaking`)."""
+
+    def __init__(self, step: ModelStep, turns: TurnTaking) -> None:
+        super().__init__(step.bert, step.compute, step.kind)
+        self._step = step
+        self._turns = turns
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        with self._step.session():
+            yield
+
+    def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
+        with self._turns:
+            return self._step(encodings, tokens)

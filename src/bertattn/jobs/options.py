@@ -775,6 +775,11 @@ class ServeOptions:
         type=int,
         metavar="N",
     )
+    one_worker: bool = _opt(
+        False,
+        "with several --model: run their batches one at a time on one worker, in the order "
+        "they were formed (default: a worker per model)",
+    )
     quiet: bool = _opt(
         False,
         "no start-up and shut-down lines on stderr (warnings and errors still appear)",
@@ -791,6 +796,11 @@ class ServeOptions:
         for one in self.models:
             if not isinstance(one, (str, os.PathLike)) or not str(one).strip():
                 raise UsageError(f"--model must be a non-empty path or name, got {one!r}.")
+        if self.one_worker and len(self.models) < 2:
+            raise UsageError(
+                "--one-worker shares one worker between several models; give --model more "
+                "than once, or drop --one-worker."
+            )
         if len(self.models) > 1 and self.served_model_name is not None:
             raise UsageError(
                 "--served-model-name names one model; with several --model each is served "

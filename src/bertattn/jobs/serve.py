@@ -108,7 +108,7 @@ def run_serve(
 
     folder = check_before_load(options)
     for other in options.models[1:]:  # every model's folder and limits, before any weights
-        check_before_load(dataclasses.replace(options, model=other))
+        check_before_load(dataclasses.replace(options, model=other, one_worker=False))
     if not _is_local(options.host) and api_key is None:
         warnings.warn(
             f"--host {options.host} listens beyond this machine and no API key is set: anyone "
@@ -127,6 +127,7 @@ def run_serve(
             names.append(os.path.basename(str(options.model).rstrip("/")))
         app = create_app(
             bert,
+            one_worker=options.one_worker,
             max_batch_tokens=options.max_batch_tokens,
             max_queue_tokens=options.max_queue_tokens,
             max_queue_s=options.max_queue_time or None,

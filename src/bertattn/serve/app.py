@@ -639,7 +639,7 @@ class _CutShort:
 
 
 # ---------------------------------------------------------------------- the app
-def create_app(bert: Any, **limits: Any) -> Starlette:
+def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlette:
     """The server for ``bert`` as an ASGI app: a loaded :class:`bertattn.Bert` (embeddings),
     :class:`bertattn.CrossEncoder` (a reranker or classifier: ``/rerank``, ``/v1/rerank``,
     ``/predict``) or :class:`bertattn.SparseEncoder` (``/embed_sparse``); see :mod:`.served`.
@@ -649,7 +649,13 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
     ``truncate``, ``max_body_bytes``, ``api_key``, ``max_wait_s``, ``names``). The model worker
     starts with the app's lifespan (or on the first request when mounted without one) and
     finishes the admitted work when the lifespan ends. ``app.state.serve`` is the
-    :class:`ServeState`."""
+    :class:`ServeState`.
+
+    ``bert`` may be a list of models (an embedder and its reranker, say): each request goes to
+    the model it names (:class:`ServeGroup`). Each model has a worker of its own, so one
+    model's backlog never waits behind another's; ``one_worker=True`` runs their batches one
+    at a time, in the order they were formed, as a single worker would (on a machine with few
+    cores, two models computing at once share its cores anyway)."""
     from .head_routes import HEAD_ROUTES  # its handlers use this module's helpers
 
     state: Any
@@ -663,7 +669,11 @@ def create_app(bert: Any, **limits: Any) -> Starlette:
         holder: dict[str, Any] = {}
         metrics = ServeMetrics(lambda: holder["group"].batcher.depth())
         state = holder["group"] = ServeGroup([ServeState(m, checked, metrics) for m in bert])
+        if one_worker:
+            state.take_turns()
     else:
+        if one_worker:
+            raise ValueError("one_worker applies to several models; one model has one worker.")
         state = ServeState(bert[0] if isinstance(bert, (list, tuple)) else bert, Limits(**limits))
 
     @asynccontextmanager

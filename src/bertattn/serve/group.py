@@ -79,6 +79,15 @@ class ServeGroup:
         self.names = tuple(n for s in states for n in s.names)
         self.stop_timeout: float | None = None
 
+    def take_turns(self) -> None:
+        """The models' batches run one at a time, first formed first run, as one worker for
+        all would run them (before the workers start)."""
+        from ..engine import TurnTaking
+
+        turns = TurnTaking()
+        for state in self.states:
+            state.batcher.step = turns.share(state.batcher.step)
+
     # ------------------------------------------------------------------ the drain
     @property
     def draining(self) -> bool:
