@@ -4,8 +4,10 @@ A :class:`ModelStep` is one model step, ``encodings -> rows``: sentence embeddin
 or classifier logits, SPLADE rows. It owns what every caller used to repeat: the device,
 ``torch.inference_mode`` and, on the CPU, the thread governor (:mod:`bertattn.threads`) —
 :meth:`ModelStep.session` for a worker's whole life, and each call under the governor's
-``batch`` with the batch's real token count. The server's batcher takes a step, never a model,
-so it needs nothing of the model's insides.
+``batch`` with the batch's real token count (:meth:`ModelStep.timed`). Every model run goes
+through one: ``Bert.encode`` (and so the encode jobs, single, chunked and distributed), the
+heads (``CrossEncoder``, ``SparseEncoder``, the pipelines and their jobs) and the server's
+batcher, which takes a step, never a model, so it needs nothing of the model's insides.
 
     step = embedding_step(bert)            # or CrossEncoder.step(), SparseEncoder.step()
     with step.session():
@@ -54,10 +56,17 @@ class ModelStep:
             stack.enter_context(torch.inference_mode())
             yield
 
-    def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
-        """The rows of one batch (``tokens``: its real tokens, for the governor), float32."""
+    @contextmanager
+    def timed(self, tokens: int) -> Iterator[None]:
+        """One batch of ``tokens`` real tokens, inside :meth:`session`: the governor times it
+        (and may change the threads between batches); nothing without a governor."""
         governor = self.governor
         with governor.batch(tokens) if governor is not None else nullcontext():
+            yield
+
+    def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
+        """The rows of one batch (``tokens``: its real tokens, for the governor), float32."""
+        with self.timed(tokens):
             out = self.compute(encodings)
         return out.float().cpu().numpy()
 

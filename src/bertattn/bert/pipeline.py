@@ -37,6 +37,7 @@ from ..arguments import (
 from ..attention.dispatch import explaining
 from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
+from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..maps import AttentionMaps
 from ..threads import ThreadChoice, ThreadGovernor, choose_threads
@@ -645,13 +646,12 @@ class Bert(SentenceTransformerSurface):
         from tqdm import tqdm
 
         bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
-        governor = self.governor if device.type == "cpu" else None
-        with torch.inference_mode(), bar, governor.loop() if governor else nullcontext():
+        step = ModelStep(self, self._forward, "hidden")  # inference mode and the governor
+        with step.session(), bar:
             for start, end in ranges:
                 idx = order[start:end]
-                timed = governor.batch(sum(lengths[start:end])) if governor else nullcontext()
-                with timed:
-                    batch, mask, hidden = self._forward([encodings[i] for i in idx])
+                with step.timed(sum(lengths[start:end])):
+                    batch, mask, hidden = step.compute([encodings[i] for i in idx])
                     stats.padded += batch.input_ids.numel()
                     if sentences:
                         emb = self._sentences(hidden, mask, pooling, normalize, skip)  # (B, E)
@@ -669,7 +669,7 @@ class Bert(SentenceTransformerSurface):
                 if by_tokens is not None:
                     by_tokens(sum(lengths[start:end]))
         if self.threads is not None and device.type == "cpu" and explaining():
-            state = f"; {governor.describe()}" if governor else ""
+            state = f"; {step.governor.describe()}" if step.governor else ""
             explain_note(f"encode: {self.threads.describe()}{state}")
         return out, stats
 
@@ -684,8 +684,9 @@ class Bert(SentenceTransformerSurface):
         the CPU: the model step of :meth:`encode` (padding, the model, pooling, the folder's
         normalization), for callers that tokenize and batch themselves (the HTTP server).
         ``encodings``: ``tokenizers.Encoding`` objects from ``self.tokenizer.encode_batch``
-        (or anything with ``ids``, ``type_ids``, ``tokens`` and ``overflowing``); the caller
-        wraps the call in ``torch.inference_mode()`` and the thread governor as it sees fit."""
+        (or anything with ``ids``, ``type_ids``, ``tokens`` and ``overflowing``). Runs under
+        ``torch.inference_mode()``; :func:`bertattn.engine.embedding_step` adds the thread
+        governor for a caller that runs batches in a loop."""
         if isinstance(encodings, (str, bytes)) or not isinstance(encodings, Sequence):
             raise ArgumentTypeError(
                 f"encodings must be a list of tokenizers.Encoding, got {describe(encodings)}."
