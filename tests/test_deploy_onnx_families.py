@@ -1,0 +1,60 @@
+"""``export-onnx`` on BERT's family: a RoBERTa, an XLM-RoBERTa and a DistilBERT checkpoint
+(random weights, tiny sizes, saved by transformers) export to ONNX and ONNX Runtime gives the
+PyTorch encoder's hidden states on a padded batch; ``bertattn encode --onnx`` on the RoBERTa
+folder writes the rows ``Bert.encode`` gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_deploy_onnx import _check_parity, _padded, _session
+from test_family_distilbert import save_distilbert
+from test_family_roberta import TEXTS, save_family
+
+from bertattn import Bert, BertModel
+from bertattn.deploy import export_onnx
+
+pytestmark = pytest.mark.slow  # an export each: seconds on 2 cores
+
+
+@pytest.fixture(scope="module", params=["roberta", "xlm-roberta", "distilbert"])
+def folder(request, tiny_checkpoint, tmp_path_factory):  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp(request.param)
+    if request.param == "distilbert":
+        return save_distilbert(tiny_checkpoint, out)
+    return save_family(request.param, out)
+
+
+def test_family_onnx_matches_pytorch(folder, tmp_path):
+    model = BertModel.from_pretrained(folder, backend="math").eval()
+    path = export_onnx(model, tmp_path / "model.onnx")
+    g = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    rows = [torch.randint(5, vocab, (n,), generator=g).tolist() for n in (3, 17, 9, 1)]
+    ids, mask, types = _padded(rows, 17, pad_id=model.config.pad_token_id or 0)
+    if model.pooler is not None:  # RoBERTa's: hidden states and pooler
+        _check_parity(model, _session(path), (ids, mask, types))
+        return
+    with torch.inference_mode():  # DistilBERT has no pooler: the hidden states alone
+        want = model(ids, mask, types).last_hidden_state.numpy()
+    feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    session = _session(path)
+    feed["token_type_ids"] = types.numpy()
+    feed = {k: v for k, v in feed.items() if k in {i.name for i in session.get_inputs()}}
+    (got,) = session.run(["last_hidden_state"], feed)
+    real = mask.numpy().astype(bool)
+    np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
+
+
+def test_encode_onnx_equals_pytorch_on_roberta(tiny_checkpoint, tmp_path, cli_subprocess):
+    folder = save_family("roberta", tmp_path / "roberta")
+    bert = Bert.load(folder, threads=1, backend="math")
+    onnx = export_onnx(bert.model, tmp_path / "roberta.onnx")
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "out.npy"
+    r = cli_subprocess("encode", tmp_path / "in.txt", "-o", out, "--onnx", onnx, "--model", folder)
+    assert r.code == 0, r.err
+    got = np.load(out)
+    want = bert.encode(TEXTS)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
