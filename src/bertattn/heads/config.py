@@ -29,6 +29,9 @@ HEAD_KINDS = {
     # RoBERTa's head is BERT's: dense + tanh on the first token, then a linear layer
     "RobertaForSequenceClassification": "sequence-classification",
     "XLMRobertaForSequenceClassification": "sequence-classification",
+    # dense + ReLU (DistilBERT's pre_classifier) / dense + GELU (ELECTRA's) on the first token
+    "DistilBertForSequenceClassification": "sequence-classification",
+    "ElectraForSequenceClassification": "sequence-classification",
     "BertForTokenClassification": "token-classification",
     "RobertaForTokenClassification": "token-classification",
     "XLMRobertaForTokenClassification": "token-classification",

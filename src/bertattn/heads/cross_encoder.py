@@ -22,7 +22,7 @@ from ..bert import ModelFolder, resolve_model
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from .config import HeadConfig
-from .layers import load_classifier
+from .layers import FIRST_TOKEN_LAYERS, FirstTokenHead, load_classifier
 from .loading import load_encoder
 from .runner import head_step, run_head
 from .windows import pair_windows
@@ -97,7 +97,8 @@ class CrossEncoder:
         folder = resolve_model(model)
         load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
         bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
-        if bert.model.pooler is None:
+        family = bert.model.config.family
+        if family not in FIRST_TOKEN_LAYERS and bert.model.pooler is None:
             raise ModelFolderError(
                 f"{folder.weight_file()}: no pooler weights (bert.pooler.dense.*), which a "
                 f"sequence classifier runs on [CLS]; the checkpoint is incomplete."
@@ -106,9 +107,17 @@ class CrossEncoder:
             bert.max_seq_length = check_int(max_length, "max_length", low=3)  # type: ignore[assignment]
         width = bert.model.config.hidden_size
         n = head.num_labels
-        classifier = load_classifier(folder.weight_file(), width, n, "sequence-classification")
+        weights = folder.weight_file()
         self.bert = bert
         self.head: HeadConfig = head
+        #: the family's own first-token layer and classifier (DistilBERT, ELECTRA), else None:
+        #: the encoder's pooler, then :attr:`classifier`
+        self.first_token: FirstTokenHead | None = None
+        if family in FIRST_TOKEN_LAYERS:
+            self.first_token = FirstTokenHead.load(weights, family, width, n).to(bert.device)
+            classifier = self.first_token.classifier
+        else:
+            classifier = load_classifier(weights, width, n, "sequence-classification")
         self.classifier = classifier.eval().to(bert.device)
         self.num_labels = n
         self.id2label = dict(head.id2label)
@@ -158,7 +167,9 @@ class CrossEncoder:
 
     def _head(self, hidden: Tensor, mask: Tensor) -> Tensor:
         """``(B, L, E)`` hidden states -> ``(B, num_labels)`` logits: the pooler (dense + tanh
-        on [CLS]), then the classifier."""
+        on [CLS]), then the classifier; or the family's own first-token head."""
+        if self.first_token is not None:
+            return self.first_token(hidden)
         return self.classifier(self.bert.model.pooler(hidden).float())
 
     def step(self) -> ModelStep:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -12,9 +13,26 @@ from ..bert.model import activation
 from ..errors import ModelFolderError
 from .weights import read_head
 
-__all__ = ["MaskedLMHead", "load_classifier", "load_masked_lm_head"]
+__all__ = ["FirstTokenHead", "MaskedLMHead", "load_classifier", "load_masked_lm_head"]
 
 _MLM = "cls.predictions."
+
+
+#: a sequence classifier's own first-token layer, by family (BERT's, RoBERTa's and
+#: XLM-RoBERTa's is the encoder's pooler, dense + tanh): its tensors' prefix and activation
+FIRST_TOKEN_LAYERS = {
+    "distilbert": ("pre_classifier.", "relu"),
+    "electra": ("pooler.dense.", "gelu"),  # its classifier.dense, read under BERT's name
+}
+
+
+def _linear(tensors: dict[str, Tensor], prefix: str) -> nn.Linear:
+    out, width = tensors[f"{prefix}weight"].shape
+    layer = nn.Linear(width, out)
+    with torch.no_grad():
+        layer.weight.copy_(tensors[f"{prefix}weight"])
+        layer.bias.copy_(tensors[f"{prefix}bias"])
+    return layer.eval()
 
 
 def load_classifier(weights: Path, width: int, num_labels: int, what: str) -> nn.Linear:
@@ -25,11 +43,47 @@ def load_classifier(weights: Path, width: int, num_labels: int, what: str) -> nn
         {"classifier.weight": (num_labels, width), "classifier.bias": (num_labels,)},
         f"{what} head ({num_labels} labels)",
     )
-    layer = nn.Linear(width, num_labels)
-    with torch.no_grad():
-        layer.weight.copy_(tensors["classifier.weight"])
-        layer.bias.copy_(tensors["classifier.bias"])
-    return layer.eval()
+    return _linear(tensors, "classifier.")
+
+
+class FirstTokenHead(nn.Module):
+    """A sequence classifier with a first-token layer of its own: ``dense -> act`` on the
+    first token, then the classifier: ``(B, L, E) -> (B, num_labels)``. DistilBERT's
+    (``pre_classifier``, ReLU) and ELECTRA's (``classifier.dense``, GELU); dropout is not
+    applied at inference."""
+
+    def __init__(self, dense: nn.Linear, act: str, classifier: nn.Linear) -> None:
+        super().__init__()
+        self.dense = dense
+        self.act = activation(act)
+        self.classifier = classifier
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.classifier(self.act(self.dense(hidden[:, 0].float())))
+
+    @classmethod
+    def load(cls, weights: Path, family: str, width: int, num_labels: int) -> FirstTokenHead:
+        """The head of a ``family`` checkpoint (a key of :data:`FIRST_TOKEN_LAYERS`)."""
+        prefix, act = FIRST_TOKEN_LAYERS[family]
+        try:
+            tensors = read_head(
+                weights,
+                {
+                    f"{prefix}weight": (width, width),
+                    f"{prefix}bias": (width,),
+                    "classifier.weight": (num_labels, width),
+                    "classifier.bias": (num_labels,),
+                },
+                f"sequence-classification head ({num_labels} labels)",
+                pooler=prefix == "pooler.dense.",
+            )
+        except ModelFolderError as exc:
+            if prefix != "pooler.dense.":
+                raise
+            # say the names the file uses (ELECTRA's), not BERT's it was read under
+            msg = re.sub(r"\bclassifier\.(weight|bias)\b", r"classifier.out_proj.\1", str(exc))
+            raise ModelFolderError(msg.replace("pooler.dense.", "classifier.dense.")) from None
+        return cls(_linear(tensors, prefix), act, _linear(tensors, "classifier.")).eval()
 
 
 class MaskedLMHead(nn.Module):

@@ -22,13 +22,16 @@ def _head_keys(keys: list[str]) -> list[str]:
     return [k for k in keys if k.startswith(HEAD_PREFIXES)]
 
 
-def _read(path: Path) -> dict[str, Tensor]:
+def _read(path: Path, pooler: bool = False) -> dict[str, Tensor]:
     """The head tensors of ``path`` (safetensors: only those are read), legacy TF-era names
-    (``LayerNorm.gamma`` / ``beta``) under today's (``weight`` / ``bias``)."""
+    (``LayerNorm.gamma`` / ``beta``) under today's (``weight`` / ``bias``); a classification
+    head's ``classifier.dense`` / ``out_proj`` as ``pooler.dense`` / ``classifier``, the
+    pooler left to the encoder unless ``pooler`` (ELECTRA's encoder has none: its head reads
+    it)."""
     from ..bert.families import roberta_head_name
 
     found = {roberta_head_name(_canonical(k), False): v for k, v in _read_raw(path).items()}
-    return {k: v for k, v in found.items() if not k.startswith("pooler.")}  # the encoder's
+    return {k: v for k, v in found.items() if pooler or not k.startswith("pooler.")}
 
 
 def _read_raw(path: Path) -> dict[str, Tensor]:
@@ -49,11 +52,13 @@ def read_head(
     expected: dict[str, tuple[int, ...]],
     what: str,
     optional: dict[str, tuple[int, ...]] | None = None,
+    pooler: bool = False,
 ) -> dict[str, Tensor]:
     """The tensors ``expected`` (name -> shape) of ``path``, and those of ``optional`` that
-    are there, float32; ``what``: the head's name for the message. Raises
-    :class:`ModelFolderError` naming what is missing, unexpected or of another shape."""
-    found = _read(path)
+    are there, float32; ``what``: the head's name for the message; ``pooler``: the head
+    holds its own first-token layer (``pooler.dense.*``). Raises :class:`ModelFolderError`
+    naming what is missing, unexpected or of another shape."""
+    found = _read(path, pooler)
     shapes = {**(optional or {}), **expected}
     missing = [k for k in expected if k not in found]
     unexpected = sorted(k for k in found if k not in shapes)

@@ -51,7 +51,8 @@ class Served:
             return "a SPLADE model (BertForMaskedLM)"
         n = self.model.num_labels
         what = "a reranker" if self.kind == "reranker" else "a classifier"
-        return f"{what} (BertForSequenceClassification, {n} label{'s' if n != 1 else ''})"
+        arch = self.model.head.architecture or "BertForSequenceClassification"
+        return f"{what} ({arch}, {n} label{'s' if n != 1 else ''})"
 
     def require(self, route: str) -> None:
         """400 unless this model answers ``route``."""
