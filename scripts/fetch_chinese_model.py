@@ -240,7 +240,7 @@ def precompiled_charsmap(norm_map: dict[int, str]) -> bytes:
     while queue:
         node = queue.popleft()
         labels = ([0] if node in leaf else []) + sorted(children[node])
-        while used[first_free]:
+        while first_free < len(used) and used[first_free]:
             first_free += 1
         free, base = first_free, 0
         while True:  # a base of its own (>= 256: no slot is the root), all its slots free
