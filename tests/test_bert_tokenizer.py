@@ -139,3 +139,31 @@ def test_copies_and_pickles_keep_working(from_json):
     for other in (copy.deepcopy(from_json), pickle.loads(pickle.dumps(from_json))):
         got = other.encode_batch(["the attention head"], max_length=8)[0].ids
         assert got == from_json.encode_batch(["the attention head"], max_length=8)[0].ids
+
+
+def _unigram_tokenizer():
+    """A tiny SentencePiece-style Unigram tokenizer (XLM-RoBERTa's layout: <unk> is id 3)."""
+    from tokenizers import Tokenizer, pre_tokenizers, processors
+    from tokenizers.models import Unigram
+
+    vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0),
+             ("▁a", -1.0), ("a", -3.0), ("▁cat", -1.0), ("▁猫", -4.0)]  # fmt: skip
+    tok = Tokenizer(Unigram(vocab, unk_id=3, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    tok.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>"])
+    return BertTokenizer(tok, pad_token="<pad>")
+
+
+def test_a_unigram_vocabulary_knows_its_unknown_token_and_warns_on_it():
+    # tokenizers does not show a Unigram model's unk_id as an attribute: it is read from the
+    # model's state, so the warning for text the vocabulary does not cover works for
+    # SentencePiece vocabularies (XLM-RoBERTa, multilingual-e5) as for WordPiece
+    tok = _unigram_tokenizer()
+    assert tok.unk_token_id == 3
+    assert tok(["a cat 猫"]).tokens[0] == ["<s>", "▁a", "▁cat", "▁猫", "</s>"]
+    with pytest.warns(UserWarning, match=r"1 of 2 inputs are mostly unknown tokens"):
+        batch = tok(["狗 鸟", "a cat"])
+    assert batch.input_ids[0, 1:3].tolist() == [3, 3]

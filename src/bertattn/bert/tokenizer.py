@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import re
 import threading
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Encoding, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-from tokenizers.models import WordPiece
+from tokenizers.models import Unigram, WordPiece
 from torch import Tensor
 
 from ..errors import ModelFolderError
@@ -342,15 +344,18 @@ class BertTokenizer:
         self._warn_unknown(encodings)
         return encodings
 
-    @property
+    @functools.cached_property
     def unk_token_id(self) -> int | None:
         """The id of the vocabulary's unknown token (``[UNK]``, ``<unk>``), None if it has none."""
         model = self._tok.model
-        found = getattr(model, "unk_id", None)  # SentencePiece Unigram: an id
-        if found is None:
-            name = getattr(model, "unk_token", None)
-            found = None if name is None else self._tok.token_to_id(name)
-        return found
+        name = getattr(model, "unk_token", None)  # WordPiece, BPE: a token
+        if name is not None:
+            return self._tok.token_to_id(name)
+        found = getattr(model, "unk_id", None)
+        if found is None and isinstance(model, Unigram):
+            # SentencePiece Unigram: an id, which tokenizers shows only in the model's state
+            found = json.loads(model.__getstate__()).get("unk_id")
+        return found if isinstance(found, int) else None
 
     def _warn_unknown(self, encodings: Sequence[Encoding]) -> None:
         """Warn when inputs are mostly the unknown token for this vocabulary (more than half of
