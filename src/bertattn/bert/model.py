@@ -293,7 +293,12 @@ class BertLayer(nn.Module):
         ``(1, H, l, l)`` block per sequence (None: no bias)."""
         requested = self.attn.backend
         cd = self.attn.out_linear.weight.dtype
-        a = self.attn.attend_packed(x.to(cd), packed, reason=reason, requested=requested, bias=bias)
+        # the packed backend asked for (a registered one too); auto packs with varlen
+        explicit = requested != "auto" and get_backend(requested).layout == "packed"
+        backend = requested if explicit else "varlen"
+        a = self.attn.attend_packed(
+            x.to(cd), packed, backend=backend, reason=reason, requested=requested, bias=bias
+        )
         return self.block(x, a, lean)
 
     # ------------------------------------------------------------------ the lean path
