@@ -250,13 +250,14 @@ def test_base_size_equals_transformers(tmp_path):
     """768 wide, 12 layers, 12 heads (all-mpnet-base-v2's shape), random weights, one padded
     batch past 128 tokens. At this depth float32 rounding alone moves transformers' own output
     by ~7e-5 from float64, so: ``math`` within 1e-5 of transformers in float32 (it runs the
-    same ops), float64 runs equal to 1e-10 (the math itself), and every backend no further from
+    same ops), float64 runs equal to 1e-10 (the math itself; the padded bias is one tensor for
+    math and sdpa, so math and the packed path), and every backend no further from
     transformers' float64 output than twice transformers' own float32 error (the baseline)."""
     import transformers
 
     folder = save_mpnet(tmp_path / "base", BASE, seed=3)
     theirs = transformers.AutoModel.from_pretrained(folder).eval()
-    ids, mask = _long_batch(theirs.config.vocab_size, [150, 12], seed=3)
+    ids, mask = _long_batch(theirs.config.vocab_size, [136, 12], seed=3)
     real = mask.bool()
     with torch.no_grad():
         want = theirs(ids, attention_mask=mask).last_hidden_state[real]
@@ -267,10 +268,11 @@ def test_base_size_equals_transformers(tmp_path):
         model = BertModel.from_pretrained(folder, backend=backend)
         with torch.no_grad():
             got = model(ids, mask).last_hidden_state[real]
-            got64 = model.double()(ids, mask).last_hidden_state[real]
+            if backend != "sdpa":
+                got64 = model.double()(ids, mask).last_hidden_state[real]
+                assert _max_error(got64, exact) < 1e-10, backend
         if backend == "math":
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-        assert _max_error(got64, exact) < 1e-10, backend
         assert _max_error(got.double(), exact) <= 2 * baseline, backend
 
 
@@ -301,3 +303,36 @@ def test_what_is_not_equivalent_is_refused(tiny, tmp_path):
     (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "bert"}))
     with pytest.raises(ModelFolderError, match="unexpected keys"):
         BertModel.from_pretrained(folder)
+
+
+def test_steps_show_the_relative_position_bias(tiny):
+    """The article's steps on MPNet: the bias is its own step, the mask stays 0, and the
+    steps' numbers give transformers' weights (softmax(scaled + position + mask))."""
+    import transformers
+
+    bert = Bert.load(tiny, threads=1)
+    text = TEXTS[0]
+    steps = bert.attention_steps(text, layer=1, head=2, query=3)
+    ids = torch.tensor([bert.tokenizer.encode_batch([text])[0].ids])
+    theirs = transformers.AutoModel.from_pretrained(tiny).eval()
+    with torch.no_grad():
+        want = theirs(ids, output_attentions=True).attentions[1][0, 2, 3]
+        table = theirs.encoder.relative_attention_bias.weight.detach()
+        pos = theirs.encoder.compute_position_bias(torch.zeros(1, ids.shape[1], 1))[0, 2, 3]
+    assert steps.position_bias is not None
+    torch.testing.assert_close(steps.position_bias, pos, atol=0, rtol=0)
+    assert torch.equal(steps.bias, torch.zeros_like(steps.bias))  # no padding: the mask is 0
+    recomputed = torch.softmax(steps.scaled + steps.position_bias + steps.bias, dim=-1)
+    torch.testing.assert_close(recomputed, want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(steps.weights, want, atol=1e-6, rtol=1e-5)
+    assert float(table.abs().max()) > 0
+    assert "+pos" in steps.table() and "position  = table[bucket(j - 3), head 2]" in steps.formula()
+    assert "softmax(Q·Kᵀ / √d_k + position + mask)" in steps.formula()
+
+
+def test_the_page_steps_view_is_refused_for_mpnet(tiny):
+    bert = Bert.load(tiny, threads=1)
+    with pytest.raises(ValueError, match="no step for MPNet's relative position bias"):
+        bert.attention_maps(TEXTS[0], qkv_layers=[0])
+    maps = bert.attention_maps(TEXTS[0])  # the head view itself is right: the math weights
+    assert maps.layers[0].shape[-1] == len(maps.tokens)
