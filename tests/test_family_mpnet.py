@@ -336,3 +336,43 @@ def test_the_page_steps_view_is_refused_for_mpnet(tiny):
         bert.attention_maps(TEXTS[0], qkv_layers=[0])
     maps = bert.attention_maps(TEXTS[0])  # the head view itself is right: the math weights
     assert maps.layers[0].shape[-1] == len(maps.tokens)
+
+
+def test_an_mpnet_classifier_is_a_cross_encoder(tiny, tmp_path):
+    """``MPNetForSequenceClassification``: its head (dense + tanh on ``<s>``, then
+    ``out_proj``) is RoBERTa's, so BERT's pooler and classifier; logits equal transformers'."""
+    import transformers
+    from sentence_transformers import CrossEncoder as STCrossEncoder
+
+    from bertattn import CrossEncoder
+
+    config = transformers.MPNetConfig.from_pretrained(tiny, num_labels=1)
+    model = transformers.MPNetForSequenceClassification.from_pretrained(tiny, config=config)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.classifier.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    model.save_pretrained(tmp_path / "rr")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "rr" / name).write_bytes((tiny / name).read_bytes())
+    pairs = [(TEXTS[0], PAIRS[0]), (TEXTS[1], PAIRS[1]), (TEXTS[2], TEXTS[0])]
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "rr")
+    batch = tok([p[0] for p in pairs], [p[1] for p in pairs], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        want = model.eval()(**batch).logits
+    ce = CrossEncoder(tmp_path / "rr", threads=1)
+    torch.testing.assert_close(ce.logits(pairs), want, atol=1e-5, rtol=1e-5)
+    st = STCrossEncoder(str(tmp_path / "rr"), device="cpu")
+    np.testing.assert_allclose(ce.predict(pairs), st.predict(pairs), atol=1e-5)
+
+
+def test_an_mpnet_folder_without_tokenizer_json_is_refused(tiny, tmp_path):
+    """vocab.txt alone would tokenize as BERT ([CLS] A [SEP]): refused, naming the file."""
+    folder = tmp_path / "vocab-only"
+    shutil.copytree(tiny, folder)
+    vocab = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
+    (folder / "vocab.txt").write_text("\n".join(sorted(vocab, key=vocab.get)) + "\n")
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(ModelFolderError, match="no tokenizer.json; bertattn reads an MPNet"):
+        Bert.load(folder)
+    BertModel.from_pretrained(folder)  # the encoder alone needs no tokenizer
