@@ -246,6 +246,7 @@ def test_encode_equals_sentence_transformers(tiny, tmp_path):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_base_size_equals_transformers(tmp_path):
     """768 wide, 12 layers, 12 heads (all-mpnet-base-v2's shape), random weights, one padded
     batch past 128 tokens. At this depth float32 rounding alone moves transformers' own output
