@@ -42,6 +42,7 @@ def test_vocab_only_matches_tokenizer_json(from_json, from_vocab):
 
 def test_matches_transformers_tokenizer(from_json, minilm_dir):
     import transformers
+
     ref = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
     ours = from_json(TEXTS, TEXTS[::-1])
     theirs = ref(TEXTS, TEXTS[::-1], padding=True)

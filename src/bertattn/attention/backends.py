@@ -11,11 +11,18 @@ Each backend takes per-head queries, keys and values and a canonical additive bi
         weights: (B, H, Lq, Lk) or None
 
 A backend with ``layout="packed"`` (``varlen``) works on the real tokens of a padded batch
-instead, with no bias at all::
+instead, with no mask (each sequence attends to its own tokens)::
 
     fn(q, k, v, packed, *, dropout_p) -> context
         q, k, v, context: (T, H, D)     T real tokens, sequence after sequence
         packed:           PackedBatch   (cu_seqlens, max_seqlen; see padding.py)
+
+One with ``packed_bias=True`` (``varlen``) also takes an additive bias per sequence, as MPNet's
+relative position bias needs::
+
+    fn(q, k, v, packed, *, dropout_p, bias) -> context
+        bias: one (1, H, l_b, l_b) float block per sequence b (None for an empty one), in q's
+              dtype, added to that sequence's scaled scores
 
 Backends never see a query row made only of ``-inf``: :mod:`bertattn.attention.masks` resets
 such rows and the module zeroes them afterwards, identically for every backend.
@@ -61,6 +68,8 @@ class BackendSpec:
     fn: AttentionBackend | Callable[..., Any]
     returns_weights: bool
     layout: str = "padded"  # "padded": (B, H, L, D) + bias; "packed": (T, H, D) + PackedBatch
+    #: a packed backend that takes a bias block per sequence (``bias=``; see the module doc)
+    packed_bias: bool = False
 
 
 def math_attention(
@@ -148,27 +157,53 @@ def _cuda_varlen(q: Tensor) -> Callable[..., Tensor] | None:
     return varlen_attn
 
 
+#: why a biased packed call does not run torch's flash varlen kernel (explain() shows it)
+VARLEN_BIAS_WHY = (
+    "relative position bias: one fused SDPA call per sequence with its bias block (torch's "
+    "flash varlen kernel takes no bias)"
+)
+
+
 def varlen_attention(
-    q: Tensor, k: Tensor, v: Tensor, packed: PackedBatch, *, dropout_p: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    packed: PackedBatch,
+    *,
+    dropout_p: float,
+    bias: tuple[Tensor | None, ...] | None = None,
 ) -> Tensor:
     """Attention per sequence on packed tokens: no compute, no memory spent on padding.
 
-    On CUDA in half precision (and without dropout) torch's flash varlen kernel runs all
-    sequences in one launch. Elsewhere each sequence gets one fused SDPA call on its own
+    On CUDA in half precision (and without dropout or bias) torch's flash varlen kernel runs
+    all sequences in one launch. Elsewhere each sequence gets one fused SDPA call on its own
     ``(1, H, l, D)`` view; on CPU that beats one padded call as soon as lengths differ
-    (the README's "Performance" section has the numbers).
+    (the README's "Performance" section has the numbers). ``bias``: one ``(1, H, l, l)``
+    block per sequence (MPNet's relative position bias), given to that sequence's SDPA call
+    as its additive ``attn_mask``; the flash kernel takes none, so a biased call always runs
+    per sequence (:data:`VARLEN_BIAS_WHY`).
     """
-    kernel = _cuda_varlen(q) if dropout_p == 0.0 else None
+    if bias is not None and len(bias) != packed.batch:
+        raise ValueError(
+            f"bias has {len(bias)} blocks for a packed batch of {packed.batch} sequences; give "
+            f"one (1, H, l, l) block per sequence."
+        )
+    kernel = _cuda_varlen(q) if dropout_p == 0.0 and bias is None else None
     if kernel is not None:
         cu = packed.cu_seqlens
         return kernel(q, k, v, cu, cu, packed.max_seqlen, packed.max_seqlen)
     out = torch.empty_like(q)  # (T, H, D)
     offs = packed.offsets
-    for start, end in zip(offs[:-1], offs[1:], strict=True):
+    for b, (start, end) in enumerate(zip(offs[:-1], offs[1:], strict=True)):
         if end == start:
             continue  # an empty sequence has no query to answer
         qs, ks, vs = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1,H,l,D)
-        o = F.scaled_dot_product_attention(qs, ks, vs, dropout_p=dropout_p)  # (1, H, l, D)
+        block = None if bias is None else bias[b]  # (1, H, l, l) | None
+        if block is not None and block.dtype != q.dtype:
+            block = block.to(q.dtype)
+        o = F.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=block, dropout_p=dropout_p
+        )  # (1, H, l, D)
         out[start:end] = o[0].transpose(0, 1)
     return out
 
@@ -192,4 +227,8 @@ def get_backend(name: str) -> BackendSpec:
 
 register_backend(BackendSpec("math", math_attention, returns_weights=True))
 register_backend(BackendSpec("sdpa", sdpa_attention, returns_weights=False))
-register_backend(BackendSpec("varlen", varlen_attention, returns_weights=False, layout="packed"))
+register_backend(
+    BackendSpec(
+        "varlen", varlen_attention, returns_weights=False, layout="packed", packed_bias=True
+    )
+)

@@ -28,6 +28,16 @@ from .steps import recorder as steps_recorder
 __all__ = ["MultiHeadAttention"]
 
 
+def _varlen_bias_note(q: Tensor, dropout_p: float) -> str:
+    """How ``varlen`` carries a bias for ``q`` ``(T, H, D)``: where the flash varlen kernel
+    would have run without one, the fallback and why (:data:`~.backends.VARLEN_BIAS_WHY`)."""
+    from .backends import VARLEN_BIAS_WHY, _cuda_varlen
+
+    if dropout_p == 0.0 and _cuda_varlen(q) is not None:
+        return VARLEN_BIAS_WHY
+    return "relative position bias added per sequence (one fused SDPA call each, bias as attn_mask)"
+
+
 def _shape(t: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
@@ -503,22 +513,36 @@ class MultiHeadAttention(nn.Module):
         backend: str = "varlen",
         reason: str = "asked for explicitly",
         requested: str | None = None,
+        bias: tuple[Tensor | None, ...] | None = None,
     ) -> Tensor:
         """Self-attention over packed real tokens: ``x`` ``(T, E)`` -> ``(T, E)``.
 
         ``packed`` comes from :func:`bertattn.attention.padding.pack_padding_mask`; each
-        sequence attends only to its own tokens.
+        sequence attends only to its own tokens. ``bias``: an additive bias per sequence, one
+        ``(1, H, l, l)`` block each (None for an empty sequence), added to its scaled scores
+        (MPNet's relative position bias); only a backend registered with ``packed_bias=True``
+        takes one (``varlen``).
         """
         spec = get_backend(backend)
         if spec.layout != "packed":
             raise ValueError(f"backend {backend!r} is not a packed backend; use attend().")
+        if bias is not None and not spec.packed_bias:
+            raise ValueError(
+                f"backend {backend!r} takes no attention bias, and this model adds one (MPNet's "
+                f"relative position bias); use backend 'varlen', 'sdpa', 'math' or 'auto'."
+            )
         t = x.size(0)
         h, d = self.num_heads, self.head_dim
-        weight, bias = self.qkv_weight()
-        qkv = _prepack.linear(x, weight, bias).view(t, 3, h, d)  # (T, 3, H, D)
+        weight, qkv_bias = self.qkv_weight()
+        qkv = _prepack.linear(x, weight, qkv_bias).view(t, 3, h, d)  # (T, 3, H, D)
         q, k, v = qkv.unbind(1)  # (T, H, D) each
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)
+        if bias is None:
+            context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)
+        else:
+            context = spec.fn(q, k, v, packed, dropout_p=dropout_p, bias=bias)  # (T, H, D)
+            if backend == "varlen":  # say which kernel the bias leaves (explain() shows it)
+                reason = f"{reason}; {_varlen_bias_note(q, dropout_p)}"
         output = _fast.linear(_fast.submodule(self, "out_linear"), context.reshape(t, h * d))
         self._record(requested or backend, backend, reason, q)
         return output

@@ -74,6 +74,8 @@ _PER_LAYER = {
     "output.dense": "mlp.fc_out",
     "output.LayerNorm": "mlp_norm",
 }
+#: MPNet's relative position bias table (buckets x heads), the same name in both
+_RELATIVE = "encoder.relative_attention_bias.weight"
 _POOLER = {"pooler.dense.weight": "pooler.dense.weight", "pooler.dense.bias": "pooler.dense.bias"}
 
 
@@ -86,6 +88,8 @@ def hf_to_bertattn_keys(config: BertConfig, *, pooler: bool = True) -> dict[str,
                 keys[f"encoder.layer.{i}.{hf}.{p}"] = f"encoder.layers.{i}.{ours}.{p}"
     if pooler:
         keys.update(_POOLER)
+    if config.relative_attention_num_buckets:  # MPNet: one table, shared by every layer
+        keys[_RELATIVE] = _RELATIVE
     return keys
 
 
@@ -146,7 +150,8 @@ def remap_state_dict(
     """
     from .families import as_bert_names
 
-    state = as_bert_names(state, config.position_offset)  # the family as BERT (bert.families)
+    # the family as BERT (bert.families)
+    state = as_bert_names(state, config.position_offset, config.family)
     prefixed = any(k.startswith("bert.") for k in state)
     encoder: dict[str, Tensor] = {}
     skipped: list[str] = []
@@ -306,7 +311,7 @@ def load_pretrained(
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)
-    if not has_pooler and config.family in ("bert", "roberta", "xlm-roberta"):  # others: none
+    if not has_pooler and config.family in ("bert", "mpnet", "roberta", "xlm-roberta"):
         msg = f"{wfile}: no pooler weights (e.g. a BertForMaskedLM); pooler_output will be None"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)

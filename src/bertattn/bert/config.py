@@ -47,6 +47,9 @@ class BertConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int | None = 0
+    #: rows of MPNet's relative position bias table (buckets x heads), shared by every layer
+    #: and added to every layer's scaled scores (:mod:`.relative`); 0: no such bias (BERT)
+    relative_attention_num_buckets: int = 0
     #: rows of the checkpoint's position table before its first real position (RoBERTa's
     #: ``pad_token_id + 1``; 0 for BERT): dropped when its weights load. Not a field: the
     #: encoder built from this config is a BERT, whose positions start at 0
@@ -143,6 +146,16 @@ def check_values(values: dict[str, Any]) -> None:
         low_open=True,
         hint="write a small positive number such as 1e-12",
     )
+    from .relative import NUM_BUCKETS
+
+    buckets = values.get("relative_attention_num_buckets", 0)
+    check_int("relative_attention_num_buckets", buckets, minimum=0)
+    if 0 < buckets < NUM_BUCKETS:
+        raise ValueError(
+            f"relative_attention_num_buckets={buckets} is below the {NUM_BUCKETS} relative "
+            f"position buckets MPNet computes: write 0 (no relative position bias) or at least "
+            f"{NUM_BUCKETS}."
+        )
     vocab = values["vocab_size"]
     check_int(
         "pad_token_id",

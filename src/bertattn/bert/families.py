@@ -18,6 +18,15 @@ the folder's ``tokenizer.json``.
 ELECTRA (``electra``: the discriminator's encoder) is BERT's layers under ``electra.``, without
 a pooler; a checkpoint whose ``embedding_size`` differs from ``hidden_size`` (an embedding
 projection, as ELECTRA-small has) is refused.
+
+MPNet (``mpnet``) is BERT's post-LayerNorm layers under other names (``attention.attn.q``,
+``attention.attn.o``, ``attention.LayerNorm``, ...) plus a relative position bias: one
+``encoder.relative_attention_bias`` table (buckets x heads), shared by every layer and added to
+every layer's scaled scores (:mod:`.relative`). Its positions start past its padding index,
+which transformers fixes at 1 whatever ``pad_token_id`` says: the table's first two rows are
+dropped, as RoBERTa's are. It has no token types: a zero token-type embedding is supplied, as
+for DistilBERT. A ``relative_attention_num_buckets`` below the 32 buckets transformers computes
+is refused (transformers itself would index past the table).
 """
 
 from __future__ import annotations
@@ -33,9 +42,11 @@ from ..errors import ModelFolderError
 __all__ = ["FAMILIES", "as_bert_config", "as_bert_names", "family_of", "position_offset"]
 
 #: the ``model_type`` values bertattn loads (None: a config without one, read as BERT)
-FAMILIES = ("bert", "distilbert", "electra", "roberta", "xlm-roberta")
+FAMILIES = ("bert", "distilbert", "electra", "mpnet", "roberta", "xlm-roberta")
 #: families whose position ids start past the padding id (RoBERTa's ``padding_idx + 1``)
-_OFFSET_POSITIONS = ("roberta", "xlm-roberta")
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "mpnet")
+#: MPNet's padding index: transformers' ``MPNetEmbeddings`` fixes it at 1 (not the config's)
+_MPNET_PADDING_IDX = 1
 
 _DISTIL_CONFIG = {
     "dim": "hidden_size",
@@ -60,13 +71,27 @@ _DISTIL_LAYER = {
     "output_layer_norm": "output.LayerNorm",
 }
 _DISTIL_KEY = re.compile(r"^(distilbert\.)?transformer\.layer\.(\d+)\.(.+)\.(weight|bias)$")
+_MPNET_LAYER = {
+    "attention.attn.q": "attention.self.query",
+    "attention.attn.k": "attention.self.key",
+    "attention.attn.v": "attention.self.value",
+    "attention.attn.o": "attention.output.dense",
+    "attention.LayerNorm": "attention.output.LayerNorm",
+    "intermediate.dense": "intermediate.dense",
+    "output.dense": "output.dense",
+    "output.LayerNorm": "output.LayerNorm",
+}
+_MPNET_KEY = re.compile(r"^(mpnet\.)?encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 
 
 def position_offset(data: dict[str, Any]) -> int:
     """Rows of the position table before the first real position: RoBERTa and XLM-RoBERTa
     number positions from ``pad_token_id + 1`` (2 for their checkpoints); BERT from 0."""
-    if data.get("model_type") not in _OFFSET_POSITIONS:
+    kind = data.get("model_type")
+    if kind not in _OFFSET_POSITIONS:
         return 0
+    if kind == "mpnet":
+        return _MPNET_PADDING_IDX + 1
     return int(data.get("pad_token_id", 1)) + 1
 
 
@@ -76,6 +101,10 @@ def as_bert_config(data: dict[str, Any], source: str) -> dict[str, Any]:
     table's first ``pad_token_id + 1`` rows are never used and are dropped (see
     :func:`as_bert_names`), and their one token type is given to both segments."""
     kind = data.get("model_type")
+    if kind != "mpnet":  # only MPNet's encoder holds a relative position bias table
+        data = {k: v for k, v in data.items() if k != "relative_attention_num_buckets"}
+    else:
+        data = _mpnet_config(data, source)
     if kind in _OFFSET_POSITIONS:
         offset = position_offset(data)
         out = {**data, "model_type": "bert", "type_vocab_size": 2}
@@ -104,6 +133,22 @@ def as_bert_config(data: dict[str, Any], source: str) -> dict[str, Any]:
         if theirs in data:
             out[ours] = data[theirs]
     return out
+
+
+def _mpnet_config(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """MPNet's ``config.json`` checked for what bertattn reproduces: a bias table of at least
+    the 32 buckets transformers computes (its ``compute_position_bias`` ignores the setting)."""
+    from .relative import NUM_BUCKETS
+
+    buckets = data.get("relative_attention_num_buckets", NUM_BUCKETS)
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < NUM_BUCKETS:
+        raise ModelFolderError(
+            f"{source}: relative_attention_num_buckets={buckets!r} is not supported; "
+            f"transformers' MPNet computes {NUM_BUCKETS} relative position buckets whatever "
+            f"this says, so bertattn loads MPNet checkpoints with relative_attention_num_buckets "
+            f">= {NUM_BUCKETS} (the released ones have {NUM_BUCKETS})."
+        )
+    return {**data, "relative_attention_num_buckets": buckets}
 
 
 def family_of(state: dict[str, Tensor]) -> str:
@@ -139,11 +184,46 @@ def _offset_positions(state: dict[str, Tensor], offset: int) -> dict[str, Tensor
     return out
 
 
-def as_bert_names(state: dict[str, Tensor], offset: int = 0) -> dict[str, Tensor]:
-    """A family member's tensors under BERT's names (BERT's own: unchanged); DistilBERT gets a
-    zero token-type embedding (see the module docstring); ``offset`` (RoBERTa's
-    :func:`position_offset`): the position rows before the first real position, dropped.
-    Head tensors keep their names."""
+def _mpnet_names(state: dict[str, Tensor], offset: int) -> dict[str, Tensor]:
+    """MPNet's tensors under BERT's names: ``mpnet.`` as ``bert.``, its layers' names as BERT's
+    (``attention.attn.q`` as ``attention.self.query``, ...), the position table without its
+    first ``offset`` rows, a zero token-type embedding (two rows: a pair's second segment adds
+    nothing either), ``encoder.relative_attention_bias`` kept, a classification head as BERT's
+    pooler and classifier (:func:`roberta_head_name`: MPNet's head is RoBERTa's)."""
+    prefixed = any(k.startswith("mpnet.") for k in state)
+    top = "bert." if prefixed else ""
+    out: dict[str, Tensor] = {}
+    for key, tensor in state.items():
+        m = _MPNET_KEY.match(key)
+        if m:
+            part = _MPNET_LAYER.get(m.group(3))
+            if part is None:
+                raise ModelFolderError(f"unexpected MPNet tensor {key}.")
+            out[f"{top}encoder.layer.{m.group(2)}.{part}.{m.group(4)}"] = tensor
+            continue
+        name = "bert." + key[len("mpnet.") :] if key.startswith("mpnet.") else key
+        name = roberta_head_name(name, prefixed)
+        if name.endswith("embeddings.position_embeddings.weight"):
+            tensor = tensor[offset:]
+        out[name] = tensor
+    words = out.get(f"{top}embeddings.word_embeddings.weight")
+    if words is not None:
+        out[f"{top}embeddings.token_type_embeddings.weight"] = torch.zeros(
+            2, words.shape[1], dtype=words.dtype
+        )
+    return out
+
+
+def as_bert_names(
+    state: dict[str, Tensor], offset: int = 0, family: str = "bert"
+) -> dict[str, Tensor]:
+    """A family member's tensors under BERT's names (BERT's own: unchanged); DistilBERT and
+    MPNet get a zero token-type embedding (see the module docstring); ``offset`` (RoBERTa's
+    :func:`position_offset`): the position rows before the first real position, dropped;
+    ``family``: the checkpoint's ``model_type`` (needed for MPNet, whose layer names are also
+    ``encoder.layer.N``). Head tensors keep their names."""
+    if family == "mpnet":
+        return _mpnet_names(state, offset)
     if offset:
         return _offset_positions(state, offset)
     if any(k.startswith("electra.") for k in state):  # ELECTRA: BERT's names under electra.

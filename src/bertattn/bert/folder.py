@@ -147,6 +147,14 @@ class ModelFolder:
         the token-type embedding (``< type_vocab_size``)."""
         from .tokenizer import BertTokenizer
 
+        if self.config.family == "mpnet" and not (self.model_dir / "tokenizer.json").is_file():
+            # vocab.txt alone would build BERT's [CLS] A [SEP] pipeline (MPNet's vocabulary
+            # holds those tokens too): MPNet's <s> A </s></s> B </s> comes from tokenizer.json
+            raise ModelFolderError(
+                f"{self.model_dir}: no tokenizer.json; bertattn reads an MPNet tokenizer (<s> A "
+                f"</s></s> B </s>) from tokenizer.json only (vocab.txt alone would give BERT's "
+                f"[CLS] A [SEP]). Download the model's tokenizer.json into the folder."
+            )
         tokenizer = BertTokenizer.from_folder(self.model_dir)
         source = tokenizer.source or self.model_dir
         top = tokenizer.max_token_id()

@@ -44,6 +44,7 @@ from ..attention import steps as _steps
 from ..attention.capture import is_capturing
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
+from . import relative as _relative
 from .config import BertConfig
 
 if TYPE_CHECKING:
@@ -280,13 +281,24 @@ class BertLayer(nn.Module):
         return self.block(x, a, lean), weights  # weights: (B, H, L, L) | None
 
     def forward_packed(
-        self, x: Tensor, packed: PackedBatch, reason: str, lean: bool = False
+        self,
+        x: Tensor,
+        packed: PackedBatch,
+        reason: str,
+        lean: bool = False,
+        bias: tuple[Tensor | None, ...] | None = None,
     ) -> Tensor:
         """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``. ``lean``: the
-        encoder found every layer :meth:`lean`."""
+        encoder found every layer :meth:`lean`. ``bias``: MPNet's relative position bias, one
+        ``(1, H, l, l)`` block per sequence (None: no bias)."""
         requested = self.attn.backend
         cd = self.attn.out_linear.weight.dtype
-        a = self.attn.attend_packed(x.to(cd), packed, reason=reason, requested=requested)
+        # the packed backend asked for (a registered one too); auto packs with varlen
+        explicit = requested != "auto" and get_backend(requested).layout == "packed"
+        backend = requested if explicit else "varlen"
+        a = self.attn.attend_packed(
+            x.to(cd), packed, backend=backend, reason=reason, requested=requested, bias=bias
+        )
         return self.block(x, a, lean)
 
     # ------------------------------------------------------------------ the lean path
@@ -346,6 +358,22 @@ class BertEncoder(nn.Module):
         self.layers = nn.ModuleList(
             BertLayer(config, backend) for _ in range(config.num_hidden_layers)
         )
+        if config.relative_attention_num_buckets:  # MPNet: (buckets, H), shared by every layer
+            self.relative_attention_bias = nn.Embedding(
+                config.relative_attention_num_buckets, config.num_attention_heads
+            )
+
+    def relative_table(self) -> Tensor | None:
+        """MPNet's relative position bias table ``(buckets, H)``; None for BERT (no such bias)."""
+        table = self._modules.get("relative_attention_bias")
+        return None if table is None else _fast.param(table, "weight")
+
+    def position_bias(self, length: int, dtype: torch.dtype) -> Tensor | None:
+        """MPNet's relative position bias for a padded batch of ``length`` tokens,
+        ``(1, H, L, L)`` in ``dtype`` (computed once per forward, added to every layer's
+        scaled scores: :mod:`bertattn.bert.relative`); None for BERT."""
+        table = self.relative_table()
+        return None if table is None else _relative.position_bias(table, length, dtype)
 
     def forward(
         self,
@@ -387,10 +415,16 @@ class BertEncoder(nn.Module):
         collect: list[Tensor] | None = None,
     ) -> Tensor:
         """Every layer on packed real tokens ``(T, E)``; no attention weights. ``collect``:
-        when a list, each layer's (packed) output is appended to it."""
+        when a list, each layer's (packed) output is appended to it. MPNet's relative position
+        bias is computed here once, one block per sequence, and given to every layer."""
         lean = self.lean()
+        table = self.relative_table()
+        bias = None
+        if table is not None:  # the compute dtype: what the per-sequence kernel adds it to
+            cd = self.layers[0].attn.out_linear.weight.dtype if len(self.layers) else table.dtype
+            bias = _relative.packed_position_bias(table, packed, cd)
         for layer in self.layers:
-            hidden = layer.forward_packed(hidden, packed, reason, lean)
+            hidden = layer.forward_packed(hidden, packed, reason, lean, bias)
             if collect is not None:
                 collect.append(hidden)
         return hidden  # (T, E)
@@ -708,8 +742,10 @@ class BertModel(nn.Module):
             )  # (B, L, E)
             if collect is not None:
                 collect.append(hidden)
+            encoder = _fast.submodule(self, "encoder")
             mask = prepare_mask(  # once per forward, shared by every layer
                 key_padding_mask=attention_mask,
+                attn_bias=encoder.position_bias(seq_len, hidden.dtype),  # type: ignore[operator]
                 batch=b,
                 heads=self.config.num_attention_heads,
                 query_len=seq_len,
@@ -717,7 +753,6 @@ class BertModel(nn.Module):
                 dtype=hidden.dtype,
                 device=hidden.device,
             )
-            encoder = _fast.submodule(self, "encoder")
             hidden, attentions = _fast.call(encoder, hidden, mask, want, collect)  # (B, L, E)
         pooler = _fast.submodule(self, "pooler")  # None for a model without one
         pooled = None if pooler is None else _fast.call(pooler, hidden)  # (B, E)

@@ -759,7 +759,7 @@ class Bert(SentenceTransformerSurface):
         weights, the others run the fused backend. ``max_length``: tokens kept (default the
         model folder's setting; at most ``max_position_embeddings``). ``qkv_layers``: layers
         (among those returned) whose q / k / v projections go into ``maps.qkv``, for the page's
-        step view.
+        step view (refused for MPNet: the page's recomputation has no relative position bias).
         """
         check_str(text, "text")
         check_str(pair, "pair", optional=True)
@@ -782,6 +782,13 @@ class Bert(SentenceTransformerSurface):
         bad = [i for i in qkv_layers if i not in returned]
         if bad:
             raise ValueError(f"qkv_layers {bad} are not among the layers returned.")
+        if qkv_layers and self.model.encoder.relative_table() is not None:
+            raise ValueError(
+                "qkv_layers: the page's steps view recomputes softmax(q·k/√d_k + mask) from q, "
+                "k, v and has no step for MPNet's relative position bias, so its numbers would "
+                "be wrong; write the page without steps (--steps), and use "
+                "Bert.attention_steps (bertattn attend --explain), which shows the bias."
+            )
         if not want:
             raise ValueError("layers is empty; pass None for every layer or some layer indices.")
         top = int(batch.token_type_ids.max())

@@ -6,6 +6,7 @@ one head and one query row. Shapes (L tokens, D head size, E hidden size)::
 
     x (E,)  q (D,)  k (L, D)  v (L, D)  scores (L,)  scaled (L,)  bias (L,)  weights (L,)
     weighted_v (L, D)  context (D,)  output_share (E,)  output (E,)
+    position_bias (L,) | None: MPNet's relative position bias, its own step (None for BERT)
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ class AttentionSteps:
         q: its query vector in this head, ``(D,)``; k, v: every token's key and value, ``(L, D)``.
         scores: ``q · k_j`` per key ``(L,)``; scaled: ``scores / sqrt(D)``.
         bias: the mask as an additive bias per key (0 = attend, -inf = masked), ``(L,)``.
-        weights: ``softmax(scaled + bias)``, ``(L,)`` (equal to the head view's row).
+        weights: ``softmax(scaled + position_bias + bias)``, ``(L,)`` (equal to the head
+            view's row).
         weighted_v: ``weights_j * v_j`` per key, ``(L, D)``; context: their sum, ``(D,)``.
         output_share: this head's context through its columns of the output projection, ``(E,)``.
         output: the attention output for the token (all heads merged, projected, bias added).
+        position_bias: MPNet's relative position bias per key, ``(L,)``: its table's entry for
+            this head and the bucket of ``key - query`` (:mod:`bertattn.bert.relative`), added
+            to the scaled scores in every layer; None for a model without one (BERT).
     """
 
     tokens: list[str]
@@ -55,6 +60,7 @@ class AttentionSteps:
     context: Tensor
     output_share: Tensor
     output: Tensor
+    position_bias: Tensor | None = None
 
     @property
     def head_dim(self) -> int:
@@ -67,18 +73,22 @@ class AttentionSteps:
         return norms / total if total > 0 else norms
 
     def table(self) -> str:
-        """One line per key: token, q·k, /sqrt(d), mask, weight, share of the context."""
+        """One line per key: token, q·k, /sqrt(d), the relative position bias (MPNet only),
+        mask, weight, share of the context."""
+        pos = self.position_bias
         lines = [
             f"layer {self.layer}, head {self.head}, query {self.query} "
             f"{self.tokens[self.query]!r} (d_k = {self.head_dim})",
-            f"{'#':>4}  {'key':<16}{'q·k':>10}{'/√d':>9}{'mask':>7}{'weight':>9}{'share':>8}",
+            f"{'#':>4}  {'key':<16}{'q·k':>10}{'/√d':>9}{'+pos' if pos is not None else '':>8}"
+            f"{'mask':>7}{'weight':>9}{'share':>8}",
         ]
         shares = self.shares()
         for j, tok in enumerate(self.tokens):
             mask = "0" if self.bias[j] == 0 else ("-inf" if self.bias[j] < -1e30 else "bias")
+            rel = f"{float(pos[j]):>8.3f}" if pos is not None else f"{'':>8}"
             lines.append(
                 f"{j:>4}  {tok[:15]:<16}{float(self.scores[j]):>10.3f}{float(self.scaled[j]):>9.3f}"
-                f"{mask:>7}{float(self.weights[j]):>9.4f}{float(shares[j]):>8.1%}"
+                f"{rel}{mask:>7}{float(self.weights[j]):>9.4f}{float(shares[j]):>8.1%}"
             )
         return "\n".join(lines)
 
@@ -86,15 +96,25 @@ class AttentionSteps:
         """The article's formula with this row's numbers filled in (the top key shown)."""
         d = self.head_dim
         j = int(self.weights.argmax())
-        logits = self.scaled + self.bias
+        pos = self.position_bias
+        logits = self.scaled + self.bias if pos is None else self.scaled + pos + self.bias
         exps = torch.exp(logits - logits.max())  # softmax, written out
         total, top = float(exps.sum()), float(exps[j])
+        relative = []
+        if pos is not None:
+            relative = [
+                f"  position  = table[bucket(j - {self.query}), head {self.head}]  (MPNet's "
+                f"relative position bias, shared by every layer) -> {float(pos[j]):.3f}"
+            ]
         lines = [
-            "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + mask) · V",
+            "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + "
+            + ("position + " if pos is not None else "")
+            + "mask) · V",
             f"  scores    = q · k_j                 e.g. q · k_{j} ({self.tokens[j]!r}) = "
             f"{float(self.scores[j]):.3f}",
             f"  scaled    = scores / √{d} = scores / {math.sqrt(d):.3f}   -> "
             f"{float(self.scaled[j]):.3f}",
+            *relative,
             f"  mask      = 0 for real tokens, -inf for padding            -> "
             f"{float(self.bias[j]):.0f}",
             f"  weights_j = exp(s_j - max s) / Σ_i exp(s_i - max s) = "
@@ -189,7 +209,21 @@ def attention_steps(
     except ValueError as exc:
         raise ValueError(f"query {query!r}: {exc}") from None
     with torch.no_grad():
-        return _cut(r, maps.tokens, layer, head, i)
+        steps = _cut(r, maps.tokens, layer, head, i)
+        table = bert.model.encoder.relative_table()
+        if table is not None:  # MPNet: the relative position bias as its own step
+            steps.position_bias = _relative_row(table, len(maps.tokens), head, i)
+            steps.bias = steps.bias - steps.position_bias  # the mask alone (exact: see below)
+        return steps
+
+
+def _relative_row(table: Tensor, length: int, head: int, i: int) -> Tensor:
+    """MPNet's relative position bias of query ``i`` in ``head``, ``(L,)`` float32: the
+    entry the ``math`` backend added (the recorded bias is this plus the mask's 0 / -inf, so
+    subtracting it leaves the mask exactly)."""
+    from .relative import position_bias
+
+    return position_bias(table, length)[0, head, i].to("cpu", torch.float32)
 
 
 def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:  # type: ignore[no-untyped-def]

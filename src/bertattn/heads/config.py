@@ -29,6 +29,7 @@ HEAD_KINDS = {
     # RoBERTa's head is BERT's: dense + tanh on the first token, then a linear layer
     "RobertaForSequenceClassification": "sequence-classification",
     "XLMRobertaForSequenceClassification": "sequence-classification",
+    "MPNetForSequenceClassification": "sequence-classification",  # RoBERTa's head, too
     # dense + ReLU (DistilBERT's pre_classifier) / dense + GELU (ELECTRA's) on the first token
     "DistilBertForSequenceClassification": "sequence-classification",
     "ElectraForSequenceClassification": "sequence-classification",

@@ -16,7 +16,7 @@ __all__ = ["read_head"]
 
 def _head_keys(keys: list[str]) -> list[str]:
     """The names of ``keys`` that are not the encoder's (``bert.`` prefixed, or bare)."""
-    for family in ("bert.", "roberta.", "electra.", "distilbert."):
+    for family in ("bert.", "roberta.", "electra.", "distilbert.", "mpnet."):
         if any(k.startswith(family) for k in keys):
             return [k for k in keys if not k.startswith(family)]
     return [k for k in keys if k.startswith(HEAD_PREFIXES)]
