@@ -1,4 +1,4 @@
-"""``export-onnx`` on BERT's family: a RoBERTa, an XLM-RoBERTa and a DistilBERT checkpoint
+"""``export-onnx`` on BERT's family: a RoBERTa, an XLM-RoBERTa, a DistilBERT and an MPNet checkpoint
 (random weights, tiny sizes, saved by transformers) export to ONNX and ONNX Runtime gives the
 PyTorch encoder's hidden states on a padded batch; ``bertattn encode --onnx`` on the RoBERTa
 folder writes the rows ``Bert.encode`` gives."""
@@ -10,6 +10,8 @@ import pytest
 import torch
 from test_deploy_onnx import _check_parity, _padded, _session
 from test_family_distilbert import save_distilbert
+from test_family_mpnet import TINY as MPNET_TINY
+from test_family_mpnet import save_mpnet
 from test_family_roberta import TEXTS, save_family
 
 from bertattn import Bert, BertModel
@@ -18,11 +20,13 @@ from bertattn.deploy import export_onnx
 pytestmark = pytest.mark.slow  # an export each: seconds on 2 cores
 
 
-@pytest.fixture(scope="module", params=["roberta", "xlm-roberta", "distilbert"])
+@pytest.fixture(scope="module", params=["roberta", "xlm-roberta", "distilbert", "mpnet"])
 def folder(request, tiny_checkpoint, tmp_path_factory):  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp(request.param)
     if request.param == "distilbert":
         return save_distilbert(tiny_checkpoint, out)
+    if request.param == "mpnet":  # its relative position bias is in the graph
+        return save_mpnet(out, MPNET_TINY)
     return save_family(request.param, out)
 
 
@@ -31,8 +35,9 @@ def test_family_onnx_matches_pytorch(folder, tmp_path):
     path = export_onnx(model, tmp_path / "model.onnx")
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
-    rows = [torch.randint(5, vocab, (n,), generator=g).tolist() for n in (3, 17, 9, 1)]
-    ids, mask, types = _padded(rows, 17, pad_id=model.config.pad_token_id or 0)
+    lengths = (3, 170, 9, 1) if model.config.family == "mpnet" else (3, 17, 9, 1)  # far buckets
+    rows = [torch.randint(5, vocab, (n,), generator=g).tolist() for n in lengths]
+    ids, mask, types = _padded(rows, max(lengths), pad_id=model.config.pad_token_id or 0)
     if model.pooler is not None:  # RoBERTa's: hidden states and pooler
         _check_parity(model, _session(path), (ids, mask, types))
         return
