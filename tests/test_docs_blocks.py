@@ -220,7 +220,8 @@ class Runner:
             exe = shim / name  # the test's interpreter, which has bertattn and its extras
             exe.write_text(f'#!/bin/sh\nexec {run} "$@"\n')
             exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-        self.env = cli_subprocess.env({"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"})
+        path = os.pathsep.join([str(shim), str(Path(sys.executable).parent), os.environ["PATH"]])
+        self.env = cli_subprocess.env({"PATH": path})  # torchrun: the interpreter's own
         self.last: tuple[str, str] | None = None  # (stdout, the -o file) of the last command
 
     def ported(self, text: str) -> str:
