@@ -376,3 +376,47 @@ def test_a_failing_block_fails(tmp_path, cli, cli_subprocess, monkeypatch):
         runner = Runner(work, cli, cli_subprocess, {}, [b])
         with pytest.raises((AssertionError, NameError)):
             (runner.python if b.lang in PYTHON else runner.shell)(b)
+
+
+# ---------------------------------------------------------------------- links between pages
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def broken_links(page: Path) -> list[str]:
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # code is not a link
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            bad.append(f"{page.name}: {target}: no such file")
+        elif anchor and dest.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", dest.read_text(encoding="utf-8"), flags=re.M)
+            if anchor not in {_anchor(h) for h in headings}:
+                bad.append(f"{page.name}: {target}: no such heading in {dest.name}")
+    return bad
+
+
+def test_links_between_pages_resolve():
+    bad = [line for page in PAGES for line in broken_links(page)]
+    assert not bad, "\n".join(bad)
+
+
+def test_a_broken_link_is_found(tmp_path):
+    (tmp_path / "b.md").write_text("# Some `code` title\n", encoding="utf-8")
+    page = tmp_path / "a.md"
+    page.write_text(
+        "[ok](b.md#some-code-title) [web](https://x.org) [gone](c.md) [bad](b.md#nope)\n",
+        encoding="utf-8",
+    )
+    assert broken_links(page) == [
+        "a.md: c.md: no such file",
+        "a.md: b.md#nope: no such heading in b.md",
+    ]
