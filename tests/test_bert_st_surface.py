@@ -1,7 +1,8 @@
 """``Bert`` as a drop-in ``SentenceTransformer``: the signatures of the methods both have,
 compared programmatically against the installed sentence-transformers with every deliberate
-difference read from ONE table (``bertattn.bert.st_surface.DIFFERENCES``, also shown in the
-docs/python-api.md); then each call run on both against the real all-MiniLM-L6-v2, outputs compared."""
+difference read from ONE table (``bertattn.bert.st_surface.DIFFERENCES``, also shown in
+docs/python-api.md); then each call run on both against the real all-MiniLM-L6-v2, outputs
+compared."""
 
 from __future__ import annotations
 

@@ -156,7 +156,7 @@ def varlen_attention(
     On CUDA in half precision (and without dropout) torch's flash varlen kernel runs all
     sequences in one launch. Elsewhere each sequence gets one fused SDPA call on its own
     ``(1, H, l, D)`` view; on CPU that beats one padded call as soon as lengths differ
-    (the README's "Performance" section has the numbers).
+    (docs/performance.md has the numbers).
     """
     kernel = _cuda_varlen(q) if dropout_p == 0.0 else None
     if kernel is not None:
