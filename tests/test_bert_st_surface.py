@@ -1,7 +1,8 @@
 """``Bert`` as a drop-in ``SentenceTransformer``: the signatures of the methods both have,
 compared programmatically against the installed sentence-transformers with every deliberate
-difference read from ONE table (``bertattn.bert.st_surface.DIFFERENCES``, also shown in the
-README); then each call run on both against the real all-MiniLM-L6-v2, outputs compared."""
+difference read from ONE table (``bertattn.bert.st_surface.DIFFERENCES``, also shown in
+docs/python-api.md); then each call run on both against the real all-MiniLM-L6-v2, outputs
+compared."""
 
 from __future__ import annotations
 
@@ -95,9 +96,10 @@ def test_signatures_match_but_for_the_table():
         assert callable(getattr(Bert, name))
 
 
-def test_readme_shows_the_table():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Inside transformers and sentence-transformers", 1)[1]
+def test_the_docs_show_the_table():
+    page = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+    section = page.read_text(encoding="utf-8")
+    section = section.split("## Inside transformers and sentence-transformers", 1)[1]
     section = re.split(r"\n#{2,3} ", section, maxsplit=1)[0]
     assert differences_markdown() in section
     assert len(DIFFERENCES) == len({(d.method, d.what) for d in DIFFERENCES})  # no duplicates

@@ -171,7 +171,7 @@ def test_chunked_run_over_blank_lines_equals_the_clean_file(tmp_path, monkeypatc
     r = cli("encode", "blank.jsonl", "-o", "o.npy", "--resumable", "--chunk-size", "16", *model)
     assert r.code == 0, r
     # chunks form their own batches (other padding, other GEMM shapes): equal up to float
-    # rounding, as the README promises, not byte for byte (on an AVX2 CPU rows differ ~1e-8)
+    # rounding, as docs/corpus.md promises, not byte for byte (on an AVX2 CPU rows differ ~1e-8)
     np.testing.assert_allclose(np.load("o.npy"), want, rtol=0, atol=1e-6)
     r = cli("encode", "blank.jsonl", "-o", "sh/", "--chunk-size", "16", *model)
     assert r.code == 0, r
@@ -199,7 +199,7 @@ def test_a_byte_order_mark_is_dropped(tmp_path, monkeypatch, cli, model):
     assert np.array_equal(np.load("bom.npy"), np.load("clean.npy"))
     r = cli("encode", "bom.jsonl", "-o", "chunked.npy", "--resumable", "--chunk-size", "16", *model)
     assert r.code == 0, r
-    # a chunked run: equal up to float rounding (its batches differ), as the README promises
+    # a chunked run: equal up to float rounding (its batches differ), as docs/corpus.md promises
     np.testing.assert_allclose(np.load("chunked.npy"), np.load("clean.npy"), rtol=0, atol=1e-6)
 
 

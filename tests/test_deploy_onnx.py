@@ -212,7 +212,7 @@ def test_export_onnx_cli(tiny_checkpoint, tiny_export, tmp_path, cli_subprocess)
 
 # ---------------------------------------------------------------------- ORT's BERT optimizer
 def test_ort_bert_optimizer_fuses_layernorm_and_gelu_not_attention(tiny_export, tmp_path):
-    """What onnxruntime.transformers.optimizer achieves on our export (README, "Deploying"):
+    """What onnxruntime.transformers.optimizer achieves on our export (docs/deploying.md):
     every residual Add + LayerNorm becomes SkipLayerNormalization (the embedding sum too) and
     every MatMul-bias-Gelu becomes BiasGelu. Attention is NOT fused: ORT's BERT attention
     patterns were written for the TorchScript exporter's graph (three Q/K/V MatMul + Add

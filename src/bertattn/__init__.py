@@ -1,7 +1,7 @@
 """bertattn: BERT's multi-head self-attention, correct, fast and visible.
 
-Public API only; see the README for usage. Names are imported on first use, so that
-``bertattn --help`` and the command line's error handling do not wait for torch.
+Public API only; see README.md and docs/python-api.md for usage. Names are imported on first
+use, so that ``bertattn --help`` and the command line's error handling do not wait for torch.
 """
 
 from __future__ import annotations

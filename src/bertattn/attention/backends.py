@@ -178,10 +178,10 @@ def varlen_attention(
     On CUDA in half precision (and without dropout or bias) torch's flash varlen kernel runs
     all sequences in one launch. Elsewhere each sequence gets one fused SDPA call on its own
     ``(1, H, l, D)`` view; on CPU that beats one padded call as soon as lengths differ
-    (the README's "Performance" section has the numbers). ``bias``: one ``(1, H, l, l)``
-    block per sequence (MPNet's relative position bias), given to that sequence's SDPA call
-    as its additive ``attn_mask``; the flash kernel takes none, so a biased call always runs
-    per sequence (:data:`VARLEN_BIAS_WHY`).
+    (docs/performance.md has the numbers). ``bias``: one ``(1, H, l, l)`` block per
+    sequence (MPNet's relative position bias), given to that sequence's SDPA call as its
+    additive ``attn_mask``; the flash kernel takes none, so a biased call always runs per
+    sequence (:data:`VARLEN_BIAS_WHY`).
     """
     if bias is not None and len(bias) != packed.batch:
         raise ValueError(

@@ -112,7 +112,7 @@ def record(decision: Dispatch) -> None:
 #: ``auto`` packs a padded batch (backend ``varlen``) when at least this share of it is padding:
 #: the CPU threshold of the policy table. ``auto`` reads the table
 #: (:mod:`bertattn.attention.policy`), not this name: change a threshold there.
-#: Chosen from measurements (README, "Performance"; ``python -m benchmarks.varlen_threshold``):
+#: Chosen from measurements (docs/performance.md; ``python -m benchmarks.varlen_threshold``):
 #: on MiniLM, B=32, L=128 (2-core CPU) packing was even at 0-5% padding (0.97-1.05x), 1.05x at
 #: 10%, 1.22x at 20% and 1.68x at 40%.
 VARLEN_MIN_PAD_FRACTION = _policy.CPU_VARLEN_MIN_PAD

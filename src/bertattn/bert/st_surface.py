@@ -8,7 +8,7 @@ where it deliberately differs.
 
 :data:`DIFFERENCES` lists every deliberate difference from sentence-transformers' methods of
 the same names; ``tests/test_bert_st_surface.py`` compares the signatures against it, and the
-README shows it (:func:`differences_markdown`).
+docs/python-api.md shows it (:func:`differences_markdown`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Difference:
 
 
 #: every deliberate difference between ``Bert``'s and ``SentenceTransformer``'s methods of the
-#: same name (signatures are checked against it by the tests; shown in the README)
+#: same name (signatures are checked against it by the tests; shown in docs/python-api.md)
 DIFFERENCES: tuple[Difference, ...] = (
     Difference(
         "encode", "added", "pooling", "bertattn's keyword: mean / cls / max (default: the folder's)"
@@ -102,7 +102,7 @@ DIFFERENCES: tuple[Difference, ...] = (
 
 
 def differences_markdown() -> str:
-    """:data:`DIFFERENCES` as the README's markdown table."""
+    """:data:`DIFFERENCES` as the markdown table of docs/python-api.md."""
     lines = ["| method | kind | what | why |", "|---|---|---|---|"]
     for d in DIFFERENCES:
         lines.append(f"| `{d.method}` | {d.kind} | `{d.what}` | {d.why} |")

@@ -6,7 +6,7 @@
 
 Routes: OpenAI's ``POST /v1/embeddings``, Text Embeddings Inference's ``POST /embed`` and
 ``POST /tokenize``, ``GET /v1/models``, ``GET /info``, the probes ``GET /live`` / ``/ready`` /
-``/health``, and ``GET /metrics`` (Prometheus). See the README's "Serving".
+``/health``, and ``GET /metrics`` (Prometheus). See docs/serving.md.
 """
 
 from __future__ import annotations

@@ -696,7 +696,7 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
         status = getattr(exc, "status_code", 500)
         path = clip(request.url.path)
         if status == 404:
-            msg = f"no route {path}; see GET /info and the README's Serving."
+            msg = f"no route {path}; see GET /info and docs/serving.md."
         elif status == 405:
             msg = f"{clip(request.method, 20)} is not allowed on {path}."
         else:
