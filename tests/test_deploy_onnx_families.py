@@ -1,7 +1,7 @@
-"""``export-onnx`` on BERT's family: a RoBERTa, an XLM-RoBERTa, a DistilBERT and an MPNet checkpoint
-(random weights, tiny sizes, saved by transformers) export to ONNX and ONNX Runtime gives the
-PyTorch encoder's hidden states on a padded batch; ``bertattn encode --onnx`` on the RoBERTa
-folder writes the rows ``Bert.encode`` gives."""
+"""``export-onnx`` on BERT's family: RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA and MPNet
+checkpoints (random weights, tiny sizes, saved by transformers) export to ONNX and ONNX Runtime
+gives the PyTorch encoder's hidden states on a padded batch; ``bertattn encode --onnx`` on the
+RoBERTa folder writes the rows ``Bert.encode`` gives."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_deploy_onnx import _check_parity, _padded, _session
 from test_family_distilbert import save_distilbert
+from test_family_electra import save_electra
 from test_family_mpnet import TINY as MPNET_TINY
 from test_family_mpnet import save_mpnet
 from test_family_roberta import TEXTS, save_family
@@ -20,11 +21,13 @@ from bertattn.deploy import export_onnx
 pytestmark = pytest.mark.slow  # an export each: seconds on 2 cores
 
 
-@pytest.fixture(scope="module", params=["roberta", "xlm-roberta", "distilbert", "mpnet"])
+@pytest.fixture(scope="module", params=["roberta", "xlm-roberta", "distilbert", "electra", "mpnet"])
 def folder(request, tiny_checkpoint, tmp_path_factory):  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp(request.param)
     if request.param == "distilbert":
         return save_distilbert(tiny_checkpoint, out)
+    if request.param == "electra":
+        return save_electra(tiny_checkpoint, out)
     if request.param == "mpnet":  # its relative position bias is in the graph
         return save_mpnet(out, MPNET_TINY)
     return save_family(request.param, out)
