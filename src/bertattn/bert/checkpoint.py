@@ -90,6 +90,9 @@ def hf_to_bertattn_keys(config: BertConfig, *, pooler: bool = True) -> dict[str,
         keys.update(_POOLER)
     if config.relative_attention_num_buckets:  # MPNet: one table, shared by every layer
         keys[_RELATIVE] = _RELATIVE
+    if config.embedding_size not in (None, config.hidden_size):  # ELECTRA-small
+        for p in ("weight", "bias"):
+            keys[f"embeddings_project.{p}"] = f"embeddings.project.{p}"
     return keys
 
 

@@ -50,6 +50,9 @@ class BertConfig:
     #: rows of MPNet's relative position bias table (buckets x heads), shared by every layer
     #: and added to every layer's scaled scores (:mod:`.relative`); 0: no such bias (BERT)
     relative_attention_num_buckets: int = 0
+    #: width of the embedding tables when it is not ``hidden_size`` (ELECTRA-small's 128): a
+    #: linear projection to ``hidden_size`` follows them; None: the hidden size
+    embedding_size: int | None = None
     #: rows of the checkpoint's position table before its first real position (RoBERTa's
     #: ``pad_token_id + 1``; 0 for BERT): dropped when its weights load. Not a field: the
     #: encoder built from this config is a BERT, whose positions start at 0
@@ -156,6 +159,7 @@ def check_values(values: dict[str, Any]) -> None:
             f"position buckets MPNet computes: write 0 (no relative position bias) or at least "
             f"{NUM_BUCKETS}."
         )
+    check_int("embedding_size", values.get("embedding_size"), minimum=1, null=True)
     vocab = values["vocab_size"]
     check_int(
         "pad_token_id",

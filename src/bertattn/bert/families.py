@@ -16,8 +16,9 @@ given to both segments of a pair. Their tokenizers (byte-level BPE, SentencePiec
 the folder's ``tokenizer.json``.
 
 ELECTRA (``electra``: the discriminator's encoder) is BERT's layers under ``electra.``, without
-a pooler; a checkpoint whose ``embedding_size`` differs from ``hidden_size`` (an embedding
-projection, as ELECTRA-small has) is refused.
+a pooler; when its ``embedding_size`` differs from ``hidden_size`` (ELECTRA-small), the
+embeddings are that narrow and its ``embeddings_project`` (a linear layer to the hidden size)
+follows them (``BertEmbeddings.project``).
 
 MPNet (``mpnet``) is BERT's post-LayerNorm layers under other names (``attention.attn.q``,
 ``attention.attn.o``, ``attention.LayerNorm``, ...) plus a relative position bias: one
@@ -101,6 +102,8 @@ def as_bert_config(data: dict[str, Any], source: str) -> dict[str, Any]:
     table's first ``pad_token_id + 1`` rows are never used and are dropped (see
     :func:`as_bert_names`), and their one token type is given to both segments."""
     kind = data.get("model_type")
+    if kind != "electra":  # only ELECTRA's embeddings may be narrower than its encoder
+        data = {k: v for k, v in data.items() if k != "embedding_size"}
     if kind != "mpnet":  # only MPNet's encoder holds a relative position bias table
         data = {k: v for k, v in data.items() if k != "relative_attention_num_buckets"}
     else:
@@ -111,16 +114,10 @@ def as_bert_config(data: dict[str, Any], source: str) -> dict[str, Any]:
         if "max_position_embeddings" in data:
             out["max_position_embeddings"] = int(data["max_position_embeddings"]) - offset
         return out
-    if kind == "electra":
+    if kind == "electra":  # embedding_size: a projection when it is not the hidden size
         size = data.get("embedding_size")
-        if size is not None and size != data.get("hidden_size"):
-            raise ModelFolderError(
-                f"{source}: embedding_size={size} differs from hidden_size="
-                f"{data.get('hidden_size')} (an embedding projection, as in ELECTRA-small); "
-                f"bertattn loads ELECTRA checkpoints whose embedding size is the hidden size "
-                f"(ELECTRA-base and -large)."
-            )
-        return {**data, "model_type": "bert"}
+        size = None if size == data.get("hidden_size", 768) else size
+        return {**data, "model_type": "bert", "embedding_size": size}
     if kind != "distilbert":
         return data
     if data.get("sinusoidal_pos_embds"):

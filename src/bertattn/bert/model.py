@@ -148,16 +148,20 @@ class BertModelOutput:
 
 
 class BertEmbeddings(nn.Module):
-    """word + position + token type embeddings, then LayerNorm and dropout."""
+    """word + position + token type embeddings, then LayerNorm and dropout; when the tables
+    are narrower than the encoder (ELECTRA-small: ``embedding_size`` 128, hidden 256), a
+    linear projection to the hidden size after them (``project``; None otherwise)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        e = config.hidden_size
+        e = config.embedding_size or config.hidden_size
         self.word = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_position_embeddings, e)
         self.token_type = nn.Embedding(config.type_vocab_size, e)
         self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        #: (.., e) -> (.., hidden): ELECTRA's ``embeddings_project``
+        self.project = nn.Linear(e, config.hidden_size) if e != config.hidden_size else None
 
     def forward(
         self,
@@ -167,8 +171,20 @@ class BertEmbeddings(nn.Module):
         inputs_embeds: Tensor | None = None,
     ) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, E)``; or packed ``(T,)`` ids with their ``position_ids``.
-        ``inputs_embeds`` (``(B, L, E)`` or packed ``(T, E)``) replaces the word lookup.
-        ``token_type_ids`` None: every token is segment 0; ``position_ids`` None: ``0..L-1``."""
+        ``inputs_embeds`` (``(B, L, e)`` or packed ``(T, e)``, ``e`` the tables' width)
+        replaces the word lookup. ``token_type_ids`` None: every token is segment 0;
+        ``position_ids`` None: ``0..L-1``."""
+        out = self._embed(input_ids, token_type_ids, position_ids, inputs_embeds)
+        return out if self.project is None else self.project(out)
+
+    def _embed(
+        self,
+        input_ids: Tensor | None,
+        token_type_ids: Tensor | None,
+        position_ids: Tensor | None,
+        inputs_embeds: Tensor | None,
+    ) -> Tensor:
+        """The tables' sum, LayerNorm and dropout: ``(B, L, e)`` or packed ``(T, e)``."""
         word = _fast.submodule(self, "word")
         position = _fast.submodule(self, "position")
         token_type = _fast.submodule(self, "token_type")
