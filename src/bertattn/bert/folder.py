@@ -9,6 +9,8 @@ everywhere and a malformed file is refused the same way, before any weight is re
   sentence-transformers folder (``modules.json``: Transformer, Pooling (mean / cls / max),
   Normalize; also the class paths sentence-transformers >= 6 writes, and a folder saved by
   bertattn's sentence-transformers adapter);
+* a model ``bertattn get-model`` makes, by its bare name (``multilingual-e5-small``) when no
+  local folder has that name: its folder in bertattn's cache;
 * a hub name (``name`` or ``org/name``) that is not a local path: the Hugging Face cache
   (downloaded unless ``HF_HUB_OFFLINE`` is set), when ``huggingface_hub`` is installed.
 
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..arguments import ArgumentTypeError, describe
 from ..errors import ModelFolderError
+from ..models import CACHE_ENV, MODELS, cached_model, model_dir
 from .config import BertConfig
 from .jsonfile import (
     ModelFolderNotFoundError,
@@ -234,7 +237,9 @@ def _hub_cache_dir() -> str | None:
 
 
 def locate_model(path: str | Path) -> Path:
-    """Where ``path`` points, not yet validated: a local folder as it is; the default model's
+    """Where ``path`` points, not yet validated: a local folder as it is; the bare name of a
+    model ``bertattn get-model`` makes (``multilingual-e5-small``) as its folder in bertattn's
+    cache (:mod:`bertattn.models.cache`), never the hub; the default model's
     name (``sentence-transformers/all-MiniLM-L6-v2``) as the installed package's folder, offline;
     another hub name (``name`` or ``org/name``) that is not a local path, from the Hugging Face
     cache (downloaded unless ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed."""
@@ -252,6 +257,8 @@ def locate_model(path: str | Path) -> Path:
             f"{p} is a file; pass the model folder (the one with config.json){hint} instead."
         )
     name = str(path)
+    if name in MODELS:  # a name `bertattn get-model` makes: bertattn's cache, never the hub
+        return _gotten_model(name)
     if name == DEFAULT_MODEL_NAME:  # the name bertattn prints for its installed default model
         try:
             return default_model_dir()
@@ -288,6 +295,18 @@ def locate_model(path: str | Path) -> Path:
             f"Face hub into {where}: {exc}"
         ) from None
     return Path(folder)
+
+
+def _gotten_model(name: str) -> Path:
+    """The folder ``bertattn get-model NAME`` made in bertattn's cache; when it is not there,
+    :class:`ModelFolderNotFoundError` saying the command that makes it."""
+    folder = cached_model(name)
+    if folder is None:
+        raise ModelFolderNotFoundError(
+            f"model {name!r} is not a local folder and is not in bertattn's cache "
+            f"({model_dir(name)}; ${CACHE_ENV} moves the cache); run: bertattn get-model {name}"
+        )
+    return folder
 
 
 def weight_file(folder: Path) -> Path:

@@ -375,9 +375,9 @@ class BertTokenizer:
             msg = (
                 f"{mostly} of {len(encodings)} inputs are mostly unknown tokens for this model's "
                 f"vocabulary (a script it does not cover, such as Chinese for an English model): "
-                f"what it computes for them says little about the text; use a model that covers "
-                f"it, such as a multilingual XLM-RoBERTa one "
-                f"(paraphrase-multilingual-MiniLM-L12-v2, multilingual-e5-small)"
+                f"what it computes for them says little about the text; use a multilingual "
+                f"model that covers it: run bertattn get-model multilingual-e5-small, then "
+                f"load it by that name (--model multilingual-e5-small)"
             )
             logger.info("%s", msg)
             warnings.warn(msg, stacklevel=3)

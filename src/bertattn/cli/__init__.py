@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve sentence embeddings over HTTP (OpenAI /v1/embeddings, TEI /embed)",
     "rerank": "rank the documents of a file for a query with a cross-encoder (JSON lines)",
     "predict": "classify, tag or fill in every line with the model's head (JSON lines)",
+    "get-model": "make a model folder locally (multilingual-e5-small: Chinese) and print its path",
 }
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141

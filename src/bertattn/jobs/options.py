@@ -199,7 +199,9 @@ class EncodeOptions:
         flags=("-o", "--output"),
         required=True,
     )
-    model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
+    model: str | None = _opt(
+        None, "model folder, hub name, or a name bertattn get-model made (default MiniLM)"
+    )
     field: str | None = _opt(None, "JSON field holding the text (default text)")
     id_field: str | None = _opt(
         None, 'JSON field holding each record\'s id, copied into .jsonl output as "id"'
@@ -435,7 +437,9 @@ class AttendOptions:
     )
     file: str | None = _opt(None, "read the text from this UTF-8 file instead", metavar="PATH")
     pair: str | None = _opt(None, "a second text (segment B of a pair)")
-    model: str | None = _opt(None, "model folder or hub name (default MiniLM)")
+    model: str | None = _opt(
+        None, "model folder, hub name, or a name bertattn get-model made (default MiniLM)"
+    )
     device: str = _opt("auto", f"where the model runs: {_DEVICE_HELP} (default auto)")
     max_length: int | None = _opt(
         None,
@@ -614,7 +618,9 @@ class ExportOptions:
     """``bertattn export-onnx``: a BERT model as one ONNX file."""
 
     output: str = _opt(MISSING, "the .onnx file to write", flags=("-o", "--output"), required=True)
-    model: str | None = _opt(None, "model folder or hub name (default all-MiniLM-L6-v2)")
+    model: str | None = _opt(
+        None, "model folder, hub name, or a name bertattn get-model made (default all-MiniLM-L6-v2)"
+    )
     opset: int | None = _opt(None, "ONNX opset (default: the exporter's default)", type=int)
     backend: str = _opt(
         "math",
