@@ -386,15 +386,23 @@ class PacedBert(FakeBert):
         return torch.tensor([[len(e.ids), e.ids[0]] for e in encodings], dtype=torch.float32)
 
 
-@pytest.mark.parametrize("queue_s", [0.5, None], ids=["by-time", "tokens-only"])
-def test_admission_by_seconds_of_work(queue_s):
+@pytest.mark.parametrize(
+    "queue_s, floor",
+    [(0.5, 0), (None, 0), (0.5, 64), (0.5, 500)],
+    ids=["by-time", "tokens-only", "floor-64", "floor-past-the-token-cap"],
+)
+def test_admission_by_seconds_of_work(queue_s, floor):
     """With ``max_queue_s`` the queue holds that many seconds of work at the measured speed
     (here at most 1000 tokens/s: at most 500 tokens for 0.5 s), far below max_queue_tokens;
-    without it only max_queue_tokens counts."""
+    without it only max_queue_tokens counts. ``min_queue_requests``: while fewer requests
+    wait, the time cap does not refuse (a burst of small requests gets in); the token cap
+    still does."""
 
     async def go():
         fake = PacedBert(pace=0.001)
-        b, _ = _batcher(fake, max_queue_tokens=10_000, max_queue_s=queue_s)
+        b, _ = _batcher(
+            fake, max_queue_tokens=10_000, max_queue_s=queue_s, min_queue_requests=floor
+        )
         first = _submit(b, [100] * 4)  # before any batch ran: only the token cap counts
         await asyncio.wait_for(first.future, 10)
         fake.hold.clear()
@@ -416,9 +424,12 @@ def test_admission_by_seconds_of_work(queue_s):
         return admitted, refused, cap
 
     admitted, refused, (cap, by_time) = asyncio.run(go())
-    if queue_s is None:
+    if queue_s is None or floor == 500:  # the token cap: 10,000 tokens waiting
         assert refused is not None and not refused.by_time and len(admitted) == 100
-        assert (cap, by_time) == (10_000, False)
+        assert refused.limit == 10_000 and by_time == (queue_s is not None)
+    elif floor:  # the floor (the one held is computing, not waiting); then the time cap
+        assert refused is not None and refused.by_time and len(admitted) == floor
+        assert by_time and cap <= 500 and refused.limit == cap
     else:
         assert refused is not None and refused.by_time and not refused.never
         assert 1 <= len(admitted) <= 5, len(admitted)  # an empty queue takes one; 0.5 s of work

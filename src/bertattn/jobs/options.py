@@ -657,6 +657,7 @@ SERVE_REQUEST_INPUTS = 2048  # OpenAI's own cap on inputs per embeddings request
 SERVE_BODY_SIZE = "16M"
 SERVE_DRAIN_TIMEOUT = 30.0
 SERVE_QUEUE_TIME = 2.0
+SERVE_MIN_QUEUE_REQUESTS = 128
 SERVE_HEADER_TIMEOUT = 10.0
 SERVE_MAX_CONNECTIONS = 1024
 
@@ -725,6 +726,14 @@ class ServeOptions:
         f"0: only --max-queue-tokens)",
         type=float,
         metavar="SECONDS",
+    )
+    min_queue_requests: int = _opt(
+        SERVE_MIN_QUEUE_REQUESTS,
+        f"while fewer requests than this wait, --max-queue-time does not refuse a new one "
+        f"(--max-queue-tokens still does), so a burst of small requests gets in (default "
+        f"{SERVE_MIN_QUEUE_REQUESTS}; 0: the time cap alone)",
+        type=int,
+        metavar="N",
     )
     max_request_inputs: int = _opt(
         SERVE_REQUEST_INPUTS,
@@ -847,6 +856,7 @@ class ServeOptions:
             raise UsageError("--api-key is empty; give a key, or drop --api-key.")
         _seconds(cls, self, "drain_timeout")
         _seconds(cls, self, "max_queue_time")
+        _int(cls, self, "min_queue_requests", low=0, optional=False)
         _seconds(cls, self, "header_timeout")
         if self.header_timeout == 0:
             raise UsageError("--header-timeout must be a number of seconds > 0, got 0.")

@@ -131,6 +131,7 @@ def run_serve(
             max_batch_tokens=options.max_batch_tokens,
             max_queue_tokens=options.max_queue_tokens,
             max_queue_s=options.max_queue_time or None,
+            min_queue_requests=options.min_queue_requests,
             max_request_inputs=options.max_request_inputs,
             max_input_tokens=options.max_input_tokens,
             truncate=options.truncate is not False,

@@ -105,6 +105,7 @@ class ServeState:
             max_queue_tokens=limits.max_queue_tokens,
             max_wait_s=limits.max_wait_s,
             max_queue_s=limits.max_queue_s,
+            min_queue_requests=limits.min_queue_requests,
             metrics=self.metrics,
         )
         self.tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="bertattn-tokenize")
@@ -557,6 +558,7 @@ async def _info(state: Any, request: Request) -> Response:
             "max_batch_tokens": limits.max_batch_tokens,
             "max_queue_tokens": limits.max_queue_tokens,
             "max_queue_time": limits.max_queue_s,
+            "min_queue_requests": limits.min_queue_requests,
             "max_client_batch_size": limits.max_request_inputs,
             "max_body_bytes": limits.max_body_bytes,
             "auth": limits.api_key is not None,

@@ -120,6 +120,7 @@ class Batcher:
         max_queue_tokens: int,
         max_wait_s: float = 0.5,
         max_queue_s: float | None = None,
+        min_queue_requests: int = 0,
         metrics: ServeMetrics | None = None,
     ) -> None:
         from ..engine import ModelStep, embedding_step
@@ -130,6 +131,10 @@ class Batcher:
         #: seconds of queued work (at the measured tokens/s) before new requests get 429, so
         #: an admitted request's wait stays bounded whatever the model's speed; None: tokens only
         self.max_queue_s = max_queue_s
+        #: while fewer requests than this wait, a new one is admitted whatever the time cap
+        #: says (never past ``max_queue_tokens``): a burst of small requests gets in although
+        #: the speed measured on tiny batches (or a cold first one) makes the time cap small
+        self.min_queue_requests = min_queue_requests
         self.max_wait_s = max_wait_s
         #: padded tokens (inputs x the longest) a batch may reach: short inputs batched with a
         #: long one would otherwise pad to thousands of times their length
@@ -220,6 +225,8 @@ class Batcher:
             if total > self.max_queue_tokens:
                 raise Overloaded(total, queued, self.max_queue_tokens, 0, never=True)
             cap, by_time = self.queue_cap()
+            if by_time and len(self._queued_tickets) < self.min_queue_requests:
+                cap, by_time = self.max_queue_tokens, False  # the floor: the token cap only
             if queued and queued + total > cap:  # an empty queue takes any request it can hold
                 wait = self._retry_after(queued + total - cap)
                 raise Overloaded(total, queued, cap, wait, by_time=by_time)

@@ -16,6 +16,8 @@ class Limits:
     ``max_queue_tokens``: tokens admitted and not yet computed before new requests get 429;
     ``max_queue_s``: the same cap in seconds of work at the measured speed, whichever is less
     (None: tokens only), so that an admitted request waits about that long at most;
+    ``min_queue_requests``: while fewer requests wait, the time cap does not apply (the token
+    cap does), so that a burst of small requests is admitted;
     ``max_request_inputs``: inputs per request; ``max_input_tokens``: tokens per input (None:
     the model's max length); ``truncate``: cut longer inputs (False: 400 naming the input);
     ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the data
@@ -34,6 +36,7 @@ class Limits:
     api_key: str | None = None
     max_wait_s: float = 0.5
     max_queue_s: float | None = 2.0
+    min_queue_requests: int = 128
     body_timeout_s: float = 30.0
     names: tuple[str, ...] = ()
     served_name: str | None = None
@@ -47,6 +50,9 @@ class Limits:
                     continue
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ValueError(f"{f.name} must be a positive int, got {value!r}.")
+        floor = self.min_queue_requests
+        if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+            raise ValueError(f"min_queue_requests must be an int >= 0, got {floor!r}.")
         if self.max_input_tokens is not None and self.max_input_tokens < 3:
             raise ValueError(
                 f"max_input_tokens must be >= 3 ([CLS], one token, [SEP]), got "
