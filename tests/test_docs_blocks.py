@@ -147,6 +147,12 @@ def test_the_pages_have_blocks():
     assert len(groups()) >= 30
 
 
+def test_the_readme_stays_a_front_door():
+    """Short: the two commands, installing, a few snippets and links; details live in docs/."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move details into docs/"
+
+
 def test_every_block_is_run_or_tagged():
     bad = []
     for b in ALL:
