@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-fast lint bench bench-serve setup browser fonts clean matrix
+.PHONY: demo test test-fast lint bench bench-serve setup browser fonts clean matrix soak
 
 setup: $(STAMP)
 
@@ -40,6 +40,11 @@ test: $(STAMP) browser fonts
 test-fast: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q -m "not slow"
+
+# the server's soak for ten minutes (`make test` runs it for two): mixed traffic, floods,
+# deadlines and clients that leave, then the queue, the counters and the memory are checked
+soak: $(STAMP)
+	BERTATTN_SOAK_SECONDS=600 $(PY) -m pytest -q tests/test_serve_soak.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
