@@ -51,7 +51,8 @@ async def _burst(url: str, bodies: list[dict], headers: dict | None = None) -> l
     "cap",
     [
         ("--max-queue-tokens", "256"),  # about 4 requests of 60 tokens
-        ("--max-queue-time", "0.3"),  # 0.2 s a batch of one request: about one request
+        # 0.2 s a batch of one request: about one request (no floor of waiting requests)
+        ("--max-queue-time", "0.3", "--min-queue-requests", "0"),
     ],
     ids=["tokens", "seconds"],
 )
