@@ -68,7 +68,8 @@ _INLINE_IDS = 65536
 
 class ServeState:
     """What the routes share: the model, the limits, the batcher, the metrics, and whether the
-    server is ready (loaded, not draining). ``in_flight``: data requests being answered."""
+    server is ready (not draining, its worker alive). ``in_flight``: data requests being
+    answered."""
 
     def __init__(self, model: Any, limits: Limits, metrics: ServeMetrics | None = None) -> None:
         #: the model's kind, its routes and its engine step (:mod:`.served`)
@@ -111,7 +112,6 @@ class ServeState:
         self.tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="bertattn-tokenize")
         #: held while the tokenizer runs: its truncation length is state, one caller at a time
         self.tokenizer_lock = threading.Lock()
-        self.loaded = True
         self.draining = False
         self.in_flight = 0
         self.started = time.time()
@@ -119,7 +119,7 @@ class ServeState:
 
     @property
     def ready(self) -> bool:
-        return self.loaded and not self.draining and self.batcher.failed is None
+        return not self.draining and self.batcher.failed is None
 
     def drain(self) -> None:
         """Stop taking data requests (503) and say so on ``/ready``; in-flight ones finish."""
@@ -583,7 +583,7 @@ async def _live(state: ServeState, request: Request) -> Response:
 async def _ready(state: ServeState, request: Request) -> Response:
     if state.ready:
         return _json({"status": "ready"})
-    why = "draining" if state.draining else "not loaded" if not state.loaded else "worker failed"
+    why = "draining" if state.draining else "worker failed"
     return _json({"status": why}, 503)
 
 

@@ -73,8 +73,6 @@ class Ticket:
 
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
-    size: int
-    tokens: int
     deadline: float | None
     enqueued: float = field(default_factory=time.monotonic)
     rows: list[np.ndarray | None] = field(default_factory=list)
@@ -215,7 +213,7 @@ class Batcher:
             raise ValueError(f"{len(encodings)} encodings for {len(tokens)} token counts.")
         loop = asyncio.get_running_loop()
         total = int(sum(tokens))
-        ticket = Ticket(loop, loop.create_future(), len(encodings), total, deadline)
+        ticket = Ticket(loop, loop.create_future(), deadline)
         ticket.rows = [None] * len(encodings)
         ticket.remaining = ticket.waiting = len(encodings)
         with self._cond:
