@@ -21,6 +21,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from ..choices import AGGREGATIONS, FUNCTIONS, POOLINGS
 from ..errors import UsageError
 from ..files import overlapping
 from ..threads import check_threads
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
-POOLINGS = ("mean", "cls", "max")  # bertattn.bert.folder.POOLINGS (not imported: torch)
 EMBEDDING_FORMATS = (".npy", ".jsonl")
 DEFAULT_TIMEOUT = 1800.0
 
@@ -869,8 +869,6 @@ class ServeOptions:
 
 
 # ---------------------------------------------------------------------- the heads
-FUNCTIONS = ("sigmoid", "softmax", "none")  # bertattn.heads.pipelines.FUNCTIONS (no torch here)
-AGGREGATIONS = ("none", "simple", "first", "average", "max")  # bertattn.heads.tagger.STRATEGIES
 HEAD_OUTPUTS = (".jsonl",)
 
 
