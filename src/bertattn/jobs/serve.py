@@ -134,6 +134,7 @@ def run_serve(
     from ..serve import create_app
     from ..serve.connections import guarded_protocol
     from ..serve.runner import DrainingServer
+    from ..serve.served import model_names
 
     say = announce or (lambda line: None)
     api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
@@ -156,9 +157,8 @@ def run_serve(
         load = {"dtype": options.dtype, "device": device, "threads": options.threads}
         models = [load_auto(m, sparse=options.sparse, **load) for m in options.models]
         bert = models if len(models) > 1 else models[0] if models else Bert.load(folder, **load)
-        names = [str(options.model)] if options.model and len(models) == 1 else []
-        if names and os.path.basename(str(options.model).rstrip("/")):
-            names.append(os.path.basename(str(options.model).rstrip("/")))
+        # the names the model was given by, should its loaded name differ
+        names = model_names(str(options.model)) if options.model and len(models) == 1 else ()
         app = create_app(
             bert,
             one_worker=options.one_worker,
@@ -171,7 +171,7 @@ def run_serve(
             truncate=options.truncate is not False,
             max_body_bytes=options.max_body_bytes,
             api_key=api_key,
-            names=tuple(names),
+            names=names,
             served_name=options.served_model_name,
         )
         state = app.state.serve

@@ -13,7 +13,6 @@ import base64
 import hmac
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -44,7 +43,7 @@ from .encoding import dumps
 from .errors import ApiError, clip, envelope
 from .group import ServeGroup
 from .limits import Limits
-from .served import ROUTES, serve_model
+from .served import ROUTES, model_names, serve_model
 from .telemetry import ServeMetrics
 from .tokens import from_ids, token_pieces, tokenize
 
@@ -91,11 +90,7 @@ class ServeState:
         self.max_input_tokens = limit
         self.width = int(bert.get_embedding_dimension())
         self.vocab = int(bert.model.config.vocab_size)
-        name = str(bert.name or "bertattn")
-        if os.path.isdir(name):  # a local folder: its own name, the path an alias
-            aliases: tuple[str, ...] = (os.path.basename(os.path.normpath(name)), name)
-        else:  # a hub name: org/name, and name alone
-            aliases = (name, name.rsplit("/", 1)[-1])
+        aliases = model_names(str(bert.name or "bertattn"))
         first = () if limits.served_name is None else (limits.served_name,)
         self.names = tuple(dict.fromkeys((*first, *aliases, *limits.names)))
         #: one server's counters (several models share one: ``metrics``)
