@@ -58,13 +58,19 @@ Env = Mapping[str, "str | None"]
 
 @pytest.fixture(autouse=True)
 def _torch_threads_restored() -> Iterator[None]:
-    """A test (or an in-process command) that sets torch's thread count does not pass it on."""
+    """A test (or an in-process command) that sets torch's thread count does not pass it on,
+    nor the count bertattn records as its own (``bertattn.threads._ours``, set by each load)."""
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None
+    mod = sys.modules.get("bertattn.threads")
+    ours = mod._ours if mod is not None else None
     yield
     torch = sys.modules.get("torch")
     if torch is not None and before is not None and torch.get_num_threads() != before:
         torch.set_num_threads(before)
+    mod = sys.modules.get("bertattn.threads")
+    if mod is not None:
+        mod._ours = ours
 
 
 @pytest.fixture(scope="session")

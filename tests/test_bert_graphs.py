@@ -19,8 +19,8 @@ from tiny_bert import TINY, tiny_bertattn
 from torch import Tensor
 
 from bertattn import BertModel
-from bertattn.attention.capture import capturing, is_capturing
 from bertattn.bert.graphs import GraphedBert, bucket_batch, bucket_length
+from bertattn.capture import capturing, is_capturing
 
 _GUARD = [False]
 

@@ -186,16 +186,18 @@ def test_soak_real_server(cli_subprocess, tiny_checkpoint, oracle):
 
 
 @pytest.mark.filterwarnings("ignore:.*were truncated")  # the last, large request is cut
-def test_soak_in_process(tiny_checkpoint, oracle, monkeypatch):
+def test_soak_in_process(tiny_checkpoint, oracle):
     """The same soak, short, on the app served by uvicorn in this process (the fast tier)."""
     import uvicorn
 
     from bertattn import Bert
+    from bertattn.jobs.serve import slowed
     from bertattn.serve import create_app
 
-    monkeypatch.setenv("BERTATTN_TEST_BATCH_DELAY", "0.01")
     bert = Bert.load(tiny_checkpoint, threads=1)
     app = create_app(bert, max_batch_tokens=256, max_queue_tokens=2048)
+    batcher = app.state.serve.batcher
+    batcher.step = slowed(batcher.step, 0.01)  # each batch 10 ms slower, as SLOW_MODEL
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)

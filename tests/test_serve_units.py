@@ -240,6 +240,20 @@ def test_stop_finishes_admitted_work():
 
 
 # ---------------------------------------------------------------------- limits, create_app
+def test_model_names_of_a_folder_and_of_a_hub_name(tmp_path, monkeypatch):
+    """What the server and `bertattn serve` both accept as the `model` field."""
+    from bertattn.serve.served import model_names
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert model_names(str(folder)) == ("my-model", str(folder))
+    assert model_names("my-model/") == ("my-model", "my-model/")  # its name without the slash
+    org = "sentence-transformers/all-MiniLM-L6-v2"  # no such folder here: a hub name
+    assert model_names(org) == (org, "all-MiniLM-L6-v2")
+    assert model_names("bert-tiny") == ("bert-tiny",)  # once, not twice
+
+
 def test_limits_refusals(tiny_checkpoint):
     from bertattn import Bert
     from bertattn.serve import Limits, create_app

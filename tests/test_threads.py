@@ -275,6 +275,7 @@ def test_bert_load_threads_explicit_and_policy(
     from bertattn import Bert
 
     monkeypatch.delenv("BERTATTN_ADAPTIVE_THREADS")
+    monkeypatch.setattr(threads, "_ours", threads._ours)  # each load sets it: restored after
 
     before = torch.get_num_threads()
     try:
@@ -284,7 +285,7 @@ def test_bert_load_threads_explicit_and_policy(
         texts = ["a short text", "another, rather longer text with more words in it"] * 40
         plain = fixed.encode(texts, batch_size=4)
         torch.set_num_threads(threads.cpu_budget().cpus)
-        threads._ours = None
+        monkeypatch.setattr(threads, "_ours", None)
         auto = Bert.load(tiny_checkpoint)
         assert auto.threads.adaptive and auto.governor is not None
         assert auto.governor.rungs[0] == threads.cpu_budget().cpus

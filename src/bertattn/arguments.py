@@ -194,7 +194,7 @@ def values_checkable(t: torch.Tensor) -> bool:
     values)."""
     import torch
 
-    from .attention.capture import is_capturing
+    from .capture import is_capturing
 
     return (
         t.device.type == "cpu"

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ..arguments import ArgumentTypeError
-from .capture import is_capturing
+from ..capture import is_capturing
 
 __all__ = ["PreparedMask", "prepare_mask", "score_dtype"]
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..arguments import ArgumentTypeError, describe
+from ..choices import POOLINGS
 from ..errors import ModelFolderError
 from ..models import CACHE_ENV, MODELS, cached_model, model_dir
 from .config import BertConfig
@@ -64,7 +65,6 @@ __all__ = [
 ]
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-POOLINGS = ("mean", "cls", "max")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 #: tokenizer files :class:`BertTokenizer` reads (``vocab.txt`` only without ``tokenizer.json``)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")

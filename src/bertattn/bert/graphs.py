@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ..attention.backends import get_backend
-from ..attention.capture import capturing
+from ..capture import capturing
 from .model import BertModel
 
 __all__ = ["GraphedBert", "bucket_length", "bucket_batch"]

@@ -41,9 +41,9 @@ from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_m
 from ..attention import fastcall as _fast
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
-from ..attention.capture import is_capturing
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
+from ..capture import is_capturing
 from . import relative as _relative
 from .config import BertConfig
 

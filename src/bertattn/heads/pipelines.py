@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..arguments import check_int, describe
 from ..bert import ModelFolder, resolve_model
+from ..choices import FUNCTIONS
 from .cross_encoder import CrossEncoder
 from .layers import load_masked_lm_head
 from .loading import load_encoder
@@ -32,7 +33,6 @@ logger = logging.getLogger("bertattn.heads")
 __all__ = ["FillMaskPipeline", "TextClassificationPipeline", "pipeline"]
 
 _UNSET: Any = object()
-FUNCTIONS = ("sigmoid", "softmax", "none")
 
 
 def _identity(x: Tensor) -> Tensor:

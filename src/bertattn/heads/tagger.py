@@ -27,13 +27,12 @@ import torch
 
 from ..arguments import check_int, describe
 from ..bert import ModelFolder, resolve_model
+from ..choices import AGGREGATIONS as STRATEGIES
 from .layers import load_classifier
 from .loading import load_encoder
 from .runner import run_head
 
 __all__ = ["TokenClassificationPipeline"]
-
-STRATEGIES = ("none", "simple", "first", "average", "max")
 
 
 class TokenClassificationPipeline:

@@ -21,6 +21,8 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from .. import serve_defaults
+from ..choices import AGGREGATIONS, FUNCTIONS, POOLINGS
 from ..errors import UsageError
 from ..files import overlapping
 from ..threads import check_threads
@@ -45,7 +47,6 @@ __all__ = [
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
-POOLINGS = ("mean", "cls", "max")  # bertattn.bert.folder.POOLINGS (not imported: torch)
 EMBEDDING_FORMATS = (".npy", ".jsonl")
 DEFAULT_TIMEOUT = 1800.0
 
@@ -650,14 +651,15 @@ class ExportOptions:
         # command uses
 
 
-#: ``bertattn serve`` defaults (tokens, inputs, bytes, seconds)
-SERVE_BATCH_TOKENS = 16384
-SERVE_QUEUE_TOKENS = 16 * SERVE_BATCH_TOKENS
-SERVE_REQUEST_INPUTS = 2048  # OpenAI's own cap on inputs per embeddings request
-SERVE_BODY_SIZE = "16M"
+#: ``bertattn serve`` defaults (tokens, inputs, bytes, seconds); those the library's
+#: :class:`bertattn.serve.Limits` also has come from :mod:`bertattn.serve_defaults`
+SERVE_BATCH_TOKENS = serve_defaults.MAX_BATCH_TOKENS
+SERVE_QUEUE_TOKENS = serve_defaults.MAX_QUEUE_TOKENS
+SERVE_REQUEST_INPUTS = serve_defaults.MAX_REQUEST_INPUTS
+SERVE_BODY_SIZE = f"{serve_defaults.MAX_BODY_MIB}M"
 SERVE_DRAIN_TIMEOUT = 30.0
-SERVE_QUEUE_TIME = 2.0
-SERVE_MIN_QUEUE_REQUESTS = 128
+SERVE_QUEUE_TIME = serve_defaults.MAX_QUEUE_S
+SERVE_MIN_QUEUE_REQUESTS = serve_defaults.MIN_QUEUE_REQUESTS
 SERVE_HEADER_TIMEOUT = 10.0
 SERVE_MAX_CONNECTIONS = 1024
 
@@ -869,8 +871,6 @@ class ServeOptions:
 
 
 # ---------------------------------------------------------------------- the heads
-FUNCTIONS = ("sigmoid", "softmax", "none")  # bertattn.heads.pipelines.FUNCTIONS (no torch here)
-AGGREGATIONS = ("none", "simple", "first", "average", "max")  # bertattn.heads.tagger.STRATEGIES
 HEAD_OUTPUTS = (".jsonl",)
 
 

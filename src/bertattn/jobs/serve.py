@@ -14,10 +14,16 @@ import logging
 import os
 import signal
 import socket
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from ..engine import ModelStep
 from ..errors import JobError, MissingExtraError, UsageError
 from .options import SERVE_MAX_CONNECTIONS, ServeOptions, job_device
 
@@ -27,6 +33,9 @@ __all__ = ["ServeResult", "run_serve"]
 
 API_KEY_ENV = "BERTATTN_API_KEY"
 WORKER_EXIT_S = 30.0  # seconds the end waits for the model worker's last batch
+#: test hook, read here only: seconds each model batch is made slower (a slow model, for the
+#: overload, timeout and drain tests that run a real server in a subprocess)
+TEST_BATCH_DELAY_ENV = "BERTATTN_TEST_BATCH_DELAY"
 
 
 @dataclass
@@ -36,6 +45,31 @@ class ServeResult:
 
     signal: int | None
     drained: bool
+
+
+class _Slowed(ModelStep):
+    """A step that sleeps before each batch (inside the batcher's timing: the speed it
+    measures is the slow model's)."""
+
+    def __init__(self, step: ModelStep, seconds: float) -> None:
+        super().__init__(step.bert, step.compute, step.kind)
+        self._step = step
+        self._seconds = seconds
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        with self._step.session():
+            yield
+
+    def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
+        time.sleep(self._seconds)
+        return self._step(encodings, tokens)
+
+
+def slowed(step: ModelStep, seconds: float) -> ModelStep:
+    """Test hook: ``step``, each batch ``seconds`` slower (``$BERTATTN_TEST_BATCH_DELAY`` in
+    :func:`run_serve`; an in-process test wraps its server's step so)."""
+    return _Slowed(step, seconds) if seconds > 0 else step
 
 
 def _is_local(host: str) -> bool:
@@ -100,6 +134,7 @@ def run_serve(
     from ..serve import create_app
     from ..serve.connections import guarded_protocol
     from ..serve.runner import DrainingServer
+    from ..serve.served import model_names
 
     say = announce or (lambda line: None)
     api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
@@ -122,9 +157,8 @@ def run_serve(
         load = {"dtype": options.dtype, "device": device, "threads": options.threads}
         models = [load_auto(m, sparse=options.sparse, **load) for m in options.models]
         bert = models if len(models) > 1 else models[0] if models else Bert.load(folder, **load)
-        names = [str(options.model)] if options.model and len(models) == 1 else []
-        if names and os.path.basename(str(options.model).rstrip("/")):
-            names.append(os.path.basename(str(options.model).rstrip("/")))
+        # the names the model was given by, should its loaded name differ
+        names = model_names(str(options.model)) if options.model and len(models) == 1 else ()
         app = create_app(
             bert,
             one_worker=options.one_worker,
@@ -137,10 +171,13 @@ def run_serve(
             truncate=options.truncate is not False,
             max_body_bytes=options.max_body_bytes,
             api_key=api_key,
-            names=tuple(names),
+            names=names,
             served_name=options.served_model_name,
         )
         state = app.state.serve
+        delay = float(os.environ.get(TEST_BATCH_DELAY_ENV, "0") or 0)
+        for one in getattr(state, "states", [state]):  # before the workers start
+            one.batcher.step = slowed(one.batcher.step, delay)
         protocol = guarded_protocol(
             state.metrics, options.header_timeout, _max_connections(options.max_connections)
         )

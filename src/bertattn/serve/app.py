@@ -13,7 +13,6 @@ import base64
 import hmac
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -44,7 +43,7 @@ from .encoding import dumps
 from .errors import ApiError, clip, envelope
 from .group import ServeGroup
 from .limits import Limits
-from .served import ROUTES, serve_model
+from .served import ROUTES, model_names, serve_model
 from .telemetry import ServeMetrics
 from .tokens import from_ids, token_pieces, tokenize
 
@@ -68,7 +67,8 @@ _INLINE_IDS = 65536
 
 class ServeState:
     """What the routes share: the model, the limits, the batcher, the metrics, and whether the
-    server is ready (loaded, not draining). ``in_flight``: data requests being answered."""
+    server is ready (not draining, its worker alive). ``in_flight``: data requests being
+    answered."""
 
     def __init__(self, model: Any, limits: Limits, metrics: ServeMetrics | None = None) -> None:
         #: the model's kind, its routes and its engine step (:mod:`.served`)
@@ -90,11 +90,7 @@ class ServeState:
         self.max_input_tokens = limit
         self.width = int(bert.get_embedding_dimension())
         self.vocab = int(bert.model.config.vocab_size)
-        name = str(bert.name or "bertattn")
-        if os.path.isdir(name):  # a local folder: its own name, the path an alias
-            aliases: tuple[str, ...] = (os.path.basename(os.path.normpath(name)), name)
-        else:  # a hub name: org/name, and name alone
-            aliases = (name, name.rsplit("/", 1)[-1])
+        aliases = model_names(str(bert.name or "bertattn"))
         first = () if limits.served_name is None else (limits.served_name,)
         self.names = tuple(dict.fromkeys((*first, *aliases, *limits.names)))
         #: one server's counters (several models share one: ``metrics``)
@@ -111,7 +107,6 @@ class ServeState:
         self.tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="bertattn-tokenize")
         #: held while the tokenizer runs: its truncation length is state, one caller at a time
         self.tokenizer_lock = threading.Lock()
-        self.loaded = True
         self.draining = False
         self.in_flight = 0
         self.started = time.time()
@@ -119,7 +114,7 @@ class ServeState:
 
     @property
     def ready(self) -> bool:
-        return self.loaded and not self.draining and self.batcher.failed is None
+        return not self.draining and self.batcher.failed is None
 
     def drain(self) -> None:
         """Stop taking data requests (503) and say so on ``/ready``; in-flight ones finish."""
@@ -583,7 +578,7 @@ async def _live(state: ServeState, request: Request) -> Response:
 async def _ready(state: ServeState, request: Request) -> Response:
     if state.ready:
         return _json({"status": "ready"})
-    why = "draining" if state.draining else "not loaded" if not state.loaded else "worker failed"
+    why = "draining" if state.draining else "worker failed"
     return _json({"status": why}, 503)
 
 

@@ -16,9 +16,6 @@ The queue's counts are right by construction: :meth:`Batcher.submit` is the one 
 an item's tokens and :meth:`Batcher._retire` the one place that takes them off, once per item
 (its ``taken`` flag), whether the item leaves in a batch, by a cancel, a deadline, a stop or a
 dead worker.
-
-Test hook: ``BERTATTN_TEST_BATCH_DELAY=0.2`` makes the worker sleep that long before each batch
-(a slow model, for the overload, timeout and drain tests).
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -73,8 +69,6 @@ class Ticket:
 
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
-    size: int
-    tokens: int
     deadline: float | None
     enqueued: float = field(default_factory=time.monotonic)
     rows: list[np.ndarray | None] = field(default_factory=list)
@@ -151,7 +145,6 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._speed = 0.0  # tokens per second, a moving average
         self.failed: BaseException | None = None  # the worker died of this
-        self._delay = float(os.environ.get("BERTATTN_TEST_BATCH_DELAY", "0") or 0)
 
     # ---------------------------------------------------------------- state
     def queue_cap(self) -> tuple[int, bool]:
@@ -215,7 +208,7 @@ class Batcher:
             raise ValueError(f"{len(encodings)} encodings for {len(tokens)} token counts.")
         loop = asyncio.get_running_loop()
         total = int(sum(tokens))
-        ticket = Ticket(loop, loop.create_future(), len(encodings), total, deadline)
+        ticket = Ticket(loop, loop.create_future(), deadline)
         ticket.rows = [None] * len(encodings)
         ticket.remaining = ticket.waiting = len(encodings)
         with self._cond:
@@ -383,8 +376,6 @@ class Batcher:
     def _run(self, batch: list[_Item]) -> None:
         tokens = sum(item.tokens for item in batch)
         start = time.perf_counter()
-        if self._delay:  # a slow model: its speed is measured as such
-            time.sleep(self._delay)
         try:
             rows = self.step([item.encoding for item in batch], tokens)  # (B, ...) float32
             error: BaseException | None = None

@@ -155,10 +155,6 @@ class EmbedRequest:
     truncate: bool | None = None  # None: the server's setting
     model: str | None = None
 
-    @property
-    def size(self) -> int:
-        return len(self.texts if self.texts is not None else self.ids or [])
-
 
 def _unknown(obj: dict[str, Any], known: tuple[str, ...]) -> None:
     extra = [k for k in obj if k not in known]

@@ -14,14 +14,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ORJSON", "dumps"]
+__all__ = ["dumps"]
 
 try:
     import orjson
 except ImportError:  # the json module: slower, longer, the same numbers
     orjson = None  # type: ignore[assignment]
-
-ORJSON = orjson is not None
 
 
 def _plain(value: Any) -> Any:

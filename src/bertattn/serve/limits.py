@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from .. import serve_defaults as default
+
 __all__ = ["Limits"]
 
 
@@ -27,16 +29,16 @@ class Limits:
     names the ``model`` field may carry (the served name is always accepted); ``served_name``:
     the name responses carry (default: the model's hub name, or its folder's name)."""
 
-    max_batch_tokens: int = 16384
-    max_queue_tokens: int = 16 * 16384
-    max_request_inputs: int = 2048
+    max_batch_tokens: int = default.MAX_BATCH_TOKENS
+    max_queue_tokens: int = default.MAX_QUEUE_TOKENS
+    max_request_inputs: int = default.MAX_REQUEST_INPUTS
     max_input_tokens: int | None = None
     truncate: bool = True
-    max_body_bytes: int = 16 << 20
+    max_body_bytes: int = default.MAX_BODY_MIB << 20
     api_key: str | None = None
     max_wait_s: float = 0.5
-    max_queue_s: float | None = 2.0
-    min_queue_requests: int = 128
+    max_queue_s: float | None = default.MAX_QUEUE_S
+    min_queue_requests: int = default.MIN_QUEUE_REQUESTS
     body_timeout_s: float = 30.0
     names: tuple[str, ...] = ()
     served_name: str | None = None

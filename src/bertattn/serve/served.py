@@ -15,13 +15,14 @@ sparse         BertForMaskedLM (SPLADE)                    /embed_sparse
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from ..engine import ModelStep, embedding_step
 from .errors import ApiError
 
-__all__ = ["ROUTES", "Served", "serve_model"]
+__all__ = ["ROUTES", "Served", "model_names", "serve_model"]
 
 #: the data routes each kind answers (besides /tokenize and /v1/models)
 ROUTES = {
@@ -77,3 +78,14 @@ def serve_model(model: Any) -> Served:
     if isinstance(model, SparseEncoder):
         return Served("sparse", model, model.bert, model.step())
     return Served("embedding", model, model, embedding_step(model))
+
+
+def model_names(name: str) -> tuple[str, ...]:
+    """The names a model given as ``name`` is served under (the ``model`` field of requests
+    and responses): a local folder's name and its path, or a hub name and its name without
+    the org."""
+    if os.path.isdir(name):
+        names = (os.path.basename(os.path.normpath(name)), name)
+    else:
+        names = (name, name.rsplit("/", 1)[-1])
+    return tuple(n for n in dict.fromkeys(names) if n)

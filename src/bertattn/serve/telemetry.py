@@ -8,8 +8,6 @@ from .metrics import SIZE_BUCKETS, Counter, Gauge, Histogram, Registry
 
 __all__ = ["ServeMetrics"]
 
-STAGES = ("tokenization", "queue", "inference", "serialization")
-
 
 class ServeMetrics:
     """Counters and histograms of one server; ``depth()`` -> ``(requests, tokens)`` queued."""

@@ -1,8 +1,10 @@
 """Texts and token ids into what the model step takes, with each input's real token count.
 
-Runs on the server's one tokenizer thread (the tokenizer's truncation setting is state: one
-thread only). Texts are tokenized exactly as :meth:`bertattn.Bert.encode` tokenizes them, so a
-server's rows equal ``encode``'s."""
+The functions that tokenize texts run under the server's tokenizer lock (the tokenizer's
+truncation setting is state: one caller at a time), on the event loop for a small request and
+on the tokenizer thread for a large one (:meth:`bertattn.serve.app.ServeState.tokenize`);
+:func:`from_ids` needs no tokenizer and no lock. Texts are tokenized exactly as
+:meth:`bertattn.Bert.encode` tokenizes them, so a server's rows equal ``encode``'s."""
 
 from __future__ import annotations
 
