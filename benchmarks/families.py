@@ -1,15 +1,16 @@
 """Encode speed on BERT's family at base size: bertattn ``Bert.encode`` against transformers
-``AutoModel`` (sdpa, length-sorted batches of 32) and OpenVINO f32 (the ONNX export of the same
-folder; optional: ``pip install -r requirements-bench.txt``), fp32, on short texts and on
+``AutoModel`` (sdpa, or eager for MPNet, which has no other; length-sorted batches of 32) and
+OpenVINO f32 (the ONNX export of the same folder; optional: ``pip install -r
+requirements-bench.txt``), fp32, on short texts and on
 paragraphs, every peer in the same run, interleaved, medians.
 
-    python -m benchmarks.families [--family roberta,xlm-roberta,distilbert,electra]
+    python -m benchmarks.families [--family roberta,xlm-roberta,distilbert,electra,mpnet]
                                   [--short 256] [--long 64] [--repeats 3]
 
 No base-size checkpoint of these families is installable here, so each is random weights
 (seeded) at its base size (768 wide, 12 layers; DistilBERT 6), saved by transformers, with a
 tokenizer trained for the run (byte-level BPE for RoBERTa, SentencePiece Unigram for
-XLM-RoBERTa, BERT's WordPiece for DistilBERT and ELECTRA): the work per token is the real
+XLM-RoBERTa, BERT's WordPiece for DistilBERT, ELECTRA and MPNet): the work per token is the real
 model's. Accuracy: the max cosine distance of each peer's mean-pooled rows to transformers'.
 Targets: bertattn >= 1.3x transformers sdpa and >= 1.2x OpenVINO f32 per family and text kind.
 """
@@ -33,7 +34,7 @@ from bertattn.bert.pipeline import default_model_dir
 from .corpus import stdlib_docstring_corpus
 from .openvino_peer import openvino_encoders
 
-FAMILIES = ("roberta", "xlm-roberta", "distilbert", "electra")
+FAMILIES = ("roberta", "xlm-roberta", "distilbert", "electra", "mpnet")
 BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12}
 TARGETS = {"transformers sdpa": 1.3, "openvino f32": 1.2}
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -44,7 +45,7 @@ def _tokenizer(family: str, folder: Path, corpus: list[str]) -> int:
     """A tokenizer for ``family`` in ``folder``; its vocabulary size."""
     from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer, processors
 
-    if family in ("distilbert", "electra"):  # BERT's own WordPiece vocabulary
+    if family in ("distilbert", "electra", "mpnet"):  # BERT's own WordPiece vocabulary
         for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
             shutil.copy(default_model_dir() / name, folder / name)
         return 30522
@@ -84,6 +85,8 @@ def save_base(family: str, folder: Path, corpus: list[str]) -> Path:
         sizes = {"dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072}
     elif family == "electra":
         sizes = {**BASE, "embedding_size": 768, "intermediate_size": 3072}
+    elif family == "mpnet":  # all-mpnet-base-v2's shape
+        sizes = {**BASE, "intermediate_size": 3072, "max_position_embeddings": 514}
     else:
         sizes = {**BASE, "intermediate_size": 3072, "pad_token_id": 1, "type_vocab_size": 1}
         sizes["max_position_embeddings"] = 514
@@ -97,7 +100,10 @@ def _hf(folder: Path) -> Callable[[list[str]], np.ndarray]:
     from transformers import AutoModel, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder)
-    model = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+    try:
+        model = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+    except ValueError:  # MPNet: transformers has only its eager attention
+        model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
 
     def encode(texts: list[str]) -> np.ndarray:
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
