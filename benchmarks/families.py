@@ -31,7 +31,7 @@ from bertattn import Bert
 from bertattn.bench import environment, interleaved_medians
 from bertattn.bert.pipeline import default_model_dir
 
-from .corpus import stdlib_docstring_corpus
+from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 from .openvino_peer import openvino_encoders
 
 FAMILIES = ("roberta", "xlm-roberta", "distilbert", "electra", "mpnet")
@@ -127,7 +127,8 @@ def run(families: list[str], n_short: int, n_long: int, repeats: int) -> list[di
     corpus = stdlib_docstring_corpus(2000)
     kinds = {
         "short": [" ".join(t.split()[:12]) for t in corpus[:n_short]],
-        "paragraphs": [" ".join(t.split()[:200]) for t in corpus[-n_long:]],
+        # whole docstrings of 800-3000 characters: the encoders cut them at 256 tokens
+        "paragraphs": stdlib_paragraph_corpus(n_long),
     }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
