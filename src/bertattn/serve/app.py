@@ -30,6 +30,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..openmp import release_openmp_threads
 from .batcher import Batcher, Overloaded, RequestDropped
 from .bodies import (
     EmbedRequest,
@@ -675,6 +676,9 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # the model was loaded on this thread; its OpenMP threads would slow the worker's
+        # (bertattn.openmp): given back before the worker starts
+        release_openmp_threads()
         state.batcher.start()
         try:
             yield
