@@ -34,7 +34,7 @@ from bertattn.bench import environment
 
 from .corpus import stdlib_docstring_corpus
 from .heads import TARGET, _reranker
-from .serve import Server, _free_port, _start
+from .serve import Server, _free_port, _start, start_infinity
 from .serve_group import _client, _pct
 
 DOCS = 20
@@ -46,15 +46,6 @@ def start_bertattn(folder: str, threads: int | None) -> Server:
     cmd += ["-q"] + (["--threads", str(threads)] if threads else [])
     base = f"http://127.0.0.1:{port}"
     return _start("bertattn", cmd, base, "/v1/rerank", "/ready", Path(folder).name)
-
-
-def start_infinity(venv: str, folder: str) -> Server:
-    port = _free_port()
-    exe = str(Path(venv) / "bin" / "infinity_emb")
-    cmd = [exe, "v2", "--model-id", folder, "--engine", "torch", "--device", "cpu"]
-    cmd += ["--port", str(port), "--host", "127.0.0.1"]
-    base = f"http://127.0.0.1:{port}"
-    return _start("infinity", cmd, base, "/rerank", "/health", folder)
 
 
 def _level(server: Server, bodies: list[bytes], clients: int, seconds: float) -> dict:
@@ -92,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         folder = str(_reranker(Path(tmp) / "reranker"))
         servers = {"bertattn": start_bertattn(folder, args.threads)}
         if venv:
-            servers["infinity"] = start_infinity(venv, folder)
+            servers["infinity"] = start_infinity(venv, folder, "/rerank")
         results: dict[tuple[str, int], list[dict]] = {}
         try:
             for server in servers.values():  # a check of the answers' shape, then a warm-up

@@ -139,13 +139,13 @@ def start_bertattn(model: str, threads: int | None) -> Server:
     return _start("bertattn", cmd, base, "/v1/embeddings", "/ready", "bench")
 
 
-def start_infinity(venv: str, model: str) -> Server:
+def start_infinity(venv: str, model: str, route: str = "/embeddings") -> Server:
     port = _free_port()
     exe = str(Path(venv) / "bin" / "infinity_emb")
     cmd = [exe, "v2", "--model-id", model, "--engine", "torch", "--device", "cpu"]
     cmd += ["--port", str(port), "--host", "127.0.0.1"]
     base = f"http://127.0.0.1:{port}"
-    return _start("infinity", cmd, base, "/embeddings", "/health", model)
+    return _start("infinity", cmd, base, route, "/health", model)
 
 
 # ---------------------------------------------------------------------- load

@@ -11,6 +11,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from test_integrations_transformers import tiny_batch  # noqa: E402
+
 import bertattn  # noqa: E402
 import bertattn.integrations.transformers  # noqa: E402, F401  (registers "bertattn")
 
@@ -38,13 +40,10 @@ FAMILIES = {
 
 
 def _batch() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 99, (3, 11), generator=g)
-    mask = torch.ones(3, 11, dtype=torch.long)
-    mask[0, 4:] = 0
-    mask[2, 8:] = 0
-    ids[mask == 0] = 1
-    return {"input_ids": ids, "attention_mask": mask}
+    """The padded batch of the BERT adapter tests, padded with the families' id 1."""
+    batch = tiny_batch()
+    batch["input_ids"][batch["attention_mask"] == 0] = 1
+    return batch
 
 
 def _models(family: str, tmp_path) -> dict[str, torch.nn.Module]:  # type: ignore[no-untyped-def]
