@@ -33,6 +33,7 @@ is refused (transformers itself would index past the table).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -188,21 +189,42 @@ def _mpnet_names(state: dict[str, Tensor], offset: int) -> dict[str, Tensor]:
     nothing either), ``encoder.relative_attention_bias`` kept, a classification head as BERT's
     pooler and classifier (:func:`roberta_head_name`: MPNet's head is RoBERTa's)."""
     prefixed = any(k.startswith("mpnet.") for k in state)
-    top = "bert." if prefixed else ""
-    out: dict[str, Tensor] = {}
-    for key, tensor in state.items():
-        m = _MPNET_KEY.match(key)
-        if m:
-            part = _MPNET_LAYER.get(m.group(3))
-            if part is None:
-                raise ModelFolderError(f"unexpected MPNet tensor {key}.")
-            out[f"{top}encoder.layer.{m.group(2)}.{part}.{m.group(4)}"] = tensor
-            continue
-        name = "bert." + key[len("mpnet.") :] if key.startswith("mpnet.") else key
+
+    def other(name: str, tensor: Tensor) -> tuple[str, Tensor]:
+        name = "bert." + name[len("mpnet.") :] if name.startswith("mpnet.") else name
         name = roberta_head_name(name, prefixed)
         if name.endswith("embeddings.position_embeddings.weight"):
             tensor = tensor[offset:]
-        out[name] = tensor
+        return name, tensor
+
+    return _renamed(state, "MPNet", _MPNET_KEY, _MPNET_LAYER, prefixed, other)
+
+
+def _renamed(
+    state: dict[str, Tensor],
+    what: str,
+    layer_key: re.Pattern[str],
+    layer_names: dict[str, str],
+    prefixed: bool,
+    other: Callable[[str, Tensor], tuple[str, Tensor]],
+) -> dict[str, Tensor]:
+    """``state`` under BERT's names, for a family whose layers have names of their own
+    (DistilBERT, MPNet): a layer tensor matched by ``layer_key`` (groups: prefix, layer index,
+    part, weight / bias) is renamed by ``layer_names`` (another part is an error naming the
+    tensor), any other by ``other``; then a zero token-type embedding of two rows is added (the
+    family has no token types: a pair's second segment adds nothing either)."""
+    top = "bert." if prefixed else ""
+    out: dict[str, Tensor] = {}
+    for key, tensor in state.items():
+        m = layer_key.match(key)
+        if m:
+            part = layer_names.get(m.group(3))
+            if part is None:
+                raise ModelFolderError(f"unexpected {what} tensor {key}.")
+            out[f"{top}encoder.layer.{m.group(2)}.{part}.{m.group(4)}"] = tensor
+        else:
+            name, value = other(key, tensor)
+            out[name] = value
     words = out.get(f"{top}embeddings.word_embeddings.weight")
     if words is not None:
         out[f"{top}embeddings.token_type_embeddings.weight"] = torch.zeros(
@@ -229,22 +251,10 @@ def as_bert_names(
     if family_of(state) != "distilbert":
         return state
     prefixed = any(k.startswith("distilbert.") for k in state)
-    top = "bert." if prefixed else ""
-    out: dict[str, Tensor] = {}
-    for key, tensor in state.items():
-        m = _DISTIL_KEY.match(key)
-        if m:
-            part = _DISTIL_LAYER.get(m.group(3))
-            if part is None:
-                raise ModelFolderError(f"unexpected DistilBERT tensor {key}.")
-            out[f"{top}encoder.layer.{m.group(2)}.{part}.{m.group(4)}"] = tensor
-        elif key.startswith("distilbert."):
-            out["bert." + key[len("distilbert.") :]] = tensor
-        else:
-            out[key] = tensor
-    words = out.get(f"{top}embeddings.word_embeddings.weight")
-    if words is not None:
-        out[f"{top}embeddings.token_type_embeddings.weight"] = torch.zeros(
-            2, words.shape[1], dtype=words.dtype
-        )
-    return out
+
+    def other(name: str, tensor: Tensor) -> tuple[str, Tensor]:
+        if name.startswith("distilbert."):
+            return "bert." + name[len("distilbert.") :], tensor
+        return name, tensor
+
+    return _renamed(state, "DistilBERT", _DISTIL_KEY, _DISTIL_LAYER, prefixed, other)
