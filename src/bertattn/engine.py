@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ModelStep", "TurnTaking", "embedding_step"]
+__all__ = ["ModelStep", "TurnTaking", "WrappedStep", "embedding_step"]
 
 
 class ModelStep:
@@ -88,6 +88,12 @@ class TurnTaking:
         self._next = 0  # the ticket the next caller gets
         self._serving = 0  # the ticket whose turn it is
 
+    def __getstate__(self) -> dict[str, object]:
+        return {}  # a copy is a turn of its own, nobody waiting (a Condition is not copied)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__()  # type: ignore[misc]
+
     def __enter__(self) -> None:
         with self._cond:
             ticket = self._next
@@ -104,13 +110,18 @@ class TurnTaking:
         return _InTurn(step, self)
 
 
-class _InTurn(ModelStep):
-    """A step whose batches wait for their turn (:class:`TurnTaking`)."""
+class WrappedStep(ModelStep):
+    """Another step's batches, each run inside :meth:`around` (nothing, here): the base of
+    steps that add something to every batch (a turn, a delay). The session is the inner
+    step's."""
 
-    def __init__(self, step: ModelStep, turns: TurnTaking) -> None:
+    def __init__(self, step: ModelStep) -> None:
         super().__init__(step.bert, step.compute, step.kind)
         self._step = step
-        self._turns = turns
+
+    def around(self) -> AbstractContextManager[object]:
+        """What each batch runs inside."""
+        return nullcontext()
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -118,5 +129,16 @@ class _InTurn(ModelStep):
             yield
 
     def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
-        with self._turns:
+        with self.around():
             return self._step(encodings, tokens)
+
+
+class _InTurn(WrappedStep):
+    """A step whose batches wait for their turn (:class:`TurnTaking`)."""
+
+    def __init__(self, step: ModelStep, turns: TurnTaking) -> None:
+        super().__init__(step)
+        self._turns = turns
+
+    def around(self) -> AbstractContextManager[object]:
+        return self._turns

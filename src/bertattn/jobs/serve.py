@@ -16,14 +16,11 @@ import signal
 import socket
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
-from ..engine import ModelStep
+from ..engine import ModelStep, WrappedStep
 from ..errors import JobError, MissingExtraError, UsageError
 from .options import SERVE_MAX_CONNECTIONS, ServeOptions, job_device
 
@@ -47,23 +44,18 @@ class ServeResult:
     drained: bool
 
 
-class _Slowed(ModelStep):
+class _Slowed(WrappedStep):
     """A step that sleeps before each batch (inside the batcher's timing: the speed it
     measures is the slow model's)."""
 
     def __init__(self, step: ModelStep, seconds: float) -> None:
-        super().__init__(step.bert, step.compute, step.kind)
-        self._step = step
+        super().__init__(step)
         self._seconds = seconds
 
     @contextmanager
-    def session(self) -> Iterator[None]:
-        with self._step.session():
-            yield
-
-    def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
+    def around(self) -> Iterator[None]:
         time.sleep(self._seconds)
-        return self._step(encodings, tokens)
+        yield
 
 
 def slowed(step: ModelStep, seconds: float) -> ModelStep:
