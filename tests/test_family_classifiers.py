@@ -99,3 +99,16 @@ def test_a_missing_head_tensor_is_named(classifier, tmp_path):
     save_file(state, weights, metadata={"format": "pt"})
     with pytest.raises(ModelFolderError, match=f"missing {name}"):
         CrossEncoder(broken, threads=1)
+
+
+def test_a_classifier_survives_deepcopy_and_pickle(classifier):
+    """Its own first-token head and its activation (identity for three labels) copy too."""
+    import copy
+    import pickle
+
+    _, folder = classifier
+    ce = CrossEncoder(folder, threads=1)
+    want = ce.predict(PAIRS)
+    for other in (copy.deepcopy(ce), pickle.loads(pickle.dumps(ce))):
+        assert other.first_token is not None
+        torch.testing.assert_close(torch.as_tensor(other.predict(PAIRS)), torch.as_tensor(want))

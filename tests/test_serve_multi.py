@@ -176,6 +176,22 @@ def test_turn_taking_is_first_come_first_served():
     assert order == ["b", "c", "d"]
 
 
+def test_turn_taking_survives_deepcopy_and_pickle():
+    """A copy is a turn of its own: nobody waiting, usable at once (its Condition is new)."""
+    import copy
+    import pickle
+
+    from bertattn.engine import TurnTaking
+
+    turns = TurnTaking()
+    with turns:  # one caller holds the original's turn
+        for other in (copy.deepcopy(turns), pickle.loads(pickle.dumps(turns))):
+            with other:  # not blocked by the original
+                assert other._next - other._serving == 1
+            assert other._next == other._serving == 1
+    assert turns._next == turns._serving == 1  # the count back to zero waiting
+
+
 def test_one_worker_needs_several_models(models):
     with pytest.raises(ValueError, match="one_worker applies to several models"):
         create_app(models[0], one_worker=True)

@@ -41,13 +41,18 @@ HEAD_KINDS = {
     "BertForMaskedLM": "masked-lm",
 }
 
+def identity(x: Tensor) -> Tensor:
+    """The scores as they are (a named function, so that a model holding it pickles)."""
+    return x
+
+
 #: activation names sentence-transformers writes (its class paths) -> the function
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "torch.nn.modules.activation.Sigmoid": torch.sigmoid,
-    "torch.nn.modules.linear.Identity": lambda x: x,
+    "torch.nn.modules.linear.Identity": identity,
     "torch.nn.modules.activation.Tanh": torch.tanh,
     "torch.nn.Sigmoid": torch.sigmoid,
-    "torch.nn.Identity": lambda x: x,
+    "torch.nn.Identity": identity,
     "torch.nn.Tanh": torch.tanh,
 }
 
