@@ -18,13 +18,11 @@ reported as not measured.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -35,7 +33,7 @@ from bertattn.bench import environment
 from .corpus import stdlib_docstring_corpus
 from .heads import TARGET, _reranker
 from .serve import Server, _free_port, _start, start_infinity
-from .serve_group import _client, _pct
+from .serve_group import _pct, closed_loop
 
 DOCS = 20
 
@@ -49,17 +47,7 @@ def start_bertattn(folder: str, threads: int | None) -> Server:
 
 
 def _level(server: Server, bodies: list[bytes], clients: int, seconds: float) -> dict:
-    async def go() -> dict:
-        until = time.monotonic() + seconds
-        lat: list[float] = []
-        bad: list[int] = []
-        t0 = time.perf_counter()
-        await asyncio.gather(
-            *[_client(server.url, bodies, until, lat, bad) for _ in range(clients)]
-        )
-        return {"lat": lat, "bad": bad, "seconds": time.perf_counter() - t0}
-
-    return asyncio.run(go())
+    return closed_loop({"lat": (server.url, bodies, clients)}, seconds)
 
 
 def main(argv: list[str] | None = None) -> None:

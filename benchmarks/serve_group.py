@@ -63,27 +63,40 @@ async def _client(url: str, bodies: list[bytes], until: float, lat: list[float],
         conn.close()
 
 
-async def _round(
+def closed_loop(groups: dict[str, tuple[str, list[bytes], int]], seconds: float) -> dict:
+    """Closed-loop clients for ``seconds``: per group ``name -> (url, bodies, clients)``, that
+    many clients each posting the bodies in turn. ``{name: latencies of its 200s, ..., "bad":
+    the other statuses, "seconds": the wall time}``."""
+
+    async def go() -> dict:
+        until = time.monotonic() + seconds
+        out: dict = {name: [] for name in groups}
+        out["bad"] = []
+        tasks = [
+            _client(url, bodies, until, out[name], out["bad"])
+            for name, (url, bodies, clients) in groups.items()
+            for _ in range(clients)
+        ]
+        t0 = time.perf_counter()
+        await asyncio.gather(*tasks)
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    return asyncio.run(go())
+
+
+def _round(
     server: Server,
     embed: list[bytes],
     rerank: list[bytes],
     clients: tuple[int, int],
     seconds: float,
-) -> dict:  # type: ignore[no-untyped-def]
-    until = time.monotonic() + seconds
-    lat_e: list[float] = []
-    lat_r: list[float] = []
-    bad: list[int] = []
-    tasks = [
-        _client(server.url + "/v1/embeddings", embed, until, lat_e, bad) for _ in range(clients[0])
-    ]
-    tasks += [
-        _client(server.url + "/v1/rerank", rerank, until, lat_r, bad) for _ in range(clients[1])
-    ]
-    t0 = time.perf_counter()
-    await asyncio.gather(*tasks)
-    took = time.perf_counter() - t0
-    return {"embed": lat_e, "rerank": lat_r, "bad": bad, "seconds": took}
+) -> dict:
+    groups = {
+        "embed": (server.url + "/v1/embeddings", embed, clients[0]),
+        "rerank": (server.url + "/v1/rerank", rerank, clients[1]),
+    }
+    return closed_loop(groups, seconds)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -123,10 +136,8 @@ def main(argv: list[str] | None = None) -> None:
             for one in (False, True) if r % 2 == 0 else (True, False):
                 server = start([embedder, reranker], one, args.threads)
                 try:
-                    asyncio.run(_round(server, embed[:8], rerank[:4], (1, 1), 2.0))  # warm-up
-                    results[one].append(
-                        asyncio.run(_round(server, embed, rerank, clients, args.seconds))
-                    )
+                    _round(server, embed[:8], rerank[:4], (1, 1), 2.0)  # warm-up
+                    results[one].append(_round(server, embed, rerank, clients, args.seconds))
                 finally:
                     server.stop()
     print("| server | embed req/s | rerank req/s | embed p50/p95 ms | rerank p50/p95 ms | errors |")
