@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from family_helpers import assert_encode_equals_sentence_transformers
 from tiny_bert import TINY, save_random
 
 from bertattn import Bert, BertModel
@@ -55,19 +56,7 @@ def test_hidden_states_equal_transformers(distil):
 
 
 def test_encode_equals_sentence_transformers(distil, tmp_path):
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.modules import Transformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
-
-    st = SentenceTransformer(
-        modules=[Transformer(str(distil)), Pooling(TINY["hidden_size"], "mean")], device="cpu"
-    )
-    st.save(str(tmp_path / "st"))
-    want = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
-    got = Bert.load(tmp_path / "st", threads=1).encode(TEXTS)
-    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    assert cos.min() >= 0.99999
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert_encode_equals_sentence_transformers(distil, TINY["hidden_size"], TEXTS, tmp_path)
 
 
 def test_a_distilbert_classifier_folder_loads_its_encoder(tiny_checkpoint, tmp_path):

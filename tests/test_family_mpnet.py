@@ -11,9 +11,9 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from family_helpers import assert_encode_equals_sentence_transformers, assert_reranker_equals_peers
 from tiny_bert import save_random
 
 from bertattn import Bert, BertModel, explain
@@ -233,17 +233,7 @@ def test_our_tokenizer_gives_transformers_ids(tiny):
 
 
 def test_encode_equals_sentence_transformers(tiny, tmp_path):
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.modules import Transformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
-
-    st = SentenceTransformer(modules=[Transformer(str(tiny)), Pooling(32, "mean")], device="cpu")
-    st.save(str(tmp_path / "st"))
-    want = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
-    got = Bert.load(tmp_path / "st", threads=1).encode(TEXTS)
-    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    assert cos.min() >= 0.99999
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert_encode_equals_sentence_transformers(tiny, 32, TEXTS, tmp_path)
 
 
 @pytest.mark.slow
@@ -343,28 +333,11 @@ def test_an_mpnet_classifier_is_a_cross_encoder(tiny, tmp_path):
     """``MPNetForSequenceClassification``: its head (dense + tanh on ``<s>``, then
     ``out_proj``) is RoBERTa's, so BERT's pooler and classifier; logits equal transformers'."""
     import transformers
-    from sentence_transformers import CrossEncoder as STCrossEncoder
-
-    from bertattn import CrossEncoder
 
     config = transformers.MPNetConfig.from_pretrained(tiny, num_labels=1)
     model = transformers.MPNetForSequenceClassification.from_pretrained(tiny, config=config)
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in model.classifier.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-    model.save_pretrained(tmp_path / "rr")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / "rr" / name).write_bytes((tiny / name).read_bytes())
     pairs = [(TEXTS[0], PAIRS[0]), (TEXTS[1], PAIRS[1]), (TEXTS[2], TEXTS[0])]
-    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "rr")
-    batch = tok([p[0] for p in pairs], [p[1] for p in pairs], padding=True, return_tensors="pt")
-    with torch.no_grad():
-        want = model.eval()(**batch).logits
-    ce = CrossEncoder(tmp_path / "rr", threads=1)
-    torch.testing.assert_close(ce.logits(pairs), want, atol=1e-5, rtol=1e-5)
-    st = STCrossEncoder(str(tmp_path / "rr"), device="cpu")
-    np.testing.assert_allclose(ce.predict(pairs), st.predict(pairs), atol=1e-5)
+    assert_reranker_equals_peers(model, tiny, 5, pairs, tmp_path)
 
 
 def test_an_mpnet_folder_without_tokenizer_json_is_refused(tiny, tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from family_helpers import assert_encode_equals_sentence_transformers, assert_reranker_equals_peers
 from tiny_bert import save_random
 
 from bertattn import Bert, BertModel
@@ -110,17 +111,7 @@ def test_our_tokenizer_gives_transformers_ids(family):
 
 
 def test_encode_equals_sentence_transformers(family, tmp_path):
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.base.modules import Transformer
-    from sentence_transformers.sentence_transformer.modules import Pooling
-
-    st = SentenceTransformer(modules=[Transformer(str(family)), Pooling(32, "mean")], device="cpu")
-    st.save(str(tmp_path / "st"))
-    want = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
-    got = Bert.load(tmp_path / "st", threads=1).encode(TEXTS)
-    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    assert cos.min() >= 0.99999
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert_encode_equals_sentence_transformers(family, 32, TEXTS, tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["xlm-roberta", "roberta"])
@@ -128,9 +119,6 @@ def test_a_roberta_reranker_is_a_cross_encoder(kind, tmp_path):
     """An XLM-RoBERTa reranker (the bge-reranker kind): its classification head (dense + tanh
     on <s>, then out_proj) is BERT's pooler and classifier."""
     import transformers
-    from sentence_transformers import CrossEncoder as STCrossEncoder
-
-    from bertattn import CrossEncoder
 
     folder = save_family(kind, tmp_path / "base")
     cls_name = "Roberta" if kind == "roberta" else "XLMRoberta"
@@ -138,22 +126,8 @@ def test_a_roberta_reranker_is_a_cross_encoder(kind, tmp_path):
     model = getattr(transformers, f"{cls_name}ForSequenceClassification").from_pretrained(
         folder, config=config
     )
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.classifier.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-    model.save_pretrained(tmp_path / "rr")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / "rr" / name).write_bytes((folder / name).read_bytes())
     pairs = [(TEXTS[0], PAIRS[0]), (TEXTS[1], PAIRS[1]), (TEXTS[2], TEXTS[0])]
-    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "rr")
-    batch = tok([p[0] for p in pairs], [p[1] for p in pairs], padding=True, return_tensors="pt")
-    with torch.no_grad():
-        want = model.eval()(**batch).logits
-    ce = CrossEncoder(tmp_path / "rr", threads=1)
-    torch.testing.assert_close(ce.logits(pairs), want, atol=1e-5, rtol=1e-5)
-    st = STCrossEncoder(str(tmp_path / "rr"), device="cpu")
-    np.testing.assert_allclose(ce.predict(pairs), st.predict(pairs), atol=1e-5)
+    assert_reranker_equals_peers(model, folder, 1, pairs, tmp_path)
 
 
 @pytest.mark.filterwarnings("ignore:Tokenizer does not support real words")
