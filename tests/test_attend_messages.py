@@ -175,7 +175,7 @@ def test_a_text_file_over_the_line_limit_is_refused_not_read_on(tmp_path):
     file (or ``/dev/zero``, which never ends) is refused, naming it, instead of held whole."""
     from bertattn.corpus.lines import MAX_LINE
     from bertattn.jobs.attend import read_text
-    from bertattn.jobs.options import AttendOptions
+    from bertattn.jobs.attend_options import AttendOptions
 
     big = tmp_path / "big.txt"
     with big.open("wb") as f:

@@ -348,7 +348,7 @@ def test_encode_through_an_assigned_runner_equals_plain_encode(host_read_guard, 
 @pytest.mark.parametrize("flag, expected", [(None, True), (False, False)])
 def test_encode_job_passes_the_choice_on(tiny_checkpoint, flag, expected):
     from bertattn.jobs.encode import _load
-    from bertattn.jobs.options import EncodeOptions
+    from bertattn.jobs.encode_options import EncodeOptions
 
     options = EncodeOptions(
         input="in.txt", output="o.npy", model=str(tiny_checkpoint), cuda_graphs=flag

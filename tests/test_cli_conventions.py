@@ -170,7 +170,7 @@ def test_verbose_logs_dispatch(cli):
 def test_cli_poolings_are_the_library_ones():
     """The options list pooling names without importing torch; they must be the library's."""
     from bertattn.bert.folder import POOLINGS
-    from bertattn.jobs.options import POOLINGS as CLI_POOLINGS
+    from bertattn.jobs.encode_options import POOLINGS as CLI_POOLINGS
 
     assert CLI_POOLINGS == POOLINGS
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bertattn.jobs.encode import run_encode
-from bertattn.jobs.options import EncodeOptions
+from bertattn.jobs.encode_options import EncodeOptions
 
 
 @pytest.mark.filterwarnings("ignore:1 of 5 inputs were longer")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bertattn.jobs.options import ServeOptions
+from bertattn.jobs.serve_options import ServeOptions
 
 
 def test_defaults():

@@ -412,7 +412,7 @@ def test_the_default_connection_cap_stays_below_the_open_file_limit(monkeypatch)
 )
 def test_connection_options_are_checked(field, value):
     from bertattn.errors import UsageError
-    from bertattn.jobs.options import ServeOptions
+    from bertattn.jobs.serve_options import ServeOptions
 
     with pytest.raises(UsageError, match=field.replace("_", "-")):
         ServeOptions(**{field: value})

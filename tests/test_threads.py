@@ -142,11 +142,11 @@ def test_split_for_workers() -> None:
 
 
 def test_workers_launcher_splits_the_budget_not_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bertattn.jobs import options
+    from bertattn.jobs.fields import max_workers
 
     monkeypatch.setattr(threads, "cpu_budget", lambda: CpuBudget(6, 1.5, "/q"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert options.max_workers() == 2
+    assert max_workers() == 2
 
 
 # ---------------------------------------------------------------------------- the governor

@@ -1,7 +1,7 @@
 """Checks for the arguments of the Python API, made where a call comes in.
 
 The command line's options are checked when their dataclass is built
-(:mod:`bertattn.jobs.options`); these helpers do the same for the functions and methods a
+(``bertattn.jobs.*_options``); these helpers do the same for the functions and methods a
 program calls: ``Bert``, ``BertModel``, ``attention_steps``, ``open_embeddings``,
 ``MultiHeadAttention``. A refusal names the argument, the value that came and what is valid:
 

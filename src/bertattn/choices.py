@@ -1,6 +1,6 @@
 """Names that both the library and the command line accept, defined once.
 
-The library checks them where a call comes in; the jobs' options (:mod:`bertattn.jobs.options`)
+The library checks them where a call comes in; the jobs' options (``bertattn.jobs.*_options``)
 offer them as ``choices`` and check them on construction. They live here, in a module that
 imports nothing, so that the command line reads them without importing torch (which
 :mod:`bertattn.bert` and :mod:`bertattn.heads` do)."""

@@ -258,24 +258,24 @@ def _run_named_stdout(args: argparse.Namespace) -> int:
 
 def job_command(command: str) -> tuple[Callable[..., None], Callable[..., int]]:
     """``(add_arguments, run)`` of a command whose options are ``<Name>Options`` in
-    :mod:`bertattn.jobs.options` and whose job is ``run_<name>`` in :mod:`bertattn.jobs.heads`
+    :mod:`bertattn.jobs.head_options` and whose job is ``run_<name>`` in :mod:`bertattn.jobs.heads`
     (``rerank``, ``predict``): the job's summary goes on stderr (``bertattn COMMAND:
     SUMMARY``) unless ``-q``."""
     name = command.replace("-", "_")
 
     def options_class() -> type:
-        from ..jobs import options
+        from ..jobs import head_options
 
-        return getattr(options, f"{name.title().replace('_', '')}Options")
+        return getattr(head_options, f"{name.title().replace('_', '')}Options")
 
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        from ..jobs.options import add_arguments
+        from ..jobs.fields import add_arguments
 
         add_arguments(parser, options_class())
 
     def run(args: argparse.Namespace) -> int:
         from ..jobs import heads
-        from ..jobs.options import from_namespace
+        from ..jobs.fields import from_namespace
 
         options = from_namespace(options_class(), args)
         summary = getattr(heads, f"run_{name}")(options)

@@ -7,11 +7,12 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..jobs.options import AttendOptions
+    from ..jobs.attend_options import AttendOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..jobs.options import AttendOptions, add_arguments
+    from ..jobs.attend_options import AttendOptions
+    from ..jobs.fields import add_arguments
 
     add_arguments(p, AttendOptions)
 
@@ -21,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     (what was written, warnings) on stderr, unless ``-q``."""
     from .. import viz
     from ..jobs.attend import run_attend
-    from ..jobs.options import AttendOptions, from_namespace
+    from ..jobs.attend_options import AttendOptions
+    from ..jobs.fields import from_namespace
 
     options = from_namespace(AttendOptions, args)
     _check_stdout(options)

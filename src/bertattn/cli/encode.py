@@ -8,7 +8,8 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..jobs.options import EncodeOptions, add_arguments
+    from ..jobs.encode_options import EncodeOptions
+    from ..jobs.fields import add_arguments
 
     add_arguments(p, EncodeOptions)
 
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from ..jobs.encode import run_encode
-    from ..jobs.options import EncodeOptions, from_namespace
+    from ..jobs.encode_options import EncodeOptions
+    from ..jobs.fields import from_namespace
 
     options = from_namespace(EncodeOptions, args)
     bars: list = []

@@ -9,7 +9,8 @@ import time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..jobs.options import ExportOptions, add_arguments
+    from ..jobs.export_options import ExportOptions
+    from ..jobs.fields import add_arguments
 
     add_arguments(p, ExportOptions)
 
@@ -18,7 +19,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..jobs.export import run_export
-    from ..jobs.options import ExportOptions, from_namespace
+    from ..jobs.export_options import ExportOptions
+    from ..jobs.fields import from_namespace
 
     options = from_namespace(ExportOptions, args)
     start = time.perf_counter()

@@ -1,5 +1,5 @@
 """`bertattn predict`: the model's head on every input, as ``bertattn.pipeline`` answers
-(options: :class:`bertattn.jobs.options.PredictOptions`, job:
+(options: :class:`bertattn.jobs.head_options.PredictOptions`, job:
 :func:`bertattn.jobs.heads.run_predict`)."""
 
 from . import job_command

@@ -12,14 +12,16 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..jobs.options import ServeOptions, add_arguments
+    from ..jobs.fields import add_arguments
+    from ..jobs.serve_options import ServeOptions
 
     add_arguments(p, ServeOptions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs.options import ServeOptions, from_namespace
+    from ..jobs.fields import from_namespace
     from ..jobs.serve import run_serve
+    from ..jobs.serve_options import ServeOptions
 
     options = from_namespace(ServeOptions, args)
 

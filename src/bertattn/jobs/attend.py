@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..files import check_output
 from ..maps import AttentionMaps
+from .attend_options import AttendOptions
+from .fields import flag, job_device
 from .inputs import check_input, stdin_buffer
-from .options import AttendOptions, flag, job_device
 
 if TYPE_CHECKING:
     from ..bert import Bert

@@ -28,8 +28,9 @@ import numpy as np
 from ..errors import JobError, UsageError, describe_os_error, disk_full, exit_status, one_line
 from ..files import check_name_length, check_output, write_atomic, write_stdout
 from ..stdio import is_closed
+from .encode_options import EncodeOptions
+from .fields import EMBEDDING_FORMATS, flag, job_device, max_workers, to_argv
 from .inputs import check_input, is_stream, read_records, stdin_buffer
-from .options import EMBEDDING_FORMATS, EncodeOptions, flag, job_device, max_workers, to_argv
 
 if TYPE_CHECKING:
     from ..corpus import Corpus, Embeddings

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..files import check_output
+from .export_options import ExportOptions
+from .fields import job_device
 from .inputs import check_input
-from .options import ExportOptions, job_device
 
 __all__ = ["run_export"]
 

@@ -22,15 +22,16 @@ from ..errors import UsageError
 from ..files import check_output, write_atomic, write_stdout
 from ..stdio import is_closed
 from .encode import EncodeSummary
+from .fields import flag, job_device
+from .head_options import HEAD_OUTPUTS, PredictOptions, RerankOptions
 from .inputs import is_stream, read_records, stdin_buffer
-from .options import HEAD_OUTPUTS, PredictOptions, RerankOptions, flag, job_device
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..bert import ModelFolder
     from ..heads.config import HeadConfig
-    from .options import EncodeOptions
+    from .encode_options import EncodeOptions
 
 __all__ = [
     "can_be_sparse",

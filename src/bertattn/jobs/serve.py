@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from ..engine import ModelStep, WrappedStep
 from ..errors import JobError, MissingExtraError, UsageError
-from .options import SERVE_MAX_CONNECTIONS, ServeOptions, job_device
+from .fields import job_device
+from .serve_options import SERVE_MAX_CONNECTIONS, ServeOptions
 
 logger = logging.getLogger("bertattn.serve")
 

@@ -13,7 +13,7 @@ from ..bert.folder import ModelFolder
 from ..bert.jsonfile import ModelPathNotFoundError
 from ..bert.tokenizer import read_tokenizer_config
 from ..errors import UsageError
-from .options import ServeOptions
+from .serve_options import ServeOptions
 
 __all__ = ["check_before_load", "check_model_path", "expected_max_length"]
 
