@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..cpu import cpu_capability, cpu_name
 from ..threads import cpu_budget
+
+__all__ = ["Timer", "cpu_capability", "environment", "interleaved_medians"]
 
 
 @dataclass
@@ -67,70 +70,8 @@ def environment() -> dict[str, object]:
         "cpus": os.cpu_count(),
         "usable_cpus": cpu_budget().describe(),
         "machine": platform.machine(),
-        "processor": _cpu_name(),
+        "processor": cpu_name(),
         "cpu_capability": cap["capability"],
         "bf16_matmul": cap["bf16_matmul"],
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
-
-
-#: from the highest: the name, and the /proc/cpuinfo flag that gives it
-_LEVELS = (("AMX", "amx_bf16"), ("AVX512_BF16", "avx512_bf16"), ("AVX512", "avx512f"))
-
-
-def cpu_capability(flags: set[str] | None = None, torch_capability: str | None = None) -> dict:
-    """The highest of AMX / AVX512_BF16 / AVX512 / AVX2 / default on this CPU.
-
-    From ``torch.backends.cpu.get_cpu_capability()`` (the kernels torch dispatches to: DEFAULT,
-    AVX2, AVX512, ...) and the /proc/cpuinfo flags ``amx_bf16`` / ``avx512_bf16``, which torch's
-    string does not tell. ``bf16_matmul`` is ``"native"`` with one of those two flags, else
-    ``"emulated"`` (oneDNN converts to fp32: bf16 runs slower than fp32; such numbers say
-    nothing of a bf16-capable CPU). Returns ``capability``, ``bf16_matmul``,
-    ``torch_capability`` and the relevant ``flags`` found.
-    """
-    if flags is None:
-        flags = _cpu_flags()
-    if torch_capability is None:
-        try:
-            torch_capability = str(torch.backends.cpu.get_cpu_capability())
-        except Exception:  # pragma: no cover - very old torch
-            torch_capability = "unknown"
-    tc = torch_capability.upper()
-    level = "default"
-    for name, flag in _LEVELS:
-        if flag in flags or (name == "AVX512" and tc.startswith("AVX512")):
-            level = name
-            break
-    else:
-        if "avx2" in flags or tc.startswith("AVX2"):
-            level = "AVX2"
-    native = bool({"amx_bf16", "avx512_bf16"} & flags)
-    wanted = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
-    return {
-        "capability": level,
-        "bf16_matmul": "native" if native else "emulated",
-        "torch_capability": torch_capability,
-        "flags": [f for f in wanted if f in flags],
-    }
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
