@@ -21,9 +21,11 @@ _EXPORTS = {
     "CrossEncoder": ".heads",
     "Dispatch": ".attention",
     "DispatchLog": ".attention",
+    "DtypeChoice": ".bert",
     "Embeddings": ".corpus",
     "MultiHeadAttention": ".attention",
     "SparseEncoder": ".heads",
+    "choose_dtype": ".bert",
     "explain": ".attention",
     "open_embeddings": ".corpus",
     "pipeline": ".heads",
@@ -40,10 +42,12 @@ __all__ = [
     "CrossEncoder",
     "Dispatch",
     "DispatchLog",
+    "DtypeChoice",
     "Embeddings",
     "MultiHeadAttention",
     "SparseEncoder",
     "__version__",
+    "choose_dtype",
     "explain",
     "open_embeddings",
     "pipeline",
@@ -61,7 +65,7 @@ if TYPE_CHECKING:
         prepare_mask,
         register_backend,
     )
-    from .bert import Bert, BertConfig, BertModel
+    from .bert import Bert, BertConfig, BertModel, DtypeChoice, choose_dtype
     from .corpus import Embeddings, open_embeddings
     from .heads import CrossEncoder, SparseEncoder, pipeline
     from .maps import AttentionMaps

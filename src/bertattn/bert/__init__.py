@@ -1,5 +1,6 @@
 """A BERT encoder on bertattn's attention: config, model, checkpoints, tokenizer, pipeline."""
 
+from .auto_dtype import DtypeChoice, choose_dtype
 from .config import BertConfig
 from .folder import ModelFolder, resolve_model
 from .graphs import GraphedBert
@@ -13,8 +14,10 @@ __all__ = [
     "BertModel",
     "BertModelOutput",
     "BertTokenizer",
+    "DtypeChoice",
     "GraphedBert",
     "ModelFolder",
+    "choose_dtype",
     "quantize_embeddings",
     "resolve_device",
     "resolve_model",

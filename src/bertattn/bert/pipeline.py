@@ -42,6 +42,7 @@ from ..errors import ModelFolderError
 from ..maps import AttentionMaps
 from ..threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..threads import apply as apply_threads
+from .auto_dtype import DtypeChoice, choose_dtype
 from .checkpoint import LOAD_DTYPES
 from .device import resolve_device
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
@@ -140,6 +141,9 @@ class Bert(SentenceTransformerSurface):
         :meth:`load`, None for a hand-built ``Bert``); governor: the
         :class:`bertattn.threads.ThreadGovernor` that lowers the count in :meth:`encode`'s loop
         when other processes take cores (None: the count stays as torch has it).
+        dtype_choice: with :meth:`load` ``(dtype="auto")``, the
+        :class:`~bertattn.bert.auto_dtype.DtypeChoice` that picked the compute dtype, with its
+        reason (also :attr:`dtype_reason`); None when a dtype was given or none was.
     """
 
     def __init__(
@@ -173,6 +177,7 @@ class Bert(SentenceTransformerSurface):
         self.graph_runner: GraphedBert | None = None
         self.threads: ThreadChoice | None = None
         self.governor: ThreadGovernor | None = None
+        self.dtype_choice: DtypeChoice | None = None
 
     @classmethod
     def load(
@@ -191,12 +196,22 @@ class Bert(SentenceTransformerSurface):
         the CPU), checked before anything is read. ``threads``: CPU threads to compute with
         (None: the thread policy of :mod:`bertattn.threads`: the CPUs this process may use,
         lowered under co-located load; a count set with ``torch.set_num_threads`` or
-        ``OMP_NUM_THREADS`` is kept). ``dtype``: float32 (None), float16, bfloat16, float64,
-        ``"auto"`` (the checkpoint's), as a torch.dtype or its name. A wrong argument raises
-        ``TypeError`` (a wrong type) or ``ValueError`` naming it, before anything is read."""
-        check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
+        ``OMP_NUM_THREADS`` is kept). ``dtype``: float32 (None), float16, bfloat16, float64, as a
+        torch.dtype or its name, or ``"auto"``: the dtype that is fastest on ``device`` by
+        :func:`bertattn.choose_dtype` (bfloat16 on a CPU with AMX and on a GPU that has bf16,
+        float16 on an older GPU, else float32), logged at INFO with its reason and kept in
+        :attr:`dtype_reason`. Unlike ``BertModel.from_pretrained(dtype="auto")``, which takes the
+        checkpoint's dtype as transformers does, this looks at the machine, not the file.
+        A wrong argument raises ``TypeError`` (a wrong type) or ``ValueError`` naming it, before
+        anything is read."""
+        dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
         check_str(backend, "backend")
         target = None if device is None else resolve_device(device)
+        auto = None
+        if dtype == "auto":
+            auto = choose_dtype(target or "cpu")
+            dtype = auto.dtype
+            logger.info("dtype auto on %s: %s", target or "cpu", auto)
         threads = check_int(threads, "threads", low=1, optional=True)
         choice = choose_threads(threads)
         folder = resolve_model(path)
@@ -214,6 +229,7 @@ class Bert(SentenceTransformerSurface):
             name=folder.name,
             folder=folder,
         )
+        bert.dtype_choice = auto
         bert = bert if target is None else bert.to(target)
         if bert.device.type == "cpu":
             apply_threads(choice)
@@ -257,6 +273,11 @@ class Bert(SentenceTransformerSurface):
                 f"it cannot move to {target}."
             )
         return self
+
+    @property
+    def dtype_reason(self) -> str | None:
+        """Why :meth:`load` ``(dtype="auto")`` chose the model's dtype (None: not chosen so)."""
+        return None if self.dtype_choice is None else self.dtype_choice.reason
 
     @property
     def max_seq_length(self) -> int:
@@ -671,6 +692,8 @@ class Bert(SentenceTransformerSurface):
         if self.threads is not None and device.type == "cpu" and explaining():
             state = f"; {step.governor.describe()}" if step.governor else ""
             explain_note(f"encode: {self.threads.describe()}{state}")
+        if self.dtype_choice is not None and explaining():
+            explain_note(f"encode: dtype auto: {self.dtype_choice}")
         return out, stats
 
     def embed_encodings(

@@ -1,0 +1,139 @@
+"""``dtype="auto"`` for ``Bert.load`` and the command line: the machine's fastest dtype, and why
+(bertattn/bert/auto_dtype.py); ``from_pretrained(dtype="auto")`` keeps transformers' meaning."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertattn
+from bertattn import Bert, BertModel, DtypeChoice, choose_dtype
+from bertattn.bert import auto_dtype
+
+AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+AVX512_BF16 = {"avx2", "avx512f", "avx512_bf16"}
+
+
+# ---------------------------------------------------------------------- the rule
+@pytest.mark.parametrize(
+    ("flags", "dtype", "reason"),
+    [
+        (AMX, torch.bfloat16, auto_dtype.AMX_WHY),
+        ({"amx_bf16"}, torch.bfloat16, auto_dtype.AMX_WHY),
+        (AVX512_BF16, torch.float32, "AVX512_BF16 without AMX: bf16 measured slower than fp32"),
+        ({"avx2", "avx512f"}, torch.float32, "no native bf16 matmul: bf16 emulated"),
+        ({"avx2"}, torch.float32, "no native bf16 matmul: bf16 emulated"),
+        (set(), torch.float32, "no native bf16 matmul: bf16 emulated"),
+    ],
+)
+def test_cpu_rule_on_injected_flags(flags: set[str], dtype: torch.dtype, reason: str) -> None:
+    choice = choose_dtype("cpu", cpu_flags=flags)
+    assert choice.dtype == dtype
+    assert choice.reason.startswith(reason)
+    assert str(choice) == f"{str(dtype).replace('torch.', '')} ({choice.reason})"
+
+
+@pytest.mark.parametrize(
+    ("bf16", "dtype", "word"),
+    [(True, torch.bfloat16, "with bf16"), (False, torch.float16, "without")],
+)
+def test_cuda_rule_on_injected_support(bf16: bool, dtype: torch.dtype, word: str) -> None:
+    for device in ("cuda", "cuda:1", torch.device("cuda", 0)):
+        choice = choose_dtype(device, cuda_bf16=bf16, cpu_flags=AMX)  # the CPU does not count
+        assert choice.dtype == dtype and word in choice.reason and "CUDA" in choice.reason
+
+
+def test_cuda_rule_asks_torch_when_not_injected(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert choose_dtype("cuda").dtype == torch.float16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert choose_dtype("cuda").dtype == torch.bfloat16
+    assert choose_dtype("auto").dtype == torch.bfloat16  # auto: CUDA when there is one
+
+
+def test_cpu_rule_reads_this_machines_flags(monkeypatch) -> None:
+    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AVX512_BF16))
+    assert choose_dtype().reason == auto_dtype.AVX512_BF16_WHY
+    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AMX))
+    assert choose_dtype().dtype == torch.bfloat16
+
+
+def test_other_devices_and_bad_ones() -> None:
+    assert choose_dtype("meta").dtype == torch.float32
+    assert "no measured rule for meta" in choose_dtype("meta").reason
+    with pytest.raises(ValueError, match="device 'gpu' is not valid"):
+        choose_dtype("gpu")
+
+
+def test_choice_is_frozen() -> None:
+    choice = choose_dtype(cpu_flags=AMX)
+    assert isinstance(choice, DtypeChoice) and choice.name == "bfloat16"
+    with pytest.raises(AttributeError):
+        choice.dtype = torch.float32  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------- Bert.load
+def test_bert_load_auto_is_the_machine_rule_and_logs_why(caplog) -> None:
+    here = choose_dtype("cpu")
+    with caplog.at_level(logging.INFO, logger="bertattn"):
+        bert = Bert.load(dtype="auto")  # the default model
+    assert bert.dtype == here.dtype
+    assert bert.dtype_choice == here and bert.dtype_reason == here.reason
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("bertattn")]
+    assert f"dtype auto on cpu: {here}" in lines, lines
+    plain = Bert.load(dtype="float32")
+    assert plain.dtype_choice is None and plain.dtype_reason is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype", "reason"),
+    [
+        (AMX, torch.bfloat16, auto_dtype.AMX_WHY),
+        (AVX512_BF16, torch.float32, auto_dtype.AVX512_BF16_WHY),
+        ({"avx2"}, torch.float32, auto_dtype.EMULATED_WHY),
+    ],
+)
+def test_bert_load_auto_follows_the_cpu_flags(
+    monkeypatch, tiny_checkpoint: Path, flags: set[str], dtype: torch.dtype, reason: str
+) -> None:
+    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(flags))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bf16 on a CPU without it: the slow-half warning
+        bert = Bert.load(tiny_checkpoint, dtype="auto")
+    assert bert.dtype == dtype and bert.dtype_reason == reason
+
+
+def test_explain_names_the_auto_dtype(tiny_checkpoint: Path) -> None:
+    bert = Bert.load(tiny_checkpoint, dtype="auto", threads=1)
+    with bertattn.explain() as log:
+        bert.encode(["one text", "two texts here"])
+    assert f"encode: dtype auto: {choose_dtype()}" in log.notes
+    given = Bert.load(tiny_checkpoint, dtype="float32", threads=1)
+    with bertattn.explain() as log:
+        given.encode(["one text"])
+    assert not any("dtype" in n for n in log.notes)
+
+
+def test_from_pretrained_auto_keeps_the_checkpoints_dtype(tiny_checkpoint: Path, tmp_path) -> None:
+    """transformers' meaning: the dtype config.json names, whatever the machine; a float16
+    checkpoint shows the difference on any CPU (the machine rule never gives float16 there)."""
+    folder = tmp_path / "fp16"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("dtype", None)
+    config["torch_dtype"] = "float16"
+    (folder / "config.json").write_text(json.dumps(config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert BertModel.from_pretrained(folder, dtype="auto").dtype == torch.float16
+        assert BertModel.from_pretrained(folder, torch_dtype="auto").dtype == torch.float16
+        assert Bert.load(folder, dtype="auto").dtype == choose_dtype().dtype != torch.float16
+    fp32 = BertModel.from_pretrained(tiny_checkpoint, dtype="auto")
+    assert fp32.dtype == torch.float32  # a float32 checkpoint stays float32, AMX or not
