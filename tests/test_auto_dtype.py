@@ -14,6 +14,7 @@ import torch
 
 import bertattn
 from bertattn import Bert, BertModel, DtypeChoice, choose_dtype
+from bertattn.bench import environment
 from bertattn.bert import auto_dtype
 
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
@@ -137,3 +138,13 @@ def test_from_pretrained_auto_keeps_the_checkpoints_dtype(tiny_checkpoint: Path,
         assert Bert.load(folder, dtype="auto").dtype == choose_dtype().dtype != torch.float16
     fp32 = BertModel.from_pretrained(tiny_checkpoint, dtype="auto")
     assert fp32.dtype == torch.float32  # a float32 checkpoint stays float32, AMX or not
+
+
+# ---------------------------------------------------------------------- bench
+def test_bench_prints_the_auto_choice_next_to_the_cpu(cli) -> None:
+    r = cli("bench", "--dispatch")
+    assert r.code == 0, r
+    here = choose_dtype("cpu")
+    line = next(x for x in r.out.splitlines() if x.startswith("cpu: "))
+    assert f"--dtype auto: {here}" in line, line
+    assert environment()["auto_dtype"] == here.name

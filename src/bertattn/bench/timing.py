@@ -62,8 +62,12 @@ def interleaved_medians(
 
 def environment() -> dict[str, object]:
     """What the numbers were measured on, with the CPU's vector capability (see
-    :func:`cpu_capability`) and whether its bf16 matrix products are native or emulated."""
+    :func:`cpu_capability`), whether its bf16 matrix products are native or emulated, and the
+    dtype ``dtype="auto"`` picks on this CPU with its reason (:func:`bertattn.choose_dtype`)."""
+    from ..bert.auto_dtype import choose_dtype
+
     cap = cpu_capability()
+    auto = choose_dtype("cpu")
     return {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -73,5 +77,7 @@ def environment() -> dict[str, object]:
         "processor": cpu_name(),
         "cpu_capability": cap["capability"],
         "bf16_matmul": cap["bf16_matmul"],
+        "auto_dtype": auto.name,
+        "auto_dtype_reason": auto.reason,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }

@@ -109,9 +109,18 @@ def _module(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
     cases = DEFAULT_CASES if args.cases is None else DEFAULT_CASES[: args.cases]
     env = environment()
     print(f"module benchmark: E=768 H=12, eval, need_weights=False; {env}", file=human)
+    print(_cpu_line(env), file=human)
     results = run_module_bench(cases, repeats=args.repeats)
     print(format_module_table(results), file=human)
     return {"environment": env, "module": results}
+
+
+def _cpu_line(env: dict[str, object]) -> str:
+    """The CPU's capability and what ``--dtype auto`` picks on it, and why, on one line."""
+    return (
+        f"cpu: {env['cpu_capability']}, bf16 matmul {env['bf16_matmul']}; --dtype auto: "
+        f"{env['auto_dtype']} ({env['auto_dtype_reason']})"
+    )
 
 
 def _dispatch(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
@@ -122,6 +131,7 @@ def _dispatch(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
 
     env = environment()
     print(f"environment: {env}", file=human)
+    print(_cpu_line(env), file=human)
     print("in use (src/bertattn/attention/policy.py):", file=human)
     print(policy.format_table(), file=human)
     out: dict[str, object] = {
