@@ -9,13 +9,23 @@ import shutil
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+import test_heads_cross_encoder
+import test_heads_pipelines
 import torch
 
 import bertattn
 from bertattn import Bert, BertModel, DtypeChoice, choose_dtype
 from bertattn.bench import environment
 from bertattn.bert import auto_dtype
+from bertattn.errors import UsageError
+from bertattn.jobs.encode_options import EncodeOptions
+from bertattn.jobs.serve_options import ServeOptions
+
+# the reranker and classifier folders of the heads' tests (shared, not built again here)
+reranker = test_heads_cross_encoder.reranker
+sentiment = test_heads_pipelines.sentiment
 
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 AVX512_BF16 = {"avx2", "avx512f", "avx512_bf16"}
@@ -148,3 +158,62 @@ def test_bench_prints_the_auto_choice_next_to_the_cpu(cli) -> None:
     line = next(x for x in r.out.splitlines() if x.startswith("cpu: "))
     assert f"--dtype auto: {here}" in line, line
     assert environment()["auto_dtype"] == here.name
+
+
+# ---------------------------------------------------------------------- the command line
+def test_encode_dtype_auto_resolves_and_says_why(cli, tiny_checkpoint: Path, tmp_path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("one text\ntwo texts here\n")
+    out = tmp_path / "o.npy"
+    r = cli("encode", src, "-o", out, "--model", tiny_checkpoint, "--dtype", "auto", "-v")
+    assert r.code == 0, r
+    here = choose_dtype("cpu")
+    assert f"bertattn.bert: dtype auto on cpu: {here}" in r.err, r.err
+    assert f"{here.name} on cpu; pooling" in r.err  # the model line: the resolved dtype
+    want = Bert.load(tiny_checkpoint, dtype=here.dtype).encode(["one text", "two texts here"])
+    np.testing.assert_allclose(np.load(out), want, atol=1e-6)
+
+
+def test_encode_dtype_auto_with_onnx_is_not_refused(tmp_path) -> None:
+    """--onnx runs in float32, which auto may mean; a half dtype is refused as before."""
+    common = {"input": str(tmp_path / "in.txt"), "output": str(tmp_path / "o.npy")}
+    EncodeOptions(**common, onnx="m.onnx", dtype="auto")
+    with pytest.raises(UsageError, match="--dtype bfloat16 applies to the PyTorch model"):
+        EncodeOptions(**common, onnx="m.onnx", dtype="bfloat16")
+
+
+def test_rerank_and_predict_take_dtype_auto(cli, reranker, sentiment, tmp_path) -> None:
+    docs = tmp_path / "docs.txt"
+    docs.write_text("hello world\nthe attention head looks at every token\n")
+    here = choose_dtype("cpu")
+    r = cli("rerank", "which head", "-i", docs, "--model", reranker, "--dtype", "auto", "-v")
+    assert r.code == 0, r
+    assert f"dtype auto on cpu: {here}" in r.err
+    want = bertattn.CrossEncoder(reranker, dtype=here.dtype).rank(
+        "which head", ["hello world", "the attention head looks at every token"]
+    )
+    got = [json.loads(line) for line in r.out.splitlines()]
+    assert [g["corpus_id"] for g in got] == [w["corpus_id"] for w in want]
+    assert [g["score"] for g in got] == pytest.approx([w["score"] for w in want], abs=1e-5)
+    r = cli("predict", "-i", docs, "--model", sentiment, "--dtype", "auto", "-v")
+    assert r.code == 0, r
+    assert f"dtype auto on cpu: {here}" in r.err
+
+
+def test_serve_takes_dtype_auto_and_info_says_the_resolved_dtype(tiny_checkpoint: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from bertattn.serve import create_app
+
+    assert ServeOptions(dtype="auto").dtype == "auto"
+    with pytest.raises(UsageError):
+        ServeOptions(dtype="float64")
+    here = choose_dtype("cpu")
+    app = create_app(Bert.load(tiny_checkpoint, dtype="auto", threads=1))
+    with TestClient(app) as client:
+        info = client.get("/info").json()
+    assert (info["dtype"], info["dtype_reason"]) == (here.name, here.reason)
+    app = create_app(Bert.load(tiny_checkpoint, threads=1))
+    with TestClient(app) as client:
+        info = client.get("/info").json()
+    assert (info["dtype"], info["dtype_reason"]) == ("float32", None)

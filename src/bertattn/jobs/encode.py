@@ -14,6 +14,7 @@ the machine, the input and the output), picks the engine, and writes the output 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from ..distributed import ChunkStore
 
 __all__ = ["EncodeSummary", "embeddings_payload", "run_encode"]
+
+logger = logging.getLogger("bertattn.encode")
 
 Progress = Callable[..., Callable[[int], object]]  # progress(total, unit="text") -> update(n)
 BLOCK_LINES = 1024  # lines of a chunk encoded at a time (the model sorts them by length)
@@ -224,6 +227,8 @@ def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
         bert = load_onnx_bert(
             options.onnx, options.model, threads=choose_threads(options.threads).threads
         )
+        if options.dtype == "auto":
+            logger.info("dtype auto: float32, the precision the --onnx model was exported in")
     else:
         bert = Bert.load(options.model, dtype=options.dtype, device=device, threads=options.threads)
         bert.cuda_graphs = options.cuda_graphs is not False
@@ -422,6 +427,7 @@ def _run_chunked(
     kwargs = _encode_kwargs(options, bert)
     settings = {
         **options.settings(),
+        "dtype": str(bert.model.dtype).replace("torch.", ""),  # --dtype auto: as resolved here
         "pooling": bert.pooling if options.pooling is None else options.pooling,
         "normalize": bert.normalize if options.normalize is None else options.normalize,
         "max_length": kwargs["max_length"],

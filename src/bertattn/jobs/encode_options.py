@@ -14,6 +14,7 @@ from ..threads import check_threads
 from .fields import (
     DEFAULT_TIMEOUT,
     DEVICE_HELP,
+    DTYPE_HELP,
     DTYPES,
     MAX_LENGTH_WHY,
     check_choice,
@@ -66,7 +67,7 @@ class EncodeOptions:
     max_length: int | None = option(None, "tokens (default: the model's)", type=int)
     dtype: str = option(
         "float32",
-        "compute dtype (bfloat16: ~2x faster on CPUs with AVX512-BF16/AMX; output float32)",
+        f"compute dtype (default float32; output float32; {DTYPE_HELP})",
         choices=DTYPES,
     )
     device: str = option(
@@ -187,7 +188,7 @@ class EncodeOptions:
             or self.timeout <= 0
         ):
             raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}.")
-        if self.onnx is not None and self.dtype != "float32":
+        if self.onnx is not None and self.dtype not in ("float32", "auto"):
             raise UsageError(
                 f"--dtype {self.dtype} applies to the PyTorch model; an --onnx model runs in the "
                 f"precision it was exported in (float32): drop --dtype, or drop --onnx."

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "DEVICE_HELP",
     "DTYPES",
+    "DTYPE_HELP",
     "EMBEDDING_FORMATS",
     "GROUPS",
     "MAX_LENGTH_WHY",
@@ -36,7 +37,13 @@ __all__ = [
     "world_size",
 ]
 
-DTYPES = ("float32", "bfloat16", "float16")
+#: ``--dtype``'s choices; ``auto``: the machine's fastest (:func:`bertattn.choose_dtype`: bfloat16
+#: on a CPU with AMX or a GPU with bf16, float16 on an older GPU, else float32)
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+#: ``--dtype``'s help, after what the command says of it
+DTYPE_HELP = (
+    "auto: bfloat16 where measured faster (a CPU with AMX, a GPU), else float32; -v says why"
+)
 EMBEDDING_FORMATS = (".npy", ".jsonl")
 DEFAULT_TIMEOUT = 1800.0
 

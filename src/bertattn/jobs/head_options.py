@@ -10,6 +10,7 @@ from ..choices import AGGREGATIONS, FUNCTIONS
 from ..errors import UsageError
 from .fields import (
     DEVICE_HELP,
+    DTYPE_HELP,
     DTYPES,
     MAX_LENGTH_WHY,
     check_choice,
@@ -64,7 +65,9 @@ class _HeadRun:
     max_length: int | None = option(
         None, "tokens per input, a pair's together (default: the model's)", type=int, group=_RUN
     )
-    dtype: str = option("float32", "compute dtype", choices=DTYPES, group=_RUN)
+    dtype: str = option(
+        "float32", f"compute dtype (default float32; {DTYPE_HELP})", choices=DTYPES, group=_RUN
+    )
     device: str = option("auto", f"where the model runs: {DEVICE_HELP} (default auto)", group=_RUN)
     threads: int | None = option(
         None, "CPU threads (default: automatic)", type=int, metavar="N", group=_RUN

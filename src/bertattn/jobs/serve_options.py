@@ -10,6 +10,7 @@ from ..errors import UsageError
 from ..threads import check_threads
 from .fields import (
     DEVICE_HELP,
+    DTYPE_HELP,
     DTYPES,
     MAX_LENGTH_WHY,
     check_choice,
@@ -61,7 +62,11 @@ class ServeOptions:
         action="append",
     )
     device: str = option("auto", f"where the model runs: {DEVICE_HELP} (default auto)")
-    dtype: str = option("float32", "compute dtype (responses are float32)", choices=DTYPES)
+    dtype: str = option(
+        "float32",
+        f"compute dtype (default float32; responses are float32; {DTYPE_HELP})",
+        choices=DTYPES,
+    )
     served_model_name: str | None = option(
         None,
         "the model name responses carry and requests may give (default: the hub name, e.g. "

@@ -544,7 +544,8 @@ async def _info(state: Any, request: Request) -> Response:
             "model_names": list(state.names),
             "version": f"bertattn {__version__}",
             "device": str(bert.device),
-            "dtype": str(bert.model.dtype).replace("torch.", ""),
+            "dtype": str(bert.model.dtype).replace("torch.", ""),  # --dtype auto: resolved
+            "dtype_reason": getattr(bert, "dtype_reason", None),  # why auto chose it, else None
             "threads": None if threads is None else threads.describe(),
             "dimensions": state.width,
             "pooling": bert.pooling,
