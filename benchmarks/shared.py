@@ -254,6 +254,7 @@ def _judge(results: dict, ideals: dict, n: int, flags: list[str]) -> list[tuple[
                 f"{r:.3f}: {'met' if r >= 0.97 else 'not met'}",
             )
         )
+    verdicts.extend(_governor_verdicts(results))
     if "amx_bf16" not in flags:
         verdicts.append(
             (
@@ -264,6 +265,35 @@ def _judge(results: dict, ideals: dict, n: int, flags: list[str]) -> list[tuple[
     else:
         verdicts.extend(_amx_verdicts(results))
     return verdicts
+
+
+def _governor_verdicts(results: dict) -> list[tuple[str, str]]:
+    """The governor is never worse than no governor: on / off >= 0.95 in every loaded scenario
+    and corpus; beside a tokenizing thread of its own process it also keeps >= 0.5 of quiet."""
+    out = []
+    quiet = results["quiet"]["corpora"]
+    for scen, res in results.items():
+        for corpus, data in res["corpora"].items():
+            rates = data["texts_per_s"]
+            on, off = rates.get("bertattn fp32"), rates.get("bertattn fp32 (no governor)")
+            if not on or not off or scen == "quiet":  # quiet has its own, stricter line
+                continue
+            r = on / off
+            out.append(
+                (
+                    f"{scen}: governor on / off, fp32 {corpus} >= 0.95",
+                    f"{r:.2f}: {'met' if r >= 0.95 else 'not met'}",
+                )
+            )
+            if scen == "tokenizer thread":
+                kept = on / quiet[corpus]["texts_per_s"]["bertattn fp32"]
+                out.append(
+                    (
+                        f"{scen}: bertattn fp32 {corpus} keeps >= 0.5 of quiet",
+                        f"{kept:.2f}: {'met' if kept >= 0.5 else 'not met'}",
+                    )
+                )
+    return out
 
 
 def _amx_verdicts(results: dict) -> list[tuple[str, str]]:

@@ -405,8 +405,10 @@ class ThreadGovernor:
       ``max_interval`` while probes lose.
 
     The probe's cost per unit of work is held against the mean of the batches either side at
-    the current count; it wins when ``margin`` (10%) cheaper. A probe batch less than half or
-    more than twice the size of the reference is not judged.
+    the current count. Never worse than no governor (which runs the top count): a down-probe
+    must be ``margin`` (10%) cheaper twice in a row before the count drops, while an up-probe
+    switches back when it is no dearer, so a lucky batch cannot hold a slower count. A probe
+    batch less than half or more than twice the size of the reference is not judged.
     """
 
     def __init__(
@@ -438,6 +440,7 @@ class ThreadGovernor:
         self._countdown = min_interval
         self._look_s = look_s
         self._down_step = 1  # rungs a down-probe skips: grows while down-probes lose
+        self._confirm: int | None = None  # a level whose down-probe won once: probe it again
         self._ref: tuple[float, int] | None = None  # (cost per unit, work) at the current count
         self._probe: tuple[int, float, float, int] | None = None  # (level, ref cost, cost, work)
         self._mark: tuple[float, int | None] = (time.perf_counter(), self._delay.total())
@@ -446,7 +449,7 @@ class ThreadGovernor:
         """A copy or pickle keeps the rungs and settings, not the lock (locks do not pickle)
         nor the measurements (they describe this process's run, not the copy's)."""
         state = dict(self.__dict__)
-        for name in ("_busy", "_ref", "_probe", "_mark"):
+        for name in ("_busy", "_ref", "_probe", "_mark", "_confirm"):
             state.pop(name, None)
         return state
 
@@ -456,6 +459,7 @@ class ThreadGovernor:
         self._busy = threading.Lock()
         self._ref = None
         self._probe = None
+        self._confirm = None
         self._mark = (time.perf_counter(), self._delay.total())
 
     @property
@@ -493,7 +497,9 @@ class ThreadGovernor:
         self._countdown -= 1
         now = time.perf_counter()
         probe = None
-        if (
+        if self._confirm is not None:
+            probe = self._confirm
+        elif (
             self.level + 1 < len(self.rungs)
             and now - self._mark[0] >= self._look_s
             and self._waited(now)
@@ -509,9 +515,11 @@ class ThreadGovernor:
 
     def _settle(self, plevel: int, won: bool) -> None:
         """After a judged probe: reset the waits on a switch, else back off that kind."""
-        if won:
+        if won and plevel > self.level:  # down: look again soon, in case the load moves on
             self._interval, self._look_s = self.min_interval, self.min_look_s
             self._down_step = 1
+        elif won:  # back up: the looks keep their back-off (the last drop may have been luck)
+            self._interval = self.min_interval
         elif plevel > self.level:  # a lost down-probe: look less often, and further down
             self._look_s = min(self._look_s * 2, self.max_look_s)
             self._down_step = 1 if plevel == len(self.rungs) - 1 else self._down_step + 1
@@ -542,7 +550,15 @@ class ThreadGovernor:
             self._countdown = 2
             return
         reference = (before + cost) / 2
-        won = pcost < reference * (1 - self.margin)
+        # fewer threads must win by the margin, twice in a row; more threads (what no governor
+        # runs) only must not lose: a lucky batch cannot keep a slower count (never worse)
+        down = plevel > self.level
+        won = pcost < reference * (1 - self.margin) if down else pcost <= reference
+        if won and down and self._confirm != plevel:
+            self._confirm = plevel
+            self._countdown = 0
+            return
+        self._confirm = None
         if won:
             logger.info(
                 "threads: %d -> %d (%.3g vs %.3g us per unit of work)",
