@@ -31,15 +31,18 @@ demo: $(STAMP)
 	$(VENV)/bin/bertattn attend "$(DEMO_TEXT)" --pair "$(DEMO_PAIR)" --layer 2 --head 0 \
 		--rollout --png attention.png --html attention.html
 
+# the suite on every CPU this process may use (at most 4; none on one CPU): pytest-xdist workers
+TEST_WORKERS ?= $(shell python3 -c "import os; n = min(4, len(os.sched_getaffinity(0))); print(n if n > 1 else 0)")
+
 test: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # the fast tier: everything but the tests marked slow (real checkpoint end to end, subprocess
 # and multi-process runs, compilation); about a minute on 2 cores. `make test` still runs all.
 test-fast: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 # the server's soak for ten minutes (`make test` runs it for two): mixed traffic, floods,
 # deadlines and clients that leave, then the queue, the counters and the memory are checked

@@ -56,6 +56,17 @@ _DROPPED = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 Env = Mapping[str, "str | None"]
 
 
+#: tests that run for a fixed time or long: started first, so that with ``-n`` (pytest-xdist) the
+#: other workers run the rest of the suite beside them instead of waiting for them at the end
+_LONG_FIRST = ("tests/test_serve_soak.py::test_soak_real_server",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    first = [item for item in items if item.nodeid in _LONG_FIRST]
+    if first:
+        items[:] = first + [item for item in items if item.nodeid not in _LONG_FIRST]
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_restored() -> Iterator[None]:
     """A test (or an in-process command) that sets torch's thread count does not pass it on,
