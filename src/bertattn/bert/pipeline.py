@@ -125,6 +125,15 @@ def _layer_list(layers: object, name: str, n: int) -> list[int]:
     return [i % n for i in out]  # type: ignore[operator]
 
 
+def _cpu_or_auto(device: object) -> bool:
+    """Whether ``device`` (unchecked) may stand for the CPU: None, ``"auto"``, ``"cpu"``."""
+    if device is None or device == "auto":
+        return True
+    if isinstance(device, torch.device):
+        return device.type == "cpu"
+    return isinstance(device, str) and device.strip().split(":")[0] == "cpu"
+
+
 class Bert(SentenceTransformerSurface):
     """A BERT model with its tokenizer and sentence settings.
 
@@ -197,16 +206,25 @@ class Bert(SentenceTransformerSurface):
         (None: the thread policy of :mod:`bertattn.threads`: the CPUs this process may use,
         lowered under co-located load; a count set with ``torch.set_num_threads`` or
         ``OMP_NUM_THREADS`` is kept). ``dtype``: float32 (None), float16, bfloat16, float64, as a
-        torch.dtype or its name, or ``"auto"``: the dtype that is fastest on ``device`` by
+        torch.dtype or its name; ``"auto"``: the dtype that is fastest on ``device`` by
         :func:`bertattn.choose_dtype` (bfloat16 on a CPU with AMX and on a GPU that has bf16,
         float16 on an older GPU, else float32), logged at INFO with its reason and kept in
         :attr:`dtype_reason`. Unlike ``BertModel.from_pretrained(dtype="auto")``, which takes the
-        checkpoint's dtype as transformers does, this looks at the machine, not the file.
-        A wrong argument raises ``TypeError`` (a wrong type) or ``ValueError`` naming it, before
-        anything is read."""
+        checkpoint's dtype as transformers does, this looks at the machine, not the file. Or
+        ``"int8"`` (CPU only, opt-in): the encoder's matrix products in int8, verified against
+        float32 as it loads and refused (``ValueError`` naming the measured cosines) when it
+        falls short; see :mod:`bertattn.bert.int8`. A wrong argument raises ``TypeError`` (a
+        wrong type) or ``ValueError`` naming it, before anything is read."""
+        int8 = dtype is torch.int8 or (isinstance(dtype, str) and dtype.strip() == "int8")
+        if int8:
+            dtype = None  # loaded in float32, then quantized
         dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
         check_str(backend, "backend")
+        if int8 and not _cpu_or_auto(device):
+            raise ValueError(f"dtype='int8' runs on the CPU only; got device={device!r}.")
         target = None if device is None else resolve_device(device)
+        if int8 and target is not None and target.type != "cpu":
+            raise ValueError(f"dtype='int8' runs on the CPU only; device={device!r} is {target}.")
         auto = None
         if dtype == "auto":
             auto = choose_dtype(target or "cpu")
@@ -235,6 +253,10 @@ class Bert(SentenceTransformerSurface):
             apply_threads(choice)
             bert.threads = choice
             bert.governor = ThreadGovernor(choice.threads) if choice.adaptive else None
+        if int8:
+            from . import int8 as _int8
+
+            _int8.verify(_int8.quantize_model(bert))
         cfg = model.config
         logger.info(
             "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
@@ -244,7 +266,7 @@ class Bert(SentenceTransformerSurface):
             cfg.num_hidden_layers,
             cfg.hidden_size,
             cfg.num_attention_heads,
-            str(model.dtype).replace("torch.", ""),
+            "int8" if int8 else str(model.dtype).replace("torch.", ""),
             bert.device,
             folder.pooling,
             folder.normalize,

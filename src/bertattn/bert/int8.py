@@ -1,0 +1,706 @@
+"""Opt-in int8 inference on the CPU: ``Bert.load(..., dtype="int8")``.
+
+Every matrix product of the encoder layers (the fused q/k/v projection, the attention output,
+the two feed-forward linears) runs in int8 on oneDNN (``torch.ops.onednn.qlinear_pointwise``:
+AMX or VNNI kernels where the CPU has them); the embeddings, every LayerNorm, the softmax, the
+GELU, the residual stream and the pooler stay in float32.
+
+* Weights: int8, symmetric, one scale per output channel, quantized once when the model loads.
+* Activations: int8, asymmetric, one scale and zero point per token, computed on each call
+  (dynamic). The zero point is corrected after the product with each weight row's sum.
+* SmoothQuant (alpha 0.6) on the inputs of the q/k/v, attention-output and first feed-forward
+  linears: a per-channel factor, measured on :data:`CALIBRATION`, moves activation outliers into
+  the weights (divided out of the activations as they are quantized).
+* The second feed-forward linear reads GELU outputs, which lie in ``[GELU_MIN, gelu(max u)]``:
+  each token's range comes from the row maximum of the pre-activation ``u``, so the GELU runs
+  once per element.
+
+The quantize and dequantize steps around each product are fused with the bias, the residual
+add, the LayerNorm and the GELU into five small kernels compiled once by ``torch.compile``
+(inductor's C++ backend, so a C++ compiler must be present; shapes are dynamic, no recompile
+per batch; the first load compiles for ~5-20 s, later processes reuse inductor's cache). Done
+eagerly those steps cost more than the int8 products save (measured: paragraphs slower than
+float32). The products write float16 when a bound on their magnitude fits (half the memory
+traffic; exact to ~1e-4 relative), else float32.
+
+When the model loads, :func:`verify` compares it with its own float32 path on
+:data:`CALIBRATION` and refuses it (``ValueError``) when a sentence embedding's cosine is below
+0.99, the mean below 0.998, or a text keeps fewer than 90% of its 10 nearest neighbours.
+
+The float32 weights stay in the model (its ``state_dict`` is the checkpoint's): attention
+weights asked for, training mode, autograd through the input, a recorded steps block, a
+non-CPU or non-float32 input all run the float32 layer instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import PreparedMask, get_backend
+from ..attention import steps as _steps
+from ..attention.dispatch import choose_backend
+from ..attention.padding import PackedBatch
+from .model import BertLayer, BertModel
+
+if TYPE_CHECKING:
+    from .pipeline import Bert
+
+__all__ = [
+    "CALIBRATION",
+    "Fidelity",
+    "Int8Linear",
+    "Int8BertLayer",
+    "available",
+    "quantize_model",
+    "verify",
+    "MIN_COSINE",
+    "MEAN_COSINE",
+    "NEIGHBOURS_KEPT",
+]
+
+log = logging.getLogger(__name__)
+
+#: the bars :func:`verify` holds the int8 model to (sentence embeddings against float32)
+MIN_COSINE = 0.99
+MEAN_COSINE = 0.998
+NEIGHBOURS_KEPT = 0.9  # of each text's 10 nearest neighbours
+NEIGHBOURS = 10
+
+#: SmoothQuant's migration strength (0: none, 1: all of the activation range into the weights);
+#: 0.6 measured best of 0.5-0.8 on 500 held-out sentences (all-MiniLM-L6-v2)
+ALPHA = 0.6
+
+#: the minimum of the exact GELU (-0.169971 at u = -0.7518), rounded outwards
+GELU_MIN = -0.17
+
+#: a product written in float16 must stay below this (float16's largest is 65504)
+_F16_LIMIT = 60000.0
+
+#: The built-in calibration and verification texts: six topics of eleven sentences, so each
+#: text's ten nearest neighbours are mostly its own topic's and a neighbour lost means the
+#: embedding moved, not that two near-equal scores swapped.
+CALIBRATION: tuple[str, ...] = (
+    # cooking
+    "Simmer the tomato sauce for twenty minutes and stir it now and then.",
+    "Knead the bread dough until it feels smooth and springs back when pressed.",
+    "Roast the vegetables with olive oil, garlic and a pinch of salt.",
+    "Whisk the eggs and sugar together before folding in the flour.",
+    "Let the steak rest for five minutes after it comes off the grill.",
+    "A sharp knife makes chopping onions faster and safer.",
+    "Marinate the chicken overnight in yogurt, lemon and spices.",
+    "Bring a large pot of salted water to the boil for the pasta.",
+    "The soup tastes better the next day once the flavours have blended.",
+    "Brown the butter in a pan until it smells nutty, then add the sage.",
+    "Preheat the oven and line the baking tray with parchment paper.",
+    # astronomy
+    "The telescope captured a faint spiral galaxy millions of light years away.",
+    "Jupiter's great red spot is a storm larger than the Earth.",
+    "A solar eclipse happens when the Moon passes between the Sun and the Earth.",
+    "Astronomers detected a planet orbiting in its star's habitable zone.",
+    "The light from distant stars tells us what elements they contain.",
+    "Saturn's rings are made of countless pieces of ice and rock.",
+    "A neutron star packs more mass than the Sun into a city-sized sphere.",
+    "The comet's tail always points away from the Sun.",
+    "Meteor showers occur when the Earth crosses a comet's trail of dust.",
+    "The Milky Way contains hundreds of billions of stars.",
+    "Black holes bend light so strongly that nothing escapes from inside them.",
+    # software
+    "The function raises an exception when the input file does not exist.",
+    "Run the unit tests before merging the branch into main.",
+    "The database query was slow until we added an index on the user column.",
+    "Refactor the parser so that each rule lives in its own method.",
+    "The server returns a 404 error when the requested page is missing.",
+    "Use a virtual environment to keep the project's dependencies isolated.",
+    "The compiler reports a type error on line twelve of the module.",
+    "Caching the results of the expensive call made the API twice as fast.",
+    "The memory leak came from a list that was never cleared.",
+    "Write the configuration to a JSON file and read it back at startup.",
+    "The script retries the network request three times before giving up.",
+    # sport
+    "The striker scored twice in the second half to win the match.",
+    "She finished the marathon in under three hours.",
+    "The tennis final went to five sets and lasted four hours.",
+    "The goalkeeper saved a penalty in the last minute of the game.",
+    "The cyclist attacked on the final climb and won the stage.",
+    "Our team lost the basketball game by a single point.",
+    "The swimmer broke the world record in the two hundred metres.",
+    "The referee showed a red card after a dangerous tackle.",
+    "He trains every morning before work to prepare for the triathlon.",
+    "The crowd cheered as the runner crossed the finish line first.",
+    "The coach changed tactics at half time and the team came back.",
+    # weather
+    "Heavy rain is expected across the region tomorrow afternoon.",
+    "A thick fog covered the valley until late in the morning.",
+    "The temperature dropped below freezing and the roads turned icy.",
+    "Strong winds knocked down trees and power lines overnight.",
+    "The forecast promises sunshine and clear skies for the weekend.",
+    "A thunderstorm rolled in with lightning and hail.",
+    "Snow fell all night and buried the cars in the street.",
+    "The heatwave pushed temperatures above forty degrees.",
+    "Humid air made the evening feel much warmer than it was.",
+    "The hurricane is expected to reach the coast by Thursday.",
+    "A light drizzle continued through the afternoon.",
+    # finance
+    "The central bank raised interest rates to slow inflation.",
+    "Shares of the company fell after its quarterly earnings disappointed.",
+    "She opened a savings account to put money aside for a house.",
+    "The loan must be repaid in monthly instalments over five years.",
+    "Investors moved their money into bonds as the stock market fell.",
+    "The budget shows a deficit for the third year in a row.",
+    "Rising prices have reduced what households can afford to buy.",
+    "The bank charges a small fee for every international transfer.",
+    "A diversified portfolio spreads risk across many assets.",
+    "The currency weakened against the dollar after the announcement.",
+    "Mortgage payments went up when the fixed rate period ended.",
+)
+
+
+# ---------------------------------------------------------------------------- fused kernels
+# Plain torch code, compiled once (dynamic shapes) by :func:`_kernels`. ``levels``: 255 for 8
+# bits; a token's int8 values are ``round(x / s) + z`` in ``[-(levels + 1) / 2, levels / 2]``,
+# ``s * (q - z)`` its dequantized value; ``sz`` is ``s * z``, what the zero-point correction
+# needs after the product.
+
+
+def _quantize(x: Tensor, inv: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted)."""
+    qmin = -(levels + 1) // 2
+    xs = x * inv
+    lo = xs.amin(-1, keepdim=True).clamp(max=0.0)
+    hi = xs.amax(-1, keepdim=True).clamp(min=0.0)
+    s = ((hi - lo) / levels).clamp(min=1e-12)
+    z = torch.round(-lo / s) + qmin
+    q = torch.round(xs / s + z).clamp(qmin, qmin + levels).to(torch.int8)
+    return q, s, s * z
+
+
+def _dequantize(y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor) -> Tensor:
+    """The float32 output of a product ``y = (q @ wq.T) * sw`` of per-token quantized rows:
+    ``s * y - s * z * col + bias`` (``col``: each weight row's sum, times its scale)."""
+    return y.float() * s - sz * col + bias
+
+
+def _qkv(x: Tensor, inv: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    return _quantize(x, inv, levels)
+
+
+def _dequant_res_ln_quant(
+    y: Tensor,
+    s: Tensor,
+    sz: Tensor,
+    bias: Tensor,
+    col: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    ln_bias: Tensor,
+    eps: float,
+    inv: Tensor,
+    levels: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Attention output: dequantize, add the residual, LayerNorm; and quantize the result for
+    the first feed-forward linear."""
+    h = F.layer_norm(x + _dequantize(y, s, sz, bias, col), (x.shape[-1],), weight, ln_bias, eps)
+    return (h, *_quantize(h, inv, levels))
+
+
+def _dequant_gelu_quant(
+    y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor, levels: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """First feed-forward linear: dequantize, GELU, quantize per token for the second. The
+    exact GELU rises for u > -0.75 and never goes below ``GELU_MIN``, so a row's outputs lie in
+    ``[GELU_MIN, gelu(max u)]``: the row max of ``u`` (written apart so that the compiler
+    recomputes ``u`` instead of storing it) gives the scale, and the GELU runs once per
+    element."""
+    qmin = -(levels + 1) // 2
+    top = (y.float() * s + (bias - sz * col)).amax(-1, keepdim=True)
+    hi = F.gelu(top).clamp(min=0.0)
+    scale = ((hi - GELU_MIN) / levels).clamp(min=1e-12)
+    z = torch.round(-GELU_MIN / scale) + qmin
+    g = F.gelu(_dequantize(y, s, sz, bias, col))
+    q = torch.round(g * (1.0 / scale) + z).clamp(qmin, qmin + levels).to(torch.int8)
+    return q, scale, scale * z
+
+
+def _dequant_res_ln(
+    y: Tensor,
+    s: Tensor,
+    sz: Tensor,
+    bias: Tensor,
+    col: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    ln_bias: Tensor,
+    eps: float,
+) -> Tensor:
+    """Second feed-forward linear: dequantize, add the residual, LayerNorm."""
+    return F.layer_norm(x + _dequantize(y, s, sz, bias, col), (x.shape[-1],), weight, ln_bias, eps)
+
+
+@dataclass(frozen=True)
+class _Kernels:
+    quantize: object
+    dequantize: object
+    dequant_res_ln_quant: object
+    dequant_gelu_quant: object
+    dequant_res_ln: object
+
+
+@functools.cache
+def _kernels() -> _Kernels:
+    """The five fused steps, compiled on first use (one graph each for every batch shape)."""
+
+    def compile_(fn):  # type: ignore[no-untyped-def]
+        return torch.compile(fn, dynamic=True, fullgraph=True)
+
+    return _Kernels(
+        compile_(_qkv),
+        compile_(_dequantize),
+        compile_(_dequant_res_ln_quant),
+        compile_(_dequant_gelu_quant),
+        compile_(_dequant_res_ln),
+    )
+
+
+@functools.cache
+def available() -> str | None:
+    """None when this torch can run the int8 path (a CPU build with oneDNN's int8 linear);
+    otherwise why not."""
+    if not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN (mkldnn)"
+    try:
+        torch.ops.onednn.qlinear_prepack  # noqa: B018
+        torch.ops.onednn.qlinear_pointwise  # noqa: B018
+    except (AttributeError, RuntimeError):
+        return "this torch build has no onednn.qlinear_pointwise"
+    return None
+
+
+def cpu_int8_isa() -> str:
+    """The int8 matrix instructions of this CPU as /proc/cpuinfo names them (``amx_int8``,
+    ``avx512_vnni``, ``avx_vnni``), or ``"none"``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    found = [n for n in ("amx_int8", "avx512_vnni", "avx_vnni") if n in flags]
+                    return ", ".join(found) or "none"
+    except OSError:
+        pass
+    return "unknown"
+
+
+# ---------------------------------------------------------------------------- Int8Linear
+_ONE = torch.tensor(1.0)
+_ZERO = torch.tensor(0, dtype=torch.int32)
+
+
+class Int8Linear(nn.Module):
+    """An ``nn.Linear`` in int8: weights per output channel (symmetric), activations per token
+    (asymmetric, dynamic), float32 in and out.
+
+    Args:
+        weight: ``(N, K)`` float weights; bias: ``(N,)`` or None.
+        smooth: ``(K,)`` SmoothQuant factors (None: none): the weights are quantized times
+            ``smooth`` and each input divided by it, so the product is unchanged.
+        bits: activation bits (8; fewer only to test the refusal path).
+
+    The buffers are not persistent: a model's ``state_dict`` stays its float32 checkpoint.
+    """
+
+    def __init__(
+        self, weight: Tensor, bias: Tensor | None, smooth: Tensor | None = None, bits: int = 8
+    ) -> None:
+        super().__init__()
+        if not 2 <= bits <= 8:
+            raise ValueError(f"bits must be in 2..8, got {bits!r}.")
+        with torch.no_grad():
+            w = weight.detach().to("cpu", torch.float32)
+            n, k = w.shape
+            s = torch.ones(k) if smooth is None else smooth.detach().to("cpu", torch.float32)
+            w = w * s
+            scale = (w.abs().amax(1) / 127.0).clamp(min=1e-12)  # (N,)
+            wq = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+            b = torch.zeros(n) if bias is None else bias.detach().to("cpu", torch.float32)
+            self.register_buffer("weight_int8", wq, persistent=False)
+            self.register_buffer("weight_scale", scale.contiguous(), persistent=False)
+            self.register_buffer("bias", b.clone().contiguous(), persistent=False)
+            self.register_buffer("inv_smooth", (1.0 / s).contiguous(), persistent=False)
+            # each row's sum times its scale: the correction for the activations' zero point
+            col = (wq.sum(1, dtype=torch.int64).float() * scale).contiguous()
+            self.register_buffer("col", col, persistent=False)
+            # |q| <= 128, so |(q @ wq.T) * scale| <= 128 * sum|wq| * scale
+            bound = float((wq.abs().sum(1, dtype=torch.int64).float() * scale).max()) * 128.0
+        self.in_features, self.out_features = k, n
+        self.levels = 2**bits - 1
+        #: what the product writes: float16 when the bound above fits, else float32
+        self.out_dtype = torch.float16 if bound < _F16_LIMIT else torch.float32
+        self._packed: Tensor | None = None
+        self._zp = torch.zeros(n, dtype=torch.long)
+
+    @classmethod
+    def from_linear(
+        cls, linear: nn.Linear, smooth: Tensor | None = None, bits: int = 8
+    ) -> Int8Linear:
+        return cls(linear.weight, linear.bias, smooth, bits)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bits={self.levels.bit_length()}, out_dtype={str(self.out_dtype).split('.')[-1]}"
+        )
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_packed"] = None  # oneDNN's packed weight is opaque: packed again on first use
+        return state
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, recurse)
+        if self.weight_int8.device.type != "cpu" or self.weight_int8.dtype != torch.int8:
+            raise ValueError(
+                "an int8 model runs on the CPU only, with its int8 weights as they are; load "
+                "it in float32 (or bfloat16) to move or cast it."
+            )
+        self._packed = None
+        return out
+
+    def matmul(self, q: Tensor) -> Tensor:
+        """``(M, K)`` int8 -> ``(M, N)`` ``(q @ wq.T) * weight_scale`` in :attr:`out_dtype`."""
+        packed = self._packed
+        if packed is None:
+            packed = self._packed = torch.ops.onednn.qlinear_prepack(self.weight_int8, None)
+        return torch.ops.onednn.qlinear_pointwise.tensor(
+            q, _ONE, _ZERO, packed, self.weight_scale, self._zp, None, 1.0, 0,
+            self.out_dtype, "none", [], "",
+        )  # fmt: skip
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(..., K)`` float32 -> ``(..., N)`` float32."""
+        k = _kernels()
+        shape = x.shape
+        rows = x.reshape(-1, shape[-1])
+        q, s, sz = k.quantize(rows, self.inv_smooth, self.levels)  # type: ignore[operator]
+        y = k.dequantize(self.matmul(q), s, sz, self.bias, self.col)  # type: ignore[operator]
+        return y.view(*shape[:-1], self.out_features)
+
+
+# ---------------------------------------------------------------------------- the layer
+class Int8BertLayer(BertLayer):
+    """A :class:`~bertattn.bert.model.BertLayer` whose four products run in int8.
+
+    It keeps the float32 layer's modules under their names (so the ``state_dict`` and every
+    reader of ``attn.out_linear.weight`` see the checkpoint) and adds ``int8`` (the
+    :class:`Int8Linear` of ``qkv``, ``out``, ``fc_in``, ``fc_out``). ``int8_enabled`` False, or
+    a call the int8 path does not cover (see the module doc), runs the float32 layer.
+    """
+
+    def __init__(
+        self, layer: BertLayer, smooth: dict[str, Tensor | None] | None = None, bits: int = 8
+    ) -> None:
+        nn.Module.__init__(self)
+        for name, mod in layer._modules.items():
+            self.add_module(name, mod)
+        self.train(layer.training)
+        smooth = smooth or {}
+        attn, mlp = self.attn, self.mlp
+        if mlp.act is not F.gelu:
+            raise ValueError(
+                "int8 supports the exact GELU feed-forward (hidden_act 'gelu') only; this "
+                "model uses another activation."
+            )
+        w, b = attn.qkv_weight()
+        self.int8 = nn.ModuleDict(
+            {
+                "qkv": Int8Linear(w, b, smooth.get("qkv"), bits),
+                "out": Int8Linear.from_linear(attn.out_linear, smooth.get("out"), bits),
+                "fc_in": Int8Linear.from_linear(mlp.fc_in, smooth.get("fc_in"), bits),
+                "fc_out": Int8Linear.from_linear(mlp.fc_out, None, bits),
+            }
+        )
+        self.int8_enabled = True
+
+    def _int8_runs(self, x: Tensor) -> bool:
+        return (
+            self.int8_enabled
+            and not self.training
+            and x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and not (torch.is_grad_enabled() and x.requires_grad)
+            and not _steps._open_blocks
+        )
+
+    def forward(
+        self, x: Tensor, mask: PreparedMask, need_weights: bool = False, lean: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        if need_weights or not self._int8_runs(x):
+            return super().forward(x, mask, need_weights, lean)
+        attn = self.attn
+        name, reason = choose_backend(
+            attn.backend,
+            need_weights=False,
+            device_type="cpu",
+            dtype=x.dtype,
+            key_len=x.size(1),
+            training=False,
+        )
+        spec = get_backend(name)
+        if spec.layout == "packed":  # asked for a packed backend on a padded call: as fp32 does
+            return super().forward(x, mask, need_weights, lean)
+        b, length, e = x.shape
+        h, d = attn.num_heads, attn.head_dim
+        rows = x.reshape(b * length, e)
+        qkv = self._qkv(rows).view(b, length, 3, h, d).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # (B, H, L, D) each
+        context, _ = spec.fn(q, k, v, mask.bias, dropout_p=0.0, need_weights=False)
+        if mask.live_rows is not None:  # rows with no key at all: zero context
+            context = context.masked_fill(~mask.live_rows, 0.0)
+        attn._record(attn.backend, name, reason, q)
+        context = context.transpose(1, 2).reshape(b * length, e)
+        return self._after_attention(rows, context).view(b, length, e), None
+
+    def forward_packed(
+        self,
+        x: Tensor,
+        packed: PackedBatch,
+        reason: str,
+        lean: bool = False,
+        bias: tuple[Tensor | None, ...] | None = None,
+    ) -> Tensor:
+        requested = self.attn.backend
+        explicit = requested != "auto" and get_backend(requested).layout == "packed"
+        backend = requested if explicit else "varlen"
+        spec = get_backend(backend)
+        if not self._int8_runs(x) or (bias is not None and not spec.packed_bias):
+            return super().forward_packed(x, packed, reason, lean, bias)
+        t, e = x.shape
+        h, d = self.attn.num_heads, self.attn.head_dim
+        q, k, v = self._qkv(x).view(t, 3, h, d).unbind(1)  # (T, H, D) each
+        if bias is None:
+            context = spec.fn(q, k, v, packed, dropout_p=0.0)
+        else:
+            context = spec.fn(q, k, v, packed, dropout_p=0.0, bias=bias)
+        self.attn._record(requested, backend, reason, q)
+        return self._after_attention(x, context.reshape(t, e))
+
+    def _qkv(self, rows: Tensor) -> Tensor:
+        """``(M, E)`` -> the float32 ``(M, 3E)`` q/k/v projection."""
+        kern = _kernels()
+        lin = self.int8["qkv"]
+        q, s, sz = kern.quantize(rows, lin.inv_smooth, lin.levels)  # type: ignore[operator]
+        return kern.dequantize(lin.matmul(q), s, sz, lin.bias, lin.col)  # type: ignore[operator]
+
+    def _after_attention(self, rows: Tensor, context: Tensor) -> Tensor:
+        """The attention output projection, residual + LayerNorm, and the feed-forward block
+        with its residual + LayerNorm, on ``(M, E)`` rows."""
+        kern = _kernels()
+        lins = self.int8
+        out, fc_in, fc_out = lins["out"], lins["fc_in"], lins["fc_out"]
+        n1, n2 = self.attn_norm, self.mlp_norm
+        q, s, sz = kern.quantize(context, out.inv_smooth, out.levels)  # type: ignore[operator]
+        x1, q, s, sz = kern.dequant_res_ln_quant(  # type: ignore[operator]
+            out.matmul(q), s, sz, out.bias, out.col, rows, n1.weight, n1.bias, n1.eps,
+            fc_in.inv_smooth, fc_in.levels,
+        )  # fmt: skip
+        q, s, sz = kern.dequant_gelu_quant(  # type: ignore[operator]
+            fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels
+        )
+        return kern.dequant_res_ln(  # type: ignore[operator]
+            fc_out.matmul(q), s, sz, fc_out.bias, fc_out.col, x1, n2.weight, n2.bias, n2.eps
+        )
+
+
+# ---------------------------------------------------------------------------- quantize
+def _int8_layers(model: BertModel) -> list[Int8BertLayer]:
+    return [la for la in model.encoder.layers if isinstance(la, Int8BertLayer)]
+
+
+@contextmanager
+def float32_path(model: BertModel) -> Iterator[None]:
+    """Run the int8 layers of ``model`` in float32 inside the block (the reference
+    :func:`verify` compares with)."""
+    layers = _int8_layers(model)
+    before = [la.int8_enabled for la in layers]
+    for la in layers:
+        la.int8_enabled = False
+    try:
+        yield
+    finally:
+        for la, was in zip(layers, before, strict=True):
+            la.int8_enabled = was
+
+
+def _smoothing(bert: Bert, texts: Sequence[str], alpha: float) -> list[dict[str, Tensor]]:
+    """SmoothQuant's per-channel factors for each layer's q/k/v, attention-output and first
+    feed-forward inputs: ``amax(|x_j|) ** alpha / amax(|w_j|) ** (1 - alpha)`` over ``texts``,
+    each text run alone (no padding row counts)."""
+    model = bert.model
+    layers = list(model.encoder.layers)
+    seen: list[dict[str, Tensor]] = [{} for _ in layers]
+
+    def keep(i: int, name: str, x: Tensor) -> None:
+        top = x.detach().reshape(-1, x.shape[-1]).abs().amax(0).float()
+        old = seen[i].get(name)
+        seen[i][name] = top if old is None else torch.maximum(old, top)
+
+    handles = []
+    for i, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(lambda m, a, i=i: keep(i, "qkv", a[0])))
+        handles.append(
+            layer.attn.out_linear.register_forward_pre_hook(lambda m, a, i=i: keep(i, "out", a[0]))
+        )
+        handles.append(
+            layer.mlp.fc_in.register_forward_pre_hook(lambda m, a, i=i: keep(i, "fc_in", a[0]))
+        )
+    try:
+        with torch.inference_mode(), float32_path(model):
+            for enc in bert.tokenizer.encode_batch(list(texts), max_length=bert.max_length):
+                ids = torch.tensor([enc.ids], device=model.device)
+                model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+    factors = []
+    for i, layer in enumerate(layers):
+        w_qkv, _ = layer.attn.qkv_weight()
+        weights = {
+            "qkv": w_qkv,
+            "out": layer.attn.out_linear.weight,
+            "fc_in": layer.mlp.fc_in.weight,
+        }
+        f = {}
+        for name, w in weights.items():
+            act = seen[i][name].clamp(min=1e-5)
+            wmax = w.detach().float().abs().amax(0).clamp(min=1e-5)
+            f[name] = (act**alpha / wmax ** (1.0 - alpha)).clamp(min=1e-5)
+        factors.append(f)
+    return factors
+
+
+def quantize_model(
+    bert: Bert,
+    *,
+    texts: Sequence[str] = CALIBRATION,
+    alpha: float = ALPHA,
+    bits: int = 8,
+) -> Bert:
+    """Make ``bert``'s encoder layers :class:`Int8BertLayer` (in place; returns ``bert``).
+
+    ``texts``: what SmoothQuant's factors are measured on; ``alpha``: its strength (0: no
+    smoothing); ``bits``: the activations' bits (8; fewer only to test :func:`verify`).
+    Does not verify: call :func:`verify` (``Bert.load(dtype="int8")`` does both).
+    """
+    why = available()
+    if why is not None:
+        raise ValueError(f"int8 cannot run here: {why}.")
+    model = bert.model
+    if model.device.type != "cpu" or model.dtype != torch.float32:
+        raise ValueError(
+            f"int8 quantizes a float32 model on the CPU; this one is {model.dtype} on "
+            f"{model.device}."
+        )
+    if _int8_layers(model):
+        raise ValueError("this model is int8 already.")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha!r}.")
+    factors = _smoothing(bert, texts, alpha) if alpha > 0 else None
+    layers = model.encoder.layers
+    for i, layer in enumerate(list(layers)):
+        if type(layer) is not BertLayer:
+            raise ValueError(
+                f"layer {i} is a {type(layer).__name__}, not a BertLayer: int8 replaces stock "
+                f"layers only."
+            )
+        layers[i] = Int8BertLayer(layer, None if factors is None else factors[i], bits)  # type: ignore[arg-type]
+    return bert
+
+
+# ---------------------------------------------------------------------------- verify
+@dataclass(frozen=True)
+class Fidelity:
+    """Sentence embeddings of the int8 model against float32 on the same texts: the lowest and
+    mean cosine, and the lowest and mean share of each text's nearest neighbours kept."""
+
+    texts: int
+    min_cosine: float
+    mean_cosine: float
+    min_kept: float
+    mean_kept: float
+    neighbours: int
+
+    def passes(self) -> bool:
+        return (
+            self.min_cosine >= MIN_COSINE
+            and self.mean_cosine >= MEAN_COSINE
+            and self.min_kept >= NEIGHBOURS_KEPT
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"on {self.texts} texts: min cosine {self.min_cosine:.5f} (bar {MIN_COSINE}), mean "
+            f"cosine {self.mean_cosine:.5f} (bar {MEAN_COSINE}), each text keeps >= "
+            f"{self.min_kept:.0%} of its {self.neighbours} nearest neighbours (mean "
+            f"{self.mean_kept:.1%}; bar {NEIGHBOURS_KEPT:.0%})"
+        )
+
+
+def compare(reference: Tensor, embeddings: Tensor, neighbours: int = NEIGHBOURS) -> Fidelity:
+    """:class:`Fidelity` of ``embeddings`` ``(N, E)`` against ``reference`` ``(N, E)``."""
+    a = F.normalize(reference.double(), dim=1)
+    b = F.normalize(embeddings.double(), dim=1)
+    cos = (a * b).sum(1)
+    n = a.shape[0]
+    k = min(neighbours, n - 1)
+    if k < 1:
+        kept = torch.ones(n, dtype=torch.float64)
+    else:
+
+        def top(e: Tensor) -> Tensor:
+            sim = e @ e.T
+            sim.fill_diagonal_(-float("inf"))
+            return sim.topk(k, dim=1).indices
+
+        ta, tb = top(a), top(b)
+        hit = (ta.unsqueeze(2) == tb.unsqueeze(1)).any(2)  # (N, k): a's neighbour in b's top
+        kept = hit.double().mean(1)
+    return Fidelity(
+        n, float(cos.min()), float(cos.mean()), float(kept.min()), float(kept.mean()), k
+    )
+
+
+def verify(bert: Bert, texts: Sequence[str] = CALIBRATION) -> Fidelity:
+    """Encode ``texts`` with ``bert``'s int8 layers and with their float32 path; raise
+    ``ValueError`` naming the measured cosines and neighbours kept when below the bars
+    (:data:`MIN_COSINE`, :data:`MEAN_COSINE`, :data:`NEIGHBOURS_KEPT`); return the
+    :class:`Fidelity` otherwise."""
+    model = bert.model
+    if not _int8_layers(model):
+        raise ValueError("this model has no int8 layer to verify; call quantize_model first.")
+    texts = list(texts)
+    with torch.inference_mode():
+        with float32_path(model):
+            reference = bert.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
+        try:
+            got = bert.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
+        except Exception as exc:  # the first int8 call compiles the fused kernels
+            raise RuntimeError(
+                f"int8 could not run here: its fused kernels are compiled by torch.compile's "
+                f"C++ backend (a C++ compiler must be installed); {type(exc).__name__}: {exc}"
+            ) from exc
+    fidelity = compare(reference, got)
+    if not fidelity.passes():
+        raise ValueError(
+            f"int8 quantization of {bert.name or 'this model'} is refused: against float32 "
+            f"{fidelity}. Load it in float32 (or bfloat16) instead."
+        )
+    log.info("int8 %s verified against float32 %s", bert.name, fidelity)
+    return fidelity

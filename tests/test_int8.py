@@ -1,0 +1,176 @@
+"""``dtype="int8"``: Int8Linear against F.linear, the load-time verification and its refusal,
+and the int8 layer's fallbacks to float32."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks.corpus import stdlib_docstring_corpus
+from bertattn import Bert, BertModel
+from bertattn.bert import int8
+from bertattn.bert.int8 import CALIBRATION, Int8BertLayer, Int8Linear
+
+pytestmark = [
+    pytest.mark.slow,  # compiles the fused kernels; most load the real checkpoint
+    pytest.mark.skipif(int8.available() is not None, reason=str(int8.available())),
+]
+
+
+def _emulated(x: torch.Tensor, lin: Int8Linear) -> torch.Tensor:
+    """What Int8Linear computes, in float64 from its own integers: the baseline its kernels are
+    held to (per-token asymmetric activations, per-channel weights)."""
+    xs = x.double() * lin.inv_smooth.double()
+    lo = xs.amin(-1, keepdim=True).clamp(max=0)
+    hi = xs.amax(-1, keepdim=True).clamp(min=0)
+    s = ((hi - lo) / lin.levels).clamp(min=1e-12)
+    qmin = -(lin.levels + 1) // 2
+    z = torch.round(-lo / s) + qmin
+    xq = (torch.round(xs / s + z).clamp(qmin, qmin + lin.levels) - z) * s
+    w = lin.weight_int8.double() * lin.weight_scale.double()[:, None]
+    return xq @ w.T + lin.bias.double()
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("smooth", [False, True])
+@pytest.mark.parametrize("rows", [1, 37, 300])
+def test_int8_linear_against_linear(rows: int, smooth: bool) -> None:
+    torch.manual_seed(0)
+    lin = nn.Linear(96, 160)
+    x = torch.randn(rows, 96)
+    x[:, 5] *= 8.0  # an outlier channel, as LayerNorm outputs have
+    factors = x.abs().amax(0) ** 0.5 if smooth else None
+    q = Int8Linear.from_linear(lin, factors)
+    assert q.out_dtype == torch.float16  # small weights: the product's bound fits float16
+    with torch.inference_mode():
+        got = q(x)
+        exact = F.linear(x, lin.weight, lin.bias)
+    emulated = _emulated(x, q)
+    # the kernels add only float16 / float32 rounding to the quantization itself ...
+    assert float((got.double() - emulated).abs().max()) <= 2e-3 * float(emulated.abs().max())
+    # ... so they are as close to F.linear as the quantization allows, and that is close
+    assert _rel(got, exact) <= 1.05 * _rel(emulated, exact) + 1e-4
+    assert _rel(got, exact) < 0.02
+    assert got.dtype == torch.float32 and got.shape == (rows, 160)
+
+
+def test_int8_linear_large_weights_write_float32() -> None:
+    torch.manual_seed(1)
+    lin = nn.Linear(512, 64)
+    with torch.no_grad():
+        lin.weight.mul_(400.0)  # 128 * sum|w| per row passes float16's range
+    q = Int8Linear.from_linear(lin)
+    assert q.out_dtype == torch.float32
+    x = torch.randn(20, 512)
+    with torch.inference_mode():
+        got = q(x)
+    assert _rel(got, F.linear(x, lin.weight, lin.bias)) < 0.02
+
+
+def test_int8_linear_leading_dims_and_copy() -> None:
+    lin = nn.Linear(32, 48)
+    q = Int8Linear.from_linear(lin)
+    x = torch.randn(3, 5, 32)
+    with torch.inference_mode():
+        a = q(x)
+        b = copy.deepcopy(q)(x)  # the oneDNN pack is dropped by the copy and made again
+    assert a.shape == (3, 5, 48)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.fixture(scope="module")
+def bert_int8(minilm_dir) -> Bert:
+    return Bert.load(minilm_dir, dtype="int8")
+
+
+@pytest.fixture(scope="module")
+def bert_fp32(minilm_dir) -> Bert:
+    return Bert.load(minilm_dir)
+
+
+def test_load_int8_meets_the_bars_on_a_holdout(bert_int8: Bert, bert_fp32: Bert) -> None:
+    layers = bert_int8.model.encoder.layers
+    assert all(isinstance(la, Int8BertLayer) for la in layers)
+    short = [t for t in stdlib_docstring_corpus(1500) if 8 <= len(t.split()) <= 20][:150]
+    assert not set(short) & set(CALIBRATION)
+    with torch.inference_mode():
+        ref = bert_fp32.encode(short, convert_to_tensor=True)
+        got = bert_int8.encode(short, convert_to_tensor=True)
+    fid = int8.compare(ref, got)
+    assert fid.min_cosine >= int8.MIN_COSINE
+    assert fid.mean_cosine >= int8.MEAN_COSINE
+    assert fid.mean_kept >= int8.NEIGHBOURS_KEPT
+    # the int8 path ran (not the float32 fallback): embeddings differ from float32 a little
+    assert fid.min_cosine < 0.99999
+
+
+def test_int8_embeddings_do_not_depend_on_the_batch(bert_int8: Bert) -> None:
+    """Activations are quantized per token, so a text's embedding does not depend on what it is
+    batched with (padded, packed or alone)."""
+    texts = ["A short one.", *CALIBRATION[:20], "x " * 200]
+    with torch.inference_mode():
+        together = bert_int8.encode(texts, convert_to_tensor=True, batch_size=32)
+        alone = torch.stack([bert_int8.encode(t, convert_to_tensor=True) for t in texts])
+    cos = F.cosine_similarity(together, alone, dim=1)
+    assert float(cos.min()) > 0.9999
+
+
+def test_int8_falls_back_to_float32_for_attention_weights(bert_int8: Bert, bert_fp32: Bert) -> None:
+    batch = bert_fp32.tokenizer(["Attention maps come from the float32 path."])
+    with torch.inference_mode():
+        a = bert_int8.model(batch.input_ids, batch.attention_mask, output_attentions=True)
+        b = bert_fp32.model(batch.input_ids, batch.attention_mask, output_attentions=True)
+    assert a.attentions is not None
+    for wa, wb in zip(a.attentions, b.attentions, strict=True):
+        torch.testing.assert_close(wa, wb)
+    torch.testing.assert_close(a.last_hidden_state, b.last_hidden_state)
+
+
+def test_int8_keeps_the_float32_checkpoint(bert_int8: Bert, bert_fp32: Bert) -> None:
+    a, b = bert_int8.model.state_dict(), bert_fp32.model.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert bert_int8.model.dtype == torch.float32  # the residual stream and the outputs
+
+
+def test_int8_refused_with_the_measured_cosine(minilm_dir, monkeypatch) -> None:
+    """Too few bits for the activations: the load-time check refuses and says by how much."""
+    real = int8.quantize_model
+    monkeypatch.setattr(int8, "quantize_model", lambda bert: real(bert, bits=3))
+    refused = r"refused: against float32 on 66 texts: min cosine 0\.\d+"
+    with pytest.raises(ValueError, match=refused):
+        Bert.load(minilm_dir, dtype="int8")
+
+
+def test_int8_refused_on_an_outlier(minilm_dir) -> None:
+    """One huge outlier channel in the embeddings output: per-token scales leave every other
+    channel a few levels, and verify() refuses the model."""
+    bert = Bert.load(minilm_dir)
+    with torch.no_grad():
+        norm = bert.model.embeddings.norm
+        norm.bias[7] += 2000.0
+        norm.weight[7] *= 0.0
+    int8.quantize_model(bert, alpha=0.0)
+    with pytest.raises(ValueError, match=r"min cosine 0\.\d+ \(bar 0\.99\)") as info:
+        int8.verify(bert)
+    assert "nearest neighbours" in str(info.value)
+
+
+def test_int8_argument_checks(minilm_dir) -> None:
+    with pytest.raises(ValueError, match="CPU only"):
+        Bert.load(minilm_dir, dtype="int8", device="cuda")
+    with pytest.raises(ValueError, match="int8"):
+        Bert.load(minilm_dir, dtype="int4")
+    model = BertModel.from_pretrained(minilm_dir, dtype=torch.bfloat16)
+    bert = Bert.load(minilm_dir)
+    bert.model = model
+    with pytest.raises(ValueError, match="float32 model on the CPU"):
+        int8.quantize_model(bert)
