@@ -1,0 +1,98 @@
+"""int8 benchmark: ``Bert.load(dtype="int8")`` against float32 on the real all-MiniLM-L6-v2.
+
+    python -m benchmarks.int8 [--rounds 7] [--threads N] [--short 256] [--paragraphs 48] [--bf16]
+
+Fidelity on a holdout disjoint from the built-in calibration set (500 standard-library docstring
+sentences of 8-20 words, 100 docstring passages truncated at 256 tokens): min / mean cosine of
+the sentence embeddings against float32, and the share of each text's 10 nearest neighbours
+kept (min over texts, mean). Speed: ``Bert.encode`` texts/s on short sentences and on
+~250-token paragraphs, the peers interleaved round by round after a warm-up, medians (and the
+median of the per-round ratios, steadier on a shared machine). The issue's bars: min cosine
+>= 0.99, mean >= 0.998, >= 90% of each text's neighbours kept; >= 1.8x float32 on both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import torch
+
+from bertattn import Bert
+from bertattn.bench import environment, interleaved_medians
+from bertattn.bert import int8
+
+from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
+
+
+def short_texts(n: int) -> list[str]:
+    """``n`` docstring first paragraphs of 8-20 words (none of them in int8.CALIBRATION)."""
+    texts = [t for t in stdlib_docstring_corpus(6000) if 8 <= len(t.split()) <= 20][:n]
+    return [t for t in texts if t not in int8.CALIBRATION]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=None, help="default: torch's count")
+    ap.add_argument("--short", type=int, default=256, help="short texts timed")
+    ap.add_argument("--paragraphs", type=int, default=48, help="paragraphs timed")
+    ap.add_argument("--bf16", action="store_true", help="time bfloat16 too")
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore", message=".*truncated.*")
+    threads = args.threads or torch.get_num_threads()
+    env = environment()
+    print(
+        f"torch {env['torch']}, {threads} threads, {env['processor']}; capability "
+        f"{env['cpu_capability']}; int8 instructions: {int8.cpu_int8_isa()}"
+    )
+    start = time.perf_counter()
+    fp32 = Bert.load(threads=threads)
+    loaded = time.perf_counter()
+    q8 = Bert.load(dtype="int8", threads=threads)
+    print(
+        f"load: float32 {loaded - start:.1f} s, int8 {time.perf_counter() - loaded:.1f} s "
+        f"(calibration, compiling the fused kernels, verification)"
+    )
+    peers = {"float32": fp32, "int8": q8}
+    if args.bf16:
+        peers["bfloat16"] = Bert.load(dtype="bfloat16", threads=threads)
+
+    holdout = {"short": short_texts(500), "paragraphs": stdlib_paragraph_corpus(100)}
+    with torch.inference_mode():
+        for name, texts in holdout.items():
+            ref = fp32.encode(texts, convert_to_tensor=True)
+            for peer, bert in peers.items():
+                if peer != "float32":
+                    got = bert.encode(texts, convert_to_tensor=True)
+                    print(f"fidelity {peer}, {name}: {int8.compare(ref, got)}")
+
+    timed = {
+        "short": holdout["short"][: args.short],
+        "paragraphs": holdout["paragraphs"][: args.paragraphs],
+    }
+    for name, texts in timed.items():
+        tokens = sum(len(e.ids) for e in fp32.tokenizer.encode_batch(texts, max_length=256))
+        fns = {peer: (lambda b=bert, t=texts: b.encode(t)) for peer, bert in peers.items()}
+        timer = interleaved_medians(fns, repeats=args.rounds)
+        med = {peer: statistics.median(s) for peer, s in timer.samples.items()}
+        rates = ", ".join(f"{peer} {len(texts) / med[peer]:.1f} texts/s" for peer in peers)
+        line = [f"{name} ({len(texts)} texts, {tokens / len(texts):.0f} tokens/text): {rates}"]
+        for peer in peers:
+            if peer == "float32":
+                continue
+            per_round = [
+                a / b for a, b in zip(timer.samples["float32"], timer.samples[peer], strict=True)
+            ]
+            line.append(
+                f"{peer} vs float32 {med['float32'] / med[peer]:.2f}x (median of per-round "
+                f"ratios {statistics.median(per_round):.2f}x, range {min(per_round):.2f}-"
+                f"{max(per_round):.2f})"
+            )
+        print("; ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
