@@ -214,3 +214,16 @@ def test_wrote_line_goes_to_stderr_and_the_file_is_written_atomically(
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert "environment" in data and ("table" in data if mode else "module" in data)
     assert r.out.strip()  # the human-readable output still on stdout
+
+
+def test_interleaved_rounds_rotate_which_peer_goes_first() -> None:
+    """No peer always runs right after the same other one (whose spinning threads or filled
+    caches would then always land on it)."""
+    from bertattn.bench import interleaved_medians
+
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    timer = interleaved_medians(fns, repeats=3, warmup=0)
+    assert calls == list("abcbcacab")
+    assert all(len(samples) == 3 for samples in timer.samples.values())
+    assert interleaved_medians({}, repeats=2).samples == {}

@@ -39,9 +39,12 @@ def interleaved_medians(
     warmup: int = 1,
     device: torch.device | None = None,
 ) -> Timer:
-    """Run every function ``warmup`` times, then ``repeats`` rounds of one call each, in turn.
+    """Run every function ``warmup`` times, then ``repeats`` rounds of one call each, in turn,
+    each round starting one peer further on.
 
-    Interleaving spreads a shared machine's noise over all peers instead of one of them.
+    Interleaving spreads a shared machine's noise over all peers instead of one of them; the
+    rotation spreads what a peer leaves behind (another runtime's threads still spinning after
+    its call, a cache it filled) over all peers instead of the one that always follows it.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}.")
@@ -50,8 +53,10 @@ def interleaved_medians(
         for _ in range(warmup):
             fn()
         _sync(device)
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(repeats if names else 0):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
             _sync(device)
             start = time.perf_counter()
             fn()
