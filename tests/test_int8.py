@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -139,6 +140,7 @@ def test_int8_keeps_the_float32_checkpoint(bert_int8: Bert, bert_fp32: Bert) -> 
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert bert_int8.model.dtype == torch.float32  # the residual stream and the outputs
+    assert (bert_int8.precision, bert_fp32.precision) == ("int8", "float32")  # what runs
 
 
 def test_int8_refused_with_the_measured_cosine(minilm_dir, monkeypatch) -> None:
@@ -174,3 +176,24 @@ def test_int8_argument_checks(minilm_dir) -> None:
     bert.model = model
     with pytest.raises(ValueError, match="float32 model on the CPU"):
         int8.quantize_model(bert)
+
+
+def test_encode_cli_dtype_int8_writes_rows_close_to_float32(
+    cli, minilm_dir, bert_fp32: Bert, tmp_path
+) -> None:
+    texts = list(CALIBRATION[:12])
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = tmp_path / "emb.npy"
+    r = cli("encode", src, "-o", out, "--model", minilm_dir, "--dtype", "int8")
+    assert r.code == 0, r
+    got = torch.from_numpy(np.load(out))
+    ref = bert_fp32.encode(texts, convert_to_tensor=True).float()
+    cos = F.cosine_similarity(got, ref, dim=-1)
+    assert float(cos.min()) >= int8.MIN_COSINE, cos
+    assert not torch.equal(got, ref)  # the int8 products ran, not the float32 path
+
+
+def test_only_the_sentence_encoder_takes_dtype_int8(cli, tmp_path) -> None:
+    r = cli("rerank", "q", "-i", tmp_path / "docs.txt", "--dtype", "int8")
+    assert r.code == 2 and "int8" in r.err, r

@@ -217,8 +217,8 @@ class Bert(SentenceTransformerSurface):
         wrong type) or ``ValueError`` naming it, before anything is read."""
         int8 = dtype is torch.int8 or (isinstance(dtype, str) and dtype.strip() == "int8")
         if int8:
-            dtype = None  # loaded in float32, then quantized
-        dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
+            dtype = None  # loaded in float32, then quantized ("int8" stays in the errors)
+        dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto", "int8"))
         check_str(backend, "backend")
         if int8 and not _cpu_or_auto(device):
             raise ValueError(f"dtype='int8' runs on the CPU only; got device={device!r}.")
@@ -295,6 +295,16 @@ class Bert(SentenceTransformerSurface):
                 f"it cannot move to {target}."
             )
         return self
+
+    @property
+    def precision(self) -> str:
+        """What the encoder computes in: ``"int8"`` after :meth:`load` ``(dtype="int8")``, else
+        the model's dtype without ``torch.`` (``"float32"``, ``"bfloat16"``, ...)."""
+        from .int8 import Int8BertLayer
+
+        if any(isinstance(layer, Int8BertLayer) for layer in self.model.encoder.layers):
+            return "int8"
+        return str(self.model.dtype).replace("torch.", "")
 
     @property
     def dtype_reason(self) -> str | None:

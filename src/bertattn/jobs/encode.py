@@ -427,7 +427,7 @@ def _run_chunked(
     kwargs = _encode_kwargs(options, bert)
     settings = {
         **options.settings(),
-        "dtype": str(bert.model.dtype).replace("torch.", ""),  # --dtype auto: as resolved here
+        "dtype": bert.precision,  # --dtype auto: as resolved here; int8 as such
         "pooling": bert.pooling if options.pooling is None else options.pooling,
         "normalize": bert.normalize if options.normalize is None else options.normalize,
         "max_length": kwargs["max_length"],

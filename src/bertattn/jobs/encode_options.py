@@ -14,8 +14,8 @@ from ..threads import check_threads
 from .fields import (
     DEFAULT_TIMEOUT,
     DEVICE_HELP,
-    DTYPE_HELP,
-    DTYPES,
+    ENCODER_DTYPE_HELP,
+    ENCODER_DTYPES,
     MAX_LENGTH_WHY,
     check_choice,
     check_device,
@@ -67,8 +67,8 @@ class EncodeOptions:
     max_length: int | None = option(None, "tokens (default: the model's)", type=int)
     dtype: str = option(
         "float32",
-        f"compute dtype (default float32; output float32; {DTYPE_HELP})",
-        choices=DTYPES,
+        f"compute dtype (default float32; output float32; {ENCODER_DTYPE_HELP})",
+        choices=ENCODER_DTYPES,
     )
     device: str = option(
         "auto", f"where the model runs: {DEVICE_HELP} (default auto)", output=False
@@ -169,7 +169,7 @@ class EncodeOptions:
             )
         check_unicode(cls, self, "field", "id_field")
         check_choice(cls, self, "pooling", POOLINGS)
-        check_choice(cls, self, "dtype", DTYPES)
+        check_choice(cls, self, "dtype", ENCODER_DTYPES)
         check_device(cls, self)
         check_int(cls, self, "batch_size", optional=False)
         check_int(cls, self, "max_length", low=3, because=MAX_LENGTH_WHY)

@@ -16,6 +16,8 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "DEVICE_HELP",
     "DTYPES",
+    "ENCODER_DTYPES",
+    "ENCODER_DTYPE_HELP",
     "DTYPE_HELP",
     "EMBEDDING_FORMATS",
     "GROUPS",
@@ -44,6 +46,10 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 DTYPE_HELP = (
     "auto: bfloat16 where measured faster (a CPU with AMX, a GPU), else float32; -v says why"
 )
+#: the sentence encoder's ``--dtype`` choices (encode, serve): also ``int8`` (CPU, opt-in: the
+#: encoder's matrix products in int8, checked against float32 as the model loads)
+ENCODER_DTYPES = (*DTYPES, "int8")
+ENCODER_DTYPE_HELP = DTYPE_HELP + "; int8: CPU only, checked against float32 as it loads"
 EMBEDDING_FORMATS = (".npy", ".jsonl")
 DEFAULT_TIMEOUT = 1800.0
 

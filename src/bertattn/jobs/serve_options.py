@@ -10,8 +10,8 @@ from ..errors import UsageError
 from ..threads import check_threads
 from .fields import (
     DEVICE_HELP,
-    DTYPE_HELP,
-    DTYPES,
+    ENCODER_DTYPE_HELP,
+    ENCODER_DTYPES,
     MAX_LENGTH_WHY,
     check_choice,
     check_device,
@@ -64,8 +64,8 @@ class ServeOptions:
     device: str = option("auto", f"where the model runs: {DEVICE_HELP} (default auto)")
     dtype: str = option(
         "float32",
-        f"compute dtype (default float32; responses are float32; {DTYPE_HELP})",
-        choices=DTYPES,
+        f"compute dtype (default float32; responses are float32; {ENCODER_DTYPE_HELP})",
+        choices=ENCODER_DTYPES,
     )
     served_model_name: str | None = option(
         None,
@@ -205,7 +205,7 @@ class ServeOptions:
         check_text(cls, self, "served_model_name")
         check_unicode(cls, self, "served_model_name", "host", "api_key")
         check_device(cls, self)
-        check_choice(cls, self, "dtype", DTYPES)
+        check_choice(cls, self, "dtype", ENCODER_DTYPES)
         if not isinstance(self.host, str) or not self.host.strip() or " " in self.host:
             raise UsageError(f"--host must be an address such as 127.0.0.1, got {self.host!r}.")
         port = self.port

@@ -544,7 +544,7 @@ async def _info(state: Any, request: Request) -> Response:
             "model_names": list(state.names),
             "version": f"bertattn {__version__}",
             "device": str(bert.device),
-            "dtype": str(bert.model.dtype).replace("torch.", ""),  # --dtype auto: resolved
+            "dtype": bert.precision,  # --dtype auto: resolved; int8 as such
             "dtype_reason": getattr(bert, "dtype_reason", None),  # why auto chose it, else None
             "threads": None if threads is None else threads.describe(),
             "dimensions": state.width,
