@@ -49,6 +49,7 @@ from ..attention import PreparedMask, get_backend
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch
+from ..cpu import cpu_flags
 from .model import BertLayer, BertModel
 
 if TYPE_CHECKING:
@@ -206,9 +207,9 @@ def _dequant_res_ln_quant(
     inv: Tensor,
     levels: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Attention output: dequantize, add the residual, LayerNorm; and quantize the result for
-    the first feed-forward linear."""
-    h = F.layer_norm(x + _dequantize(y, s, sz, bias, col), (x.shape[-1],), weight, ln_bias, eps)
+    """Attention output: dequantize, add the residual, LayerNorm (:func:`_dequant_res_ln`); and
+    quantize the result for the first feed-forward linear."""
+    h = _dequant_res_ln(y, s, sz, bias, col, x, weight, ln_bias, eps)
     return (h, *_quantize(h, inv, levels))
 
 
@@ -286,17 +287,12 @@ def available() -> str | None:
 
 def cpu_int8_isa() -> str:
     """The int8 matrix instructions of this CPU as /proc/cpuinfo names them (``amx_int8``,
-    ``avx512_vnni``, ``avx_vnni``), or ``"none"``."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    found = [n for n in ("amx_int8", "avx512_vnni", "avx_vnni") if n in flags]
-                    return ", ".join(found) or "none"
-    except OSError:
-        pass
-    return "unknown"
+    ``avx512_vnni``, ``avx_vnni``), ``"none"``, or ``"unknown"`` where the flags cannot be read."""
+    flags = cpu_flags()
+    if not flags:
+        return "unknown"
+    found = [n for n in ("amx_int8", "avx512_vnni", "avx_vnni") if n in flags]
+    return ", ".join(found) or "none"
 
 
 # ---------------------------------------------------------------------------- Int8Linear
