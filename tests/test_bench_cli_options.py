@@ -216,14 +216,21 @@ def test_wrote_line_goes_to_stderr_and_the_file_is_written_atomically(
     assert r.out.strip()  # the human-readable output still on stdout
 
 
-def test_interleaved_rounds_rotate_which_peer_goes_first() -> None:
-    """No peer always runs right after the same other one (whose spinning threads or filled
-    caches would then always land on it)."""
+def test_interleaved_rounds_vary_which_peer_comes_before_which() -> None:
+    """No peer always runs right after the same other one (whose spinning threads or slowed
+    CPU would then always land on it); the orders repeat from run to run."""
     from bertattn.bench import interleaved_medians
 
-    calls: list[str] = []
-    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    timer = interleaved_medians(fns, repeats=3, warmup=0)
-    assert calls == list("abcbcacab")
-    assert all(len(samples) == 3 for samples in timer.samples.values())
+    def orders() -> list[list[str]]:
+        calls: list[str] = []
+        fns = {name: (lambda name=name: calls.append(name)) for name in "abcdef"}
+        timer = interleaved_medians(fns, repeats=6, warmup=0)
+        assert all(len(samples) == 6 for samples in timer.samples.values())
+        return [calls[i : i + 6] for i in range(0, 36, 6)]
+
+    rounds = orders()
+    assert rounds[0] == list("abcdef") and all(sorted(r) == list("abcdef") for r in rounds)
+    before_a = {r[r.index("a") - 1] for r in rounds if r.index("a") > 0}
+    assert len(before_a) >= 2, rounds
+    assert orders() == rounds
     assert interleaved_medians({}, repeats=2).samples == {}

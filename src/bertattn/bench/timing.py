@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -39,12 +40,14 @@ def interleaved_medians(
     warmup: int = 1,
     device: torch.device | None = None,
 ) -> Timer:
-    """Run every function ``warmup`` times, then ``repeats`` rounds of one call each, in turn,
-    each round starting one peer further on.
+    """Run every function ``warmup`` times, then ``repeats`` rounds of one call each: the first
+    round in the given order, each later one in a shuffled order (seeded by the round, so runs
+    repeat).
 
     Interleaving spreads a shared machine's noise over all peers instead of one of them; the
-    rotation spreads what a peer leaves behind (another runtime's threads still spinning after
-    its call, a cache it filled) over all peers instead of the one that always follows it.
+    shuffle spreads what a peer leaves behind (another runtime's threads still spinning after
+    its call, a CPU slowed by its AMX work) over all peers instead of the one that always
+    follows it (rotating the order would not: it keeps each peer's predecessor).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}.")
@@ -54,8 +57,8 @@ def interleaved_medians(
             fn()
         _sync(device)
     names = list(fns)
-    for r in range(repeats if names else 0):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
+    for r in range(repeats):
+        for name in names if r == 0 else random.Random(r).sample(names, len(names)):
             fn = fns[name]
             _sync(device)
             start = time.perf_counter()
