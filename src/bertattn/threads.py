@@ -441,6 +441,8 @@ class ThreadGovernor:
         self._look_s = look_s
         self._down_step = 1  # rungs a down-probe skips: grows while down-probes lose
         self._confirm: int | None = None  # a level whose down-probe won once: probe it again
+        self._depth = 0  # loops entered and not left
+        self._left: tuple[float, int | None] | None = None  # (time, delay) the last loop ended
         self._ref: tuple[float, int] | None = None  # (cost per unit, work) at the current count
         self._probe: tuple[int, float, float, int] | None = None  # (level, ref cost, cost, work)
         self._mark: tuple[float, int | None] = (time.perf_counter(), self._delay.total())
@@ -449,7 +451,7 @@ class ThreadGovernor:
         """A copy or pickle keeps the rungs and settings, not the lock (locks do not pickle)
         nor the measurements (they describe this process's run, not the copy's)."""
         state = dict(self.__dict__)
-        for name in ("_busy", "_ref", "_probe", "_mark", "_confirm"):
+        for name in ("_busy", "_ref", "_probe", "_mark", "_confirm", "_depth", "_left"):
             state.pop(name, None)
         return state
 
@@ -460,6 +462,8 @@ class ThreadGovernor:
         self._ref = None
         self._probe = None
         self._confirm = None
+        self._depth = 0
+        self._left = None
         self._mark = (time.perf_counter(), self._delay.total())
 
     @property
@@ -606,12 +610,27 @@ class ThreadGovernor:
 
     @contextmanager
     def loop(self) -> Iterator[ThreadGovernor]:
-        """Around a batch loop: torch's thread count is restored when it ends."""
+        """Around a batch loop: torch's thread count is restored when it ends. The time and the
+        run-queue delay between two loops are left out of the next look: what the process did
+        meanwhile (another model's work, a tokenizing pool that spins after its call) is not
+        contention of this loop's threads, and probing for it cost ~20% of a quiet encode."""
         import torch
 
         before = torch.get_num_threads()
+        self._depth += 1
+        if self._depth == 1 and self._left is not None:
+            (then, before_delay), (left_at, left_delay) = self._mark, self._left
+            now, delay = time.perf_counter(), self._delay.total()
+            if before_delay is None or left_delay is None or delay is None:
+                self._mark = (then + (now - left_at), None)
+            else:
+                self._mark = (then + (now - left_at), before_delay + (delay - left_delay))
+            self._left = None
         try:
             yield self
         finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._left = (time.perf_counter(), self._delay.total())
             if torch.get_num_threads() != before:
                 torch.set_num_threads(before)
