@@ -32,7 +32,7 @@ demo: $(STAMP)
 		--rollout --png attention.png --html attention.html
 
 # the suite on every CPU this process may use (at most 4; none on one CPU): pytest-xdist workers
-TEST_WORKERS ?= $(shell python3 -c "import os; n = min(4, len(os.sched_getaffinity(0))); print(n if n > 1 else 0)")
+TEST_WORKERS ?= $(shell python3 -c "import os; a = getattr(os, 'sched_getaffinity', None); n = min(4, len(a(0)) if a else os.cpu_count() or 1); print(n if n > 1 else 0)")
 
 test: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
