@@ -118,21 +118,31 @@ def _metrics(url: str) -> dict[str, float]:
     return out
 
 
+_ANSWERED = 'bertattn_requests_total{{route="embeddings",status="{}"}}'
+
+
+def _unanswered(m: dict[str, float]) -> float:
+    """Requests admitted and not yet answered (200), dropped (504) or counted gone (499)."""
+    done = sum(m.get(_ANSWERED.format(s), 0) for s in (200, 499, 504))
+    return m.get("bertattn_admitted_requests_total", 0) - done
+
+
 def _settled(url: str, timeout: float = 30) -> dict[str, float]:
-    """/metrics once the queue is empty and the last requests are counted (bounded wait)."""
+    """/metrics once the queue is empty and every admitted request is counted answered (a
+    client that left is counted 499 when its work ends, after the queue emptied); bounded: a
+    server that never settles is returned as it is, and the checks then fail on it."""
     deadline = time.monotonic() + timeout
     while True:
         m = _metrics(url)
         empty = m["bertattn_queue_requests"] == 0 and m["bertattn_queue_tokens"] == 0
-        if empty or time.monotonic() > deadline:
+        if (empty and _unanswered(m) == 0) or time.monotonic() > deadline:
             return m
         time.sleep(0.2)
 
 
 def _check(url: str, tally: Tally, before: dict[str, float], oracle: dict) -> None:
     """The promises after a soak (``before``: /metrics when the soak began)."""
-    time.sleep(0.5)  # answers to clients that left are still being counted
-    m = _settled(url)
+    m = _settled(url)  # waits for the answers to clients that left to be counted
 
     def grew(key: str) -> float:
         return m.get(key, 0) - before.get(key, 0)
@@ -140,8 +150,7 @@ def _check(url: str, tally: Tally, before: dict[str, float], oracle: dict) -> No
     assert not tally.wrong, tally.wrong[:5]
     assert tally.status[200] > 0 and tally.status[429] > 0 and tally.left > 0, tally
     assert m["bertattn_queue_requests"] == 0 and m["bertattn_queue_tokens"] == 0
-    route = 'bertattn_requests_total{{route="embeddings",status="{}"}}'
-    answered = {s: grew(route.format(s)) for s in (200, 429, 499, 504)}
+    answered = {s: grew(_ANSWERED.format(s)) for s in (200, 429, 499, 504)}
     # what the clients saw, plus what those that left were answered (499 or other), if their
     # request reached the app at all before they left
     seen = sum(tally.status.values())

@@ -200,10 +200,12 @@ def _repeat_kv(t: Tensor, n_rep: int) -> Tensor:
 _cached: list[tuple[weakref.ref, int, tuple, PreparedMask] | None] = [None]
 
 
-def _forget(ref: weakref.ref) -> None:
-    entry = _cached[0]
+def _forget(ref: weakref.ref, cache: list = _cached) -> None:
+    # ``cache`` bound at definition: a mask freed while the interpreter shuts down calls this
+    # after the module's globals are gone
+    entry = cache[0]
     if entry is not None and entry[0] is ref:
-        _cached[0] = None
+        cache[0] = None
 
 
 def _tracing() -> bool:
