@@ -17,11 +17,14 @@ import argparse
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from bertattn import Bert
 from bertattn.bench import environment, interleaved_medians
+from bertattn.bench.timing import Timer
 from bertattn.bert import int8
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
@@ -31,6 +34,38 @@ def short_texts(n: int) -> list[str]:
     """``n`` docstring first paragraphs of 8-20 words (none of them in int8.CALIBRATION)."""
     texts = [t for t in stdlib_docstring_corpus(6000) if 8 <= len(t.split()) <= 20][:n]
     return [t for t in texts if t not in int8.CALIBRATION]
+
+
+def _tensor(rows: object) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(rows))
+
+
+def print_fidelity(
+    peers: dict[str, Callable[[list[str]], object]], holdout: dict[str, list[str]], reference: str
+) -> None:
+    """Each peer's fidelity to ``reference`` (:func:`bertattn.bert.int8.compare`: min / mean
+    cosine, neighbours kept) on each holdout corpus; peers are encode functions."""
+    with torch.inference_mode():
+        for name, texts in holdout.items():
+            ref = _tensor(peers[reference](texts))
+            for peer, fn in peers.items():
+                if peer != reference:
+                    print(f"fidelity {peer}, {name}: {int8.compare(ref, _tensor(fn(texts)))}")
+
+
+def timed(
+    peers: dict[str, Callable[[list[str]], object]], texts: list[str], rounds: int
+) -> tuple[Timer, dict[str, float]]:
+    """The peers' encode of ``texts`` interleaved for ``rounds``: the timer and its medians."""
+    fns = {peer: (lambda fn=fn: fn(texts)) for peer, fn in peers.items()}
+    with torch.inference_mode():
+        timer = interleaved_medians(fns, repeats=rounds)
+    return timer, {peer: statistics.median(s) for peer, s in timer.samples.items()}
+
+
+def per_round(timer: Timer, peer: str, than: str) -> list[float]:
+    """``peer``'s speed over ``than``'s in each round (steadier than a ratio of medians)."""
+    return [a / b for a, b in zip(timer.samples[than], timer.samples[peer], strict=True)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,40 +91,30 @@ def main(argv: list[str] | None = None) -> None:
         f"load: float32 {loaded - start:.1f} s, int8 {time.perf_counter() - loaded:.1f} s "
         f"(calibration, compiling the fused kernels, verification)"
     )
-    peers = {"float32": fp32, "int8": q8}
+    peers: dict[str, Callable[[list[str]], object]] = {"float32": fp32.encode, "int8": q8.encode}
     if args.bf16:
-        peers["bfloat16"] = Bert.load(dtype="bfloat16", threads=threads)
+        peers["bfloat16"] = Bert.load(dtype="bfloat16", threads=threads).encode
 
     holdout = {"short": short_texts(500), "paragraphs": stdlib_paragraph_corpus(100)}
-    with torch.inference_mode():
-        for name, texts in holdout.items():
-            ref = fp32.encode(texts, convert_to_tensor=True)
-            for peer, bert in peers.items():
-                if peer != "float32":
-                    got = bert.encode(texts, convert_to_tensor=True)
-                    print(f"fidelity {peer}, {name}: {int8.compare(ref, got)}")
+    print_fidelity(peers, holdout, "float32")
 
-    timed = {
+    sets = {
         "short": holdout["short"][: args.short],
         "paragraphs": holdout["paragraphs"][: args.paragraphs],
     }
-    for name, texts in timed.items():
+    for name, texts in sets.items():
         tokens = sum(len(e.ids) for e in fp32.tokenizer.encode_batch(texts, max_length=256))
-        fns = {peer: (lambda b=bert, t=texts: b.encode(t)) for peer, bert in peers.items()}
-        timer = interleaved_medians(fns, repeats=args.rounds)
-        med = {peer: statistics.median(s) for peer, s in timer.samples.items()}
+        timer, med = timed(peers, texts, args.rounds)
         rates = ", ".join(f"{peer} {len(texts) / med[peer]:.1f} texts/s" for peer in peers)
         line = [f"{name} ({len(texts)} texts, {tokens / len(texts):.0f} tokens/text): {rates}"]
         for peer in peers:
             if peer == "float32":
                 continue
-            per_round = [
-                a / b for a, b in zip(timer.samples["float32"], timer.samples[peer], strict=True)
-            ]
+            ratios = per_round(timer, peer, "float32")
             line.append(
                 f"{peer} vs float32 {med['float32'] / med[peer]:.2f}x (median of per-round "
-                f"ratios {statistics.median(per_round):.2f}x, range {min(per_round):.2f}-"
-                f"{max(per_round):.2f})"
+                f"ratios {statistics.median(ratios):.2f}x, range {min(ratios):.2f}-"
+                f"{max(ratios):.2f})"
             )
         print("; ".join(line), flush=True)
 

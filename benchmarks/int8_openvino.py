@@ -37,15 +37,14 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bertattn import Bert
-from bertattn.bench import environment, interleaved_medians
+from bertattn.bench import environment
 from bertattn.bert import int8
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
-from .int8 import short_texts
+from .int8 import per_round, print_fidelity, short_texts, timed
 from .openvino_peer import _encoder
 
 PRESETS = ("mixed", "performance")
@@ -188,39 +187,27 @@ def main(argv: list[str] | None = None) -> None:
         **encoders,
     }
 
-    with torch.inference_mode():
-        for name, texts in holdout.items():
-            ref = fp32.encode(texts, convert_to_tensor=True)
-            for peer, fn in peers.items():
-                if peer != "bertattn fp32":
-                    got = torch.as_tensor(np.asarray(fn(texts)))
-                    print(f"fidelity {peer}, {name}: {int8.compare(ref, got)}")
+    print_fidelity(peers, holdout, "bertattn fp32")
 
-    timed = {
+    sets = {
         "short": holdout["short"][: args.short],
         "paragraphs": holdout["paragraphs"][: args.paragraphs],
     }
-    for name, texts in timed.items():
+    for name, texts in sets.items():
         tokens = sum(len(e.ids) for e in fp32.tokenizer.encode_batch(texts, max_length=256))
-        fns = {peer: (lambda fn=fn, t=texts: fn(t)) for peer, fn in peers.items()}
-        with torch.inference_mode():
-            timer = interleaved_medians(fns, repeats=args.rounds)
-        med = {peer: statistics.median(s) for peer, s in timer.samples.items()}
+        timer, med = timed(peers, texts, args.rounds)
         print(
             f"{name} ({len(texts)} texts, {tokens / len(texts):.0f} tokens/text), medians of "
             f"{args.rounds} rounds:"
         )
         for peer in peers:
-            per_round = [
-                a / b
-                for a, b in zip(timer.samples["bertattn int8"], timer.samples[peer], strict=True)
-            ]
+            ratios = per_round(timer, peer, "bertattn int8")
             print(
                 f"  {peer:20s} {len(texts) / med[peer]:8.1f} texts/s  "
                 f"{med['bertattn fp32'] / med[peer]:.2f}x bertattn fp32  "
                 f"{med['bertattn int8'] / med[peer]:.2f}x bertattn int8 (per-round "
-                f"{statistics.median(per_round):.2f}x, {min(per_round):.2f}-"
-                f"{max(per_round):.2f})",
+                f"{statistics.median(ratios):.2f}x, {min(ratios):.2f}-"
+                f"{max(ratios):.2f})",
                 flush=True,
             )
 
