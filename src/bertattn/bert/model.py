@@ -44,6 +44,7 @@ from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from ..capture import is_capturing
+from . import chunks as _chunks
 from . import relative as _relative
 from .config import BertConfig
 
@@ -733,6 +734,84 @@ class BertModel(nn.Module):
             position_ids = position_ids.expand(b, seq_len)
         self._check_id_values(input_ids, token_type_ids, position_ids)
         want = self._layers_for_weights(False if output_attentions is None else output_attentions)
+        rows = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        chunks = self._chunks(attention_mask, b, seq_len, device)
+        if len(chunks) > 1:  # a large CPU batch: row chunks, concatenated (bert/chunks.py)
+            parts = [
+                self._run(
+                    *(None if t is None else t[start:end] for t in rows),
+                    want,
+                    bool(output_hidden_states),
+                    (end - start, seq_len),
+                    device,
+                )
+                for start, end in chunks
+            ]
+            out = BertModelOutput(
+                *(
+                    _chunks.concat_rows([getattr(p, f) for p in parts])
+                    for f in ("last_hidden_state", "pooler_output")
+                ),
+                *(
+                    None
+                    if getattr(parts[0], f) is None
+                    else tuple(
+                        _chunks.concat_rows(layer)
+                        for layer in zip(*(getattr(p, f) for p in parts), strict=True)
+                    )
+                    for f in ("attentions", "hidden_states")
+                ),
+            )
+        else:
+            out = self._run(*rows, want, bool(output_hidden_states), (b, seq_len), device)
+        return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
+
+    #: tokens per row chunk of a large CPU batch in inference (:mod:`bertattn.bert.chunks`);
+    #: None: the model's own (from its widths and compute dtype); 0: never chunk
+    chunk_tokens: int | None = None
+
+    def _chunks(
+        self, attention_mask: Tensor | None, b: int, seq_len: int, device: torch.device
+    ) -> list[tuple[int, int]]:
+        """The row ranges this forward runs as (one range: the whole batch). Chunks only on
+        the CPU, without autograd, in eval mode, outside tracing, compiling and capturing, and
+        only when the batch's real tokens exceed the budget."""
+        budget = self.chunk_tokens
+        if budget is None:
+            cfg = self.config
+            budget = _chunks.chunk_tokens(cfg.hidden_size, cfg.intermediate_size)
+        whole = [(0, b)]
+        if (
+            not budget
+            or b < 2
+            or b * seq_len <= budget
+            or device.type != "cpu"
+            or self.training
+            or torch.is_grad_enabled()
+            or torch.compiler.is_compiling()
+            or torch.jit.is_tracing()
+        ):
+            return whole
+        if attention_mask is None:
+            lengths = [seq_len] * b
+        else:
+            lengths = attention_mask.sum(dim=1).tolist()  # real tokens per row
+        return _chunks.row_chunks(lengths, budget)
+
+    def _run(
+        self,
+        input_ids: Tensor | None,
+        attention_mask: Tensor | None,
+        token_type_ids: Tensor | None,
+        position_ids: Tensor | None,
+        inputs_embeds: Tensor | None,
+        want: frozenset[int],
+        output_hidden_states: bool,
+        shape: tuple[int, int],
+        device: torch.device,
+    ) -> BertModelOutput:
+        """The forward itself, on checked arguments: ``shape`` is ``(B, L)``."""
+        b, seq_len = shape
         collect: list[Tensor] | None = [] if output_hidden_states else None
 
         embeddings = _fast.submodule(self, "embeddings")
@@ -772,13 +851,12 @@ class BertModel(nn.Module):
             hidden, attentions = _fast.call(encoder, hidden, mask, want, collect)  # (B, L, E)
         pooler = _fast.submodule(self, "pooler")  # None for a model without one
         pooled = None if pooler is None else _fast.call(pooler, hidden)  # (B, E)
-        out = BertModelOutput(
+        return BertModelOutput(
             hidden,
             pooled,
             attentions if want else None,
             None if collect is None else tuple(collect),
         )
-        return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
 
     @classmethod
     def from_pretrained(
