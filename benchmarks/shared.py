@@ -104,10 +104,11 @@ def _child(spec: dict) -> dict:
         for name, texts in corpora.items():
             fns = {peer: (lambda f=f, t=texts: f(t)) for peer, f in encoders.items()}
             timer = interleaved_medians(fns, repeats=spec["rounds"], warmup=1)
-            tokens = sum(len(e.ids) for e in fp32.tokenizer.encode_batch(texts, max_length=256))
+            lengths = [len(e.ids) for e in fp32.tokenizer.encode_batch(texts, max_length=256)]
             out["corpora"][name] = {
                 "texts": len(texts),
-                "tokens": tokens,
+                "tokens": sum(lengths),
+                "flops": model_flops(fp32.model.config, lengths),
                 "texts_per_s": {p: len(texts) / timer.median(p) for p in fns},
             }
     finally:
@@ -118,18 +119,21 @@ def _child(spec: dict) -> dict:
         out["side_tokenizer_texts_per_s"] = side["texts"] / side["seconds"]
     out["governor"] = fp32.governor.describe() if fp32.governor else None
     out["bf16_governor"] = bf16.governor.describe() if bf16 and bf16.governor else None
-    if spec.get("gemm_rate") and native:  # emulated, one product takes minutes
-        out["bf16_gemm_tflops"] = _bf16_gemm_rate()
+    if spec.get("gemm_rate"):
+        out["fp32_gemm_tflops"] = _gemm_rate(torch.float32)
+        if native:  # emulated, one product takes minutes
+            out["bf16_gemm_tflops"] = _gemm_rate(torch.bfloat16)
     out["environment"] = environment()
     return out
 
 
-def _bf16_gemm_rate() -> float:
-    """The bf16 matrix-product rate of this process's threads (TFLOP/s, 2048^3, best of 5)."""
+def _gemm_rate(dtype) -> float:  # type: ignore[no-untyped-def]
+    """The matrix-product rate of this process's threads in ``dtype`` (TFLOP/s, 2048^3, best
+    of 5): the machine's ceiling that encode's share is measured against."""
     import torch
 
-    a = torch.randn(2048, 2048, dtype=torch.bfloat16)
-    b = torch.randn(2048, 2048, dtype=torch.bfloat16)
+    a = torch.randn(2048, 2048, dtype=dtype)
+    b = torch.randn(2048, 2048, dtype=dtype)
     a @ b
     best = float("inf")
     for _ in range(5):
@@ -137,6 +141,15 @@ def _bf16_gemm_rate() -> float:
         a @ b
         best = min(best, time.perf_counter() - t)
     return 2 * 2048**3 / best / 1e12
+
+
+def model_flops(config, lengths: list[int]) -> float:  # type: ignore[no-untyped-def]
+    """Floating-point operations of a BERT encoder on texts of ``lengths`` tokens (unpadded):
+    per layer and token the four linear layers (2 x (4 E^2 + 2 E I)) and per layer and text
+    the attention's two products (4 n^2 E); embeddings, LayerNorm and GELU not counted."""
+    e, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_token = 2 * (4 * e * e + 2 * e * i)
+    return float(layers * sum(per_token * n + 4 * n * n * e for n in lengths))
 
 
 # ---------------------------------------------------------------------------- the parent
@@ -254,6 +267,7 @@ def _judge(results: dict, ideals: dict, n: int, flags: list[str]) -> list[tuple[
                 f"{r:.3f}: {'met' if r >= 0.97 else 'not met'}",
             )
         )
+    verdicts.extend(_long_text_verdicts(results))
     verdicts.extend(_governor_verdicts(results))
     if "amx_bf16" not in flags:
         verdicts.append(
@@ -265,6 +279,40 @@ def _judge(results: dict, ideals: dict, n: int, flags: list[str]) -> list[tuple[
     else:
         verdicts.extend(_amx_verdicts(results))
     return verdicts
+
+
+def _long_text_verdicts(results: dict) -> list[tuple[str, str]]:
+    """Long texts: bertattn fp32 >= 1.2x OpenVINO f32 on paragraphs, quiet and beside one busy
+    process, short texts still ahead; and encode's share of the machine's fp32 GEMM rate."""
+    out = []
+    for scen in ("quiet", "busy 1"):
+        corpora = results.get(scen, {}).get("corpora", {})
+        for corpus, bar in (("paragraphs", 1.2), ("short", 1.0)):
+            rates = corpora.get(corpus, {}).get("texts_per_s", {})
+            label = f"{scen}: bertattn fp32 {corpus} >= {bar:.1f}x openvino f32"
+            if "openvino f32" not in rates:
+                out.append((label, "not measured (scenario not run or peer missing)"))
+                continue
+            r = rates["bertattn fp32"] / rates["openvino f32"]
+            out.append((label, f"{r:.2f}x: {'met' if r >= bar else 'not met'}"))
+    quiet = results["quiet"]
+    rate = quiet.get("fp32_gemm_tflops")
+    for corpus, data in quiet["corpora"].items():
+        label = f"quiet: bertattn fp32 {corpus} at >= 75% of the fp32 GEMM rate"
+        if not rate or not data.get("flops"):
+            out.append((label, "not measured"))
+            continue
+        for peer in ("bertattn fp32", "openvino f32"):
+            tps = data["texts_per_s"].get(peer)
+            if tps is None:
+                continue
+            share = tps * data["flops"] / data["texts"] / (rate * 1e12)
+            verdict = f"{share:.0%} of {rate:.2f} TFLOP/s"
+            if peer == "bertattn fp32":
+                out.append((label, f"{verdict}: {'met' if share >= 0.75 else 'not met'}"))
+            else:
+                out.append((f"  (openvino f32 {corpus}, for reference)", verdict))
+    return out
 
 
 def _governor_verdicts(results: dict) -> list[tuple[str, str]]:
@@ -352,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--texts", type=int, default=400, help="short texts (default 400)")
     parser.add_argument("--paragraphs", type=int, default=60, help="paragraphs (default 60)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per peer (3)")
+    parser.add_argument(
+        "--scenarios",
+        help="comma-separated scenarios to run besides quiet (default: all), e.g. 'busy 1'",
+    )
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -371,7 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     ideals: dict = {}
     with tempfile.TemporaryDirectory(prefix="bertattn-shared-") as tmp:
         onnx = _export(Path(tmp))
+        chosen = None if args.scenarios is None else {x.strip() for x in args.scenarios.split(",")}
         for spec, busy, ideal in _scenarios(n):
+            if chosen is not None and spec["name"] != "quiet" and spec["name"] not in chosen:
+                continue
             spec.update(texts=args.texts, paragraphs=args.paragraphs, rounds=args.rounds)
             spec["onnx"] = onnx
             t = time.perf_counter()

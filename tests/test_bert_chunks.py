@@ -13,9 +13,10 @@ from bertattn.bert.chunks import chunk_tokens, row_chunks
 
 
 def test_chunk_tokens_by_width():
-    assert chunk_tokens(384, 1536) == 2048  # MiniLM: 2048 x 1536 x 4 B = 12 MiB <= 16 MiB
-    assert chunk_tokens(768, 3072) == 1024  # BERT-base
-    assert chunk_tokens(1024, 4096) == 1024
+    assert chunk_tokens(384, 1536) == 1024  # MiniLM: 1024 x 1536 x 4 B = 6 MiB <= 8 MiB
+    assert chunk_tokens(384, 1536, 2) == 2048  # in bfloat16
+    assert chunk_tokens(768, 3072) == 512  # BERT-base
+    assert chunk_tokens(1024, 4096) == 512
     assert chunk_tokens(8192, 32768) == 256  # never below 256
 
 
@@ -124,7 +125,7 @@ def test_not_chunked_where_it_may_not_be(tiny_checkpoint):
         model(ids, mask)
         model.chunk_tokens = ids.numel()
         model(ids, mask)
-        model.chunk_tokens = None  # the model's own budget: 2048 tokens at these widths
+        model.chunk_tokens = None  # the model's own budget: 256 tokens at least
         model(ids, mask)
         model.chunk_tokens = 25
         model(ids, mask)  # and chunked again: the spy sees it

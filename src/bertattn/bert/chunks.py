@@ -5,9 +5,10 @@ rows, and the feed-forward block's ``(T, I)`` tensor of MiniLM is 50 MB in float
 ``malloc`` serves a block above its mmap threshold (at most 32 MiB) with fresh pages from the
 kernel on every call, each page faulted and zeroed on first touch, and the passes that follow
 (bias, GELU, residual, LayerNorm) stream from main memory instead of the cache. Measured on a
-2-core Xeon with AMX (MiniLM, 40 paragraphs, one batch of ~10,000 tokens): float32 35 texts/s
-whole, 47 in chunks of at most 2,048 tokens; bfloat16 96 and 120. With the allocator's
-threshold raised by hand the whole float32 batch ran at 42.5, so both effects count.
+2-core Xeon with AMX (MiniLM, 40 paragraphs, ~10,000 tokens): float32 35 texts/s in one batch,
+44 in chunks of 1,024 tokens; bfloat16 96 and 120 (chunks of 2,048). With glibc's thresholds
+raised by hand (``MALLOC_MMAP_THRESHOLD_``) the one float32 batch ran at 42-44, so both the
+page faults and the cache count.
 
 So, on the CPU in inference, :meth:`bertattn.bert.model.BertModel.forward` runs a batch of
 more than :func:`chunk_tokens` tokens as consecutive chunks of rows and concatenates their
@@ -26,19 +27,20 @@ from torch import Tensor
 
 __all__ = ["CHUNK_BYTES", "chunk_tokens", "row_chunks"]
 
-#: the most bytes one chunk's widest activation, ``(T, max(3E, I))``, may take: half of glibc's
-#: largest mmap threshold, so that it is served from the heap and mostly stays in the cache
-CHUNK_BYTES = 16 << 20
+#: the most bytes one chunk's widest activation, ``(T, max(3E, I))`` in the compute dtype, may
+#: take: well under glibc's largest mmap threshold (32 MiB), so that it is served from the heap,
+#: and small enough for the passes between the products to find it in the cache
+CHUNK_BYTES = 8 << 20
 
 
-def chunk_tokens(hidden_size: int, intermediate_size: int) -> int:
-    """Tokens per chunk: the largest power of two whose widest activation, counted in float32,
-    fits in :data:`CHUNK_BYTES` (at least 256). MiniLM (E 384, I 1536): 2,048; BERT-base
-    (E 768, I 3072): 1,024. Counted in float32 whatever the compute dtype: with bfloat16
-    products the residual stream and LayerNorm stay float32, and MiniLM in bfloat16 measured
-    fastest at 2,048 too (120 texts/s against 118 at 4,096 and 96 unchunked)."""
+def chunk_tokens(hidden_size: int, intermediate_size: int, itemsize: int = 4) -> int:
+    """Tokens per chunk: the largest power of two whose widest activation fits in
+    :data:`CHUNK_BYTES` (at least 256). MiniLM (E 384, I 1536): 1,024 in float32, 2,048 in
+    bfloat16; BERT-base (E 768, I 3072): 512 and 1,024. Measured on MiniLM paragraphs (2-core
+    AMX Xeon, texts/s, whole batch / 1,024 / 2,048 / 4,096 tokens): float32 35 / 44 / 42 / 39,
+    bfloat16 96 / 111 / 120 / 118."""
     width = max(3 * hidden_size, intermediate_size, 1)
-    fit = max(CHUNK_BYTES // (width * 4), 256)
+    fit = max(CHUNK_BYTES // (width * max(itemsize, 1)), 256)
     return 1 << (fit.bit_length() - 1)
 
 

@@ -779,7 +779,9 @@ class BertModel(nn.Module):
         budget = self.chunk_tokens
         if budget is None:
             cfg = self.config
-            budget = _chunks.chunk_tokens(cfg.hidden_size, cfg.intermediate_size)
+            budget = _chunks.chunk_tokens(
+                cfg.hidden_size, cfg.intermediate_size, self.dtype.itemsize
+            )
         whole = [(0, b)]
         if (
             not budget
