@@ -45,6 +45,7 @@ from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from ..capture import is_capturing
 from . import chunks as _chunks
+from . import fused as _fused
 from . import relative as _relative
 from .config import BertConfig
 
@@ -265,7 +266,13 @@ class BertMLP(nn.Module):
         fc_in = _fast.submodule(self, "fc_in")
         cd = _fast.param(fc_in, "weight").dtype  # type: ignore[union-attr]
         x = x if x.dtype == cd else x.to(cd)
-        h = self.act(_fast.linear(fc_in, x, checked=lean))  # (..., I)
+        h = None
+        # bias + GELU inside the product (bert/fused.py) where fc_in's own output is not seen
+        if self.act is F.gelu and (lean or (type(fc_in) is nn.Linear and _fast.plain_call(fc_in))):
+            params = fc_in._parameters
+            h = _fused.linear_gelu(x, params["weight"], params["bias"])  # type: ignore[arg-type]
+        if h is None:
+            h = self.act(_fast.linear(fc_in, x, checked=lean))  # (..., I)
         out = _fast.linear(_fast.submodule(self, "fc_out"), h, checked=lean)  # (..., E)
         return out if lean else _fast.dropout(_fast.submodule(self, "dropout"), out)
 
