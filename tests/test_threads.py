@@ -305,12 +305,41 @@ def test_contention_inside_many_short_loops_is_still_found(scripted) -> None:  #
     assert gov.threads == 1
 
 
-def test_batches_of_very_different_size_are_not_judged(scripted) -> None:  # type: ignore[no-untyped-def]
+def test_alternating_sizes_are_judged_against_their_own_size(scripted) -> None:  # type: ignore[no-untyped-def]
+    """A loop of a full batch then a short rest (40 paragraphs: 8,192 tokens, then ~1,700):
+    each probe is held against batches of its own size, so the governor still finds the
+    faster count either way, and never judges a probe against a batch 40x its size."""
+    for cost, best in (({2: 3e-4, 1: 1e-4}, 1), ({2: 1e-4, 1: 1.8e-4}, 2)):
+        s, gov = scripted(cost, waiting=0.4)
+        for w in [4000, 100] * 100:
+            s.run(gov, w)
+        assert gov.threads == best
+        assert gov.stats.switches == (1 if best == 1 else 0)
+
+
+def test_new_work_after_old_work_soon_gets_an_up_probe(scripted) -> None:  # type: ignore[no-untyped-def]
+    """Short texts where one thread wins for a long while (the up-probes back off to one in 64
+    batches), then paragraphs where two threads are faster: the first batches of the new size
+    bring an up-probe at once, instead of running the paragraphs at the count the short texts
+    chose (the benchmark's tokenizer-thread scenario: 0.80x of no governor on paragraphs)."""
     s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
-    sizes = [4000, 100] * 100  # every probe meets a batch 40x larger or smaller
-    for w in sizes:
+    for _ in range(300):
+        s.run(gov, 500)
+    assert gov.threads == 1 and gov._interval == gov.max_interval
+    s.cost = {2: 1e-4, 1: 1.6e-4}  # paragraphs: two threads are faster now
+    ratios = []
+    governed = ungoverned = 0.0
+    for i, w in enumerate([8000, 1700] * 100):
+        before = s.now
         s.run(gov, w)
-    assert gov.stats.switches == 0 and gov.threads == 2
+        governed += s.now - before
+        ungoverned += s.cost[2] * w
+        if i in (19, 199):
+            ratios.append(governed / ungoverned)
+    assert gov.threads == 2
+    # all at one thread would be 1.6; what is left is the down-probes' cost while the threads
+    # are seen waiting (one batch at half the threads, ever rarer: 4, 8, 16, ... batches apart)
+    assert ratios[0] <= 1.2 and ratios[1] <= 1.05, ratios
 
 
 def test_many_cores_step_down_a_ladder(scripted) -> None:  # type: ignore[no-untyped-def]

@@ -390,25 +390,35 @@ class GovernorStats:
     switches: int = 0
 
 
+#: a look (and so a down-probe) comes at most once every this many batches (doubling with the
+#: seconds while probes lose): a probe at half the threads can cost a whole batch, so with long
+#: batches (paragraphs, ~1 s each) a look every 0.2 s would probe at every batch
+LOOK_BATCHES = 4
+
+
 class ThreadGovernor:
     """Adapts the intra-op thread count to the cores that are really free, by measurement.
 
     Use :meth:`batch` around each unit of work of a loop, ``work`` its size (tokens). Two kinds
-    of probe, each one batch at another count followed by one batch at the current count:
+    of probe, each one batch at another count:
 
-    * down (fewer threads): when a look (at most every ``look_s`` seconds, doubling up to
-      ``max_look_s`` while probes lose) finds that this process's threads waited for a CPU
-      (run-queue delay above ``contention`` of wall time x threads), or at every look where
-      that cannot be read. One rung down first, one rung further after each loss (with many
-      cores and a few taken, N-1 threads can be as stuck at the barriers as N);
+    * down (fewer threads): when a look (at most every ``look_s`` seconds and every
+      :data:`LOOK_BATCHES` batches, both doubling while probes lose, up to ``max_look_s`` and
+      ``max_interval``) finds that this process's threads waited for a CPU (run-queue delay
+      above ``contention`` of wall time x threads), or at every look where that cannot be
+      read. One rung down first, one rung further after each loss (with many cores and a few
+      taken, N-1 threads can be as stuck at the barriers as N);
     * up (more threads, when below the top): every ``interval`` batches, 2 doubling to
-      ``max_interval`` while probes lose.
+      ``max_interval`` while probes lose, and at once when a batch of a size not yet seen at
+      this count comes (other work: what held for short texts may not hold for paragraphs).
 
-    The probe's cost per unit of work is held against the mean of the batches either side at
-    the current count. Never worse than no governor (which runs the top count): a down-probe
-    must be ``margin`` (10%) cheaper twice in a row before the count drops, while an up-probe
-    switches back when it is no dearer, so a lucky batch cannot hold a slower count. A probe
-    batch less than half or more than twice the size of the reference is not judged.
+    Costs per unit of work are compared within a size class (batches within a power of two of
+    each other): a loop that alternates a full batch and a short rest judges each probe against
+    its own size. Never worse than no governor (which runs the top count): a down-probe is held
+    against the mean of the batches of its size either side at the current count and must be
+    ``margin`` (10%) cheaper twice in a row before the count drops, while an up-probe switches
+    back when it is no dearer than the batch of its size before it, so a lucky batch cannot
+    hold a slower count.
     """
 
     def __init__(
@@ -443,15 +453,19 @@ class ThreadGovernor:
         self._confirm: int | None = None  # a level whose down-probe won once: probe it again
         self._depth = 0  # loops entered and not left
         self._left: tuple[float, int | None] | None = None  # (time, delay) the last loop ended
-        self._ref: tuple[float, int] | None = None  # (cost per unit, work) at the current count
+        # (cost per unit, work) at the current count, per size class of batch (_size_class)
+        self._refs: dict[int, tuple[float, int]] = {}
         self._probe: tuple[int, float, float, int] | None = None  # (level, ref cost, cost, work)
+        self._waits = 0  # batches since the probe that could not judge it (another size)
+        self._look_batches = LOOK_BATCHES  # and at least this many batches between looks
+        self._since_look = 0  # batches since the last look
         self._mark: tuple[float, int | None] = (time.perf_counter(), self._delay.total())
 
     def __getstate__(self) -> dict:
         """A copy or pickle keeps the rungs and settings, not the lock (locks do not pickle)
         nor the measurements (they describe this process's run, not the copy's)."""
         state = dict(self.__dict__)
-        for name in ("_busy", "_ref", "_probe", "_mark", "_confirm", "_depth", "_left"):
+        for name in ("_busy", "_refs", "_probe", "_mark", "_confirm", "_depth", "_left"):
             state.pop(name, None)
         return state
 
@@ -459,8 +473,9 @@ class ThreadGovernor:
         """Rebuild what :meth:`__getstate__` dropped: a fresh lock, no reference, no probe."""
         self.__dict__.update(state)
         self._busy = threading.Lock()
-        self._ref = None
+        self._refs = {}
         self._probe = None
+        self._waits = 0
         self._confirm = None
         self._depth = 0
         self._left = None
@@ -489,14 +504,16 @@ class ThreadGovernor:
         delay = self._delay.total()
         then, before = self._mark
         self._mark = (now, delay)
+        self._since_look = 0
         if delay is None or before is None or now <= then:
             return True
         share = (delay - before) / 1e9 / ((now - then) * self.threads)
         return share > self.contention
 
-    def _plan(self) -> int:
-        """The level for the coming batch."""
-        if self._probe is not None or self._ref is None:
+    def _plan(self, work: int) -> int:
+        """The level for the coming batch of ``work``."""
+        ref = self._ref_for(work)
+        if self._probe is not None or ref is None:
             return self.level
         self._countdown -= 1
         now = time.perf_counter()
@@ -506,6 +523,7 @@ class ThreadGovernor:
         elif (
             self.level + 1 < len(self.rungs)
             and now - self._mark[0] >= self._look_s
+            and self._since_look >= self._look_batches
             and self._waited(now)
         ):
             probe = min(self.level + self._down_step, len(self.rungs) - 1)
@@ -514,18 +532,20 @@ class ThreadGovernor:
         if probe is None:
             return self.level
         self.stats.probes += 1
-        self._probe = (probe, self._ref[0], math.nan, self._ref[1])
+        self._probe = (probe, ref[0], math.nan, work)
         return probe
 
     def _settle(self, plevel: int, won: bool) -> None:
         """After a judged probe: reset the waits on a switch, else back off that kind."""
         if won and plevel > self.level:  # down: look again soon, in case the load moves on
             self._interval, self._look_s = self.min_interval, self.min_look_s
+            self._look_batches = LOOK_BATCHES
             self._down_step = 1
         elif won:  # back up: the looks keep their back-off (the last drop may have been luck)
             self._interval = self.min_interval
         elif plevel > self.level:  # a lost down-probe: look less often, and further down
             self._look_s = min(self._look_s * 2, self.max_look_s)
+            self._look_batches = min(self._look_batches * 2, self.max_interval)
             self._down_step = 1 if plevel == len(self.rungs) - 1 else self._down_step + 1
         else:
             self._interval = min(self._interval * 2, self.max_interval)
@@ -534,29 +554,59 @@ class ThreadGovernor:
     def _comparable(self, work: int, ref_work: int) -> bool:
         return ref_work / 2 <= work <= ref_work * 2
 
+    @staticmethod
+    def _size_class(work: int) -> int:
+        """Batches within a power of two of each other share a reference: a loop that
+        alternates sizes (a full batch of paragraphs, then the short rest) judges each probe
+        against batches of its own size, never a 5x larger one."""
+        return max(work, 1).bit_length()
+
+    def _ref_for(self, work: int) -> tuple[float, int] | None:
+        """The reference cost at the current count for a batch of ``work`` (None: none yet)."""
+        size = self._size_class(work)
+        for key in (size, size - 1, size + 1):
+            ref = self._refs.get(key)
+            if ref is not None and self._comparable(work, ref[1]):
+                return ref
+        return None
+
+    def _set_ref(self, cost: float, work: int) -> None:
+        """A batch at the current count is the reference for its size. A size not seen at this
+        count below the top brings the next up-probe near: the looks and probes so far were
+        about other work (short texts), and what holds for them may not for this."""
+        size = self._size_class(work)
+        if size not in self._refs and self._refs and self.level > 0:
+            self._interval = self.min_interval
+            self._countdown = 0  # probe up at the next batch of a size with a reference
+        self._refs[size] = (cost, work)
+
     def _record(self, level: int, cost: float, work: int) -> None:
         probe = self._probe
         if probe is None:
-            self._ref = (cost, work)
+            self._set_ref(cost, work)
             return
         plevel, before, pcost, pwork = probe
+        up = plevel < self.level
         if level == plevel and math.isnan(pcost):  # the probe batch itself
-            if not self._comparable(work, pwork):
-                self._probe = None  # not judged: refresh the reference, then try again
-                self._countdown = 2
+            self._waits = 0
+            if not up:  # a down-probe waits for the batch after it (below)
+                self._probe = (plevel, before, cost, work)
                 return
-            self._probe = (plevel, before, cost, work)
-            return
-        # the batch after the probe, at the current count: judge
+            # up (towards what no governor runs): judged at once against the batch before
+            pcost, pwork, reference = cost, work, before
+        else:  # a batch at the current count after a down-probe: judged if of its size
+            self._set_ref(cost, work)
+            if not self._comparable(work, pwork):
+                self._waits += 1
+                if self._waits > 8:  # no batch of that size comes back: not judged, try again
+                    self._probe = None
+                    self._countdown = 2
+                return
+            reference = (before + cost) / 2
         self._probe = None
-        self._ref = (cost, work)
-        if not self._comparable(work, pwork):
-            self._countdown = 2
-            return
-        reference = (before + cost) / 2
         # fewer threads must win by the margin, twice in a row; more threads (what no governor
         # runs) only must not lose: a lucky batch cannot keep a slower count (never worse)
-        down = plevel > self.level
+        down = not up
         won = pcost < reference * (1 - self.margin) if down else pcost <= reference
         if won and down and self._confirm != plevel:
             self._confirm = plevel
@@ -572,7 +622,7 @@ class ThreadGovernor:
                 pcost * 1e6,
             )
             self.stats.switches += 1
-            self._ref = (pcost, pwork)
+            self._refs = {self._size_class(pwork): (pcost, pwork)}  # the old count's are stale
         self._settle(plevel, won)
         if won:
             self.level = plevel
@@ -597,7 +647,7 @@ class ThreadGovernor:
     def _governed(self, work: int) -> Iterator[int]:
         import torch
 
-        level = self._plan()
+        level = self._plan(work)
         n = self.rungs[level]
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
@@ -605,6 +655,7 @@ class ThreadGovernor:
         yield n
         elapsed = time.perf_counter() - start
         self.stats.batches += 1
+        self._since_look += 1
         if work > 0 and elapsed > 0:
             self._record(level, elapsed / work, work)
 
