@@ -78,10 +78,11 @@ def embedding_step(bert: Any) -> ModelStep:
 
 
 class TurnTaking:
-    """One batch at a time across several steps, in the order they asked (first come, first
-    served; a plain lock lets the thread that just released it take it again, so a busy model
-    could starve the others). The steps of a multi-model server with one worker for all
-    share one (:meth:`share`)."""
+    """A lock that serves threads in the order they asked (first come, first served; a plain
+    lock lets the thread that just released it take it again, so a thread that loops could
+    starve the others). The steps of a multi-model server with one worker for all share one
+    (:meth:`share`): one batch at a time across them; a tokenizer holds one around its
+    encodes."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()

@@ -11,7 +11,6 @@ import functools
 import json
 import logging
 import re
-import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from tokenizers import Encoding, Tokenizer, decoders, normalizers, pre_tokenizer
 from tokenizers.models import Unigram, WordPiece
 from torch import Tensor
 
+from ..engine import TurnTaking
 from ..errors import ModelFolderError
 from .budget import TextBudget
 from .jsonfile import ModelFolderNotFoundError, check_bool, check_real, read_json_object
@@ -114,8 +114,11 @@ class BertTokenizer:
         self._tok.no_padding()
         self._tok.no_truncation()
         self._truncation: int | None = None
-        #: the truncation length is state of the wrapped tokenizer: one encode at a time
-        self._lock = threading.Lock()
+        #: the truncation length is state of the wrapped tokenizer: one encode at a time, in
+        #: the order the threads asked (a plain lock lets a thread that tokenizes without pause
+        #: take it again at once, and another thread's encode waited behind it for its whole
+        #: loop: Bert.encode beside a server's request threads)
+        self._lock = TurnTaking()
         #: where a long text may be cut before tokenizing (bertattn.bert.budget)
         self._budget = TextBudget(tokenizer)
         self.model_max_length = int(model_max_length)
@@ -213,7 +216,7 @@ class BertTokenizer:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = TurnTaking()
         if "_budget" not in state:  # pickled before texts were cut
             self._budget = TextBudget(self._tok)
 
