@@ -36,6 +36,17 @@ def short_texts(n: int) -> list[str]:
     return [t for t in texts if t not in int8.CALIBRATION]
 
 
+def timed_sets(peers, holdout, args, tokenizer):  # type: ignore[no-untyped-def]
+    """For the first ``args.short`` short texts and ``args.paragraphs`` paragraphs of
+    ``holdout``: ``(name, texts, tokens, timer, medians)``, the peers timed over
+    ``args.rounds`` interleaved rounds (:func:`timed`); tokens at ``max_length`` 256."""
+    for name, count in (("short", args.short), ("paragraphs", args.paragraphs)):
+        texts = holdout[name][:count]
+        tokens = sum(len(e.ids) for e in tokenizer.encode_batch(texts, max_length=256))
+        timer, med = timed(peers, texts, args.rounds)
+        yield name, texts, tokens, timer, med
+
+
 def _tensor(rows: object) -> torch.Tensor:
     return torch.as_tensor(np.asarray(rows))
 
@@ -98,13 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     holdout = {"short": short_texts(500), "paragraphs": stdlib_paragraph_corpus(100)}
     print_fidelity(peers, holdout, "float32")
 
-    sets = {
-        "short": holdout["short"][: args.short],
-        "paragraphs": holdout["paragraphs"][: args.paragraphs],
-    }
-    for name, texts in sets.items():
-        tokens = sum(len(e.ids) for e in fp32.tokenizer.encode_batch(texts, max_length=256))
-        timer, med = timed(peers, texts, args.rounds)
+    for name, texts, tokens, timer, med in timed_sets(peers, holdout, args, fp32.tokenizer):
         rates = ", ".join(f"{peer} {len(texts) / med[peer]:.1f} texts/s" for peer in peers)
         line = [f"{name} ({len(texts)} texts, {tokens / len(texts):.0f} tokens/text): {rates}"]
         for peer in peers:

@@ -44,7 +44,7 @@ from bertattn.bench import environment
 from bertattn.bert import int8
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
-from .int8 import per_round, print_fidelity, short_texts, timed
+from .int8 import per_round, print_fidelity, short_texts, timed_sets
 from .openvino_peer import _encoder
 
 PRESETS = ("mixed", "performance")
@@ -189,13 +189,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print_fidelity(peers, holdout, "bertattn fp32")
 
-    sets = {
-        "short": holdout["short"][: args.short],
-        "paragraphs": holdout["paragraphs"][: args.paragraphs],
-    }
-    for name, texts in sets.items():
-        tokens = sum(len(e.ids) for e in fp32.tokenizer.encode_batch(texts, max_length=256))
-        timer, med = timed(peers, texts, args.rounds)
+    for name, texts, tokens, timer, med in timed_sets(peers, holdout, args, fp32.tokenizer):
         print(
             f"{name} ({len(texts)} texts, {tokens / len(texts):.0f} tokens/text), medians of "
             f"{args.rounds} rounds:"

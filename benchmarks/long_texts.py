@@ -29,21 +29,17 @@ import torch.nn.functional as F
 
 from bertattn import Bert
 from bertattn.bench import environment, interleaved_medians
-from bertattn.bert.chunks import chunk_tokens, row_chunks
+from bertattn.bert.chunks import row_chunks
 from bertattn.bert.pooling import length_batches
 
 from .corpus import stdlib_paragraph_corpus
-from .shared import _gemm_rate, model_flops
+from .shared import gemm_rate, model_flops
 
 
 def _pieces(bert: Bert, lengths: list[int], batch_size: int = 32) -> list[tuple[int, int]]:
     """``(rows, padded length)`` of every model call encode makes: its length-sorted batches,
     each cut into the model's row chunks."""
-    model = bert.model
-    cfg = model.config
-    budget = model.chunk_tokens
-    if budget is None:
-        budget = chunk_tokens(cfg.hidden_size, cfg.intermediate_size, model.dtype.itemsize)
+    budget = bert.model.chunk_budget
     ordered = sorted(lengths, reverse=True)
     out = []
     for start, end in length_batches(ordered, batch_size):
@@ -131,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     bound = len(texts) / (gemm_s + attn_s)
     flops = model_flops(chunked.model.config, lengths)
     dtype = chunked.model.dtype
-    machine = _gemm_rate(dtype) * 1e12
+    machine = gemm_rate(dtype) * 1e12
     env = environment()
     print(
         f"cpu: {env['processor']}, capability {env['cpu_capability']}; torch {env['torch']}; "

@@ -120,14 +120,14 @@ def _child(spec: dict) -> dict:
     out["governor"] = fp32.governor.describe() if fp32.governor else None
     out["bf16_governor"] = bf16.governor.describe() if bf16 and bf16.governor else None
     if spec.get("gemm_rate"):
-        out["fp32_gemm_tflops"] = _gemm_rate(torch.float32)
+        out["fp32_gemm_tflops"] = gemm_rate(torch.float32)
         if native:  # emulated, one product takes minutes
-            out["bf16_gemm_tflops"] = _gemm_rate(torch.bfloat16)
+            out["bf16_gemm_tflops"] = gemm_rate(torch.bfloat16)
     out["environment"] = environment()
     return out
 
 
-def _gemm_rate(dtype) -> float:  # type: ignore[no-untyped-def]
+def gemm_rate(dtype) -> float:  # type: ignore[no-untyped-def]
     """The matrix-product rate of this process's threads in ``dtype`` (TFLOP/s, 2048^3, best
     of 5): the machine's ceiling that encode's share is measured against."""
     import torch

@@ -143,3 +143,23 @@ def test_bert_encode_on_long_batches_is_chunked(tiny_checkpoint):
     chunked = bert.encode(texts, batch_size=64)
     assert len(spy.calls) > 3
     torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=0)
+
+
+def test_chunk_tokens_is_checked_and_survives_copies(tiny_checkpoint):
+    import copy
+    import pickle
+
+    model = BertModel.from_pretrained(tiny_checkpoint).eval()
+    assert model.chunk_tokens is None and model.chunk_budget == 16384  # TINY's widths
+    for bad, kind in (("1024", TypeError), (1.5, TypeError), (-1, ValueError), (True, TypeError)):
+        with pytest.raises(kind, match="chunk_tokens"):
+            model.chunk_tokens = bad
+    assert model.chunk_tokens is None  # a refused value changes nothing
+    model.chunk_tokens = 30
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert clone.chunk_tokens == 30 and clone.chunk_budget == 30
+        spy = _Spy(clone)
+        ids, mask, _ = _batch()
+        with torch.inference_mode():
+            clone(ids, mask)
+        assert len(spy.calls) > 2

@@ -489,3 +489,20 @@ def test_other_python_threads_are_the_live_ones_but_the_caller() -> None:
     finally:
         stop.set()
         t.join(10)
+
+
+def test_a_copy_keeps_the_settings_and_drops_the_measurements(scripted) -> None:  # type: ignore[no-untyped-def]
+    import copy
+    import pickle
+
+    s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
+    for w in [4000, 100] * 5:
+        s.run(gov, w)
+    assert gov._refs
+    for clone in (copy.deepcopy(gov), pickle.loads(pickle.dumps(gov))):
+        assert clone.rungs == gov.rungs and clone.level == gov.level
+        assert clone._refs == {} and clone._probe is None and clone._waits == 0
+        assert clone._depth == 0 and clone._left is None
+        with clone.loop():
+            used = [s.run(clone, 500) for _ in range(3)]
+        assert used and clone._depth == 0

@@ -20,12 +20,14 @@ every output ``(B, ...)`` is the concatenation of the chunks' ``(b_i, ...)``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["CHUNK_BYTES", "chunk_tokens", "row_chunks"]
+__all__ = ["CHUNK_BYTES", "chunk_tokens", "concat_outputs", "concat_rows", "row_chunks"]
 
 #: the most bytes one chunk's widest activation, ``(T, max(3E, I))`` in the compute dtype, may
 #: take: well under glibc's largest mmap threshold (32 MiB), so that it is served from the heap,
@@ -64,3 +66,17 @@ def concat_rows(parts: Sequence[Tensor | None]) -> Tensor | None:
     if parts[0] is None:
         return None
     return torch.cat(parts, dim=0)  # type: ignore[arg-type]
+
+
+def concat_outputs(parts: Sequence[Any]) -> Any:
+    """The chunks' outputs (dataclasses of the same type, e.g. ``BertModelOutput``) as one:
+    each tensor field joined along the batch, each tuple field (one tensor or None per layer)
+    joined layer by layer, None kept None."""
+    joined = {}
+    for f in dataclasses.fields(parts[0]):
+        values = [getattr(p, f.name) for p in parts]
+        if isinstance(values[0], tuple):
+            joined[f.name] = tuple(concat_rows(layer) for layer in zip(*values, strict=True))
+        else:
+            joined[f.name] = concat_rows(values)
+    return type(parts[0])(**joined)

@@ -32,6 +32,7 @@ from ..arguments import (
     check_bool,
     check_dtype,
     check_id_range,
+    check_int,
     check_str,
     check_tensor,
     describe,
@@ -754,28 +755,36 @@ class BertModel(nn.Module):
                 )
                 for start, end in chunks
             ]
-            out = BertModelOutput(
-                *(
-                    _chunks.concat_rows([getattr(p, f) for p in parts])
-                    for f in ("last_hidden_state", "pooler_output")
-                ),
-                *(
-                    None
-                    if getattr(parts[0], f) is None
-                    else tuple(
-                        _chunks.concat_rows(layer)
-                        for layer in zip(*(getattr(p, f) for p in parts), strict=True)
-                    )
-                    for f in ("attentions", "hidden_states")
-                ),
-            )
+            out = _chunks.concat_outputs(parts)
         else:
             out = self._run(*rows, want, bool(output_hidden_states), (b, seq_len), device)
         return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
 
-    #: tokens per row chunk of a large CPU batch in inference (:mod:`bertattn.bert.chunks`);
-    #: None: the model's own (from its widths and compute dtype); 0: never chunk
-    chunk_tokens: int | None = None
+    @property
+    def chunk_tokens(self) -> int | None:
+        """Tokens per row chunk of a large CPU batch in inference (:mod:`bertattn.bert.chunks`):
+        None (the default) lets the model choose from its widths and compute dtype
+        (:attr:`chunk_budget`); 0 never chunks."""
+        return self.__dict__.get("_chunk_tokens")
+
+    @chunk_tokens.setter
+    def chunk_tokens(self, value: int | None) -> None:
+        value = check_int(
+            value, "chunk_tokens", low=0, optional=True, why="0 never chunks; None: the model's"
+        )
+        self.__dict__["_chunk_tokens"] = value
+
+    @property
+    def chunk_budget(self) -> int:
+        """The tokens per chunk in effect: :attr:`chunk_tokens`, or the model's own when that
+        is None (0: never chunked)."""
+        budget = self.chunk_tokens
+        if budget is None:
+            cfg = self.config
+            budget = _chunks.chunk_tokens(
+                cfg.hidden_size, cfg.intermediate_size, self.dtype.itemsize
+            )
+        return budget
 
     def _chunks(
         self, attention_mask: Tensor | None, b: int, seq_len: int, device: torch.device
@@ -783,23 +792,18 @@ class BertModel(nn.Module):
         """The row ranges this forward runs as (one range: the whole batch). Chunks only on
         the CPU, without autograd, in eval mode, outside tracing, compiling and capturing, and
         only when the batch's real tokens exceed the budget."""
-        budget = self.chunk_tokens
-        if budget is None:
-            cfg = self.config
-            budget = _chunks.chunk_tokens(
-                cfg.hidden_size, cfg.intermediate_size, self.dtype.itemsize
-            )
         whole = [(0, b)]
-        if (
-            not budget
-            or b < 2
-            or b * seq_len <= budget
+        if (  # the cheap checks first: a one-query forward pays for nothing more
+            b < 2
             or device.type != "cpu"
             or self.training
             or torch.is_grad_enabled()
             or torch.compiler.is_compiling()
             or torch.jit.is_tracing()
         ):
+            return whole
+        budget = self.chunk_budget
+        if not budget or b * seq_len <= budget:
             return whole
         if attention_mask is None:
             lengths = [seq_len] * b
