@@ -27,12 +27,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["CHUNK_BYTES", "chunk_tokens", "concat_outputs", "concat_rows", "row_chunks"]
+__all__ = [
+    "CHUNK_BYTES",
+    "MIN_PIECE_TOKENS",
+    "balanced_chunks",
+    "chunk_tokens",
+    "concat_outputs",
+    "concat_rows",
+    "plan_chunks",
+    "row_chunks",
+]
 
 #: the most bytes one chunk's widest activation, ``(T, max(3E, I))`` in the compute dtype, may
 #: take: well under glibc's largest mmap threshold (32 MiB), so that it is served from the heap,
 #: and small enough for the passes between the products to find it in the cache
 CHUNK_BYTES = 8 << 20
+
+#: the fewest real tokens a chunk split off for a chunk worker (:mod:`bertattn.bert.workers`)
+#: holds: a batch of 32 short texts (~600 tokens) is two pieces, a batch of 8 not split
+MIN_PIECE_TOKENS = 256
 
 
 def chunk_tokens(hidden_size: int, intermediate_size: int, itemsize: int = 4) -> int:
@@ -58,6 +71,46 @@ def row_chunks(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
         total += n
     if lengths:
         out.append((start, len(lengths)))
+    return out
+
+
+def balanced_chunks(lengths: Sequence[int], pieces: int) -> list[tuple[int, int]]:
+    """``(start, end)`` row ranges, in order, about ``pieces`` of them with about equal tokens:
+    each cut at the row boundary nearest to its share of the total (never an empty range)."""
+    total, b = sum(lengths), len(lengths)
+    cuts, seen, row = [0], 0, 0
+    for i in range(1, pieces):
+        goal = total * i / pieces
+        while row < b and seen + lengths[row] / 2 < goal:  # rows mostly before the goal
+            seen += lengths[row]
+            row += 1
+        if cuts[-1] < row < b:
+            cuts.append(row)
+    cuts.append(b)
+    return [(s, e) for s, e in zip(cuts, cuts[1:], strict=False) if e > s]
+
+
+def plan_chunks(
+    lengths: Sequence[int], budget: int, workers: int = 1, min_piece: int | None = None
+) -> list[tuple[int, int]]:
+    """The row ranges a batch runs as: at most ``budget`` tokens each (0: one range, never
+    split) and, for ``workers`` > 1, a multiple of the workers that can each get a piece of at
+    least ``min_piece`` tokens (:data:`MIN_PIECE_TOKENS`), about equal, so that they finish
+    together on a quiet machine."""
+    min_piece = MIN_PIECE_TOKENS if min_piece is None else min_piece
+    b, total = len(lengths), sum(lengths)
+    if not budget or b < 2:
+        return [(0, b)] if b else []
+    pieces = -(-total // budget)
+    fit = min(workers, b, total // max(min_piece, 1))
+    if fit > 1:
+        pieces = -(-max(pieces, fit) // fit) * fit
+    pieces = min(pieces, b)
+    if pieces < 2:
+        return [(0, b)]
+    out = balanced_chunks(lengths, pieces)
+    if any(e - s > 1 and sum(lengths[s:e]) > budget for s, e in out):
+        return row_chunks(lengths, budget)  # uneven rows: the budget first
     return out
 
 

@@ -16,6 +16,7 @@ calls.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from ..capture import is_capturing
 from . import chunks as _chunks
 from . import fused as _fused
 from . import relative as _relative
+from . import workers as _workers
 from .config import BertConfig
 
 if TYPE_CHECKING:
@@ -743,10 +745,11 @@ class BertModel(nn.Module):
         self._check_id_values(input_ids, token_type_ids, position_ids)
         want = self._layers_for_weights(False if output_attentions is None else output_attentions)
         rows = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        chunks = self._chunks(attention_mask, b, seq_len, device)
+        chunks, workers = self._chunks(attention_mask, b, seq_len, device)
         if len(chunks) > 1:  # a large CPU batch: row chunks, concatenated (bert/chunks.py)
-            parts = [
-                self._run(
+            runs = [
+                functools.partial(
+                    self._run,
                     *(None if t is None else t[start:end] for t in rows),
                     want,
                     bool(output_hidden_states),
@@ -755,7 +758,9 @@ class BertModel(nn.Module):
                 )
                 for start, end in chunks
             ]
-            out = _chunks.concat_outputs(parts)
+            workers = min(workers, len(runs))  # side by side where workers > 1 (bert/workers.py)
+            each = max(torch.get_num_threads() // workers, 1)
+            out = _chunks.concat_outputs(_workers.run_all(runs, workers, each))
         else:
             out = self._run(*rows, want, bool(output_hidden_states), (b, seq_len), device)
         return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
@@ -786,13 +791,28 @@ class BertModel(nn.Module):
             )
         return budget
 
+    @property
+    def chunk_workers(self) -> int | None:
+        """How many row chunks of a large CPU batch run side by side, each on its share of the
+        intra-op threads (:mod:`bertattn.bert.workers`): None (the default) as many as torch's
+        thread count allows, 1 one after another; never more than that count."""
+        return self.__dict__.get("_chunk_workers")
+
+    @chunk_workers.setter
+    def chunk_workers(self, value: int | None) -> None:
+        value = check_int(
+            value, "chunk_workers", low=1, optional=True, why="1: one chunk at a time"
+        )
+        self.__dict__["_chunk_workers"] = value
+
     def _chunks(
         self, attention_mask: Tensor | None, b: int, seq_len: int, device: torch.device
-    ) -> list[tuple[int, int]]:
-        """The row ranges this forward runs as (one range: the whole batch). Chunks only on
-        the CPU, without autograd, in eval mode, outside tracing, compiling and capturing, and
-        only when the batch's real tokens exceed the budget."""
-        whole = [(0, b)]
+    ) -> tuple[list[tuple[int, int]], int]:
+        """The row ranges this forward runs as (one range: the whole batch) and how many run
+        side by side. Chunks only on the CPU, without autograd, in eval mode, outside tracing,
+        compiling and capturing; within :attr:`chunk_budget` tokens each and, with more than
+        one worker, split for them (:func:`bertattn.bert.chunks.plan_chunks`)."""
+        whole = [(0, b)], 1
         if (  # the cheap checks first: a one-query forward pays for nothing more
             b < 2
             or device.type != "cpu"
@@ -803,13 +823,30 @@ class BertModel(nn.Module):
         ):
             return whole
         budget = self.chunk_budget
-        if not budget or b * seq_len <= budget:
+        if not budget:
+            return whole
+        workers = self._worker_count()
+        if workers < 2 and b * seq_len <= budget:
             return whole
         if attention_mask is None:
             lengths = [seq_len] * b
         else:
             lengths = attention_mask.sum(dim=1).tolist()  # real tokens per row
-        return _chunks.row_chunks(lengths, budget)
+        return _chunks.plan_chunks(lengths, budget, workers), workers
+
+    def _worker_count(self) -> int:
+        """Chunk workers for this forward: :attr:`chunk_workers` within torch's thread count;
+        one where the chunks must run in this thread (from a worker, under autocast, while the
+        article's steps are recorded, whose records pair up in call order)."""
+        threads = torch.get_num_threads()
+        if (
+            threads < 2
+            or _workers.in_worker()
+            or torch.is_autocast_enabled("cpu")
+            or _steps.recorder() is not None
+        ):
+            return 1
+        return min(self.chunk_workers or threads, threads)
 
     def _run(
         self,
