@@ -18,7 +18,9 @@ the parent:
 
 Peers, interleaved in every child, medians of ``--rounds``: bertattn fp32 and bf16 (the thread
 policy with its governor, as ``Bert.load()`` gives them), bertattn fp32 with the governor off
-(the behaviour before it: the A/B for "quiet speed unchanged"), transformers sdpa fp32 (length
+(the behaviour before it: the A/B for "quiet speed unchanged"), bertattn fp32 with its row
+chunks one after another (``model.chunk_workers = 1``: the A/B for the chunk workers),
+transformers sdpa fp32 (length
 -sorted batches of 32), OpenVINO f32 (and bf16 where the CPU has native bf16; optional: ``pip
 install -r requirements-bench.txt``). Corpora: the short docstring corpus and whole-docstring
 paragraphs (truncated at 256 tokens by every peer).
@@ -66,12 +68,15 @@ def _child(spec: dict) -> dict:
     policy = fp32.threads.describe() if fp32.threads else "none"
     off = Bert.load()
     off.governor = None
+    serial = Bert.load()  # the A/B for the chunk workers: chunks one after another
+    serial.model.chunk_workers = 1
     native = bool(native_bf16_flags())
     # bf16 where it is native only: emulated, a call takes minutes and says nothing of bf16 CPUs
     bf16 = Bert.load(dtype=torch.bfloat16) if native else None
     encoders = {
         "bertattn fp32": fp32.encode,
         "bertattn fp32 (no governor)": off.encode,
+        "bertattn fp32 (chunks serial)": serial.encode,
         "transformers sdpa fp32": _hf_encoder(folder, autocast=False),
     }
     if bf16 is not None:
@@ -82,7 +87,7 @@ def _child(spec: dict) -> dict:
         folder, fp32.tokenizer, precisions=precisions, onnx=spec.get("onnx")
     )
     encoders.update(ov)
-    for bert in (fp32, off, bf16):
+    for bert in (fp32, off, serial, bf16):
         if bert is not None:
             bert.max_length = min(bert.max_length, 256)
     stop = threading.Event()
@@ -269,6 +274,7 @@ def _judge(results: dict, ideals: dict, n: int, flags: list[str]) -> list[tuple[
         )
     verdicts.extend(_long_text_verdicts(results))
     verdicts.extend(_governor_verdicts(results))
+    verdicts.extend(_worker_lines(results))
     if "amx_bf16" not in flags:
         verdicts.append(
             (
@@ -341,6 +347,20 @@ def _governor_verdicts(results: dict) -> list[tuple[str, str]]:
                         f"{kept:.2f}: {'met' if kept >= 0.5 else 'not met'}",
                     )
                 )
+    return out
+
+
+def _worker_lines(results: dict) -> list[tuple[str, str]]:
+    """The chunk workers against the same forward's chunks one after another, per scenario and
+    corpus (reported, not a target: what ``model.chunk_workers = 1`` would give)."""
+    out = []
+    for scen, res in results.items():
+        for corpus, data in res["corpora"].items():
+            rates = data["texts_per_s"]
+            on, off = rates.get("bertattn fp32"), rates.get("bertattn fp32 (chunks serial)")
+            if on and off:
+                label = f"  ({scen}: chunk workers on / off, fp32 {corpus})"
+                out.append((label, f"{on / off:.2f}"))
     return out
 
 

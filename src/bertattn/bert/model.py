@@ -820,6 +820,7 @@ class BertModel(nn.Module):
             or torch.is_grad_enabled()
             or torch.compiler.is_compiling()
             or torch.jit.is_tracing()
+            or is_capturing(device)
         ):
             return whole
         budget = self.chunk_budget
