@@ -4,8 +4,10 @@
 
 On ~250-token paragraphs (standard-library docstrings, truncated at 256 tokens) it prints:
 
-- ``Bert.encode`` texts/s with the model's row chunks (:mod:`bertattn.bert.chunks`) and
-  without them (``chunk_tokens = 0``: each batch of 32 in one piece), interleaved, medians;
+- ``Bert.encode`` texts/s with the model's row chunks (:mod:`bertattn.bert.chunks`) side by
+  side on its chunk workers (:mod:`bertattn.bert.workers`, the default), one after another
+  (``chunk_workers = 1``) and without them (``chunk_tokens = 0``: each batch of 32 in one
+  piece), interleaved, medians;
 - the bound: the same batches' matrix products alone (the four linear layers of every layer,
   at the chunks' row counts, on the model's weights) plus their attention alone (sdpa on
   ``(rows, H, L, D)`` with the padding mask), timed on their own; texts/s if every other op
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 
 from bertattn import Bert
 from bertattn.bench import environment, interleaved_medians
-from bertattn.bert.chunks import row_chunks
+from bertattn.bert.chunks import plan_chunks
 from bertattn.bert.pooling import length_batches
 
 from .corpus import stdlib_paragraph_corpus
@@ -38,18 +40,14 @@ from .shared import gemm_rate, model_flops
 
 def _pieces(bert: Bert, lengths: list[int], batch_size: int = 32) -> list[tuple[int, int]]:
     """``(rows, padded length)`` of every model call encode makes: its length-sorted batches,
-    each cut into the model's row chunks."""
+    each cut into the model's row chunks as planned for its workers."""
     budget = bert.model.chunk_budget
+    workers = min(bert.model.chunk_workers or torch.get_num_threads(), torch.get_num_threads())
     ordered = sorted(lengths, reverse=True)
     out = []
     for start, end in length_batches(ordered, batch_size):
         rows = ordered[start:end]
-        chunks = (
-            row_chunks(rows, budget)
-            if budget and len(rows) * rows[0] > budget
-            else [(0, len(rows))]
-        )
-        out.extend((b - a, rows[0]) for a, b in chunks)
+        out.extend((b - a, rows[0]) for a, b in plan_chunks(rows, budget, workers))
     return out
 
 
@@ -113,13 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*truncated")
     texts = stdlib_paragraph_corpus(args.paragraphs)
     chunked = Bert.load(dtype=args.dtype)
+    serial = Bert.load(dtype=args.dtype)
     whole = Bert.load(dtype=args.dtype)
-    for bert in (chunked, whole):
+    for bert in (chunked, serial, whole):
         bert.max_length = min(bert.max_length, 256)
+        bert.governor = None  # the same threads throughout: a quiet machine
+    serial.model.chunk_workers = 1
     whole.model.chunk_tokens = 0
-    whole.governor = chunked.governor = None  # the same threads throughout: a quiet machine
     lengths = [len(e.ids) for e in chunked.tokenizer.encode_batch(texts, max_length=256)]
-    fns = {"chunked": lambda: chunked.encode(texts), "whole batches": lambda: whole.encode(texts)}
+    fns = {
+        "chunked": lambda: chunked.encode(texts),
+        "chunks serial": lambda: serial.encode(texts),
+        "whole batches": lambda: whole.encode(texts),
+    }
     timer = interleaved_medians(fns, repeats=args.rounds, warmup=1)
     rates = {name: len(texts) / timer.median(name) for name in fns}
     pieces = _pieces(chunked, lengths)
@@ -151,13 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         f"machine's {args.dtype} GEMM rate ({machine / 1e12:.3f} TFLOP/s, 2048^3); the bound "
         f"is {bound * flops / len(texts) / machine:.0%}"
     )
-    per_round = [
-        w / c for c, w in zip(timer.samples["chunked"], timer.samples["whole batches"], strict=True)
-    ]
-    print(
-        f"  chunked / whole batches, median of per-round ratios: "
-        f"{statistics.median(per_round):.2f}x"
-    )
+    for other in ("chunks serial", "whole batches"):
+        per_round = [
+            w / c for c, w in zip(timer.samples["chunked"], timer.samples[other], strict=True)
+        ]
+        print(
+            f"  chunked / {other}, median of per-round ratios: {statistics.median(per_round):.2f}x"
+        )
     return 0
 
 

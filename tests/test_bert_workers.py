@@ -253,3 +253,33 @@ def test_chunks_in_the_callers_thread_where_they_must_be(tiny_checkpoint):
     model.chunk_workers = 3
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert clone.chunk_workers == 3
+
+
+def test_side_by_side_and_the_governor_leaves_such_batches_at_full_count(tiny_checkpoint):
+    """``model.side_by_side`` says which batches run on chunk workers; the engine runs them at
+    the governor's top count, unjudged, and governs the others."""
+    from bertattn.engine import embedding_step
+    from bertattn.threads import ThreadGovernor
+
+    bert = bertattn.Bert.load(tiny_checkpoint)
+    model = bert.model
+    assert model.chunk_budget == 16384
+    assert model.side_by_side(600, 2) and model.side_by_side(20000, 2)
+    assert not model.side_by_side(500, 2) and not model.side_by_side(600, 1)
+    model.chunk_workers = 1
+    assert not model.side_by_side(600, 2)
+    model.chunk_workers, model.chunk_tokens = None, 0
+    assert not model.side_by_side(600, 2)
+    model.chunk_tokens = None
+    bert.governor = ThreadGovernor(2)
+    step = embedding_step(bert)
+    long = bert.tokenizer.encode_batch([" ".join(["word"] * 40)] * 16)  # 16 x 42 tokens
+    short = bert.tokenizer.encode_batch(["a few words"] * 4)
+    before = torch.get_num_threads()
+    try:
+        with step.session():
+            step(long, sum(len(e.ids) for e in long))
+            step(short, sum(len(e.ids) for e in short))
+    finally:
+        torch.set_num_threads(before)
+    assert bert.governor.stats.balanced == 1 and bert.governor.stats.batches == 1

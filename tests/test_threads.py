@@ -458,6 +458,23 @@ def test_encode_threads_must_be_positive(cli, tiny_checkpoint: Path, tmp_path) -
 
 
 # ---------------------------------------------------------------------- what counts as contention
+def test_balanced_batches_run_at_the_top_count_unjudged(scripted) -> None:  # type: ignore[no-untyped-def]
+    """A batch that balances its own work (chunk workers) runs at the full count even while the
+    governor holds fewer threads for the other batches, and changes none of its judgement."""
+    s, gov = scripted({2: 3e-4, 1: 1e-4}, waiting=0.4)
+    for _ in range(40):
+        s.run(gov, 500)
+    assert gov.threads == 1
+    refs, probes, batches = dict(gov._refs), gov.stats.probes, gov.stats.batches
+    for _ in range(30):
+        with gov.batch(5000, balanced=True) as n:
+            assert n == 2 == torch.get_num_threads()
+            s.now += 1.0  # slow: would be a reference or a probe's judge if it counted
+    assert gov._refs == refs and gov.stats.probes == probes and gov.stats.batches == batches
+    assert gov.stats.balanced == 30 and "30 batches side by side at 2" in gov.describe()
+    assert s.run(gov, 500) == 1  # the governed batches go on at their count
+
+
 def test_run_delay_leaves_out_the_processs_other_python_threads(tmp_path: Path) -> None:
     """A server's event loop waiting for a core while the OpenMP threads compute is the
     process's own work: only the caller's and OpenMP's threads count."""

@@ -383,11 +383,13 @@ def _other_python_threads() -> set[int]:
 
 @dataclass
 class GovernorStats:
-    """What the governor did: batches timed, probes tried, switches made, counts used."""
+    """What the governor did: batches timed, probes tried, switches made, and batches left at
+    the full count because they balance their own work (``balanced``)."""
 
     batches: int = 0
     probes: int = 0
     switches: int = 0
+    balanced: int = 0
 
 
 #: a look (and so a down-probe) comes at most once every this many batches (doubling with the
@@ -493,9 +495,10 @@ class ThreadGovernor:
         def n(count: int, word: str) -> str:
             return f"{count} {word}{'' if count == 1 else ('es' if word.endswith('ch') else 's')}"
 
+        side = f"; {n(s.balanced, 'batch')} side by side at {self.rungs[0]}" if s.balanced else ""
         return (
             f"governor at {self.threads} of {self.rungs[0]} threads after "
-            f"{n(s.batches, 'batch')} ({n(s.probes, 'probe')}, {n(s.switches, 'switch')})"
+            f"{n(s.batches, 'batch')} ({n(s.probes, 'probe')}, {n(s.switches, 'switch')}){side}"
         )
 
     def _waited(self, now: float) -> bool:
@@ -628,16 +631,26 @@ class ThreadGovernor:
             self.level = plevel
 
     @contextmanager
-    def batch(self, work: int) -> Iterator[int]:
+    def batch(self, work: int, *, balanced: bool = False) -> Iterator[int]:
         """Run one unit of work of size ``work`` (> 0) at the governed count; yields the count.
         A batch that starts while another is running (two threads encoding at once) runs
-        ungoverned at torch's current count: its timing would mix both."""
+        ungoverned at torch's current count: its timing would mix both. ``balanced``: the
+        batch balances its own work across the threads (a model's chunk workers take the next
+        chunk as they finish, :mod:`bertattn.bert.workers`), so no barrier waits for a busy
+        core: it runs at the top count, neither probed nor taken as a reference."""
         import torch
 
         if not self._busy.acquire(blocking=False):
             yield torch.get_num_threads()
             return
         try:
+            if balanced:
+                n = self.rungs[0]
+                if torch.get_num_threads() != n:
+                    torch.set_num_threads(n)
+                self.stats.balanced += 1
+                yield n
+                return
             with self._governed(work) as n:
                 yield n
         finally:

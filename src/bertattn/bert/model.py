@@ -805,6 +805,18 @@ class BertModel(nn.Module):
         )
         self.__dict__["_chunk_workers"] = value
 
+    def side_by_side(self, tokens: int, threads: int | None = None) -> bool:
+        """Whether a CPU inference batch of ``tokens`` real tokens (over several rows) runs as
+        chunks side by side at ``threads`` intra-op threads (default: torch's count now): then
+        a core taken by other work slows one chunk worker, not every product, and the thread
+        governor leaves such a batch at its full count (:mod:`bertattn.threads`)."""
+        threads = torch.get_num_threads() if threads is None else threads
+        budget = self.chunk_budget
+        workers = min(self.chunk_workers or threads, threads)
+        if not budget or workers < 2:
+            return False
+        return tokens > budget or tokens >= 2 * _chunks.MIN_PIECE_TOKENS
+
     def _chunks(
         self, attention_mask: Tensor | None, b: int, seq_len: int, device: torch.device
     ) -> tuple[list[tuple[int, int]], int]:
