@@ -255,22 +255,23 @@ def test_chunks_in_the_callers_thread_where_they_must_be(tiny_checkpoint):
         assert clone.chunk_workers == 3
 
 
-def test_side_by_side_and_the_governor_leaves_such_batches_at_full_count(tiny_checkpoint):
-    """``model.side_by_side`` says which batches run on chunk workers; the engine runs them at
-    the governor's top count, unjudged, and governs the others."""
+def test_balanced_batches_and_the_governor_leaves_them_at_full_count(tiny_checkpoint):
+    """``model.balances_load``: more chunks than workers; the engine runs such a batch at the
+    governor's top count, unjudged, and governs the others (one piece per worker included)."""
     from bertattn.engine import embedding_step
     from bertattn.threads import ThreadGovernor
 
     bert = bertattn.Bert.load(tiny_checkpoint)
     model = bert.model
-    assert model.chunk_budget == 16384
-    assert model.side_by_side(600, 2) and model.side_by_side(20000, 2)
-    assert not model.side_by_side(500, 2) and not model.side_by_side(600, 1)
+    model.chunk_tokens = 100
+    assert model.balances_load(300, 2) and model.balances_load(20000, 4)
+    assert not model.balances_load(200, 2)  # two chunks, one per worker: no slack
+    assert not model.balances_load(300, 3) and not model.balances_load(300, 1)
     model.chunk_workers = 1
-    assert not model.side_by_side(600, 2)
+    assert not model.balances_load(300, 2)
     model.chunk_workers, model.chunk_tokens = None, 0
-    assert not model.side_by_side(600, 2)
-    model.chunk_tokens = None
+    assert not model.balances_load(300, 2)
+    model.chunk_tokens = 100
     bert.governor = ThreadGovernor(2)
     step = embedding_step(bert)
     long = bert.tokenizer.encode_batch([" ".join(["word"] * 40)] * 16)  # 16 x 42 tokens

@@ -471,7 +471,7 @@ def test_balanced_batches_run_at_the_top_count_unjudged(scripted) -> None:  # ty
             assert n == 2 == torch.get_num_threads()
             s.now += 1.0  # slow: would be a reference or a probe's judge if it counted
     assert gov._refs == refs and gov.stats.probes == probes and gov.stats.batches == batches
-    assert gov.stats.balanced == 30 and "30 batches side by side at 2" in gov.describe()
+    assert gov.stats.balanced == 30 and "30 batches balanced at 2" in gov.describe()
     assert s.run(gov, 500) == 1  # the governed batches go on at their count
 
 

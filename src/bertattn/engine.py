@@ -59,15 +59,15 @@ class ModelStep:
     @contextmanager
     def timed(self, tokens: int) -> Iterator[None]:
         """One batch of ``tokens`` real tokens, inside :meth:`session`: the governor times it
-        (and may change the threads between batches); nothing without a governor. A batch the
-        model runs as chunks side by side (``model.side_by_side``) runs at the governor's full
-        count instead: its chunk workers balance the load themselves."""
+        (and may change the threads between batches); nothing without a governor. A batch that
+        balances its own load (``model.balances_load``: more row chunks than chunk workers) runs
+        at the governor's full count instead."""
         governor = self.governor
         if governor is None:
             yield
             return
-        side_by_side = getattr(getattr(self.bert, "model", None), "side_by_side", None)
-        balanced = callable(side_by_side) and bool(side_by_side(tokens, governor.rungs[0]))
+        balances = getattr(getattr(self.bert, "model", None), "balances_load", None)
+        balanced = callable(balances) and bool(balances(tokens, governor.rungs[0]))
         with governor.batch(tokens, balanced=balanced):
             yield
 

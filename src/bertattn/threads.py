@@ -495,7 +495,7 @@ class ThreadGovernor:
         def n(count: int, word: str) -> str:
             return f"{count} {word}{'' if count == 1 else ('es' if word.endswith('ch') else 's')}"
 
-        side = f"; {n(s.balanced, 'batch')} side by side at {self.rungs[0]}" if s.balanced else ""
+        side = f"; {n(s.balanced, 'batch')} balanced at {self.rungs[0]}" if s.balanced else ""
         return (
             f"governor at {self.threads} of {self.rungs[0]} threads after "
             f"{n(s.batches, 'batch')} ({n(s.probes, 'probe')}, {n(s.switches, 'switch')}){side}"

@@ -805,17 +805,17 @@ class BertModel(nn.Module):
         )
         self.__dict__["_chunk_workers"] = value
 
-    def side_by_side(self, tokens: int, threads: int | None = None) -> bool:
-        """Whether a CPU inference batch of ``tokens`` real tokens (over several rows) runs as
-        chunks side by side at ``threads`` intra-op threads (default: torch's count now): then
-        a core taken by other work slows one chunk worker, not every product, and the thread
-        governor leaves such a batch at its full count (:mod:`bertattn.threads`)."""
+    def balances_load(self, tokens: int, threads: int | None = None) -> bool:
+        """Whether a CPU inference batch of ``tokens`` real tokens balances its own load at
+        ``threads`` intra-op threads (default: torch's count now): it runs as more row chunks
+        than chunk workers (at least two each), so a core taken by other work slows one worker,
+        which then does fewer chunks, instead of every product. The thread governor leaves such
+        a batch at its full count (:mod:`bertattn.threads`); a batch cut into one piece per
+        worker cannot rebalance and stays governed."""
         threads = torch.get_num_threads() if threads is None else threads
         budget = self.chunk_budget
         workers = min(self.chunk_workers or threads, threads)
-        if not budget or workers < 2:
-            return False
-        return tokens > budget or tokens >= 2 * _chunks.MIN_PIECE_TOKENS
+        return bool(budget) and workers >= 2 and -(-tokens // budget) > workers
 
     def _chunks(
         self, attention_mask: Tensor | None, b: int, seq_len: int, device: torch.device
