@@ -141,6 +141,8 @@ def test_int8_keeps_the_float32_checkpoint(bert_int8: Bert, bert_fp32: Bert) -> 
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert bert_int8.model.dtype == torch.float32  # the residual stream and the outputs
     assert (bert_int8.precision, bert_fp32.precision) == ("int8", "float32")  # what runs
+    # its chunks one after another (measured slower on chunk workers); float32's on workers
+    assert (bert_int8.model.chunk_workers, bert_fp32.model.chunk_workers) == (1, None)
 
 
 def test_int8_refused_with_the_measured_cosine(minilm_dir, monkeypatch) -> None:

@@ -593,7 +593,9 @@ def quantize_model(
 
     ``texts``: what SmoothQuant's factors are measured on; ``alpha``: its strength (0: no
     smoothing); ``bits``: the activations' bits (8; fewer only to test :func:`verify`).
-    Does not verify: call :func:`verify` (``Bert.load(dtype="int8")`` does both).
+    Does not verify: call :func:`verify` (``Bert.load(dtype="int8")`` does both). Sets
+    ``model.chunk_workers = 1`` unless it was set: the int8 kernels measured slower on chunk
+    workers.
     """
     why = available()
     if why is not None:
@@ -617,6 +619,11 @@ def quantize_model(
                 f"layers only."
             )
         layers[i] = Int8BertLayer(layer, None if factors is None else factors[i], bits)  # type: ignore[arg-type]
+    if model.chunk_workers is None:
+        # its chunks one after another: on chunk workers (bertattn.bert.workers) the compiled
+        # kernels ran slower (2-core AMX Xeon, MiniLM, texts/s, workers / serial: paragraphs
+        # 90.8 / 104.3, short texts 1116 / 1334; float32 and bfloat16 are level or faster)
+        model.chunk_workers = 1
     return bert
 
 
