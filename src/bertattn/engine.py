@@ -67,9 +67,12 @@ class ModelStep:
             yield
             return
         balances = getattr(getattr(self.bert, "model", None), "balances_load", None)
-        balanced = callable(balances) and bool(balances(tokens, governor.rungs[0]))
-        with governor.batch(tokens, balanced=balanced):
-            yield
+        if callable(balances) and balances(tokens, governor.rungs[0]):
+            with governor.batch(tokens, balanced=True):
+                yield
+        else:
+            with governor.batch(tokens):
+                yield
 
     def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
         """The rows of one batch (``tokens``: its real tokens, for the governor), float32."""
