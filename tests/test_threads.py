@@ -503,6 +503,10 @@ def test_other_python_threads_are_the_live_ones_but_the_caller() -> None:
     try:
         others = _other_python_threads()
         assert t.native_id in others and threading.get_native_id() not in others
+        from bertattn.bert import workers
+
+        names = workers.run_all([threading.current_thread] * 2, 2)  # the model's own compute
+        assert all(w.native_id not in _other_python_threads() for w in names)
     finally:
         stop.set()
         t.join(10)

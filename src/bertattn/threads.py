@@ -373,11 +373,21 @@ class _RunDelay:
         return delay
 
 
+#: the name every chunk worker's thread starts with (bertattn.bert.workers): the model's own
+#: compute, so its waits for a CPU count like the OpenMP threads'
+CHUNK_WORKER_PREFIX = "bertattn-chunks-"
+
+
 def _other_python_threads() -> set[int]:
-    """Native ids of the live Python threads other than the calling one."""
+    """Native ids of the live Python threads other than the calling one and the chunk
+    workers."""
     me = threading.get_native_id()
     return {
-        t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id != me
+        t.native_id
+        for t in threading.enumerate()
+        if t.native_id is not None
+        and t.native_id != me
+        and not t.name.startswith(CHUNK_WORKER_PREFIX)
     }
 
 

@@ -812,10 +812,13 @@ class BertModel(nn.Module):
         which then does fewer chunks, instead of every product. The thread governor leaves such
         a batch at its full count (:mod:`bertattn.threads`); a batch cut into one piece per
         worker cannot rebalance and stays governed."""
-        threads = torch.get_num_threads() if threads is None else threads
+        workers = self._workers_at(torch.get_num_threads() if threads is None else threads)
         budget = self.chunk_budget
-        workers = min(self.chunk_workers or threads, threads)
         return bool(budget) and workers >= 2 and -(-tokens // budget) > workers
+
+    def _workers_at(self, threads: int) -> int:
+        """The chunk workers :attr:`chunk_workers` asks for at ``threads`` intra-op threads."""
+        return min(self.chunk_workers or threads, threads)
 
     def _chunks(
         self, attention_mask: Tensor | None, b: int, seq_len: int, device: torch.device
@@ -839,8 +842,9 @@ class BertModel(nn.Module):
         if not budget:
             return whole
         workers = self._worker_count()
-        if workers < 2 and b * seq_len <= budget:
-            return whole
+        padded = b * seq_len  # at least the real tokens
+        if padded <= budget and (workers < 2 or padded < 2 * _chunks.MIN_PIECE_TOKENS):
+            return whole  # not read off the mask: a small batch pays for nothing more
         if attention_mask is None:
             lengths = [seq_len] * b
         else:
@@ -859,7 +863,7 @@ class BertModel(nn.Module):
             or _steps.recorder() is not None
         ):
             return 1
-        return min(self.chunk_workers or threads, threads)
+        return self._workers_at(threads)
 
     def _run(
         self,

@@ -1,4 +1,5 @@
-"""Chunk workers: a large CPU batch's row chunks computed side by side, one intra-op thread each.
+"""Chunk workers: a large CPU batch's row chunks computed side by side, each on its share of
+the intra-op threads.
 
 PyTorch's CPU kernels split every operation across the OpenMP pool and wait at a barrier, so
 each product runs at the pace of its slowest thread. When something else holds a core (a
@@ -27,6 +28,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
+
+from ..threads import CHUNK_WORKER_PREFIX
 
 __all__ = ["in_worker", "run_all"]
 
@@ -90,7 +93,7 @@ def _pool(workers: int, threads_each: int) -> queue.SimpleQueue:
                 t = threading.Thread(
                     target=_loop,
                     args=(tasks, threads_each, ready),
-                    name=f"bertattn-chunks-{threads_each}",
+                    name=f"{CHUNK_WORKER_PREFIX}{threads_each}",
                     daemon=True,
                 )
                 t.start()
