@@ -202,6 +202,10 @@ def test_chunks_side_by_side_match_transformers(tiny_checkpoint, backend):
             out = model(ids, mask, output_hidden_states=True)
         assert len(spy.names) > 2
         assert all(n.startswith("bertattn-chunks-") for n in spy.names)
+        with torch.inference_mode(), bertattn.explain() as log:
+            model(ids, mask)
+        said = [n for n in log.notes if n.startswith("row chunks:")]
+        assert len(said) == 1 and "on 2 chunk workers, 1 thread each" in said[0], log.notes
         real = mask.bool()
         torch.testing.assert_close(
             out.last_hidden_state[real], ref.last_hidden_state[real], atol=1e-5, rtol=0

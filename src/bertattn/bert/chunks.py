@@ -16,6 +16,10 @@ outputs along the batch. Each row is computed as it would be alone in a smaller 
 outputs are those of the whole batch up to float32 rounding (a GEMM's blocking may differ with
 its row count). Shapes: every per-row input ``(B, L[, E])`` is cut into ``(b_i, L[, E])``;
 every output ``(B, ...)`` is the concatenation of the chunks' ``(b_i, ...)``.
+
+With two or more intra-op threads the chunks run side by side on chunk workers
+(:mod:`bertattn.bert.workers`); :func:`plan_chunks` then cuts them to equal token counts, a
+multiple of the workers, and splits a batch within the budget into one piece per worker.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from ..arguments import (
     is_int,
 )
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
+from ..attention import dispatch as _dispatch
 from ..attention import fastcall as _fast
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
@@ -760,6 +761,13 @@ class BertModel(nn.Module):
             ]
             workers = min(workers, len(runs))  # side by side where workers > 1 (bert/workers.py)
             each = max(torch.get_num_threads() // workers, 1)
+            if _dispatch.explaining():
+                each_s = f"{each} thread{'s' if each > 1 else ''} each"
+                how = f"on {workers} chunk workers, {each_s}" if workers > 1 else "one by one"
+                _dispatch.note(
+                    f"row chunks: {b} rows as {len(runs)} chunks of "
+                    f"{'/'.join(str(e - s) for s, e in chunks)} rows, {how}"
+                )
             out = _chunks.concat_outputs(_workers.run_all(runs, workers, each))
         else:
             out = self._run(*rows, want, bool(output_hidden_states), (b, seq_len), device)
