@@ -147,6 +147,39 @@ def test_run_all_carries_context_and_autograd_mode():
     assert log.notes == ["from a worker"] * 2
 
 
+def test_an_interrupted_wait_starts_nothing_more_and_lets_running_ones_end():
+    """Ctrl-C or a signal handler's exception while the caller waits: no further callable
+    starts, and the exception goes on only once the running ones have ended (a worker torn
+    down inside a kernel at exit aborts the process)."""
+    import signal
+
+    started, ended = [], []
+
+    def slow(i):
+        def f():
+            started.append(i)
+            time.sleep(0.3)
+            ended.append(i)
+
+        return f
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stop
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    try:
+        with pytest.raises(Stop):
+            workers.run_all([slow(i) for i in range(8)], 2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert sorted(started) == sorted(ended) == [0, 1]
+
+
 def _child(q):
     q.put(workers.run_all([lambda: threading.current_thread().name] * 2, 2))
 

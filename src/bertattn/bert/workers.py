@@ -51,11 +51,8 @@ def _loop(tasks: queue.SimpleQueue, threads_each: int, ready: threading.Event) -
     torch.get_num_threads()  # torch's per-thread set-up first, so it cannot undo the next line
     torch.set_num_threads(threads_each)
     ready.set()
-    while True:
-        job = tasks.get()
-        if job is None:
-            return
-        job()
+    while True:  # daemon threads: they end with the process
+        tasks.get()()
 
 
 class _Call:
@@ -67,6 +64,11 @@ class _Call:
         self.next = 0
         self.lock = threading.Lock()
         self.finished = threading.Semaphore(0)
+
+    def cancel(self) -> None:
+        """No runner starts another callable (those running finish theirs)."""
+        with self.lock:
+            self.next = len(self.fns)
 
     def __call__(self) -> None:  # one runner, on a pool thread
         while True:
@@ -109,7 +111,9 @@ def run_all(fns: Sequence[Callable[[], T]], workers: int, threads_each: int = 1)
     does fewer); at most ``workers`` at a time for this call, however large the pool. Each runs
     in a copy of the caller's context and in its autograd / inference mode. Results in the
     order of ``fns``; the first exception (in that order) is raised after all have finished.
-    Serial, in the calling thread, for ``workers < 2`` or from inside a worker."""
+    Interrupted while waiting (``KeyboardInterrupt``, a signal handler's exception), no further
+    callable starts and the interruption is raised once the running ones have ended. Serial, in
+    the calling thread, for ``workers < 2`` or from inside a worker."""
     if workers < 2 or len(fns) < 2 or in_worker():
         return [fn() for fn in fns]
     if threads_each < 1:
@@ -119,8 +123,16 @@ def run_all(fns: Sequence[Callable[[], T]], workers: int, threads_each: int = 1)
     call = _Call([_as_caller(fn) for fn in fns])
     for _ in range(workers):
         tasks.put(call)
-    for _ in range(workers):
-        call.finished.acquire()
+    waiting = workers
+    try:
+        while waiting:
+            call.finished.acquire()
+            waiting -= 1
+    except BaseException:  # the caller interrupted (Ctrl-C, a signal's handler): stop handing
+        call.cancel()  # out chunks and let the running ones end before the exception goes on,
+        for _ in range(waiting):  # so no worker is inside a kernel when the process exits
+            call.finished.acquire()  # (a thread torn down there aborts the whole process)
+        raise
     for ok, value in call.results:  # type: ignore[misc]
         if not ok:
             raise value
