@@ -42,7 +42,7 @@ def _pieces(bert: Bert, lengths: list[int], batch_size: int = 32) -> list[tuple[
     """``(rows, padded length)`` of every model call encode makes: its length-sorted batches,
     each cut into the model's row chunks as planned for its workers."""
     budget = bert.model.chunk_budget
-    workers = min(bert.model.chunk_workers or torch.get_num_threads(), torch.get_num_threads())
+    workers = bert.model._workers_at(torch.get_num_threads())  # the model's own rule
     ordered = sorted(lengths, reverse=True)
     out = []
     for start, end in length_batches(ordered, batch_size):

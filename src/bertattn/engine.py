@@ -67,12 +67,10 @@ class ModelStep:
             yield
             return
         balances = getattr(getattr(self.bert, "model", None), "balances_load", None)
-        if callable(balances) and balances(tokens, governor.rungs[0]):
-            with governor.batch(tokens, balanced=True):
-                yield
-        else:
-            with governor.batch(tokens):
-                yield
+        balanced = callable(balances) and balances(tokens, governor.rungs[0])
+        # the keyword only when it applies: a governor-like object without it keeps working
+        with governor.batch(tokens, balanced=True) if balanced else governor.batch(tokens):
+            yield
 
     def __call__(self, encodings: Sequence[Any], tokens: int) -> np.ndarray:
         """The rows of one batch (``tokens``: its real tokens, for the governor), float32."""

@@ -38,6 +38,7 @@ __all__ = [
     "chunk_tokens",
     "concat_outputs",
     "concat_rows",
+    "more_chunks_than_workers",
     "plan_chunks",
     "row_chunks",
 ]
@@ -116,6 +117,13 @@ def plan_chunks(
     if any(e - s > 1 and sum(lengths[s:e]) > budget for s, e in out):
         return row_chunks(lengths, budget)  # uneven rows: the budget first
     return out
+
+
+def more_chunks_than_workers(tokens: int, budget: int, workers: int) -> bool:
+    """Whether :func:`plan_chunks` gives a batch of ``tokens`` real tokens at least two chunks
+    per worker (the budget alone asks for more chunks than workers), so that the workers can
+    rebalance when one of them is slowed; a batch cut one piece per worker cannot."""
+    return bool(budget) and workers >= 2 and -(-tokens // budget) > workers
 
 
 def concat_rows(parts: Sequence[Tensor | None]) -> Tensor | None:

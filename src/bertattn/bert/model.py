@@ -821,8 +821,7 @@ class BertModel(nn.Module):
         a batch at its full count (:mod:`bertattn.threads`); a batch cut into one piece per
         worker cannot rebalance and stays governed."""
         workers = self._workers_at(torch.get_num_threads() if threads is None else threads)
-        budget = self.chunk_budget
-        return bool(budget) and workers >= 2 and -(-tokens // budget) > workers
+        return _chunks.more_chunks_than_workers(tokens, self.chunk_budget, workers)
 
     def _workers_at(self, threads: int) -> int:
         """The chunk workers :attr:`chunk_workers` asks for at ``threads`` intra-op threads."""
