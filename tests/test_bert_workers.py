@@ -16,7 +16,7 @@ import transformers
 import bertattn
 from bertattn import BertModel
 from bertattn.bert import workers
-from bertattn.bert.chunks import balanced_chunks, plan_chunks
+from bertattn.bert.chunks import balanced_chunks, plan_chunks, regroup_rows, row_costs
 
 
 def _covers(ranges, rows):
@@ -59,6 +59,42 @@ def test_plan_chunks_budget_workers_and_pieces():
         plan = plan_chunks(uneven, 1000, w)
         _covers(plan, len(uneven))
         assert all(e - s == 1 or sum(uneven[s:e]) <= 1000 for s, e in plan)
+
+
+def test_row_costs_grow_with_the_square_of_the_length():
+    # MiniLM's widths: 2E + I = 2,304; a row of 256 tokens costs 256 * (1 + 512 / 2,304)
+    assert row_costs([1, 256], 384, 1536) == pytest.approx([1 + 2 / 2304, 256 * (1 + 512 / 2304)])
+    costs = row_costs([10, 20, 40], 32, 37)
+    assert costs[1] > 2 * costs[0] and costs[2] > 2 * costs[1]
+
+
+def test_regroup_rows_evens_out_a_batch_sorted_shortest_first():
+    lengths = [10] * 12 + [150] * 4  # a server's batch: shortest first
+    costs = row_costs(lengths, 384, 1536)
+    plan = plan_chunks(lengths, 1024, 2)
+    assert plan == [(0, 14), (14, 16)]  # contiguous: 420 tokens against 300
+    order, ranges = regroup_rows(lengths, costs, plan, 1024)
+    assert sorted(order) == list(range(len(lengths)))
+    _covers(ranges, len(lengths))
+    assert len(ranges) == len(plan)
+    pieces = [[order[i] for i in range(s, e)] for s, e in ranges]
+    assert all(p == sorted(p) for p in pieces)  # each piece keeps the batch's own order
+    loads = [sum(costs[i] for i in p) for p in pieces]
+    assert max(loads) - min(loads) <= max(costs[:12])  # within one short row
+    assert [sum(lengths[i] for i in p) for p in pieces] == [360, 360]
+    assert max(loads) < 0.98 * max(sum(costs[s:e]) for s, e in plan)
+
+
+def test_regroup_rows_only_where_it_pays_and_within_the_budget():
+    even = [5] * 8
+    assert regroup_rows(even, row_costs(even, 32, 37), [(0, 4), (4, 8)], 100) is None
+    one = [10, 150]
+    assert regroup_rows(one, row_costs(one, 32, 37), [(0, 2)], 1000) is None
+    lengths = [10] * 12 + [150] * 4
+    costs = row_costs(lengths, 384, 1536)
+    plan = plan_chunks(lengths, 1024, 2)
+    assert regroup_rows(lengths, costs, plan, 1024) is not None
+    assert regroup_rows(lengths, costs, plan, 350) is None  # a piece would hold 360 tokens
 
 
 def test_run_all_keeps_order_and_raises_the_first_error():
@@ -246,6 +282,47 @@ def test_chunks_side_by_side_match_transformers(tiny_checkpoint, backend):
         torch.testing.assert_close(out.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
         for ours, theirs in zip(out.hidden_states, ref.hidden_states, strict=True):
             torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=0)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("backend", ["auto", "math"])
+def test_regrouped_chunks_match_transformers_row_for_row(tiny_checkpoint, backend):
+    """A batch sorted shortest first (a server's): the rows are regrouped into even pieces for
+    the two workers and every output, per-layer tuples included, comes back in the batch's
+    own row order."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        hf = transformers.BertModel.from_pretrained(
+            tiny_checkpoint, attn_implementation="eager"
+        ).eval()
+        model = BertModel.from_pretrained(tiny_checkpoint, backend=backend).eval()
+        model.chunk_tokens = 1000  # one budget: two pieces, one per worker
+        lengths = [8] * 10 + [120] * 4  # contiguous: 320 tokens against 240
+        g = torch.Generator().manual_seed(3)
+        ids = torch.randint(5, 99, (len(lengths), 120), generator=g)
+        mask = torch.zeros_like(ids)
+        for i, n in enumerate(lengths):
+            mask[i, :n] = 1
+        ids = ids * mask
+        want = backend == "math"  # the weights too: per-layer tuples put back in order
+        with torch.inference_mode(), bertattn.explain() as log:
+            out = model(ids, mask, output_hidden_states=True, output_attentions=want)
+        with torch.inference_mode():
+            ref = hf(ids, mask, output_hidden_states=True, output_attentions=want)
+        said = [n for n in log.notes if n.startswith("row chunks:")]
+        assert len(said) == 1 and "regrouped by cost" in said[0], log.notes
+        real = mask.bool()
+        torch.testing.assert_close(
+            out.last_hidden_state[real], ref.last_hidden_state[real], atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(out.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
+        for ours, theirs in zip(out.hidden_states, ref.hidden_states, strict=True):
+            torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=0)
+        if want:
+            for ours, theirs in zip(out.attentions, ref.attentions, strict=True):
+                torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
     finally:
         torch.set_num_threads(before)
 

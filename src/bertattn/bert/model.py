@@ -746,7 +746,9 @@ class BertModel(nn.Module):
         self._check_id_values(input_ids, token_type_ids, position_ids)
         want = self._layers_for_weights(False if output_attentions is None else output_attentions)
         rows = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        chunks, workers = self._chunks(attention_mask, b, seq_len, device)
+        chunks, workers, order = self._chunks(attention_mask, b, seq_len, device)
+        if order is not None:  # the rows regrouped into even pieces; put back at the end
+            rows = tuple(None if t is None else t.index_select(0, order) for t in rows)
         if len(chunks) > 1:  # a large CPU batch: row chunks, concatenated (bert/chunks.py)
             runs = [
                 functools.partial(
@@ -764,11 +766,12 @@ class BertModel(nn.Module):
             if _dispatch.explaining():
                 each_s = f"{each} thread{'s' if each > 1 else ''} each"
                 how = f"on {workers} chunk workers, {each_s}" if workers > 1 else "one by one"
+                regrouped = ", regrouped by cost" if order is not None else ""
                 _dispatch.note(
                     f"row chunks: {b} rows as {len(runs)} chunks of "
-                    f"{'/'.join(str(e - s) for s, e in chunks)} rows, {how}"
+                    f"{'/'.join(str(e - s) for s, e in chunks)} rows{regrouped}, {how}"
                 )
-            out = _chunks.concat_outputs(_workers.run_all(runs, workers, each))
+            out = _chunks.concat_outputs(_workers.run_all(runs, workers, each), order)
         else:
             out = self._run(*rows, want, bool(output_hidden_states), (b, seq_len), device)
         return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
@@ -829,12 +832,14 @@ class BertModel(nn.Module):
 
     def _chunks(
         self, attention_mask: Tensor | None, b: int, seq_len: int, device: torch.device
-    ) -> tuple[list[tuple[int, int]], int]:
-        """The row ranges this forward runs as (one range: the whole batch) and how many run
-        side by side. Chunks only on the CPU, without autograd, in eval mode, outside tracing,
-        compiling and capturing; within :attr:`chunk_budget` tokens each and, with more than
-        one worker, split for them (:func:`bertattn.bert.chunks.plan_chunks`)."""
-        whole = [(0, b)], 1
+    ) -> tuple[list[tuple[int, int]], int, Tensor | None]:
+        """The row ranges this forward runs as (one range: the whole batch), how many run
+        side by side, and the ``(B,)`` row order the ranges cut (None: the batch's own).
+        Chunks only on the CPU, without autograd, in eval mode, outside tracing, compiling and
+        capturing; within :attr:`chunk_budget` tokens each and, with more than one worker,
+        split for them (:func:`bertattn.bert.chunks.plan_chunks`), the rows regrouped when
+        that evens out the pieces (:func:`bertattn.bert.chunks.regroup_rows`)."""
+        whole = [(0, b)], 1, None
         if (  # the cheap checks first: a one-query forward pays for nothing more
             b < 2
             or device.type != "cpu"
@@ -856,7 +861,16 @@ class BertModel(nn.Module):
             lengths = [seq_len] * b
         else:
             lengths = attention_mask.sum(dim=1).tolist()  # real tokens per row
-        return _chunks.plan_chunks(lengths, budget, workers), workers
+        plan = _chunks.plan_chunks(lengths, budget, workers)
+        if workers < 2 or len(plan) < 2 or attention_mask is None:
+            return plan, workers, None
+        cfg = self.config
+        costs = _chunks.row_costs(lengths, cfg.hidden_size, cfg.intermediate_size)
+        regrouped = _chunks.regroup_rows(lengths, costs, plan, budget)
+        if regrouped is None:
+            return plan, workers, None
+        order, ranges = regrouped
+        return ranges, workers, torch.tensor(order, device=device)
 
     def _worker_count(self) -> int:
         """Chunk workers for this forward: :attr:`chunk_workers` within torch's thread count;
