@@ -36,8 +36,11 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     if pooling == "max":
         keep = attention_mask.unsqueeze(-1).to(torch.bool)  # (B, L, 1)
         return hidden.masked_fill(~keep, float("-inf")).max(1).values
-    m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, E)
+    m = attention_mask.unsqueeze(1).to(hidden.dtype)  # (B, 1, L)
+    # a product over L instead of hidden * m: no (B, L, E) temporary (a padded server batch's
+    # hidden states are tens of MB)
+    total = torch.bmm(m, hidden).squeeze(1)  # (B, E)
+    return total / m.sum(2).clamp(min=1e-9)  # (B, E)
 
 
 def length_batches(

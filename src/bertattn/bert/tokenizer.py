@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Encoding, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import Unigram, WordPiece
@@ -387,18 +388,25 @@ class BertTokenizer:
 
     def pad(self, encodings: Sequence[Encoding]) -> TokenizedBatch:
         """Pad encodings to the longest one; ``attention_mask`` 1 = real token."""
-        longest = max((len(e.ids) for e in encodings), default=0)
+        rows = [e.ids for e in encodings]
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))  # (B,)
+        longest = int(lengths.max(initial=0))
         b = len(encodings)
-        ids = torch.full((b, longest), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((b, longest), dtype=torch.long)
-        types = torch.zeros((b, longest), dtype=torch.long)
-        for i, e in enumerate(encodings):
-            n = len(e.ids)
-            ids[i, :n] = torch.tensor(e.ids, dtype=torch.long)
-            mask[i, :n] = 1
-            types[i, :n] = torch.tensor(e.type_ids, dtype=torch.long)
+        ids = np.full((b, longest), self.pad_token_id, dtype=np.int64)
+        types = np.zeros((b, longest), dtype=np.int64)
+        for i, e in enumerate(encodings):  # numpy fills a row from a list without a tensor each
+            n = int(lengths[i])
+            ids[i, :n] = rows[i]
+            types[i, :n] = e.type_ids
+        mask = (np.arange(longest) < lengths[:, None]).astype(np.int64)  # (B, L)
         cut = sum(1 for e in encodings if e.overflowing)
-        return TokenizedBatch(ids, mask, types, [list(e.tokens) for e in encodings], cut)
+        return TokenizedBatch(
+            torch.from_numpy(ids),
+            torch.from_numpy(mask),
+            torch.from_numpy(types),
+            [list(e.tokens) for e in encodings],
+            cut,
+        )
 
     def __call__(
         self,
