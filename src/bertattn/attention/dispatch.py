@@ -93,11 +93,10 @@ def explaining() -> bool:
     return bool(_open_blocks) and _active.get() is not None
 
 
-def note(text: str, *, once: bool = False) -> None:
-    """Add a line to the active :func:`explain` block (nothing when none is open); ``once``:
-    not when the block already has that line."""
+def note(text: str) -> None:
+    """Add a line to the active :func:`explain` block (nothing when none is open)."""
     log = _active.get() if _open_blocks else None
-    if log is not None and not (once and text in log.notes):
+    if log is not None:
         log.notes.append(text)
 
 
