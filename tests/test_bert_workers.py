@@ -256,6 +256,18 @@ def _batch(rows: int = 9, length: int = 14):
     return ids * mask, mask
 
 
+def _same_outputs(out, ref, mask) -> None:
+    """Our outputs and transformers' agree at the real tokens (last and every hidden state)
+    and for the pooler."""
+    real = mask.bool()
+    torch.testing.assert_close(
+        out.last_hidden_state[real], ref.last_hidden_state[real], atol=1e-5, rtol=0
+    )
+    torch.testing.assert_close(out.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
+    for ours, theirs in zip(out.hidden_states, ref.hidden_states, strict=True):
+        torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("backend", ["auto", "varlen", "math"])
 def test_chunks_side_by_side_match_transformers(tiny_checkpoint, backend):
     before = torch.get_num_threads()
@@ -275,13 +287,7 @@ def test_chunks_side_by_side_match_transformers(tiny_checkpoint, backend):
             model(ids, mask)
         said = [n for n in log.notes if n.startswith("row chunks:")]
         assert len(said) == 1 and "on 2 chunk workers, 1 thread each" in said[0], log.notes
-        real = mask.bool()
-        torch.testing.assert_close(
-            out.last_hidden_state[real], ref.last_hidden_state[real], atol=1e-5, rtol=0
-        )
-        torch.testing.assert_close(out.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
-        for ours, theirs in zip(out.hidden_states, ref.hidden_states, strict=True):
-            torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=0)
+        _same_outputs(out, ref, mask)
     finally:
         torch.set_num_threads(before)
 
@@ -313,13 +319,7 @@ def test_regrouped_chunks_match_transformers_row_for_row(tiny_checkpoint, backen
             ref = hf(ids, mask, output_hidden_states=True, output_attentions=want)
         said = [n for n in log.notes if n.startswith("row chunks:")]
         assert len(said) == 1 and "regrouped by cost" in said[0], log.notes
-        real = mask.bool()
-        torch.testing.assert_close(
-            out.last_hidden_state[real], ref.last_hidden_state[real], atol=1e-5, rtol=0
-        )
-        torch.testing.assert_close(out.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
-        for ours, theirs in zip(out.hidden_states, ref.hidden_states, strict=True):
-            torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=0)
+        _same_outputs(out, ref, mask)
         if want:
             for ours, theirs in zip(out.attentions, ref.attentions, strict=True):
                 torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
