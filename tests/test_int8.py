@@ -89,7 +89,15 @@ def test_int8_linear_leading_dims_and_copy() -> None:
 
 @pytest.fixture(scope="module")
 def bert_int8(minilm_dir) -> Bert:
-    return Bert.load(minilm_dir, dtype="int8")
+    """The int8 model; skipped, with the measured numbers, on a CPU whose int8 kernels fall
+    short of the load-time bars (a 2-core AMD EPYC with VNNI and no AMX: one text kept 8 of
+    its 10 neighbours): the refusal itself is tested below."""
+    try:
+        return Bert.load(minilm_dir, dtype="int8")
+    except ValueError as exc:
+        if "is refused" not in str(exc):
+            raise
+        pytest.skip(f"int8 refused on this CPU: {exc}")
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +196,9 @@ def test_encode_cli_dtype_int8_writes_rows_close_to_float32(
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "emb.npy"
     r = cli("encode", src, "-o", out, "--model", minilm_dir, "--dtype", "int8")
+    if r.code == 1 and "is refused" in r.err:  # this CPU's int8 falls short (see bert_int8)
+        assert not out.exists()  # refused whole: no output file
+        pytest.skip(f"int8 refused on this CPU: {r.err.strip()}")
     assert r.code == 0, r
     got = torch.from_numpy(np.load(out))
     ref = bert_fp32.encode(texts, convert_to_tensor=True).float()
