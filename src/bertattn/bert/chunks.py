@@ -22,7 +22,7 @@ With two or more intra-op threads the chunks run side by side on chunk workers
 multiple of the workers, and splits a batch within the budget into one piece per worker. Where
 contiguous ranges cannot be even (a batch sorted by length, with a few long rows), the rows are
 regrouped by their cost (:func:`regroup_rows`) and put back in order after. Measured on the
-batches a saturated server formed (2-core AMD EPYC, MiniLM float32, 15% short queries and
+batches a saturated server formed (2-core AMD EPYC, MiniLM float32, short queries with a fifth
 paragraphs, replayed in process): the chunk workers busy 92% of the batch time before, 96-98%
 after.
 """
