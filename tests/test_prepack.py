@@ -63,8 +63,8 @@ def test_prepacked_minilm_matches_the_float64_baseline(minilm_dir, mkl_calls):
     baseline = _max_err(plain, want)
     assert 0 < baseline < 1e-3
     assert _max_err(packed, want) <= 2 * baseline
-    # mkl_calls above proves the packed kernel ran; its output may equal the plain one bit for bit
-    # (MKL picks the same microkernel for both on some CPUs, e.g. an AMD EPYC), so no inequality here
+    # mkl_calls above proves the packed kernel ran; its output may equal the plain one bit for
+    # bit (MKL picks the same microkernel for both on some CPUs, e.g. an AMD EPYC)
 
 
 def test_only_the_packed_row_counts_use_the_packs(mkl_calls):
