@@ -93,10 +93,11 @@ def explaining() -> bool:
     return bool(_open_blocks) and _active.get() is not None
 
 
-def note(text: str) -> None:
-    """Add a line to the active :func:`explain` block (nothing when none is open)."""
+def note(text: str, *, once: bool = False) -> None:
+    """Add a line to the active :func:`explain` block (nothing when none is open); ``once``:
+    not when the block already has that line."""
     log = _active.get() if _open_blocks else None
-    if log is not None:
+    if log is not None and not (once and text in log.notes):
         log.notes.append(text)
 
 

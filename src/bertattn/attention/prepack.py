@@ -9,7 +9,7 @@ freezing pass uses. A packed weight serves only the row count it was packed for,
 more copy of the weight in memory per row count. So packing is opt-in and per row count:
 :func:`prepack` packs a module's GEMM weights for the counts you name; every GEMM call site of
 the attention module and the BERT blocks goes through :func:`linear`, which uses a pack when
-one matches and ``F.linear`` otherwise.
+one matches and :func:`bertattn.attention.gemm.linear` otherwise.
 
 A pack is used only when it cannot change what the call means: a float32 CPU input, no autograd
 graph to build, no ``torch.jit`` tracing or ``torch.compile``. A weight changed in place
@@ -29,8 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from . import gemm as _gemm
 
 __all__ = ["available", "prepack", "packed_counts", "linear", "MAX_COUNTS"]
 
@@ -112,19 +113,20 @@ def _packable(t: Tensor) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)``, through ``weight``'s pack for ``x``'s row count when it
-    has one and using it changes nothing but the speed. ``x``: ``(..., K)``; ``weight``:
+    has one and using it changes nothing but the speed; otherwise through the library chosen
+    for float32 CPU products (:mod:`bertattn.attention.gemm`). ``x``: ``(..., K)``; ``weight``:
     ``(N, K)``; returns ``(..., N)``."""
     if _PACKS:
         packs = _packs_of(weight)
         if packs is not None:
             return _through_pack(x, weight, bias, packs)
-    return F.linear(x, weight, bias)
+    return _gemm.linear(x, weight, bias)
 
 
 def _through_pack(x: Tensor, weight: Tensor, bias: Tensor | None, packs: _Packs) -> Tensor:
     if not _packable(weight):  # cast or moved in place (.double(), .to(...)): old values
         _forget(weight, packs)
-        return F.linear(x, weight, bias)
+        return _gemm.linear(x, weight, bias)
     shape = x.shape
     rows = x.numel() // shape[-1] if shape and shape[-1] else 0
     packed = packs.by_rows.get(rows)
@@ -135,7 +137,7 @@ def _through_pack(x: Tensor, weight: Tensor, bias: Tensor | None, packs: _Packs)
         or torch._C._get_tracing_state()
         or torch.compiler.is_compiling()
     ):
-        return F.linear(x, weight, bias)
+        return _gemm.linear(x, weight, bias)
     state = _state(weight, packs.watched)
     if state != packs.state:  # changed in place since it was packed
         log.debug("a packed weight %s changed: packing it again", tuple(weight.shape))

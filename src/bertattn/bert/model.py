@@ -42,6 +42,7 @@ from ..arguments import (
 from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
 from ..attention import dispatch as _dispatch
 from ..attention import fastcall as _fast
+from ..attention import gemm as _gemm
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
@@ -744,6 +745,9 @@ class BertModel(nn.Module):
                 )
             position_ids = position_ids.expand(b, seq_len)
         self._check_id_values(input_ids, token_type_ids, position_ids)
+        if _dispatch.explaining() and device.type == "cpu" and self.dtype is torch.float32:
+            _gemm.choice()  # decided now if no product has run yet
+            _dispatch.note(_gemm.describe(), once=True)
         want = self._layers_for_weights(False if output_attentions is None else output_attentions)
         rows = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         chunks, workers, order = self._chunks(attention_mask, b, seq_len, device)

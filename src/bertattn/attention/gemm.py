@@ -1,0 +1,186 @@
+"""Which library computes a float32 product on the CPU: MKL (``F.linear``) or oneDNN.
+
+PyTorch's CPU builds send a float32 ``F.linear`` to MKL's ``sgemm``. MKL picks its kernels by
+the CPU's vendor, and on AMD processors it leaves AVX-512 unused; oneDNN (also in every x86
+build, as ``torch.ops.mkldnn._linear_pointwise``, the op ``torch.compile`` emits for CPU linear
+layers) generates its kernels from the CPU's instruction set whoever made it. Measured on a
+2-core AMD EPYC with AVX-512 (torch 2.13.0, 2 threads, MiniLM widths): oneDNN 2.0-2.3x MKL's
+rate from 10 to 4,096 rows (2048^3: 393 against 188 GFLOP/s), and ``Bert.encode`` 1.7x on
+paragraphs, 1.6x on short texts; on a 2-core Xeon the two were level.
+
+So the first float32 product of a process that could take either (the CPU, float32, no
+autograd graph to build, not tracing or compiling) decides, once: oneDNN's result is checked
+against ``F.linear`` (float32 rounding), both are timed on a product of MiniLM's widths (256
+rows, 384 -> 1,536) at the caller's thread count, and oneDNN is used from then on only when it
+was at least :data:`MARGIN` times as fast. ``BERTATTN_CPU_GEMM=mkl`` or ``onednn`` (read at that
+first product) skips the timing and says which; :func:`describe` says what was chosen and why,
+and ``bertattn.explain()`` repeats it for a float32 model on the CPU. Importing this module
+caps oneDNN's kernel caches (:data:`CACHE_CAPACITY`) unless their variables are set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["CHOICES", "ENV", "MARGIN", "choice", "describe", "linear", "reset"]
+
+log = logging.getLogger(__name__)
+
+#: the environment variable that sets the choice instead of timing it
+ENV = "BERTATTN_CPU_GEMM"
+#: what it may say
+CHOICES = ("auto", "mkl", "onednn")
+#: oneDNN is chosen when at least this many times as fast as MKL (level libraries keep torch's)
+MARGIN = 1.15
+
+#: oneDNN kernels kept per process: oneDNN's primitive cache and PyTorch's own cache over it
+#: (ideep's) each keep 1,024 by default, one per product shape; a server's or a packed batch's
+#: row count changes every batch, so they grew to 6.8 GB (MiniLM's four product widths, 1,000
+#: row counts) and a small model's server grew 200 MB in two minutes. 64 holds every shape of
+#: a forward (four widths, one row count per chunk) many times over: 0.8 GB in that loop.
+#: Set here, before oneDNN's first kernel (both read their variable then), unless set already.
+CACHE_CAPACITY = 64
+for _var in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+    os.environ.setdefault(_var, str(CACHE_CAPACITY))
+
+_lock = threading.Lock()
+_chosen: str | None = None  # "mkl" or "onednn", once decided
+_why = "not decided yet (no float32 CPU product has run)"
+
+
+def _onednn_op():  # type: ignore[no-untyped-def]
+    return getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+
+
+def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return _onednn_op()(x, weight, bias, "none", [], "")  # type: ignore[misc]
+
+
+def _eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """The call may go to oneDNN: float32 CPU tensors, contiguous input, no graph to build."""
+    if not (
+        x.dtype is torch.float32
+        and weight.dtype is torch.float32
+        and x.device.type == "cpu"
+        and weight.device.type == "cpu"
+        and x.dim() >= 2
+        and x.is_contiguous()
+        and weight.is_contiguous()
+        and (bias is None or (bias.dtype is torch.float32 and bias.is_contiguous()))
+    ):
+        return False
+    if torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    ):
+        return False  # the op has no backward
+    return not (torch._C._get_tracing_state() or torch.compiler.is_compiling())
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)``, through oneDNN where it was chosen for this process and
+    the call is eligible (float32 CPU tensors, no autograd graph, not tracing or compiling).
+    ``x``: ``(..., K)``; ``weight``: ``(N, K)``; returns ``(..., N)``."""
+    if _chosen == "mkl" or not _eligible(x, weight, bias):
+        return F.linear(x, weight, bias)
+    if _chosen is None:
+        _decide()
+        if _chosen != "onednn":
+            return F.linear(x, weight, bias)
+    return _onednn(x, weight, bias)
+
+
+def choice() -> str:
+    """``"mkl"`` or ``"onednn"``: the library for this process's float32 CPU products (decided
+    now if no product has run yet)."""
+    if _chosen is None:
+        _decide()
+    return _chosen  # type: ignore[return-value]
+
+
+def describe() -> str:
+    """One line: the library chosen for float32 CPU products and why."""
+    return f"float32 CPU products: {_chosen or 'undecided'} ({_why})"
+
+
+def reset() -> None:
+    """Forget the choice: the next eligible product decides again (tests; after changing
+    :data:`ENV`)."""
+    global _chosen, _why
+    with _lock:
+        _chosen, _why = None, "not decided yet (no float32 CPU product has run)"
+
+
+def _decide() -> None:
+    global _chosen, _why
+    with _lock:
+        if _chosen is not None:
+            return
+        _chosen, _why = _measure()
+        log.info("%s", describe())
+
+
+def _measure() -> tuple[str, str]:
+    """``(choice, why)``; see the module docstring."""
+    asked = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if asked not in CHOICES:
+        raise ValueError(
+            f"{ENV}={os.environ.get(ENV)!r} is not one of {', '.join(CHOICES)}; unset it to let "
+            f"bertattn time both libraries, or set mkl or onednn."
+        )
+    if _onednn_op() is None or not torch.backends.mkldnn.is_available():
+        return "mkl", "this torch build has no oneDNN linear"
+    bad = _disagreement()
+    if bad:
+        return "mkl", bad
+    if asked != "auto":
+        return asked, f"{ENV}={asked}"
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 384, generator=g)
+    w = torch.randn(1536, 384, generator=g) * 0.05
+    b = torch.randn(1536, generator=g)
+    with torch.inference_mode():
+        mkl = _best(lambda: F.linear(x, w, b))
+        dnn = _best(lambda: _onednn(x, w, b))
+    ratio = mkl / max(dnn, 1e-12)
+    threads = torch.get_num_threads()
+    how = f"oneDNN {ratio:.2f}x MKL at 256x384x1536, {threads} thread{'s' * (threads > 1)}"
+    if ratio >= MARGIN:
+        return "onednn", f"measured {how}"
+    return "mkl", f"measured {how}; oneDNN is used from {MARGIN}x"
+
+
+def _disagreement() -> str:
+    """Why oneDNN cannot stand in for ``F.linear`` here ('' when it can): an error, or a
+    result beyond float32 rounding of the same product."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 17, 40, generator=g)
+    w = torch.randn(56, 40, generator=g) * 0.2
+    b = torch.randn(56, generator=g)
+    try:
+        with torch.inference_mode():
+            got = _onednn(x, w, b)
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        return f"oneDNN linear failed here ({exc})"
+    want = F.linear(x.double(), w.double(), b.double())
+    if got.shape != want.shape or not torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5):
+        return "oneDNN linear disagreed with F.linear here"
+    return ""
+
+
+def _best(fn) -> float:  # type: ignore[no-untyped-def]
+    """The fastest of a few timed calls, after two untimed ones."""
+    fn()
+    fn()
+    best = float("inf")
+    for _ in range(7):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best

@@ -1,0 +1,137 @@
+"""The library for float32 CPU products (bertattn.attention.gemm): oneDNN only where it agrees
+with F.linear and was timed faster (or is asked for), never with an autograd graph to build,
+the model's outputs unchanged either way, and explain() saying which ran and why."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+
+import bertattn
+from bertattn import BertModel
+from bertattn.attention import gemm
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """A process-wide choice made again in this test, and again after it (the next test's
+    products time it afresh rather than inherit a forced one)."""
+    monkeypatch.delenv(gemm.ENV, raising=False)
+    gemm.reset()
+    yield monkeypatch
+    gemm.reset()
+
+
+class _Calls:
+    """Counts the products that went to oneDNN."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.count = 0
+        real = gemm._onednn
+
+        def counted(x, w, b):
+            self.count += 1
+            return real(x, w, b)
+
+        monkeypatch.setattr(gemm, "_onednn", counted)
+
+
+needs_onednn = pytest.mark.skipif(
+    gemm._onednn_op() is None or not torch.backends.mkldnn.is_available(),
+    reason="this torch build has no oneDNN linear",
+)
+
+
+@needs_onednn
+@pytest.mark.parametrize("asked", ["onednn", "mkl"])
+def test_the_model_matches_transformers_on_either_library(fresh, tiny_checkpoint, asked):
+    fresh.setenv(gemm.ENV, asked)
+    gemm.choice()  # (its check of oneDNN against F.linear is not a product of the model)
+    calls = _Calls(fresh)
+    hf = transformers.BertModel.from_pretrained(tiny_checkpoint).eval()
+    model = BertModel.from_pretrained(tiny_checkpoint).eval()
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(5, 99, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    with torch.inference_mode(), bertattn.explain() as log:
+        out = model(ids * mask, mask)
+        model(ids * mask, mask)
+    with torch.inference_mode():
+        ref = hf(ids * mask, mask)
+    real = mask.bool()
+    torch.testing.assert_close(
+        out.last_hidden_state[real], ref.last_hidden_state[real], atol=1e-5, rtol=0
+    )
+    torch.testing.assert_close(out.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
+    assert gemm.choice() == asked
+    assert (calls.count > 0) == (asked == "onednn")
+    said = [n for n in log.notes if n.startswith("float32 CPU products:")]
+    assert said == [f"float32 CPU products: {asked} ({gemm.ENV}={asked})"]  # once a block
+
+
+@needs_onednn
+def test_timed_choice_takes_onednn_only_from_the_margin(fresh):
+    for mkl_s, dnn_s, expected in ((2.0, 1.0, "onednn"), (1.1, 1.0, "mkl")):
+        gemm.reset()
+        times = iter([mkl_s, dnn_s])
+        fresh.setattr(gemm, "_best", lambda fn, t=times: next(t))
+        assert gemm.choice() == expected
+        line = gemm.describe()
+        assert f"oneDNN {mkl_s / dnn_s:.2f}x MKL at 256x384x1536" in line, line
+        assert ("from 1.15x" in line) == (expected == "mkl"), line
+
+
+@needs_onednn
+def test_onednn_that_disagrees_is_never_used(fresh):
+    fresh.setenv(gemm.ENV, "onednn")
+    fresh.setattr(gemm, "_onednn", lambda x, w, b: F.linear(x, w, b) + 1e-3)
+    assert gemm.choice() == "mkl"
+    assert "disagreed" in gemm.describe()
+    x, w = torch.randn(4, 8), torch.randn(5, 8)
+    torch.testing.assert_close(gemm.linear(x, w, None), F.linear(x, w, None), atol=0, rtol=0)
+
+
+@needs_onednn
+def test_no_onednn_where_autograd_or_other_dtypes_need_the_plain_op(fresh):
+    fresh.setenv(gemm.ENV, "onednn")
+    assert gemm.choice() == "onednn"
+    calls = _Calls(fresh)
+    lin = torch.nn.Linear(8, 6)
+    x = torch.randn(4, 8)
+    y = gemm.linear(x, lin.weight, lin.bias)  # a graph to build: the weight requires grad
+    y.sum().backward()
+    assert lin.weight.grad is not None and calls.count == 0
+    gemm.linear(x.double(), lin.weight.double(), lin.bias.double())
+    gemm.linear(x.t().contiguous().t(), lin.weight, lin.bias)  # a transposed (strided) input
+    assert calls.count == 0
+    with torch.no_grad():
+        got = gemm.linear(x, lin.weight, lin.bias)
+    assert calls.count == 1
+    torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), atol=1e-6, rtol=1e-6)
+
+
+def test_a_bad_setting_says_what_it_takes(fresh):
+    fresh.setenv(gemm.ENV, "blas")
+    with pytest.raises(ValueError, match=r"BERTATTN_CPU_GEMM='blas' is not one of auto, mkl"):
+        gemm.choice()
+
+
+def test_onednn_kernel_caches_are_capped_unless_set(tmp_path):
+    """Each product shape keeps a kernel in oneDNN's caches; with a row count that changes
+    every batch, their default of 1,024 each grew a process by gigabytes."""
+    import subprocess
+    import sys
+
+    names = "'ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'LRU_CACHE_CAPACITY'"
+    code = f"import os, bertattn.attention; print(*(os.environ[k] for k in ({names})))"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("CACHE_CAPACITY")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == [str(gemm.CACHE_CAPACITY)] * 2, out.stderr
+    env["LRU_CACHE_CAPACITY"] = "7"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == [str(gemm.CACHE_CAPACITY), "7"], out.stderr
