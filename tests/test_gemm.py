@@ -14,6 +14,7 @@ import transformers
 import bertattn
 from bertattn import BertModel
 from bertattn.attention import gemm
+from bertattn.bert import fused
 
 
 @pytest.fixture
@@ -52,12 +53,15 @@ def test_the_model_matches_transformers_on_either_library(fresh, tiny_checkpoint
     fresh.setenv(gemm.ENV, asked)
     gemm.choice()  # (its check of oneDNN against F.linear is not a product of the model)
     calls = _Calls(fresh)
+    fused_calls = []
+    real_op = fused._op()
+    fresh.setattr(fused, "_op", lambda: lambda *a: fused_calls.append(a[3]) or real_op(*a))
     hf = transformers.BertModel.from_pretrained(tiny_checkpoint).eval()
     model = BertModel.from_pretrained(tiny_checkpoint).eval()
     g = torch.Generator().manual_seed(2)
-    ids = torch.randint(5, 99, (3, 11), generator=g)
+    ids = torch.randint(5, 99, (3, 64), generator=g)  # 170 real tokens: >= MIN_ROWS rows
     mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
+    mask[1, 42:] = 0
     with torch.inference_mode(), bertattn.explain() as log:
         out = model(ids * mask, mask)
         model(ids * mask, mask)
@@ -70,6 +74,8 @@ def test_the_model_matches_transformers_on_either_library(fresh, tiny_checkpoint
     torch.testing.assert_close(out.pooler_output, ref.pooler_output, atol=1e-5, rtol=0)
     assert gemm.choice() == asked
     assert (calls.count > 0) == (asked == "onednn")
+    # the feed-forward's bias and GELU inside oneDNN's product only where it computes them
+    assert (fused_calls.count("gelu") > 0) == (asked == "onednn"), fused_calls
     said = [n for n in log.notes if n.startswith("float32 CPU products:")]
     assert said == [f"float32 CPU products: {asked} ({gemm.ENV}={asked})"]  # once a block
 
@@ -102,12 +108,14 @@ def test_no_onednn_where_autograd_or_other_dtypes_need_the_plain_op(fresh):
     assert gemm.choice() == "onednn"
     calls = _Calls(fresh)
     lin = torch.nn.Linear(8, 6)
-    x = torch.randn(4, 8)
+    x = torch.randn(gemm.MIN_ROWS, 8)
     y = gemm.linear(x, lin.weight, lin.bias)  # a graph to build: the weight requires grad
     y.sum().backward()
     assert lin.weight.grad is not None and calls.count == 0
     gemm.linear(x.double(), lin.weight.double(), lin.bias.double())
     gemm.linear(x.t().contiguous().t(), lin.weight, lin.bias)  # a transposed (strided) input
+    with torch.no_grad():  # fewer rows than a new oneDNN kernel is worth: MKL
+        gemm.linear(x[: gemm.MIN_ROWS - 1], lin.weight, lin.bias)
     assert calls.count == 0
     with torch.no_grad():
         got = gemm.linear(x, lin.weight, lin.bias)

@@ -9,7 +9,8 @@ rate from 10 to 4,096 rows (2048^3: 393 against 188 GFLOP/s), and ``Bert.encode`
 paragraphs, 1.6x on short texts; on a 2-core Xeon the two were level.
 
 So the first float32 product of a process that could take either (the CPU, float32, no
-autograd graph to build, not tracing or compiling) decides, once: oneDNN's result is checked
+autograd graph to build, not tracing or compiling, at least :data:`MIN_ROWS` rows) decides,
+once: oneDNN's result is checked
 against ``F.linear`` (float32 rounding), both are timed on a product of MiniLM's widths (256
 rows, 384 -> 1,536) at the caller's thread count, and oneDNN is used from then on only when it
 was at least :data:`MARGIN` times as fast. ``BERTATTN_CPU_GEMM=mkl`` or ``onednn`` (read at that
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CHOICES", "ENV", "MARGIN", "choice", "describe", "linear", "reset"]
+__all__ = ["CHOICES", "ENV", "MARGIN", "choice", "describe", "eligible", "linear", "reset"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,13 @@ ENV = "BERTATTN_CPU_GEMM"
 CHOICES = ("auto", "mkl", "onednn")
 #: oneDNN is chosen when at least this many times as fast as MKL (level libraries keep torch's)
 MARGIN = 1.15
+#: the fewest rows a product sends to oneDNN. oneDNN generates a kernel for each new shape
+#: (0.3-0.8 ms on the EPYC above, against ~50 us for MKL to meet a new row count); a packed
+#: batch's row count is its real tokens, new at almost every batch, so a product reaches
+#: oneDNN only where its own time hides that: from 128 rows (one layer's product alone takes
+#: ~0.8 ms there with MKL, and the kernel serves every layer of the forward). A short query
+#: (tens of rows) stays with MKL.
+MIN_ROWS = 128
 
 #: oneDNN kernels kept per process: oneDNN's primitive cache and PyTorch's own cache over it
 #: (ideep's) each keep 1,024 by default, one per product shape; a server's or a packed batch's
@@ -63,14 +71,16 @@ def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return _onednn_op()(x, weight, bias, "none", [], "")  # type: ignore[misc]
 
 
-def _eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
-    """The call may go to oneDNN: float32 CPU tensors, contiguous input, no graph to build."""
+def eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """The call may go to oneDNN: float32 CPU tensors, at least :data:`MIN_ROWS` rows of
+    contiguous input, no graph to build."""
     if not (
         x.dtype is torch.float32
         and weight.dtype is torch.float32
         and x.device.type == "cpu"
         and weight.device.type == "cpu"
         and x.dim() >= 2
+        and x.numel() >= MIN_ROWS * x.shape[-1]
         and x.is_contiguous()
         and weight.is_contiguous()
         and (bias is None or (bias.dtype is torch.float32 and bias.is_contiguous()))
@@ -85,9 +95,10 @@ def _eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)``, through oneDNN where it was chosen for this process and
-    the call is eligible (float32 CPU tensors, no autograd graph, not tracing or compiling).
+    the call is eligible (:func:`eligible`: float32 CPU tensors, at least :data:`MIN_ROWS`
+    rows, no autograd graph, not tracing or compiling).
     ``x``: ``(..., K)``; ``weight``: ``(N, K)``; returns ``(..., N)``."""
-    if _chosen == "mkl" or not _eligible(x, weight, bias):
+    if _chosen == "mkl" or not eligible(x, weight, bias):
         return F.linear(x, weight, bias)
     if _chosen is None:
         _decide()

@@ -10,7 +10,9 @@ Measured on a 2-core AMX Xeon (MiniLM widths, E 384 -> I 1536, median of 200 cal
 bfloat16 0.72-0.83x the time of linear + gelu at every row count from 1 to 2,048, and the whole
 bfloat16 ``encode`` 4-6% faster on paragraphs, 2-10% on short texts. In float32 the call alone
 was no faster from 32 rows and slower below (1.47x at 9 rows), and the whole encode within 1%
-either way, so float32 keeps the plain ops.
+either way, so float32 keeps the plain ops — unless oneDNN computes the process's float32
+products anyway (:mod:`bertattn.attention.gemm`, chosen where it is faster than MKL), where
+the bias and GELU come with the product for free.
 
 It applies only where it computes what the plain ops do (the GELU before the output's one
 rounding to bfloat16 rather than after it): the exact GELU, a bfloat16 CPU tensor and weight,
@@ -26,6 +28,8 @@ import logging
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..attention import gemm as _gemm
 
 __all__ = ["linear_gelu"]
 
@@ -55,7 +59,8 @@ def _check(dtype: torch.dtype) -> bool:
             with torch.no_grad():
                 got = op(x, w, b, "gelu", [], "none").float()
             want = F.gelu(F.linear(x.float(), w.float(), b.float()))
-            tol = 2e-2  # one rounding of the output to bfloat16 (8 bits), and the products'
+            # float32: rounding; bfloat16: one rounding of the output (8 bits), and the products'
+            tol = 1e-5 if dtype is torch.float32 else 2e-2
             ok = got.shape == want.shape and bool(torch.allclose(got, want, atol=tol, rtol=tol))
         except (RuntimeError, TypeError, NotImplementedError) as exc:
             logger.info("fused linear + GELU unavailable (%s); running the plain ops", exc)
@@ -69,9 +74,15 @@ def _check(dtype: torch.dtype) -> bool:
 def linear_gelu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
     """``gelu(linear(x, weight, bias))`` (exact GELU) as one oneDNN call, ``(..., K)`` ->
     ``(..., N)``; None where it does not apply (the caller runs the plain ops): not the CPU,
-    autograd on, a dtype not in :data:`DTYPES`, or the op missing or disagreeing."""
+    autograd on, a dtype not in :data:`DTYPES` (float32: unless oneDNN was chosen for the
+    process's float32 products), or the op missing or disagreeing."""
     dtype = x.dtype
-    if (
+    if dtype is torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled():
+        # float32 where oneDNN computes the products anyway (attention/gemm.py): the epilogue
+        # is free there; with MKL's products the fused call was no faster (see above)
+        if _gemm.choice() != "onednn" or not _gemm.eligible(x, weight, bias):
+            return None
+    elif (
         x.device.type != "cpu"
         or torch.is_grad_enabled()
         or dtype not in DTYPES
