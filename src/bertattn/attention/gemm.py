@@ -30,7 +30,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CHOICES", "ENV", "MARGIN", "choice", "describe", "eligible", "linear", "reset"]
+__all__ = [
+    "CHOICES",
+    "ENV",
+    "MARGIN",
+    "choice",
+    "describe",
+    "eligible",
+    "linear",
+    "reset",
+    "uses_onednn",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +81,17 @@ def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return _onednn_op()(x, weight, bias, "none", [], "")  # type: ignore[misc]
 
 
+def _compiling() -> bool:
+    """Tracing or compiling: the op is left to the compiler, and this module's choice is not
+    read (a read would be guarded on, and the first timed choice would recompile)."""
+    return bool(torch.compiler.is_compiling() or torch._C._get_tracing_state())
+
+
 def eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     """The call may go to oneDNN: float32 CPU tensors, at least :data:`MIN_ROWS` rows of
-    contiguous input, no graph to build."""
+    contiguous input, no graph to build, not tracing or compiling."""
+    if _compiling():
+        return False
     if not (
         x.dtype is torch.float32
         and weight.dtype is torch.float32
@@ -86,25 +104,30 @@ def eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
         and (bias is None or (bias.dtype is torch.float32 and bias.is_contiguous()))
     ):
         return False
-    if torch.is_grad_enabled() and (
-        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-    ):
-        return False  # the op has no backward
-    return not (torch._C._get_tracing_state() or torch.compiler.is_compiling())
+    return not (
+        torch.is_grad_enabled()
+        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    )  # the op has no backward
+
+
+def uses_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """This product goes to oneDNN: it is :func:`eligible` and oneDNN was chosen for the
+    process (chosen now if no product has run yet)."""
+    if _compiling() or _chosen == "mkl" or not eligible(x, weight, bias):
+        return False
+    if _chosen is None:
+        _decide()
+    return _chosen == "onednn"
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, weight, bias)``, through oneDNN where it was chosen for this process and
-    the call is eligible (:func:`eligible`: float32 CPU tensors, at least :data:`MIN_ROWS`
-    rows, no autograd graph, not tracing or compiling).
-    ``x``: ``(..., K)``; ``weight``: ``(N, K)``; returns ``(..., N)``."""
-    if _chosen == "mkl" or not eligible(x, weight, bias):
-        return F.linear(x, weight, bias)
-    if _chosen is None:
-        _decide()
-        if _chosen != "onednn":
-            return F.linear(x, weight, bias)
-    return _onednn(x, weight, bias)
+    """``F.linear(x, weight, bias)``, through oneDNN where :func:`uses_onednn` says so (float32
+    CPU tensors, at least :data:`MIN_ROWS` rows, no autograd graph, not tracing or compiling,
+    oneDNN chosen for this process). ``x``: ``(..., K)``; ``weight``: ``(N, K)``; returns
+    ``(..., N)``."""
+    if uses_onednn(x, weight, bias):
+        return _onednn(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def choice() -> str:

@@ -80,7 +80,7 @@ def linear_gelu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None
     if dtype is torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled():
         # float32 where oneDNN computes the products anyway (attention/gemm.py): the epilogue
         # is free there; with MKL's products the fused call was no faster (see above)
-        if _gemm.choice() != "onednn" or not _gemm.eligible(x, weight, bias):
+        if not _gemm.uses_onednn(x, weight, bias):
             return None
     elif (
         x.device.type != "cpu"
