@@ -242,9 +242,10 @@ def test_base_size_equals_transformers(tmp_path, mkl_products):
     """768 wide, 12 layers, 12 heads (all-mpnet-base-v2's shape), random weights, one padded
     batch past 128 tokens. At this depth float32 rounding alone moves transformers' own output
     by ~7e-5 from float64, so: ``math`` within 1e-5 of transformers in float32 (it runs the
-    same ops, its products through MKL as transformers' are), float64 runs equal to 1e-10 (the math itself; the padded bias is one tensor for
-    math and sdpa, so math and the packed path), and every backend no further from
-    transformers' float64 output than twice transformers' own float32 error (the baseline)."""
+    same ops, its products through MKL as transformers' are), float64 runs equal to 1e-10 (the
+    math itself; the padded bias is one tensor for math and sdpa, so math and the packed path),
+    and every backend no further from transformers' float64 output than twice transformers' own
+    float32 error (the baseline)."""
     import transformers
 
     folder = save_mpnet(tmp_path / "base", BASE, seed=3)
