@@ -28,15 +28,17 @@ def fresh(monkeypatch):
 
 
 class _Calls:
-    """Counts the products that went to oneDNN."""
+    """Counts the products that went to oneDNN, and the element-wise steps fused into them."""
 
     def __init__(self, monkeypatch) -> None:
         self.count = 0
+        self.attrs: list[str] = []
         real = gemm._onednn
 
-        def counted(x, w, b):
+        def counted(x, w, b, attr="none", algorithm=""):
             self.count += 1
-            return real(x, w, b)
+            self.attrs.append(attr)
+            return real(x, w, b, attr, algorithm)
 
         monkeypatch.setattr(gemm, "_onednn", counted)
 
@@ -53,9 +55,6 @@ def test_the_model_matches_transformers_on_either_library(fresh, tiny_checkpoint
     fresh.setenv(gemm.ENV, asked)
     gemm.choice()  # (its check of oneDNN against F.linear is not a product of the model)
     calls = _Calls(fresh)
-    fused_calls = []
-    real_op = fused._op()
-    fresh.setattr(fused, "_op", lambda: lambda *a: fused_calls.append(a[3]) or real_op(*a))
     hf = transformers.BertModel.from_pretrained(tiny_checkpoint).eval()
     model = BertModel.from_pretrained(tiny_checkpoint).eval()
     g = torch.Generator().manual_seed(2)
@@ -75,7 +74,7 @@ def test_the_model_matches_transformers_on_either_library(fresh, tiny_checkpoint
     assert gemm.choice() == asked
     assert (calls.count > 0) == (asked == "onednn")
     # the feed-forward's bias and GELU inside oneDNN's product only where it computes them
-    assert (fused_calls.count("gelu") > 0) == (asked == "onednn"), fused_calls
+    assert (calls.attrs.count("gelu") > 0) == (asked == "onednn"), calls.attrs
     said = [n for n in log.notes if n.startswith("float32 CPU products:")]
     assert said == [f"float32 CPU products: {asked} ({gemm.ENV}={asked})"]  # once a block
 
@@ -114,13 +113,34 @@ def test_no_onednn_where_autograd_or_other_dtypes_need_the_plain_op(fresh):
     assert lin.weight.grad is not None and calls.count == 0
     gemm.linear(x.double(), lin.weight.double(), lin.bias.double())
     gemm.linear(x.t().contiguous().t(), lin.weight, lin.bias)  # a transposed (strided) input
-    with torch.no_grad():  # fewer rows than a new oneDNN kernel is worth: MKL
-        gemm.linear(x[: gemm.MIN_ROWS - 1], lin.weight, lin.bias)
     assert calls.count == 0
     with torch.no_grad():
         got = gemm.linear(x, lin.weight, lin.bias)
     assert calls.count == 1
     torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), atol=1e-6, rtol=1e-6)
+
+
+@needs_onednn
+def test_a_short_product_is_padded_to_a_kernel_it_shares(fresh):
+    """Below MIN_ROWS the rows are padded with zeros to a multiple of SMALL_ROWS (one kernel
+    for many token counts); the caller gets its own rows, equal to F.linear's up to rounding,
+    in its own shape, and the padded rows never leak (NaN in the buffer would not matter)."""
+    fresh.setenv(gemm.ENV, "onednn")
+    seen = []
+    real = gemm._onednn_op()
+    fresh.setattr(gemm, "_onednn_op", lambda: lambda x, *a: seen.append(x.shape[0]) or real(x, *a))
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(24, 16, generator=g), torch.randn(24, generator=g)
+    with torch.no_grad():
+        for shape in ((1, 16), (3, 11, 16), (gemm.SMALL_ROWS, 16), (2, 50, 16), (130, 16)):
+            x = torch.randn(*shape, generator=g)
+            got = gemm.linear(x, w, b)
+            assert got.shape == (*shape[:-1], 24) and got.is_contiguous()
+            torch.testing.assert_close(got, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+            gelu = fused.linear_gelu(x, w, b)
+            torch.testing.assert_close(gelu, F.gelu(F.linear(x, w, b)), atol=1e-5, rtol=1e-5)
+    # (the first product is the choice's own check of oneDNN against F.linear)
+    assert seen[1:] == [32, 32, 64, 64, 32, 32, 128, 128, 130, 130], seen
 
 
 def test_a_bad_setting_says_what_it_takes(fresh):
