@@ -48,10 +48,11 @@ def test_matches_plain_ops_in_bfloat16(bias):
     assert err_fused <= max(err_plain, 2**-8)
 
 
-def test_not_used_where_it_must_not_be():
+def test_not_used_where_it_must_not_be(mkl_products):
     x, w, b = _inputs()
     with torch.inference_mode():
-        assert fused.linear_gelu(x.float(), w.float(), b.float()) is None  # float32: plain
+        # float32 with MKL's products: plain (with oneDNN's, see test_gemm.py)
+        assert fused.linear_gelu(x.float(), w.float(), b.float()) is None
         assert fused.linear_gelu(x, w.float(), b) is None  # mixed dtypes
         assert fused.linear_gelu(x, w, b.float()) is None
     with torch.enable_grad():

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from . import gemm as _gemm
 
-__all__ = ["available", "prepack", "packed_counts", "linear", "MAX_COUNTS"]
+__all__ = ["available", "prepack", "packed_counts", "is_packed", "linear", "MAX_COUNTS"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,11 @@ def _state(weight: Tensor, watched: tuple[weakref.ref[Tensor], ...]) -> tuple[ob
 def _packs_of(weight: Tensor) -> _Packs | None:
     packs = _PACKS.get(id(weight))
     return packs if packs is not None and packs.weight() is weight else None
+
+
+def is_packed(weight: Tensor) -> bool:
+    """``weight`` has packs (for some row counts): its products go through :func:`linear`."""
+    return bool(_PACKS) and _packs_of(weight) is not None
 
 
 def _drop(key: int) -> None:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..attention import gemm as _gemm
+from ..attention import prepack as _prepack
 
 __all__ = ["linear_gelu"]
 
@@ -80,8 +81,8 @@ def linear_gelu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None
     if dtype is torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled():
         # float32 where oneDNN computes the products anyway (attention/gemm.py): the epilogue
         # is free there; with MKL's products the fused call was no faster (see above)
-        if not _gemm.uses_onednn(x, weight, bias):
-            return None
+        if _prepack.is_packed(weight) or not _gemm.uses_onednn(x, weight, bias):
+            return None  # (a packed weight keeps MKL's packed product: the caller asked)
     elif (
         x.device.type != "cpu"
         or torch.is_grad_enabled()
