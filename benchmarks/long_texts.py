@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from bertattn import Bert
+from bertattn.attention import gemm
 from bertattn.bench import environment, interleaved_medians
 from bertattn.bert.chunks import plan_chunks
 from bertattn.bert.pooling import length_batches
@@ -52,7 +53,8 @@ def _pieces(bert: Bert, lengths: list[int], batch_size: int = 32) -> list[tuple[
 
 
 def _bound_seconds(bert: Bert, pieces: list[tuple[int, int]], repeats: int) -> tuple[float, float]:
-    """(products, attention) seconds for ``pieces``, each timed alone, best of ``repeats``."""
+    """(products, attention) seconds for ``pieces``, each timed alone, best of ``repeats``; the
+    products through the library bertattn chose for them (MKL or oneDNN)."""
     model = bert.model
     cfg = model.config
     h, e = cfg.num_attention_heads, cfg.hidden_size
@@ -81,7 +83,7 @@ def _bound_seconds(bert: Bert, pieces: list[tuple[int, int]], repeats: int) -> t
         for xs, _, _ in inputs:
             for layer in weights:
                 for x, (w, b) in zip(xs, layer, strict=True):
-                    F.linear(x, w, b)
+                    gemm.linear(x, w, b)  # the library the model's products use
 
     def attention() -> None:
         for _, qkv, mask in inputs:
@@ -137,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         f"cpu: {env['processor']}, capability {env['cpu_capability']}; torch {env['torch']}; "
         f"{torch.get_num_threads()} threads; {args.dtype}"
     )
+    if dtype is torch.float32:
+        print(f"  {gemm.describe()}")
     print(
         f"{len(texts)} paragraphs, {sum(lengths)} tokens; model calls (rows x length): "
         + ", ".join(f"{r}x{n}" for r, n in pieces)
