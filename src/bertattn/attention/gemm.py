@@ -6,11 +6,11 @@ build, as ``torch.ops.mkldnn._linear_pointwise``, the op ``torch.compile`` emits
 layers) generates its kernels from the CPU's instruction set whoever made it. Measured on a
 2-core AMD EPYC with AVX-512 (torch 2.13.0, 2 threads, MiniLM widths): oneDNN 2.0-2.3x MKL's
 rate from 10 to 4,096 rows (2048^3: 393 against 188 GFLOP/s), and ``Bert.encode`` 1.7x on
-paragraphs, 1.6x on short texts; on a 2-core Xeon the two were level.
+paragraphs, 1.6x on short texts; on a 2-core Xeon the two were level. Products of fewer than
+:data:`MIN_ROWS` rows are padded to a multiple of :data:`SMALL_ROWS` rows for oneDNN.
 
 So the first float32 product of a process that could take either (the CPU, float32, no
-autograd graph to build, not tracing or compiling) decides,
-once: oneDNN's result is checked
+autograd graph to build, not tracing or compiling) decides, once: oneDNN's result is checked
 against ``F.linear`` (float32 rounding), both are timed on a product of MiniLM's widths (256
 rows, 384 -> 1,536) at the caller's thread count, and oneDNN is used from then on only when it
 was at least :data:`MARGIN` times as fast. ``BERTATTN_CPU_GEMM=mkl`` or ``onednn`` (read at that
