@@ -109,11 +109,8 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling() or torch._C._get_tracing_state())
 
 
-def eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
-    """The call may go to oneDNN: float32 CPU tensors of contiguous input (at least one row),
-    no graph to build, not tracing or compiling."""
-    if _compiling():
-        return False
+def _fits(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """float32 CPU tensors of contiguous input (at least one row), no graph to build."""
     if not (
         x.dtype is torch.float32
         and weight.dtype is torch.float32
@@ -133,10 +130,16 @@ def eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     )  # the op has no backward
 
 
+def eligible(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """The call may go to oneDNN: float32 CPU tensors of contiguous input (at least one row),
+    no graph to build, not tracing or compiling."""
+    return not _compiling() and _fits(x, weight, bias)
+
+
 def uses_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     """This product goes to oneDNN: it is :func:`eligible` and oneDNN was chosen for the
     process (chosen now if no product has run yet)."""
-    if _compiling() or _chosen == "mkl" or not eligible(x, weight, bias):
+    if _compiling() or _chosen == "mkl" or not _fits(x, weight, bias):
         return False
     if _chosen is None:
         _decide()
@@ -145,9 +148,8 @@ def uses_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)``, through oneDNN where :func:`uses_onednn` says so (float32
-    CPU tensors, no autograd graph, not tracing or compiling,
-    oneDNN chosen for this process). ``x``: ``(..., K)``; ``weight``: ``(N, K)``; returns
-    ``(..., N)``."""
+    CPU tensors, no autograd graph, not tracing or compiling, oneDNN chosen for this process).
+    ``x``: ``(..., K)``; ``weight``: ``(N, K)``; returns ``(..., N)``."""
     if uses_onednn(x, weight, bias):
         return _onednn(x, weight, bias)
     return F.linear(x, weight, bias)
