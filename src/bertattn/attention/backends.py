@@ -81,13 +81,22 @@ def math_attention(
     dropout_p: float,
     need_weights: bool,
 ) -> tuple[Tensor, Tensor | None]:
-    """The reference: the article's steps, written out. Softmax in float32 for half inputs."""
+    """The reference: the article's steps, written out. Softmax in float32 for half inputs.
+
+    When nothing records the steps and no graph is built, the scaling and the bias are applied
+    in place on the scores' one buffer: the same operations on the same values (bit for bit),
+    without two more ``(B, H, Lq, Lk)`` tensors to allocate and fill."""
     d = q.size(-1)
+    rec = steps_recorder()
     # the article: scores = Q K^T / sqrt(d_k)                       # (B, H, Lq, Lk)
     raw = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype))
-    scaled = raw / math.sqrt(d)
-    # the article: masked_fill(mask == 0, -1e9); here an additive -inf bias (fits every dtype)
-    scores = scaled if bias is None else scaled + bias
+    if rec is None and _in_place_ok(raw, bias):
+        scaled = raw.div_(math.sqrt(d))
+        scores = scaled if bias is None else scaled.add_(bias)
+    else:
+        scaled = raw / math.sqrt(d)
+        # the article: masked_fill(mask == 0, -1e9); here an additive -inf bias (every dtype)
+        scores = scaled if bias is None else scaled + bias
     # the article: softmax over the keys, then dropout on the probabilities
     weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, Lq, Lk)
     probs = weights
@@ -95,10 +104,21 @@ def math_attention(
         weights = F.dropout(weights, p=dropout_p, training=True)
     # the article: context = attention @ V                         # (B, H, Lq, D)
     context = torch.matmul(weights, v)
-    rec = steps_recorder()
     if rec is not None:  # bertattn.attention.steps: the values above, as they are
         rec.add(StepRecord(q, k, v, raw, scaled, bias, probs, context))
     return context, (weights if need_weights else None)
+
+
+def _in_place_ok(scores: Tensor, bias: Tensor | None) -> bool:
+    """The scores may be scaled and biased in place: no autograd graph through them, and a
+    bias of their dtype that broadcasts to their shape (an out-of-place sum could promote
+    the dtype or grow the shape)."""
+    if scores.requires_grad or (bias is not None and bias.requires_grad):
+        return False
+    return bias is None or (
+        bias.dtype == scores.dtype
+        and torch.broadcast_shapes(bias.shape, scores.shape) == scores.shape
+    )
 
 
 def sdpa_attention(
