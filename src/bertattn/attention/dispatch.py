@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import torch
 
 from . import policy as _policy
-from . import small as _small
 
 logger = logging.getLogger("bertattn.dispatch")
 
@@ -139,7 +138,6 @@ def choose_backend(
     dtype: torch.dtype | None = None,
     key_len: int | None = None,
     training: bool = False,
-    batch: int | None = None,
 ) -> tuple[str, str]:
     """The ``auto`` rule: ``(backend, reason)``; an explicit request is kept as it is.
 
@@ -148,9 +146,7 @@ def choose_backend(
     ``dtype`` and ``key_len`` pick the row of the policy table
     (:mod:`bertattn.attention.policy`); without them the device's catch-all row applies.
     ``training`` (dropout active): the table's ``math`` choice, measured in inference, is not
-    taken; fused SDPA runs. ``batch`` (sequences in the call), given by the padded callers:
-    a small batched CPU call where the table says SDPA runs math when that was measured faster
-    (:mod:`bertattn.attention.small`).
+    taken; fused SDPA runs.
     """
     if requested != "auto":
         return requested, _EXPLICIT_WHY
@@ -165,7 +161,7 @@ def choose_backend(
         if table is _memo_table:
             hit = _memo.get(key)
             if hit is not None:
-                return _small_choice(hit, device_type, dtype, key_len, training, batch)
+                return hit
         else:
             _memo.clear()
             _memo_table = table
@@ -173,7 +169,7 @@ def choose_backend(
         if len(_memo) > 512:  # distinct lengths are unbounded: keep the memo small
             _memo.clear()
         _memo[key] = decision
-        return _small_choice(decision, device_type, dtype, key_len, training, batch)
+        return decision
     rule = _policy.lookup(device_type, dtype, key_len, table)
     if rule.varlen_min_pad is None:
         if device_type != "cpu":
@@ -207,27 +203,6 @@ def _traced_rule(
     if all(r.kernel == rules[0].kernel for r in rules):
         return rules[0]
     return _policy.lookup(device_type, dtype, key_len, table)
-
-
-def _small_choice(
-    decision: tuple[str, str],
-    device_type: str,
-    dtype: torch.dtype | None,
-    key_len: int | None,
-    training: bool,
-    batch: int | None,
-) -> tuple[str, str]:
-    """``decision``, or math for a small batched CPU call where it was measured faster than
-    the fused SDPA the table chose (:mod:`bertattn.attention.small`)."""
-    if decision[0] != "sdpa" or training or not _small.applies(device_type, dtype, batch, key_len):
-        return decision
-    math_faster, why = _small.choice()
-    if not math_faster:
-        return decision
-    return "math", (
-        f"no weights needed, but {batch} sequences of <= {_small.MAX_KEYS} keys: math "
-        f"(matmul + softmax) runs ({why})"
-    )
 
 
 def _padded_choice(rule: _policy.Rule, training: bool) -> tuple[str, str]:

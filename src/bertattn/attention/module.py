@@ -267,7 +267,6 @@ class MultiHeadAttention(nn.Module):
             self.backend,
             need_weights,
             dropout_p > 0.0,
-            torch.get_num_threads(),  # auto's small-call choice is made per thread count
         )
 
     # ------------------------------------------------------------------ forward
@@ -331,7 +330,6 @@ class MultiHeadAttention(nn.Module):
                 dtype=x.dtype,
                 key_len=k_len,
                 training=dropout_p > 0.0,
-                batch=batch,
             )
             get_backend(decision[0])  # an unknown name is refused before the masks are looked at
             if case is not None:
@@ -421,7 +419,6 @@ class MultiHeadAttention(nn.Module):
             dtype=x.dtype,
             key_len=x.size(1) if key_value is None else key_value.size(1),
             training=dropout_p > 0.0,
-            batch=x.size(0),
         )
         if get_backend(name).layout == "packed":
             raise ValueError(
