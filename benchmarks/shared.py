@@ -328,6 +328,8 @@ def _long_text_verdicts(results: dict) -> list[tuple[str, str]]:
                 out.append((label, f"{verdict}: {'met' if share >= 0.75 else 'not met'}"))
             else:
                 out.append((f"  (openvino f32 {corpus}, for reference)", verdict))
+                if corpus == "paragraphs":  # what the 1.2x target asks of the machine
+                    out.append(("  (1.2x openvino f32 paragraphs needs)", f"{1.2 * share:.0%}"))
     return out
 
 
