@@ -80,15 +80,48 @@ def test_the_model_matches_transformers_on_either_library(fresh, tiny_checkpoint
 
 
 @needs_onednn
+@pytest.mark.parametrize(
+    ("vendor", "flags", "expected", "said"),
+    [
+        ("AuthenticAMD", {"avx2", "avx512f", "avx512bw"}, "onednn", "an AMD CPU with AVX-512"),
+        ("AuthenticAMD", {"avx2", "fma"}, "mkl", "AuthenticAMD without AVX-512: MKL"),
+        ("GenuineIntel", {"avx2", "avx512f", "amx_bf16"}, "mkl", "GenuineIntel with AVX-512: MKL"),
+        ("", set(), "mkl", "an unknown vendor without AVX-512: MKL"),  # no /proc/cpuinfo
+    ],
+)
+def test_auto_chooses_from_the_cpu_without_timing(fresh, vendor, flags, expected, said):
+    """The same choice in every process on a machine, whatever its load: nothing is timed."""
+    fresh.setattr(gemm, "cpu_vendor", lambda: vendor)
+    fresh.setattr(gemm, "cpu_flags", lambda: set(flags))
+
+    def no_timing(fn):
+        raise AssertionError("auto timed the libraries")
+
+    fresh.setattr(gemm, "_best", no_timing)
+    assert gemm.choice() == expected
+    assert said in gemm.describe()
+
+
+@needs_onednn
 def test_timed_choice_takes_onednn_only_from_the_margin(fresh):
+    fresh.setenv(gemm.ENV, "timed")
     for mkl_s, dnn_s, expected in ((2.0, 1.0, "onednn"), (1.1, 1.0, "mkl")):
         gemm.reset()
         times = iter([mkl_s, dnn_s])
         fresh.setattr(gemm, "_best", lambda fn, t=times: next(t))
         assert gemm.choice() == expected
         line = gemm.describe()
-        assert f"oneDNN {mkl_s / dnn_s:.2f}x MKL at 256x384x1536" in line, line
+        assert f"BERTATTN_CPU_GEMM=timed: measured oneDNN {mkl_s / dnn_s:.2f}x MKL" in line, line
         assert ("from 1.15x" in line) == (expected == "mkl"), line
+
+
+@needs_onednn
+def test_an_amd_cpu_with_avx512_still_checks_onednn_first(fresh):
+    fresh.setattr(gemm, "cpu_vendor", lambda: "AuthenticAMD")
+    fresh.setattr(gemm, "cpu_flags", lambda: {"avx512f"})
+    fresh.setattr(gemm, "_onednn", lambda x, w, b: F.linear(x, w, b) * 1.01)
+    assert gemm.choice() == "mkl"
+    assert "disagreed" in gemm.describe()
 
 
 @needs_onednn
@@ -145,7 +178,9 @@ def test_a_short_product_is_padded_to_a_kernel_it_shares(fresh):
 
 def test_a_bad_setting_says_what_it_takes(fresh):
     fresh.setenv(gemm.ENV, "blas")
-    with pytest.raises(ValueError, match=r"BERTATTN_CPU_GEMM='blas' is not one of auto, mkl"):
+    with pytest.raises(
+        ValueError, match=r"BERTATTN_CPU_GEMM='blas' is not one of auto, mkl, onednn, timed"
+    ):
         gemm.choice()
 
 

@@ -11,7 +11,7 @@ import platform
 
 import torch
 
-__all__ = ["cpu_capability", "cpu_flags", "cpu_name"]
+__all__ = ["cpu_capability", "cpu_flags", "cpu_name", "cpu_vendor"]
 
 #: from the highest: the name, and the /proc/cpuinfo flag that gives it
 _LEVELS = (("AMX", "amx_bf16"), ("AVX512_BF16", "avx512_bf16"), ("AVX512", "avx512f"))
@@ -69,6 +69,12 @@ def _cpuinfo_field(name: str) -> str | None:
 def cpu_flags() -> set[str]:
     """The ``flags`` of /proc/cpuinfo (an empty set where there is none: not Linux, not x86)."""
     return set((_cpuinfo_field("flags") or "").split())
+
+
+def cpu_vendor() -> str:
+    """The ``vendor_id`` of /proc/cpuinfo (``"GenuineIntel"``, ``"AuthenticAMD"``, ...; ``""``
+    where there is none)."""
+    return _cpuinfo_field("vendor_id") or ""
 
 
 def cpu_name() -> str:

@@ -10,13 +10,20 @@ paragraphs, 1.6x on short texts; on a 2-core Xeon the two were level. Products o
 :data:`MIN_ROWS` rows are padded to a multiple of :data:`SMALL_ROWS` rows for oneDNN.
 
 So the first float32 product of a process that could take either (the CPU, float32, no
-autograd graph to build, not tracing or compiling) decides, once: oneDNN's result is checked
-against ``F.linear`` (float32 rounding), both are timed on a product of MiniLM's widths (256
-rows, 384 -> 1,536) at the caller's thread count, and oneDNN is used from then on only when it
-was at least :data:`MARGIN` times as fast. ``BERTATTN_CPU_GEMM=mkl`` or ``onednn`` (read at that
-first product) skips the timing and says which; :func:`describe` says what was chosen and why,
-and ``bertattn.explain()`` repeats it for a float32 model on the CPU. Importing this module
-caps oneDNN's kernel caches (:data:`CACHE_CAPACITY`) unless their variables are set.
+autograd graph to build, not tracing or compiling) decides, once, from the CPU: oneDNN on an
+AMD processor with AVX-512 (``vendor_id`` AuthenticAMD, flag ``avx512f``), MKL elsewhere (on an
+AVX2-only EPYC oneDNN measured 0.91-1.01x MKL; on Intel the two were level), and oneDNN only
+after its result was checked against ``F.linear`` on a small product (float32 rounding). The
+two libraries round differently, so the choice must not depend on the moment: an earlier
+version timed both at the first product, and beside two busy processes that timing picked
+oneDNN on the AVX2 EPYC in one process of six ("1.21x"), so two processes of one job computed
+the same text differently. ``BERTATTN_CPU_GEMM`` (read at that first product): ``auto`` (the
+rule above), ``mkl``, ``onednn``, or ``timed``, which times both on a product of MiniLM's widths
+(256 rows, 384 -> 1,536) at the caller's thread count and takes oneDNN from :data:`MARGIN`
+times as fast (for a CPU the rule has not seen; run it on a quiet machine).
+:func:`describe` says what was chosen and why, and ``bertattn.explain()`` repeats it for a
+float32 model on the CPU. Importing this module caps oneDNN's kernel caches
+(:data:`CACHE_CAPACITY`) unless their variables are set.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..cpu import cpu_flags, cpu_vendor
 
 __all__ = [
     "CHOICES",
@@ -47,8 +56,8 @@ log = logging.getLogger(__name__)
 #: the environment variable that sets the choice instead of timing it
 ENV = "BERTATTN_CPU_GEMM"
 #: what it may say
-CHOICES = ("auto", "mkl", "onednn")
-#: oneDNN is chosen when at least this many times as fast as MKL (level libraries keep torch's)
+CHOICES = ("auto", "mkl", "onednn", "timed")
+#: ``timed``: oneDNN is chosen when at least this many times as fast as MKL
 MARGIN = 1.15
 #: oneDNN generates a kernel for each new shape (0.3-0.8 ms on the EPYC above, against ~50 us
 #: for MKL to meet a new row count). From this many rows a product keeps its own row count
@@ -191,15 +200,17 @@ def _measure() -> tuple[str, str]:
     if asked not in CHOICES:
         raise ValueError(
             f"{ENV}={os.environ.get(ENV)!r} is not one of {', '.join(CHOICES)}; unset it to let "
-            f"bertattn time both libraries, or set mkl or onednn."
+            f"bertattn choose from the CPU, or set mkl, onednn or timed."
         )
     if _onednn_op() is None or not torch.backends.mkldnn.is_available():
         return "mkl", "this torch build has no oneDNN linear"
     bad = _disagreement()
     if bad:
         return "mkl", bad
-    if asked != "auto":
+    if asked in ("mkl", "onednn"):
         return asked, f"{ENV}={asked}"
+    if asked == "auto":
+        return _by_cpu()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 384, generator=g)
     w = torch.randn(1536, 384, generator=g) * 0.05
@@ -211,8 +222,21 @@ def _measure() -> tuple[str, str]:
     threads = torch.get_num_threads()
     how = f"oneDNN {ratio:.2f}x MKL at 256x384x1536, {threads} thread{'s' * (threads > 1)}"
     if ratio >= MARGIN:
-        return "onednn", f"measured {how}"
-    return "mkl", f"measured {how}; oneDNN is used from {MARGIN}x"
+        return "onednn", f"{ENV}=timed: measured {how}"
+    return "mkl", f"{ENV}=timed: measured {how}; oneDNN is used from {MARGIN}x"
+
+
+def _by_cpu() -> tuple[str, str]:
+    """``(choice, why)`` from the CPU alone (see the module docstring): the same in every
+    process on the machine, whatever its load."""
+    vendor, flags = cpu_vendor(), cpu_flags()
+    if vendor == "AuthenticAMD" and "avx512f" in flags:
+        return "onednn", (
+            "an AMD CPU with AVX-512, which MKL leaves unused on AMD (oneDNN measured 2.0-2.5x "
+            "MKL on such an EPYC)"
+        )
+    what = f"{vendor or 'an unknown vendor'} {'with' if 'avx512f' in flags else 'without'} AVX-512"
+    return "mkl", f"{what}: MKL, as torch does; oneDNN measured level or slower on such CPUs"
 
 
 def _disagreement() -> str:
