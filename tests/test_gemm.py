@@ -102,6 +102,19 @@ def test_auto_chooses_from_the_cpu_without_timing(fresh, vendor, flags, expected
     assert said in gemm.describe()
 
 
+@pytest.mark.parametrize("asked", ["auto", "mkl"])
+def test_onednn_is_not_even_checked_where_it_cannot_be_chosen(fresh, asked):
+    fresh.setenv(gemm.ENV, asked)
+    fresh.setattr(gemm, "cpu_vendor", lambda: "GenuineIntel")
+    fresh.setattr(gemm, "cpu_flags", lambda: {"avx512f"})
+
+    def no_check():
+        raise AssertionError("oneDNN was checked although MKL was the only choice")
+
+    fresh.setattr(gemm, "_disagreement", no_check)
+    assert gemm.choice() == "mkl"
+
+
 @needs_onednn
 def test_timed_choice_takes_onednn_only_from_the_margin(fresh):
     fresh.setenv(gemm.ENV, "timed")

@@ -202,15 +202,20 @@ def _measure() -> tuple[str, str]:
             f"{ENV}={os.environ.get(ENV)!r} is not one of {', '.join(CHOICES)}; unset it to let "
             f"bertattn choose from the CPU, or set mkl, onednn or timed."
         )
+    if asked == "mkl":
+        return "mkl", f"{ENV}=mkl"
+    rule = _by_cpu() if asked == "auto" else None
+    if rule is not None and rule[0] == "mkl":
+        return rule  # oneDNN is not a candidate: no need to check it
     if _onednn_op() is None or not torch.backends.mkldnn.is_available():
         return "mkl", "this torch build has no oneDNN linear"
     bad = _disagreement()
     if bad:
         return "mkl", bad
-    if asked in ("mkl", "onednn"):
-        return asked, f"{ENV}={asked}"
-    if asked == "auto":
-        return _by_cpu()
+    if rule is not None:
+        return rule
+    if asked == "onednn":
+        return "onednn", f"{ENV}=onednn"
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 384, generator=g)
     w = torch.randn(1536, 384, generator=g) * 0.05
