@@ -241,7 +241,10 @@ def _by_cpu() -> tuple[str, str]:
             "MKL on such an EPYC)"
         )
     what = f"{vendor or 'an unknown vendor'} {'with' if 'avx512f' in flags else 'without'} AVX-512"
-    return "mkl", f"{what}: MKL, as torch does; oneDNN measured level or slower on such CPUs"
+    return "mkl", (
+        f"{what}: MKL, as torch does; oneDNN measured level or slower on the Intel CPUs and the "
+        f"AMD CPU without AVX-512 tried"
+    )
 
 
 def _disagreement() -> str:
