@@ -349,7 +349,9 @@ def test_a_stalled_or_abandoned_body_is_not_a_hang_nor_a_500(tiny_checkpoint, ca
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no traceback logged
     text = app.state.serve.metrics.render()
     assert 'bertattn_rejections_total{reason="request_timeout"} 1' in text
-    assert 'bertattn_rejections_total{reason="gone"} 1' in text
+    assert 'bertattn_rejections_total{reason="gone_before_queue"} 1' in text  # not admitted:
+    assert "bertattn_admitted_requests_total 0" in text  # told apart from a queued one gone
+    assert 'reason="gone"}' not in text
 
 
 def test_no_truncate_names_the_input_and_its_tokens(tiny_checkpoint):

@@ -261,8 +261,10 @@ async def _body(state: ServeState, request: Request) -> dict[str, Any]:
             f"the request body did not arrive within {seconds:g} s; send it whole.",
             code="request_timeout",
         ) from None
-    except ClientDisconnect:
-        raise ApiError(499, "the client went away.", code="client_closed", reason="gone") from None
+    except ClientDisconnect:  # before its request reached the queue: not "gone" (left queued)
+        raise ApiError(
+            499, "the client went away.", code="client_closed", reason="gone_before_queue"
+        ) from None
     content_type = request.headers.get("content-type")
     request.state.big = len(body) > _BIG
     if request.state.big:
