@@ -53,3 +53,19 @@ def test_the_saturation_verdict_reads_the_speed(capsys) -> None:  # type: ignore
     assert "saturated >= 2x infinity: NOT met (0.960 / 0.800 of in-process speed = 1.20x)" in (
         capsys.readouterr().out
     )
+
+
+def test_a_machine_whose_speed_moved_is_not_judged(capsys) -> None:  # type: ignore[no-untyped-def]
+    over = _level(128, short=1000, long=50)
+    ours = Run([_level(32, short=3000, long=90)], over, query_s=0.0105, rss=None)
+    peer = Run([_level(8, short=1500, long=125)], over, query_s=0.02, rss=None)
+    steady = Ceiling([100.0], [100.0, 97.0], [0.002], [0.040], [0.010])  # 3% apart: judged
+    verdicts(ours, peer, steady)
+    assert "not judged" not in capsys.readouterr().out
+    moved = Ceiling([100.0], [100.0, 75.0], [0.002], [0.040], [0.010])  # a busy host, then
+    verdicts(ours, peer, moved)
+    out = capsys.readouterr().out
+    assert "Bert.encode ran 1.33x as fast in one measurement as in the other" in out
+    for target in ("0.95x the in-process ceiling", "2x infinity", "1 ms + 10% of in-process"):
+        assert f"{target}: not judged (" in out, target
+    assert "4x overload: only 429s as errors: met" in out  # read off the server alone
