@@ -607,6 +607,44 @@ class Bert(SentenceTransformerSurface):
         )
         return out.numpy(), stats  # type: ignore[union-attr]
 
+    def encode_late_chunks(
+        self,
+        text: str,
+        spans: Sequence[tuple[int, int]],
+        *,
+        pooling: str | None = None,
+        normalize: bool | None = None,
+        truncate_dim: int | None = None,
+        max_length: int | None = None,
+        overlap: int | None = None,
+        batch_size: int = 32,
+        convert_to_tensor: bool = False,
+    ) -> Any:
+        """Late chunking: ``(S, E)`` float32, one row per span of ``text``, each pooled (the
+        folder's pooling, or ``pooling="mean"`` / ``"max"``; ``"cls"`` is refused) over the
+        tokens whose first character lies in the span, from one forward of the whole text,
+        then normalized as the folder says (``normalize=`` overrides) and cut to
+        ``truncate_dim``. ``spans``: ``(start, end)`` character offsets (end exclusive) in
+        order of their start; they may overlap. A text longer than ``max_length`` (default
+        :attr:`max_length`) runs as windows sharing ``overlap`` tokens (default half a window),
+        each token's state from the window where it has the most context on both sides (see
+        :mod:`bertattn.bert.late_chunks`). A span out of range, out of order or holding no
+        token raises ``ValueError`` naming it. A NumPy array; ``convert_to_tensor``: a tensor."""
+        from .late_chunks import encode_late_chunks
+
+        return encode_late_chunks(
+            self,
+            text,
+            spans,
+            pooling=pooling,
+            normalize=normalize,
+            truncate_dim=truncate_dim,
+            max_length=max_length,
+            overlap=overlap,
+            batch_size=batch_size,
+            convert_to_tensor=convert_to_tensor,
+        )
+
     def _prompt_length(self, prompt: str, limit: int) -> int:
         """Tokens of ``prompt`` at the start of a prompted text: [CLS] and the prompt's own,
         not a trailing special token (as sentence-transformers counts them)."""

@@ -1,0 +1,233 @@
+"""Late chunking: one embedding per character span of a text, from one forward of the whole text.
+
+A chunk embedded on its own sees only its own words; a chunk pooled from the token states of the
+whole text sees the text around it ("it" knows what it refers to). :func:`encode_late_chunks`
+runs the text once, then pools, for each span, the tokens whose first character lies in it.
+
+A text longer than the model's window is run as overlapping windows of the model's length
+(each with its own [CLS] and [SEP]), consecutive windows sharing ``overlap`` tokens, the last
+window ending at the text's end. Each token's state is taken from the window where it has the
+most context on both sides: the window that maximizes ``min(tokens before it, tokens after it)``
+within the window (the earlier window on a tie), so a token near a window's edge is read from
+the window that has it nearer the middle. With the default overlap (half a window) every token
+but those near the text's two ends has at least a quarter window of context on each side.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..arguments import ArgumentTypeError, check_bool, check_choice, check_int, check_str, describe
+from ..choices import POOLINGS
+
+if TYPE_CHECKING:
+    from .pipeline import Bert
+
+logger = logging.getLogger("bertattn.bert")
+
+__all__ = ["TokenWindows", "check_spans", "encode_late_chunks", "plan_windows"]
+
+#: far more tokens than any text: the whole text in one encoding (no truncation)
+_WHOLE = 2**31 - 1
+
+
+def check_spans(spans: object, text: str) -> list[tuple[int, int]]:
+    """``spans`` as a list of ``(start, end)`` ints with ``0 <= start < end <= len(text)``,
+    starts in order (non-decreasing; spans may overlap). Anything else raises
+    :class:`ArgumentTypeError` (a wrong type) or ``ValueError`` naming the span."""
+    if isinstance(spans, (str, bytes)) or not isinstance(spans, (Sequence, np.ndarray)):
+        raise ArgumentTypeError(
+            f"spans must be a list of (start, end) character offsets into the text, got "
+            f"{describe(spans)}; pass e.g. [(0, 120), (120, 240)]."
+        )
+    if len(spans) == 0:
+        raise ValueError(
+            "spans is empty: give at least one (start, end) span of the text, e.g. "
+            f"[(0, {len(text)})] for the whole text."
+        )
+    out: list[tuple[int, int]] = []
+    n = len(text)
+    for i, span in enumerate(spans):
+        if isinstance(span, (str, bytes)) or not isinstance(span, (Sequence, np.ndarray)):
+            raise ArgumentTypeError(
+                f"spans[{i}] must be a (start, end) pair of ints, got {describe(span)}."
+            )
+        if len(span) != 2:
+            raise ValueError(
+                f"spans[{i}] has {len(span)} values, {list(span)!r}: a span is (start, end)."
+            )
+        start = check_int(span[0], f"spans[{i}] start")
+        end = check_int(span[1], f"spans[{i}] end")
+        assert start is not None and end is not None
+        if not 0 <= start < end <= n:
+            raise ValueError(
+                f"spans[{i}] = ({start}, {end}) is out of range: a span needs "
+                f"0 <= start < end <= {n} (the text's length in characters); end is exclusive."
+            )
+        if out and start < out[-1][0]:
+            raise ValueError(
+                f"spans[{i}] = ({start}, {end}) starts before spans[{i - 1}] = "
+                f"{out[-1]}: spans must be in order of their start; sort them."
+            )
+        out.append((start, end))
+    return out
+
+
+def plan_windows(n: int, width: int, overlap: int) -> list[int]:
+    """The start (token index) of each window of ``width`` tokens over ``n`` tokens,
+    consecutive windows sharing ``overlap`` tokens, the last ending at ``n``."""
+    if n <= width:
+        return [0]
+    step = width - overlap
+    starts = list(range(0, n - width, step))
+    starts.append(n - width)
+    return starts
+
+
+def best_window(starts: Sequence[int], width: int, n: int) -> np.ndarray:
+    """``(n,)`` the index of the window each token is read from: the one where its context,
+    ``min(before, after)`` inside the window, is largest (the earlier on a tie)."""
+    pos = np.arange(n)[None, :]  # (1, n)
+    s = np.asarray(starts)[:, None]  # (W, 1)
+    inside = (pos >= s) & (pos < s + width)  # (W, n)
+    context = np.minimum(pos - s, s + width - 1 - pos)  # (W, n)
+    context = np.where(inside, context, -1)
+    return context.argmax(0)  # the first maximum: the earlier window
+
+
+@dataclass
+class TokenWindows:
+    """A text's token states. ``states``: ``(n, E)`` float32, one row per token of the text
+    (no special tokens); ``offsets``: ``(n, 2)`` character offsets; ``starts``: the windows'
+    first tokens (one window: ``[0]``)."""
+
+    states: Tensor
+    offsets: np.ndarray
+    starts: list[int]
+
+
+def token_states(
+    bert: Bert, text: str, *, max_length: int | None, overlap: int | None, batch_size: int
+) -> TokenWindows:
+    """Every token of ``text`` through ``bert``: one forward when it fits ``max_length``
+    (default ``bert.max_length``), else overlapping windows (see the module's docstring)."""
+    with warnings.catch_warnings():  # the whole text: nothing is truncated, say nothing of it
+        warnings.simplefilter("ignore")
+        whole = bert.tokenizer.encode_windows(text, max_length=_WHOLE, stride=0)[0]
+    special = np.asarray(whole.special_tokens_mask, dtype=bool)
+    real = np.flatnonzero(~special)
+    if len(real) == 0:
+        raise ValueError("the text gives no tokens (it is empty or only spaces).")
+    first, last = int(real[0]), int(real[-1])
+    ids = np.asarray(whole.ids, dtype=np.int64)
+    if not (special[:first].all() and special[last + 1 :].all() and not special[first:last].any()):
+        raise ValueError(
+            "the tokenizer put special tokens inside the text; late chunking needs the text's "
+            "tokens between the leading and trailing special tokens only."
+        )
+    head, body, tail = ids[:first], ids[first : last + 1], ids[last + 1 :]  # (h,), (n,), (t,)
+    types = np.asarray(whole.type_ids, dtype=np.int64)
+    offsets = np.asarray(whole.offsets, dtype=np.int64)[first : last + 1]  # (n, 2)
+    top = bert.model.config.max_position_embeddings
+    limit = bert.max_length if max_length is None else max_length
+    room = len(head) + len(tail) + 1
+    limit = check_int(
+        limit,
+        "max_length",
+        low=room,
+        high=top,
+        why=f"the special tokens and a token of the text; the model takes {top} positions",
+    )
+    assert limit is not None
+    width = limit - len(head) - len(tail)  # tokens of the text a window holds
+    overlap = width // 2 if overlap is None else overlap
+    overlap = check_int(
+        overlap,
+        "overlap",
+        low=0,
+        high=width - 1,
+        why=f"a window holds {width} of the text's tokens",
+    )
+    assert overlap is not None
+    n = len(body)
+    starts = plan_windows(n, width, overlap)
+    w = min(width, n)
+    rows = np.stack([np.concatenate([head, body[s : s + w], tail]) for s in starts])  # (W, L)
+    kinds = np.zeros_like(rows)
+    kinds[:, : len(head)] = types[:first]
+    kinds[:, len(head) + w :] = types[last + 1 :]
+    device = bert.model.device
+    parts = []
+    with torch.inference_mode():
+        for i in range(0, len(starts), batch_size):
+            ids_t = torch.from_numpy(rows[i : i + batch_size]).to(device)  # (b, L)
+            mask = torch.ones_like(ids_t)
+            kinds_t = torch.from_numpy(kinds[i : i + batch_size]).to(device)  # (b, L)
+            hidden = bert._last_hidden(ids_t, mask, kinds_t)  # (b, L, E)
+            parts.append(hidden[:, len(head) : len(head) + w].float().cpu())  # (b, w, E)
+    windows = torch.cat(parts)  # (W, w, E)
+    pick = torch.from_numpy(best_window(starts, w, n))  # (n,)
+    where = torch.arange(n) - torch.tensor(starts)[pick]  # (n,) the token's place in its window
+    states = windows[pick, where]  # (n, E)
+    if len(starts) > 1:
+        logger.info("late chunks: %d tokens in %d windows of %d", n, len(starts), w)
+    return TokenWindows(states, offsets, starts)
+
+
+def encode_late_chunks(
+    bert: Bert,
+    text: str,
+    spans: object,
+    *,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    truncate_dim: int | None = None,
+    max_length: int | None = None,
+    overlap: int | None = None,
+    batch_size: int = 32,
+    convert_to_tensor: bool = False,
+) -> Any:
+    """See :meth:`bertattn.Bert.encode_late_chunks`."""
+    check_str(text, "text")
+    pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or bert.pooling
+    if pooling == "cls":
+        raise ValueError(
+            "pooling 'cls' has one [CLS] state for the whole text, not one per span: late "
+            "chunking pools each span's own tokens; pass pooling='mean' (or 'max')."
+        )
+    normalize = check_bool(normalize, "normalize", optional=True)
+    normalize = bert.normalize if normalize is None else normalize
+    truncate_dim = bert.truncate_dim if truncate_dim is None else truncate_dim
+    truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
+    batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
+    check_bool(convert_to_tensor, "convert_to_tensor")
+    checked = check_spans(spans, text)
+    tokens = token_states(bert, text, max_length=max_length, overlap=overlap, batch_size=batch_size)
+    starts = tokens.offsets[:, 0]  # (n,) each token's first character
+    member = np.stack([(starts >= a) & (starts < b) for a, b in checked])  # (S, n)
+    empty = np.flatnonzero(~member.any(1))
+    if len(empty):
+        i = int(empty[0])
+        a, b = checked[i]
+        raise ValueError(
+            f"spans[{i}] = ({a}, {b}) holds no token's first character (text {text[a:b]!r}): "
+            f"{len(empty)} of {len(checked)} spans have no tokens; widen or drop them."
+        )
+    if pooling == "mean":
+        weights = torch.from_numpy(member.astype(np.float32))  # (S, n)
+        emb = (weights @ tokens.states) / weights.sum(1, keepdim=True)  # (S, E)
+    else:  # max: each span's element-wise maximum
+        emb = torch.stack([tokens.states[torch.from_numpy(m)].amax(0) for m in member])  # (S, E)
+    if normalize:
+        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+    if truncate_dim is not None:
+        emb = emb[:, :truncate_dim]
+    return emb if convert_to_tensor else emb.numpy()
