@@ -43,6 +43,7 @@ from .masks import score_dtype
 from .padding import PackedBatch
 from .steps import StepRecord
 from .steps import recorder as steps_recorder
+from .window import band_bias, local_attention, window_pays
 
 __all__ = ["AttentionBackend", "BackendSpec", "BACKENDS", "register_backend", "get_backend"]
 
@@ -70,6 +71,8 @@ class BackendSpec:
     layout: str = "padded"  # "padded": (B, H, L, D) + bias; "packed": (T, H, D) + PackedBatch
     #: a packed backend that takes a bias block per sequence (``bias=``; see the module doc)
     packed_bias: bool = False
+    #: a packed backend that honours a local window per sequence (``window=``)
+    packed_window: bool = False
 
 
 def math_attention(
@@ -192,6 +195,7 @@ def varlen_attention(
     *,
     dropout_p: float,
     bias: tuple[Tensor | None, ...] | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """Attention per sequence on packed tokens: no compute, no memory spent on padding.
 
@@ -201,14 +205,17 @@ def varlen_attention(
     (docs/performance.md has the numbers). ``bias``: one ``(1, H, l, l)`` block per
     sequence (MPNet's relative position bias), given to that sequence's SDPA call as its
     additive ``attn_mask``; the flash kernel takes none, so a biased call always runs per
-    sequence (:data:`VARLEN_BIAS_WHY`).
+    sequence (:data:`VARLEN_BIAS_WHY`). ``window``: local attention inside each sequence
+    (``|i - j| <= window``): a sequence longer than its reach runs blocked, the keys out of
+    reach skipped (:func:`bertattn.attention.window.local_attention`); a shorter one needs no
+    mask at all. A window never runs the flash kernel.
     """
     if bias is not None and len(bias) != packed.batch:
         raise ValueError(
             f"bias has {len(bias)} blocks for a packed batch of {packed.batch} sequences; give "
             f"one (1, H, l, l) block per sequence."
         )
-    kernel = _cuda_varlen(q) if dropout_p == 0.0 and bias is None else None
+    kernel = _cuda_varlen(q) if dropout_p == 0.0 and bias is None and window is None else None
     if kernel is not None:
         cu = packed.cu_seqlens
         return kernel(q, k, v, cu, cu, packed.max_seqlen, packed.max_seqlen)
@@ -218,6 +225,14 @@ def varlen_attention(
         if end == start:
             continue  # an empty sequence has no query to answer
         qs, ks, vs = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # (1,H,l,D)
+        if window is not None and end - start > window + 1:  # some pair out of reach
+            if window_pays(end - start, window):
+                o = local_attention(qs, ks, vs, window, dropout_p=dropout_p)  # (1, H, l, D)
+            else:
+                band = band_bias(end - start, end - start, window, dtype=q.dtype, device=q.device)
+                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=band, dropout_p=dropout_p)
+            out[start:end] = o[0].transpose(0, 1)
+            continue
         block = None if bias is None else bias[b]  # (1, H, l, l) | None
         if block is not None and block.dtype != q.dtype:
             block = block.to(q.dtype)
@@ -249,6 +264,11 @@ register_backend(BackendSpec("math", math_attention, returns_weights=True))
 register_backend(BackendSpec("sdpa", sdpa_attention, returns_weights=False))
 register_backend(
     BackendSpec(
-        "varlen", varlen_attention, returns_weights=False, layout="packed", packed_bias=True
+        "varlen",
+        varlen_attention,
+        returns_weights=False,
+        layout="packed",
+        packed_bias=True,
+        packed_window=True,
     )
 )

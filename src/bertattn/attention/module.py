@@ -23,7 +23,15 @@ from .backends import BackendSpec, get_backend
 from .dispatch import Dispatch, choose_backend, record, recording
 from .masks import PreparedMask, prepare_mask
 from .padding import PackedBatch, pack_padding_mask, pad, unpad
+from .rotary import (
+    Rotation,
+    apply_rotation,
+    inverse_frequencies,
+    rotation_for_packed,
+    rotation_for_positions,
+)
 from .steps import recorder as steps_recorder
+from .window import band_bias, check_window, window_pays
 
 __all__ = ["MultiHeadAttention"]
 
@@ -36,6 +44,19 @@ def _varlen_bias_note(q: Tensor, dropout_p: float) -> str:
     if dropout_p == 0.0 and _cuda_varlen(q) is not None:
         return VARLEN_BIAS_WHY
     return "relative position bias added per sequence (one fused SDPA call each, bias as attn_mask)"
+
+
+def _window_note(packed: PackedBatch, window: int) -> str:
+    """What ``varlen`` did with a window, for ``explain()``: exploited (blocks of queries, the
+    keys out of reach skipped) on the sequences long enough for it to pay, else nothing to do."""
+    lengths = [e - s for s, e in zip(packed.offsets[:-1], packed.offsets[1:], strict=True)]
+    long = sum(1 for n in lengths if window_pays(n, window))
+    if not long:
+        return f"window {window}: every sequence within reach of it (no key to skip)"
+    return (
+        f"window {window}: exploited on {long} of {len(lengths)} sequences (query blocks see "
+        f"only the keys in reach; the rest skipped)"
+    )
 
 
 def _shape(t: Tensor) -> str:
@@ -62,6 +83,13 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout probability on the attention probabilities (training only).
         bias: whether the four projections have a bias.
         backend: ``"auto"`` or a registered backend name (``"math"``, ``"sdpa"``, ...).
+        rotary_theta: rotate queries and keys by their positions before the scores (rotary
+            position embeddings with this base, e.g. 10000.0; :mod:`bertattn.attention.rotary`);
+            None (the article): no rotation.
+        window: local attention, query ``i`` sees key ``j`` only when ``|i - j| <= window``
+            (:mod:`bertattn.attention.window`); None (the article): every key.
+
+    Neither option adds a parameter: the state dict is the article's with or without them.
 
     The parameters are ``q_linear``, ``k_linear``, ``v_linear`` and ``out_linear`` as in the
     article, so ``load_state_dict(article_module.state_dict(), strict=True)`` works. For
@@ -79,6 +107,8 @@ class MultiHeadAttention(nn.Module):
         backend: str = "auto",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        rotary_theta: float | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         if not is_int(embed_dim) or not is_int(num_heads):
@@ -104,6 +134,10 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.backend = backend
+        self.window = check_window(window)
+        self.rotary_theta = None if rotary_theta is None else float(rotary_theta)
+        if self.rotary_theta is not None:  # checked now: an odd head size cannot rotate
+            inverse_frequencies(self.head_dim, self.rotary_theta)
         factory = {"device": device, "dtype": dtype}
         self.q_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.k_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
@@ -279,6 +313,7 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         attn_bias: Tensor | None = None,
         need_weights: bool = True,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself (or to ``key_value``).
 
@@ -290,6 +325,8 @@ class MultiHeadAttention(nn.Module):
             attn_bias: float, broadcastable to ``(B, H, Lq, Lk)``, added to the scores.
             need_weights: return the ``(B, H, Lq, Lk)`` attention (forces the math backend
                 under ``auto``); False lets a fused backend run in O(L) memory.
+            positions: ``(Lq,)`` or ``(B, Lq)`` integer positions for ``rotary_theta``
+                (default ``0..Lq-1``); refused when the module does not rotate.
 
         Returns:
             ``(output, attention)``: output ``(B, Lq, E)``; attention ``(B, H, Lq, Lk)`` or
@@ -338,6 +375,11 @@ class MultiHeadAttention(nn.Module):
                 _CASES[case] = decision
         name, reason = decision
         spec = get_backend(name)
+        rotation = self._rotation(x, key_value, positions, packed=spec.layout == "packed",
+                                  key_padding_mask=key_padding_mask)  # fmt: skip
+        if self.window is not None and spec.layout != "packed":  # the band, as a bias
+            band = band_bias(q_len, k_len, self.window, dtype=x.dtype, device=x.device)
+            attn_bias = band if attn_bias is None else attn_bias + band
         if mask is None and key_padding_mask is None and attn_bias is None:
             prepared = _NO_MASK
         else:
@@ -360,6 +402,7 @@ class MultiHeadAttention(nn.Module):
                 reason,
                 extra=(("mask", mask), ("attn_bias", attn_bias), ("key_value", key_value)),
                 need_weights=need_weights,
+                rotation=rotation,
             )
         else:
             out, weights = self._attend_padded(
@@ -373,11 +416,64 @@ class MultiHeadAttention(nn.Module):
                 dropout_p,
                 compiling=compiling,
                 spec=spec,
+                rotation=rotation,
+                window=self.window,
             )
         if unbatched:
             out = out.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
         return out, weights
+
+    def _rotation(
+        self,
+        x: Tensor,
+        key_value: Tensor | None,
+        positions: Tensor | None,
+        *,
+        packed: bool,
+        key_padding_mask: Tensor | None,
+    ) -> Rotation | None:
+        """The rotation :meth:`forward` applies (None without ``rotary_theta``): ``(Lq, D)`` or
+        ``(B, 1, Lq, D)`` tables, or ``(T, 1, D)`` for a packed backend (the positions of the
+        real tokens, in order)."""
+        theta = self.rotary_theta
+        if theta is None:
+            if positions is not None:
+                raise ValueError(
+                    "positions= was given, but this module has no rotary positions; build it "
+                    "with rotary_theta=... (e.g. 10000.0), or leave positions out."
+                )
+            return None
+        if key_value is not None:
+            raise ValueError(
+                "rotary positions are for self-attention: key_value= cannot be given to a "
+                "module built with rotary_theta."
+            )
+        b, q_len = x.shape[0], x.shape[1]
+        if positions is None:
+            positions = torch.arange(q_len, device=x.device)
+        elif (
+            not isinstance(positions, Tensor)
+            or positions.is_floating_point()
+            or tuple(positions.shape) not in ((q_len,), (b, q_len))
+        ):
+            got = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions)
+            raise ValueError(
+                f"positions must be an integer tensor of shape ({q_len},) or ({b}, {q_len}), "
+                f"got {got}."
+            )
+        inv = inverse_frequencies(self.head_dim, theta, device=x.device)
+        if packed:
+            keep = (
+                torch.ones(b, q_len, dtype=torch.bool, device=x.device)
+                if key_padding_mask is None
+                else key_padding_mask.to(device=x.device, dtype=torch.bool)
+            )
+            return rotation_for_packed(positions.expand(b, q_len)[keep], inv, theta)
+        rot = rotation_for_positions(positions, inv, theta)
+        if rot.cos.dim() == 3:  # (B, Lq, D) -> (B, 1, Lq, D): one table per row, every head
+            rot = Rotation(rot.cos.unsqueeze(1), rot.sin.unsqueeze(1), rot.theta)
+        return rot
 
     def project_qkv(self, x: Tensor, key_value: Tensor | None = None) -> tuple[Tensor, ...]:
         """Q, K, V split into heads, each ``(B, H, L, D)``; one GEMM for self-attention."""
@@ -403,12 +499,18 @@ class MultiHeadAttention(nn.Module):
         key_value: Tensor | None = None,
         need_weights: bool = False,
         backend: str | None = None,
+        rotation: Rotation | None = None,
+        window: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The core of :meth:`forward` for callers that prepared the mask once (an encoder).
 
         ``x`` is ``(B, Lq, E)`` and already checked; ``prepared`` comes from
         :func:`bertattn.attention.masks.prepare_mask`. ``backend`` overrides ``self.backend``.
-        A packed backend cannot run here (it needs :meth:`attend_packed`).
+        A packed backend cannot run here (it needs :meth:`attend_packed`). ``rotation``: the
+        rotary tables for the queries and keys (:mod:`.rotary`; computed once per forward by
+        the caller). ``window``: the local window the caller put into ``prepared`` as a band
+        bias (:func:`bertattn.attention.window.band_bias`); given here so that ``explain()``
+        says the window was masked.
         """
         requested = self.backend if backend is None else backend
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
@@ -426,7 +528,16 @@ class MultiHeadAttention(nn.Module):
                 f"or forward(x, key_padding_mask=...), which packs for you."
             )
         return self._attend_padded(
-            x, prepared, key_value, need_weights, requested, name, reason, dropout_p
+            x,
+            prepared,
+            key_value,
+            need_weights,
+            requested,
+            name,
+            reason,
+            dropout_p,
+            rotation=rotation,
+            window=window,
         )
 
     def _record(
@@ -470,6 +581,8 @@ class MultiHeadAttention(nn.Module):
         *,
         compiling: bool | None = None,
         spec: BackendSpec | None = None,
+        rotation: Rotation | None = None,
+        window: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         if compiling is None:
             compiling = torch.compiler.is_compiling()
@@ -481,6 +594,11 @@ class MultiHeadAttention(nn.Module):
                 f"or use backend='math' (or 'auto', which picks math when weights are needed)."
             )
         q, k, v = self.project_qkv(x, key_value)
+        if rotation is not None:  # rotary positions: q and k turned, v as it is
+            q, k = apply_rotation(q, k, rotation)
+            reason = f"{reason}; {rotation.describe()}"
+        if window is not None:
+            reason = f"{reason}; window {window}: masked (a band bias, no work skipped)"
         if dropout_p is None:
             dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
         rec = None if compiling or not _steps._open_blocks else steps_recorder()
@@ -514,6 +632,8 @@ class MultiHeadAttention(nn.Module):
         reason: str = "asked for explicitly",
         requested: str | None = None,
         bias: tuple[Tensor | None, ...] | None = None,
+        rotation: Rotation | None = None,
+        window: int | None = None,
     ) -> Tensor:
         """Self-attention over packed real tokens: ``x`` ``(T, E)`` -> ``(T, E)``.
 
@@ -521,7 +641,10 @@ class MultiHeadAttention(nn.Module):
         sequence attends only to its own tokens. ``bias``: an additive bias per sequence, one
         ``(1, H, l, l)`` block each (None for an empty sequence), added to its scaled scores
         (MPNet's relative position bias); only a backend registered with ``packed_bias=True``
-        takes one (``varlen``).
+        takes one (``varlen``). ``rotation``: ``(T, 1, D)`` rotary tables, positions restarting
+        at 0 in every sequence (:func:`bertattn.attention.rotary.rotation_for_packed`);
+        ``window``: local attention within each sequence (never across two), only on a backend
+        registered with ``packed_window=True``.
         """
         spec = get_backend(backend)
         if spec.layout != "packed":
@@ -536,8 +659,21 @@ class MultiHeadAttention(nn.Module):
         weight, qkv_bias = self.qkv_weight()
         qkv = _prepack.linear(x, weight, qkv_bias).view(t, 3, h, d)  # (T, 3, H, D)
         q, k, v = qkv.unbind(1)  # (T, H, D) each
+        if rotation is not None:  # rotary positions: q and k turned, v as it is
+            q, k = apply_rotation(q, k, rotation)
+            reason = f"{reason}; {rotation.describe()}"
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        if bias is None:
+        if window is not None:
+            if not spec.packed_window:
+                raise ValueError(
+                    f"backend {backend!r} cannot honour a local attention window (this model "
+                    f"has one); use backend 'varlen', 'sdpa', 'math' or 'auto'."
+                )
+            if bias is not None:
+                raise ValueError("a packed call takes a window or a bias, not both.")
+            context = spec.fn(q, k, v, packed, dropout_p=dropout_p, window=window)
+            reason = f"{reason}; {_window_note(packed, window)}"
+        elif bias is None:
             context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)
         else:
             context = spec.fn(q, k, v, packed, dropout_p=dropout_p, bias=bias)  # (T, H, D)
@@ -556,6 +692,7 @@ class MultiHeadAttention(nn.Module):
         *,
         extra: tuple[tuple[str, Tensor | None], ...],
         need_weights: bool,
+        rotation: Rotation | None = None,
     ) -> tuple[Tensor, None]:
         given = [arg for arg, value in extra if value is not None]
         if given or need_weights:
@@ -569,7 +706,13 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
         packed = pack_padding_mask(key_padding_mask.to(x.device))
         out = self.attend_packed(
-            unpad(x, packed), packed, backend=name, reason=reason, requested=self.backend
+            unpad(x, packed),
+            packed,
+            backend=name,
+            reason=reason,
+            requested=self.backend,
+            rotation=rotation,
+            window=self.window,
         )  # (T, E)
         return pad(out, packed), None  # (B, L, E); zeros at padding positions
 

@@ -1,0 +1,89 @@
+"""Local (sliding-window) attention: a token sees only the keys within ``window`` positions.
+
+A window ``w`` lets query ``i`` attend to key ``j`` when ``|i - j| <= w`` (ModernBERT's local
+layers: ``w = local_attention // 2``, 64 for its 128-token window). Two ways to honour it:
+
+* **masked**: the band as an additive bias, ``-inf`` outside it (:func:`band_bias`). The scores
+  outside the band are still computed, then thrown away: O(L^2) work, exact.
+* **exploited**: :func:`local_attention` cuts the queries into blocks and gives each block only
+  the keys its band can reach, ``block + 2w`` of them, so the work grows with ``L * w`` instead
+  of ``L^2``; still exact (the band inside each block is a bias as above).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["band_bias", "check_window", "local_attention", "window_pays", "LOCAL_BLOCK"]
+
+#: queries per block of :func:`local_attention`
+LOCAL_BLOCK = 128
+
+
+def check_window(window: object, name: str = "window") -> int | None:
+    """``window`` as an int >= 0, or None (no window); anything else: ValueError naming it."""
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(
+            f"{name} must be None (every key) or an int >= 0 (query i sees key j when "
+            f"|i - j| <= {name}), got {window!r}."
+        )
+    return window
+
+
+def band_bias(
+    q_len: int,
+    k_len: int,
+    window: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    q_start: int = 0,
+    k_start: int = 0,
+) -> Tensor:
+    """The window as an additive bias ``(q_len, k_len)``: 0 where ``|i - j| <= window``, ``-inf``
+    elsewhere; query ``a`` is position ``q_start + a``, key ``b`` position ``k_start + b``."""
+    i = torch.arange(q_start, q_start + q_len, device=device)[:, None]  # (Lq, 1)
+    j = torch.arange(k_start, k_start + k_len, device=device)[None, :]  # (1, Lk)
+    inside = (i - j).abs() <= window  # (Lq, Lk)
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(inside, zero, torch.full((), float("-inf"), dtype=dtype, device=device))
+
+
+def window_pays(length: int, window: int, block: int = LOCAL_BLOCK) -> bool:
+    """Whether blocking a sequence of ``length`` tokens skips any work: some block of queries
+    has keys outside its reach (``block + 2 * window`` keys fewer than ``length``)."""
+    return length > block + 2 * window
+
+
+def local_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: int,
+    *,
+    dropout_p: float = 0.0,
+    block: int = LOCAL_BLOCK,
+) -> Tensor:
+    """Exact banded attention of one sequence, with the work outside the band skipped.
+
+    ``q, k, v``: ``(1, H, L, D)`` (rotated already, if the model rotates); returns the context
+    ``(1, H, L, D)``. Queries ``[s, e)`` attend to keys ``[s - window, e + window)`` (clipped
+    to the sequence) with the band inside that tile as a bias: ``L * (block + 2 window)``
+    scores instead of ``L^2``.
+    """
+    length = q.shape[-2]
+    out = torch.empty_like(q)
+    for s in range(0, length, block):
+        e = min(s + block, length)
+        ks, ke = max(0, s - window), min(length, e + window)
+        bias = band_bias(
+            e - s, ke - ks, window, dtype=q.dtype, device=q.device, q_start=s, k_start=ks
+        )
+        out[..., s:e, :] = F.scaled_dot_product_attention(
+            q[..., s:e, :], k[..., ks:ke, :], v[..., ks:ke, :], attn_mask=bias, dropout_p=dropout_p
+        )
+    return out
