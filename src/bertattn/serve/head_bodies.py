@@ -18,7 +18,14 @@ from typing import Any
 from .bodies import _bool, _count, _inputs, _kind, _unknown, check_model
 from .errors import ApiError, shown
 
-__all__ = ["RerankRequest", "check_predict", "check_rerank", "check_rerank_v1", "check_sparse"]
+__all__ = [
+    "PredictRequest",
+    "RerankRequest",
+    "check_predict",
+    "check_rerank",
+    "check_rerank_v1",
+    "check_sparse",
+]
 
 
 @dataclass
@@ -123,22 +130,31 @@ def check_rerank_v1(obj: dict[str, Any], *, names: tuple[str, ...], limit: int) 
     )
 
 
-def check_predict(
-    obj: dict[str, Any], *, limit: int
-) -> tuple[list[str | tuple[str, str]], bool, bool]:
-    """TEI's ``POST /predict`` body -> ``(inputs, single, raw_scores)``; an input is a text or
-    a ``(text, text)`` pair (``[a, b]``: one pair, as TEI reads it)."""
+@dataclass
+class PredictRequest:
+    """A checked ``POST /predict``: the inputs (texts or pairs), whether one input was given
+    bare (answered with one list), ``raw_scores`` and ``truncate`` (None: the server's)."""
+
+    inputs: list[str | tuple[str, str]]
+    single: bool
+    raw_scores: bool = False
+    truncate: bool | None = None
+
+
+def check_predict(obj: dict[str, Any], *, limit: int) -> PredictRequest:
+    """TEI's ``POST /predict`` body; an input is a text or a ``(text, text)`` pair (``[a,
+    b]``: one pair, as TEI reads it)."""
     _unknown(obj, ("inputs", "raw_scores", "truncate", "truncation_direction"))
     if "inputs" not in obj:
         raise ApiError(400, "'inputs' is required: the text(s) or pair(s).", param="inputs")
     value = obj["inputs"]
     _direction(obj)
     raw = bool(_bool(obj, "raw_scores"))
-    _bool(obj, "truncate")
+    truncate = _bool(obj, "truncate")
     if isinstance(value, str):
-        return [value], True, raw
+        return PredictRequest([value], True, raw, truncate)
     if _is_pair(value):
-        return [(value[0], value[1])], True, raw
+        return PredictRequest([(value[0], value[1])], True, raw, truncate)
     if not isinstance(value, list):
         raise ApiError(
             400, f"'inputs' must be a text, a pair [a, b] or an array of those, got "
@@ -156,7 +172,7 @@ def check_predict(
                 400, f"'inputs[{i}]' is {_kind(v)}; an input is a text or a pair [a, b].",
                 param=f"inputs[{i}]",
             )  # fmt: skip
-    return out, False, raw
+    return PredictRequest(out, False, raw, truncate)
 
 
 def _is_pair(value: object) -> bool:

@@ -8,23 +8,40 @@ from typing import Any
 
 import numpy as np
 import torch
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from .app import ServeState, _body, _checked, _json, _run
 from .head_bodies import check_predict, check_rerank, check_rerank_v1, check_sparse
-from .tokens import tokenize_inputs, window_groups
+from .tokens import TRUNCATE_FIX, WindowTally, tokenize_inputs, window_plans, windows_of
 
 __all__ = ["HEAD_ROUTES"]
 
+#: how ``/v1/rerank`` (whose body has no ``truncate``) lets an over-long document through on a
+#: ``--no-truncate`` server
+_V1_FIX = (
+    "send 'max_tokens_per_doc' to score the whole document in windows, or start the server "
+    "with --truncate"
+)
+#: windows of at most this many tokens in all are built on the event loop
+_INLINE_WINDOW_TOKENS = 16384
+
 
 async def _scores(
-    state: ServeState, request: Request, inputs: list[Any], truncate: bool | None, param: str
+    state: ServeState,
+    request: Request,
+    inputs: list[Any],
+    truncate: bool | None,
+    param: str,
+    fix: str = TRUNCATE_FIX,
 ) -> tuple[np.ndarray, int]:
-    """``(N, num_labels)`` logits of texts or pairs, and the real tokens they held."""
+    """``(N, num_labels)`` logits of texts or pairs, and the real tokens they held;
+    ``truncate`` None: the server's setting (``--truncate`` / ``--no-truncate``); ``fix``: how
+    the route lets an over-long input through, named in its 400."""
     cut = state.limits.truncate if truncate is None else truncate
     encodings, counts = await state.tokenize(
-        tokenize_inputs, inputs, state.max_input_tokens, cut, param
+        tokenize_inputs, inputs, state.max_input_tokens, cut, param, fix
     )
     return await _run(state, request, encodings, counts, param), int(sum(counts))
 
@@ -67,13 +84,19 @@ async def _rerank_v1(state: ServeState, request: Request) -> Response:
         request, check_rerank_v1, obj, names=state.names, limit=state.limits.max_request_inputs
     )
     pairs = [(req.query, d) for d in req.documents]
-    if req.max_tokens_per_doc is None:
-        logits, tokens = await _scores(state, request, pairs, True, "documents")
+    if req.max_tokens_per_doc is None:  # its body has no 'truncate': the server's setting
+        logits, tokens = await _scores(state, request, pairs, None, "documents", _V1_FIX)
         scores = _activate(state, logits)[:, 0]
     else:
-        groups = await state.tokenize(
-            window_groups, pairs, state.max_input_tokens, req.max_tokens_per_doc, "documents"
-        )
+        tally = WindowTally(state.batcher.max_queue_tokens)  # counted before any is built
+        plans = await state.tokenize(
+            window_plans, pairs, state.max_input_tokens, req.max_tokens_per_doc, "documents",
+            tally, state.limits.truncate,
+        )  # fmt: skip
+        if tally.tokens > _INLINE_WINDOW_TOKENS:
+            groups = await run_in_threadpool(windows_of, state.bert, plans)
+        else:
+            groups = windows_of(state.bert, plans)
         encodings = [e for g in groups for e in g]
         counts = [len(e.ids) for e in encodings]
         logits = await _run(state, request, encodings, counts, "documents")
@@ -97,13 +120,11 @@ async def _predict(state: ServeState, request: Request) -> Response:
     one label or multi-label, else softmax), or the logits with ``raw_scores``."""
     state.served.require("/predict")
     obj = await _body(state, request)
-    inputs, single, raw = await _checked(
-        request, check_predict, obj, limit=state.limits.max_request_inputs
-    )
-    logits, _ = await _scores(state, request, inputs, None, "inputs")
+    req = await _checked(request, check_predict, obj, limit=state.limits.max_request_inputs)
+    logits, _ = await _scores(state, request, req.inputs, req.truncate, "inputs")
     head = state.served.model.head
     t = torch.from_numpy(logits)
-    if raw or head.problem_type == "regression":
+    if req.raw_scores or head.problem_type == "regression":
         scores = t
     elif head.problem_type == "multi_label_classification" or head.num_labels == 1:
         scores = torch.sigmoid(t)
@@ -117,7 +138,7 @@ async def _predict(state: ServeState, request: Request) -> Response:
         )
         for row in scores.float().numpy()
     ]
-    return _json(out[0] if single else out)
+    return _json(out[0] if req.single else out)
 
 
 async def _embed_sparse(state: ServeState, request: Request) -> Response:

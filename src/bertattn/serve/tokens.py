@@ -15,7 +15,18 @@ from typing import Any
 from ..bert.tokenizer import InvalidTextError
 from .errors import ApiError
 
-__all__ = ["TokenIds", "from_ids", "tokenize", "tokenize_inputs", "token_pieces", "window_groups"]
+__all__ = [
+    "EMBED_FIX",
+    "TRUNCATE_FIX",
+    "TokenIds",
+    "WindowTally",
+    "from_ids",
+    "token_pieces",
+    "tokenize",
+    "tokenize_inputs",
+    "window_plans",
+    "windows_of",
+]
 
 
 @dataclass
@@ -65,13 +76,25 @@ def _length(bert: Any, text: str) -> str:
     return f"more than {COUNT_MOST}" if count is None else str(count)
 
 
+#: how an over-long input may be let through, by default (the embedding routes)
+EMBED_FIX = "send 'truncate': true (POST /embed) / start the server with --truncate"
+#: ... on the head routes whose bodies take ``truncate`` (TEI's /rerank, /predict, /embed_sparse)
+TRUNCATE_FIX = "send 'truncate': true"
+
+
 def tokenize(
-    bert: Any, texts: list[str], limit: int, truncate: bool, param: str
+    bert: Any,
+    texts: list[str],
+    limit: int,
+    truncate: bool,
+    param: str,
+    fix: str = EMBED_FIX,
 ) -> tuple[list[Any], list[int]]:
     """``(encodings, real token counts)``, cut to ``limit`` tokens; with ``truncate`` off a
     longer input is refused (400) naming its index and its token count (or "more than
-    :data:`COUNT_MOST`"). A text holding a lone surrogate is refused (400, ``invalid_text``)
-    naming its index and the character's position."""
+    :data:`COUNT_MOST`") and ``fix``, the route's way to let it through. A text holding a
+    lone surrogate is refused (400, ``invalid_text``) naming its index and the character's
+    position."""
     encodings = _encode(bert, texts, limit, param)
     if not truncate:
         over = next((i for i, e in enumerate(encodings) if e.overflowing), None)
@@ -80,8 +103,7 @@ def tokenize(
             raise ApiError(
                 400,
                 f"'{param}[{over}]' has {full} tokens, more than this server's limit of {limit} "
-                f"(--max-input-tokens); shorten it, split it, or send 'truncate': true "
-                f"(POST /embed) / start the server with --truncate.",
+                f"(--max-input-tokens); shorten it, split it, or {fix}.",
                 param=f"{param}[{over}]",
                 code="input_too_long",
             )
@@ -120,15 +142,22 @@ def token_pieces(bert: Any, texts: list[str], limit: int, special: bool) -> list
 
 
 def tokenize_inputs(
-    bert: Any, inputs: list[str | tuple[str, str]], limit: int, truncate: bool, param: str
+    bert: Any,
+    inputs: list[str | tuple[str, str]],
+    limit: int,
+    truncate: bool,
+    param: str,
+    fix: str = TRUNCATE_FIX,
 ) -> tuple[list[Any], list[int]]:
     """:func:`tokenize` for inputs that are texts or ``(text, text)`` pairs (a pair is one
-    input: ``[CLS] a [SEP] b [SEP]``, cut longest first), in input order."""
+    input: ``[CLS] a [SEP] b [SEP]``, cut longest first), in input order; ``fix``: how the
+    route lets an over-long input through."""
     singles = [i for i, x in enumerate(inputs) if isinstance(x, str)]
     pairs = [i for i, x in enumerate(inputs) if not isinstance(x, str)]
     encodings: list[Any] = [None] * len(inputs)
     if singles:
-        done, _ = tokenize(bert, [inputs[i] for i in singles], limit, truncate, param)  # type: ignore[misc]
+        texts = [inputs[i] for i in singles]
+        done, _ = tokenize(bert, texts, limit, truncate, param, fix)  # type: ignore[arg-type]
         for i, e in zip(singles, done, strict=True):
             encodings[i] = e
     if pairs:
@@ -141,7 +170,7 @@ def tokenize_inputs(
                 raise ApiError(
                     400,
                     f"'{param}[{pairs[over]}]' is a pair longer than this server's limit of "
-                    f"{limit} tokens (--max-input-tokens); shorten it, or send 'truncate': true.",
+                    f"{limit} tokens (--max-input-tokens); shorten it, or {fix}.",
                     param=f"{param}[{pairs[over]}]",
                     code="input_too_long",
                 )
@@ -150,26 +179,76 @@ def tokenize_inputs(
     return encodings, [len(e.ids) for e in encodings]
 
 
-def window_groups(
-    bert: Any, pairs: list[tuple[str, str]], limit: int, window: int, param: str
-) -> list[list[Any]]:
-    """Per ``(query, document)`` pair, the document's overlapping windows of ``window`` tokens
-    beside the query (:func:`bertattn.heads.windows.pair_windows`), reading at most
-    ``limit`` x 64 of its tokens."""
-    from ..heads.windows import pair_windows
+class WindowTally:
+    """The tokens of one request's windows so far, against the most it may hold (a
+    request's documents are planned in chunks: the tally runs across them)."""
 
-    out = []
+    def __init__(self, most: int | None) -> None:
+        self.most = most
+        self.tokens = 0
+        self.windows = 0
+        self.documents = 0
+
+
+def window_plans(
+    bert: Any,
+    pairs: list[tuple[str, str]],
+    limit: int,
+    window: int,
+    param: str,
+    tally: WindowTally,
+    truncate: bool = True,
+) -> list[Any]:
+    """Per ``(query, document)`` pair, the plan of the document's overlapping windows of
+    ``window`` tokens beside the query (:func:`bertattn.heads.windows.plan_windows`), reading
+    at most ``limit`` x 64 of its tokens; counted, not built. The moment the request's windows
+    (``tally``, across chunks) hold more than ``tally.most`` tokens (the server's
+    ``--max-queue-tokens``) the request is refused (413): the cost is tokenizing the documents
+    up to that point, never building windows that could not be run. ``truncate`` off: a
+    document longer than the tokens read is refused (400), not scored on its start."""
+    from ..heads.windows import plan_windows
+
+    plans = []
     for i, (query, doc) in enumerate(pairs):
         try:
-            out.append(
-                pair_windows(
-                    bert.tokenizer, query, doc, max_length=limit, doc_tokens=window,
-                    most_tokens=64 * limit,
-                )
+            plan = plan_windows(
+                bert.tokenizer, query, doc, max_length=limit, doc_tokens=window,
+                most_tokens=64 * limit,
             )  # fmt: skip
         except InvalidTextError:
             raise ApiError(
                 400, f"'{param}[{i}]' holds a lone surrogate: it is not valid Unicode.",
                 param=f"{param}[{i}]", code="invalid_text",
             ) from None  # fmt: skip
-    return out
+        if plan.cut and not truncate:
+            raise ApiError(
+                400,
+                f"'{param}[{i}]' has more than {64 * limit} tokens, more than this server "
+                f"reads of a document in windows (64 x --max-input-tokens {limit}), and this "
+                f"server does not cut inputs (--no-truncate); shorten or split it.",
+                param=f"{param}[{i}]",
+                code="input_too_long",
+            )
+        tally.tokens += plan.tokens
+        tally.windows += len(plan)
+        tally.documents += 1
+        if tally.most is not None and tally.tokens > tally.most:
+            raise ApiError(
+                413,
+                f"the request's documents make more than {tally.most} tokens of windows "
+                f"({tally.windows} windows of at most {window} document tokens each, "
+                f"'max_tokens_per_doc', from its first {tally.documents} documents), more than "
+                f"this server's queue can ever hold (--max-queue-tokens); raise "
+                f"'max_tokens_per_doc', send fewer or shorter documents, or split the request.",
+                param="max_tokens_per_doc",
+                code="request_too_large",
+            )
+        plans.append(plan)
+    return plans
+
+
+def windows_of(bert: Any, plans: list[Any]) -> list[list[Any]]:
+    """The windows of each plan (:func:`window_plans`), built."""
+    from ..heads.windows import build_windows
+
+    return [list(build_windows(bert.tokenizer, plan)) for plan in plans]
