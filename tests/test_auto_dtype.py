@@ -29,6 +29,15 @@ sentiment = test_heads_pipelines.sentiment
 
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 AVX512_BF16 = {"avx2", "avx512f", "avx512_bf16"}
+#: what the flag rule's reason ends with when BERTATTN_DTYPE_PROBE turned the timing off
+NOT_TIMED = " (not timed: BERTATTN_DTYPE_PROBE=0)"
+
+
+@pytest.fixture(autouse=True)
+def _flag_rule(monkeypatch) -> None:
+    """These tests hold the flag rule (the fallback): the timed probe is off (its own tests are
+    in test_dtype_probe.py)."""
+    monkeypatch.setenv("BERTATTN_DTYPE_PROBE", "0")
 
 
 # ---------------------------------------------------------------------- the rule
@@ -71,7 +80,7 @@ def test_cuda_rule_asks_torch_when_not_injected(monkeypatch) -> None:
 
 def test_cpu_rule_reads_this_machines_flags(monkeypatch) -> None:
     monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AVX512_BF16))
-    assert choose_dtype().reason == auto_dtype.AVX512_BF16_WHY
+    assert choose_dtype().reason == auto_dtype.AVX512_BF16_WHY + NOT_TIMED
     monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AMX))
     assert choose_dtype().dtype == torch.bfloat16
 
@@ -118,7 +127,7 @@ def test_bert_load_auto_follows_the_cpu_flags(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 on a CPU without it: the slow-half warning
         bert = Bert.load(tiny_checkpoint, dtype="auto")
-    assert bert.dtype == dtype and bert.dtype_reason == reason
+    assert bert.dtype == dtype and bert.dtype_reason == reason + NOT_TIMED
 
 
 def test_explain_names_the_auto_dtype(tiny_checkpoint: Path) -> None:

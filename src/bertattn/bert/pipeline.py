@@ -225,15 +225,16 @@ class Bert(SentenceTransformerSurface):
         target = None if device is None else resolve_device(device)
         if int8 and target is not None and target.type != "cpu":
             raise ValueError(f"dtype='int8' runs on the CPU only; device={device!r} is {target}.")
-        auto = None
-        if dtype == "auto":
-            auto = choose_dtype(target or "cpu")
-            dtype = auto.dtype
-            logger.info("dtype auto on %s: %s", target or "cpu", auto)
         threads = check_int(threads, "threads", low=1, optional=True)
         choice = choose_threads(threads)
         folder = resolve_model(path)
         tokenizer = folder.load_tokenizer()
+        auto = None
+        if dtype == "auto":  # timed at the model's widths and the thread count it will run at
+            widths = (folder.config.hidden_size, folder.config.intermediate_size)
+            auto = choose_dtype(target or "cpu", threads=choice.threads, widths=widths)
+            dtype = auto.dtype
+            logger.info("dtype auto on %s: %s", target or "cpu", auto)
         with warnings.catch_warnings():
             if target is not None and target.type != "cpu":  # it will not run on this CPU
                 warnings.filterwarnings("ignore", message="this CPU has no native")

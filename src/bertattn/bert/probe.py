@@ -1,0 +1,205 @@
+"""Measurements bertattn takes once per machine and keeps: a small JSON file in the user's cache
+folder, so that a choice made by timing (``dtype="auto"``, :mod:`bertattn.bert.auto_dtype`) is
+the same in every later process on that machine, at that thread count, with that torch.
+
+The file is ``CACHE/probes.json`` (``CACHE``: ``$BERTATTN_CACHE``, else
+``$XDG_CACHE_HOME/bertattn``, else ``~/.cache/bertattn``; see :mod:`bertattn.models.cache`).
+Each entry is keyed by what it measured and where (:func:`machine_key`: the CPU's model name,
+torch's version, the thread count, and the shapes). Delete the file to measure again.
+
+Several processes may start at once (``encode --workers``, torchrun, a server's replicas):
+the first to miss an entry takes a lock file (``probes.json.lock``, ``fcntl.flock``), reads
+the file again, measures only if the entry is still missing, and writes the whole file to a
+temporary name beside it, then renames it into place (``os.replace``), so a reader never sees
+half a file and every process of a job reads the one measurement. Where the folder cannot be
+written the measurement is used in this process only (logged). A file that is not valid JSON is
+measured over and replaced (logged).
+
+``BERTATTN_DTYPE_PROBE`` (:func:`probing_enabled`): ``0``, ``false``, ``off``, ``no`` turn the
+timing off (``dtype="auto"`` then follows the CPU's flags alone); unset, ``1``, ``true``,
+``on``, ``yes``: on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import torch
+
+from ..cpu import cpu_name
+from ..errors import UsageError
+from ..models.cache import cache_dir
+
+__all__ = [
+    "CACHE_FILE",
+    "PROBE_ENV",
+    "cache_path",
+    "cached",
+    "machine_key",
+    "probing_enabled",
+]
+
+log = logging.getLogger(__name__)
+
+#: the environment variable that turns the timed probes off
+PROBE_ENV = "BERTATTN_DTYPE_PROBE"
+_ON = ("1", "true", "on", "yes")
+_OFF = ("0", "false", "off", "no")
+
+#: the file's name in the cache folder
+CACHE_FILE = "probes.json"
+#: the layout of the file (an entry of another layout is measured again)
+_FORMAT = 1
+#: the longest a process waits for another's measurement before measuring on its own
+_LOCK_WAIT_S = 30.0
+
+_lock = threading.Lock()  # one measurement at a time in a process (flock is per process)
+
+
+def probing_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``BERTATTN_DTYPE_PROBE``: unset, empty, 1, true, on, yes (any case): the probes run; 0,
+    false, off, no: they do not. Anything else raises :class:`~bertattn.errors.UsageError` (a
+    ``ValueError``): a misspelt "off" must not mean on."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(PROBE_ENV, "").strip().lower()
+    if text in ("", *_ON):
+        return True
+    if text in _OFF:
+        return False
+    raise UsageError(
+        f"{PROBE_ENV}={environ[PROBE_ENV]!r} is not one of 1/0, true/false, on/off, yes/no; "
+        f"set {PROBE_ENV}=0 to choose the dtype from the CPU's flags without timing, or unset "
+        f"it."
+    )
+
+
+def cache_path() -> Path:
+    """Where the measurements are kept: ``CACHE/probes.json`` (it need not exist yet)."""
+    return cache_dir() / CACHE_FILE
+
+
+def machine_key(kind: str, threads: int, **shape: object) -> str:
+    """The key of one measurement: what (``kind``), the CPU's model name, torch's version, the
+    thread count and the shapes timed, e.g. ``"dtype | AMD EPYC | torch 2.13.0+cpu | 2 threads
+    | hidden=384 intermediate=1536 rows=256"``."""
+    sizes = " ".join(f"{k}={v}" for k, v in sorted(shape.items()))
+    return f"{kind} | {cpu_name()} | torch {torch.__version__} | {threads} threads | {sizes}"
+
+
+def _read(path: Path) -> dict[str, dict]:
+    """The file's entries (empty when there is no file, or it is not one this module wrote)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        log.info(
+            "cannot read the probe cache %s (%s: %s); measuring", path, type(exc).__name__, exc
+        )
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        log.warning("the probe cache %s is not valid JSON; measuring again and replacing it", path)
+        return {}
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        return {}
+    entries = data.get("entries")
+    return (
+        {k: v for k, v in entries.items() if isinstance(v, dict)}
+        if isinstance(entries, dict)
+        else {}
+    )
+
+
+def _write(path: Path, entries: dict[str, dict]) -> None:
+    """All of ``entries`` to ``path``: a temporary file beside it, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"format": _FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[bool]:
+    """Hold ``path.lock`` (``fcntl.flock``) while inside; yields False when it could not be
+    taken (no ``fcntl``, a folder that cannot be written, or another process holding it for
+    longer than :data:`_LOCK_WAIT_S`): the caller then measures on its own."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield False
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        held = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:  # a file system without locks
+                break
+        try:
+            yield held
+        finally:
+            if held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def cached(key: str, measure: Callable[[], dict], path: Path | None = None) -> tuple[dict, bool]:
+    """The entry ``key`` of the cache file (``path``; default :func:`cache_path`), measured
+    with ``measure()`` (a JSON-able dict) and written there when missing. Returns the entry and
+    whether it was measured now. An exception from ``measure`` propagates (nothing is written)."""
+    path = cache_path() if path is None else path
+    entry = _read(path).get(key)
+    if entry is not None:
+        return entry, False
+    with _lock, _file_lock(path) as locked:
+        entries = _read(path)  # another process may have measured while this one waited
+        if key in entries:
+            return entries[key], False
+        entry = measure()
+        if not locked:
+            log.info("measuring %s without the lock on %s.lock", key, path)
+        entries[key] = entry
+        try:
+            _write(path, entries)
+        except OSError as exc:
+            log.info(
+                "cannot write the probe cache %s (%s: %s): the measurement holds for this "
+                "process only",
+                path,
+                type(exc).__name__,
+                exc,
+            )
+        return entry, True
