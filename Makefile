@@ -36,7 +36,7 @@ TEST_WORKERS ?= $(shell python3 -c "import os; a = getattr(os, 'sched_getaffinit
 
 test: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # the fast tier: everything but the tests marked slow (real checkpoint end to end, subprocess
 # and multi-process runs, compilation); about a minute on 2 cores. `make test` still runs all.
