@@ -98,7 +98,9 @@ def test_packed_tables_restart_per_sequence() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("theta", "window"), [(10000.0, None), (None, 2), (160.0, 3)])
-def test_module_options_match_reference(backend: str, theta: float | None, window: int | None) -> None:
+def test_module_options_match_reference(
+    backend: str, theta: float | None, window: int | None
+) -> None:
     torch.manual_seed(2)
     m = MultiHeadAttention(32, 4, dropout=0.0, backend=backend, rotary_theta=theta, window=window)
     m.eval()

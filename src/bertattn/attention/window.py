@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["band_bias", "check_window", "local_attention", "window_pays", "LOCAL_BLOCK"]
+from .masks import PreparedMask, prepare_mask, score_dtype
+
+__all__ = ["LOCAL_BLOCK", "band_bias", "banded", "check_window", "local_attention", "window_pays"]
 
 #: queries per block of :func:`local_attention`
 LOCAL_BLOCK = 128
@@ -87,3 +89,26 @@ def local_attention(
             q[..., s:e, :], k[..., ks:ke, :], v[..., ks:ke, :], attn_mask=bias, dropout_p=dropout_p
         )
     return out
+
+
+def banded(
+    prepared: PreparedMask, window: int, length: int, *, heads: int, dtype: torch.dtype
+) -> PreparedMask:
+    """A padded batch's prepared mask with the window added: the keys it masks stay masked, and
+    those beyond ``window`` of each query too (a padded local layer, masked). A query row that
+    had no key keeps none. ``length``: the padded length L; ``dtype``: the attention inputs'."""
+    device = prepared.bias.device if prepared.bias is not None else None
+    band = band_bias(length, length, window, dtype=score_dtype(dtype), device=device)  # (L, L)
+    bias = band if prepared.bias is None else prepared.bias + band
+    if prepared.live_rows is not None:  # rows with no key at all: none after the band either
+        bias = bias.masked_fill(~prepared.live_rows, float("-inf"))
+    batch = bias.shape[0] if bias.dim() == 4 else 1
+    return prepare_mask(
+        attn_bias=bias,
+        batch=batch,
+        heads=heads,
+        query_len=length,
+        key_len=length,
+        dtype=dtype,
+        device=bias.device,
+    )

@@ -17,6 +17,8 @@ from torch import Tensor
 
 from ..arguments import check_bool, check_dtype, check_str
 from ..errors import ModelFolderError
+from ..families import registry
+from ..families.bert import BERT_HEADS
 from .config import BertConfig
 from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weight_file
 
@@ -40,65 +42,22 @@ __all__ = [
 #: the old name of :func:`bertattn.bert.folder.locate_model` (where a path or hub name points,
 #: not validated); new code calls :func:`bertattn.bert.folder.resolve_model`
 resolve_model_dir = locate_model
-# task heads of BertFor* models: skipped (and reported) when loading the encoder
-HEAD_PREFIXES = (
-    "cls.",
-    "classifier.",
-    "qa_outputs.",
-    "pre_classifier.",
-    "lm_head.",
-    "vocab_transform.",  # DistilBERT's masked-LM head
-    "vocab_layer_norm.",
-    "vocab_projector.",
-    "discriminator_predictions.",  # ELECTRA's heads
-    "generator_predictions.",
-    "generator_lm_head.",
-)
+#: task heads of BertFor* models: skipped (and reported) when loading the encoder (each family
+#: record has its own: :attr:`bertattn.families.registry.Family.head_prefixes`)
+HEAD_PREFIXES = BERT_HEADS
 # buffers some checkpoints carry that are not weights
 IGNORED_BUFFERS = ("embeddings.position_ids",)
 
-_GLOBAL = {
-    "embeddings.word_embeddings.weight": "embeddings.word.weight",
-    "embeddings.position_embeddings.weight": "embeddings.position.weight",
-    "embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
-    "embeddings.LayerNorm.weight": "embeddings.norm.weight",
-    "embeddings.LayerNorm.bias": "embeddings.norm.bias",
-}
-_PER_LAYER = {
-    "attention.self.query": "attn.q_linear",
-    "attention.self.key": "attn.k_linear",
-    "attention.self.value": "attn.v_linear",
-    "attention.output.dense": "attn.out_linear",
-    "attention.output.LayerNorm": "attn_norm",
-    "intermediate.dense": "mlp.fc_in",
-    "output.dense": "mlp.fc_out",
-    "output.LayerNorm": "mlp_norm",
-}
-#: MPNet's relative position bias table (buckets x heads), the same name in both
-_RELATIVE = "encoder.relative_attention_bias.weight"
-_POOLER = {"pooler.dense.weight": "pooler.dense.weight", "pooler.dense.bias": "pooler.dense.bias"}
-
 
 def hf_to_bertattn_keys(config: BertConfig, *, pooler: bool = True) -> dict[str, str]:
-    """Every Hugging Face ``BertModel`` parameter name -> its bertattn name, for ``config``."""
-    keys = dict(_GLOBAL)
-    for i in range(config.num_hidden_layers):
-        for hf, ours in _PER_LAYER.items():
-            for p in ("weight", "bias"):
-                keys[f"encoder.layer.{i}.{hf}.{p}"] = f"encoder.layers.{i}.{ours}.{p}"
-    if pooler:
-        keys.update(_POOLER)
-    if config.relative_attention_num_buckets:  # MPNet: one table, shared by every layer
-        keys[_RELATIVE] = _RELATIVE
-    if config.embedding_size not in (None, config.hidden_size):  # ELECTRA-small
-        for p in ("weight", "bias"):
-            keys[f"embeddings_project.{p}"] = f"embeddings.project.{p}"
-    return keys
+    """Every checkpoint parameter name (after the family's renaming, without the base model's
+    prefix) -> its bertattn name, for ``config``: the family record's map."""
+    return registry.get(config.family).key_map(config, pooler)
 
 
 def bertattn_to_hf_keys(config: BertConfig, *, pooler: bool = True) -> dict[str, str]:
     """The inverse of :func:`hf_to_bertattn_keys` (bertattn name -> Hugging Face name)."""
-    return {v: k for k, v in hf_to_bertattn_keys(config, pooler=pooler).items()}
+    return registry.inverse(hf_to_bertattn_keys(config, pooler=pooler))
 
 
 # ---------------------------------------------------------------------- files
@@ -151,22 +110,21 @@ def remap_state_dict(
     Returns ``(state, skipped_head_keys, has_pooler)``. Raises ``ValueError`` naming the keys
     for a missing tensor or an unexpected non-head key.
     """
-    from .families import as_bert_names
-
-    # the family as BERT (bert.families)
-    state = as_bert_names(state, config.position_offset, config.family)
-    prefixed = any(k.startswith("bert.") for k in state)
+    family = registry.get(config.family)
+    state = family.rename(state, config)  # the family's names, canonical (families/)
+    top, heads = family.prefix, family.head_prefixes
+    prefixed = any(k.startswith(top) for k in state)
     encoder: dict[str, Tensor] = {}
     skipped: list[str] = []
     unexpected: list[str] = []
     for key, tensor in state.items():
         name = _canonical(key)
         if prefixed:
-            if not name.startswith("bert."):
-                (skipped if name.startswith(HEAD_PREFIXES) else unexpected).append(key)
+            if not name.startswith(top):
+                (skipped if name.startswith(heads) else unexpected).append(key)
                 continue
-            name = name[len("bert.") :]
-        elif name.startswith(HEAD_PREFIXES):
+            name = name[len(top) :]
+        elif name.startswith(heads):
             skipped.append(key)
             continue
         if name in IGNORED_BUFFERS:
@@ -184,8 +142,8 @@ def remap_state_dict(
         if unexpected:
             parts.append(f"unexpected keys: {', '.join(sorted(unexpected))}")
         raise ModelFolderError(
-            f"{source} does not match a BertModel with {config.num_hidden_layers} layers "
-            f"(config.json): {'; '.join(parts)}."
+            f"{source} does not match a {family.title} model with {config.num_hidden_layers} "
+            f"layers (config.json): {'; '.join(parts)}."
         )
     return {key_map[k]: v for k, v in encoder.items()}, skipped, has_pooler
 
@@ -314,7 +272,7 @@ def load_pretrained(
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)
-    if not has_pooler and config.family in ("bert", "mpnet", "roberta", "xlm-roberta"):
+    if not has_pooler and registry.get(config.family).pooler_expected:
         msg = f"{wfile}: no pooler weights (e.g. a BertForMaskedLM); pooler_output will be None"
         logger.info("%s", msg)
         warnings.warn(msg, stacklevel=3)

@@ -57,8 +57,12 @@ class BertConfig:
     #: ``pad_token_id + 1``; 0 for BERT): dropped when its weights load. Not a field: the
     #: encoder built from this config is a BERT, whose positions start at 0
     position_offset: ClassVar[int] = 0
-    #: the checkpoint's ``model_type`` (see :mod:`.families`); also not a field
+    #: the checkpoint's family, a record of :mod:`bertattn.families` (its ``model_type``, or
+    #: the name an alias stands for); also not a field
     family: ClassVar[str] = "bert"
+    #: the architecture's own settings beyond BERT's (rotary bases, windows, norms: what the
+    #: family's ``read_config`` returned), None for BERT's layer; not a field
+    arch: ClassVar[object] = None
 
     def __post_init__(self) -> None:
         try:
@@ -80,16 +84,12 @@ class BertConfig:
             raise ModelFolderError(
                 f"{source}: expected a JSON object ({{...}}), got a JSON {json_type(data)}."
             )
-        from .families import FAMILIES, as_bert_config, position_offset
+        from ..families import registry
 
         model_type = data.get("model_type")
-        if model_type not in (*FAMILIES, None):
-            raise ModelFolderError(
-                f"{source}: model_type={model_type!r} is not supported; bertattn loads "
-                f"{', '.join(repr(f) for f in FAMILIES)} checkpoints."
-            )
-        offset = position_offset(data)
-        data = as_bert_config(data, source)
+        family = registry.lookup(model_type, source)  # an unknown type: refused, listing all
+        offset = family.position_offset(data)
+        data, arch = family.read_config(data, source)
         for key, harmless in _REFUSED.items():
             if key in data and data[key] not in (harmless, None):
                 raise ModelFolderError(
@@ -107,7 +107,8 @@ class BertConfig:
             raise ModelFolderError(f"{source}: {exc}") from None
         config = cls(**kwargs)
         config.position_offset = offset
-        config.family = str(model_type or "bert")
+        config.family = family.name
+        config.arch = arch
         return config
 
     @classmethod
@@ -149,7 +150,7 @@ def check_values(values: dict[str, Any]) -> None:
         low_open=True,
         hint="write a small positive number such as 1e-12",
     )
-    from .relative import NUM_BUCKETS
+    from ..blocks.relative import NUM_BUCKETS
 
     buckets = values.get("relative_attention_num_buckets", 0)
     check_int("relative_attention_num_buckets", buckets, minimum=0)

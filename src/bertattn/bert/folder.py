@@ -148,9 +148,11 @@ class ModelFolder:
         """The folder's tokenizer, checked against ``config.json``: every token id must have a
         row in the word embedding (``< vocab_size``), and a single text's token types a row in
         the token-type embedding (``< type_vocab_size``)."""
+        from ..families import registry
         from .tokenizer import BertTokenizer
 
-        if self.config.family == "mpnet" and not (self.model_dir / "tokenizer.json").is_file():
+        family = registry.get(self.config.family)
+        if family.needs_tokenizer_json and not (self.model_dir / "tokenizer.json").is_file():
             # vocab.txt alone would build BERT's [CLS] A [SEP] pipeline (MPNet's vocabulary
             # holds those tokens too): MPNet's <s> A </s></s> B </s> comes from tokenizer.json
             raise ModelFolderError(

@@ -47,10 +47,10 @@ from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
+from ..blocks import relative as _relative
 from ..capture import is_capturing
 from . import chunks as _chunks
 from . import fused as _fused
-from . import relative as _relative
 from . import workers as _workers
 from .config import BertConfig
 
@@ -400,7 +400,7 @@ class BertEncoder(nn.Module):
     def position_bias(self, length: int, dtype: torch.dtype) -> Tensor | None:
         """MPNet's relative position bias for a padded batch of ``length`` tokens,
         ``(1, H, L, L)`` in ``dtype`` (computed once per forward, added to every layer's
-        scaled scores: :mod:`bertattn.bert.relative`); None for BERT."""
+        scaled scores: :mod:`bertattn.blocks.relative`); None for BERT."""
         table = self.relative_table()
         return None if table is None else _relative.position_bias(table, length, dtype)
 
@@ -495,9 +495,13 @@ class BertModel(nn.Module):
             get_backend(backend)  # raises with the valid names
         self.config = config
         self.backend = backend
-        self.embeddings = BertEmbeddings(config)
-        self.encoder = BertEncoder(config, backend)
-        self.pooler = BertPooler(config) if add_pooling_layer else None
+        from ..families import registry
+
+        # the family record builds the three parts (BERT's own for BERT's family)
+        family = registry.get(config.family)
+        self.embeddings, self.encoder, self.pooler = family.build(
+            config, backend, add_pooling_layer
+        )
         self.name_or_path = ""
 
     @property

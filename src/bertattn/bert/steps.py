@@ -40,7 +40,7 @@ class AttentionSteps:
         output_share: this head's context through its columns of the output projection, ``(E,)``.
         output: the attention output for the token (all heads merged, projected, bias added).
         position_bias: MPNet's relative position bias per key, ``(L,)``: its table's entry for
-            this head and the bucket of ``key - query`` (:mod:`bertattn.bert.relative`), added
+            this head and the bucket of ``key - query`` (:mod:`bertattn.blocks.relative`), added
             to the scaled scores in every layer; None for a model without one (BERT).
     """
 
@@ -221,7 +221,7 @@ def _relative_row(table: Tensor, length: int, head: int, i: int) -> Tensor:
     """MPNet's relative position bias of query ``i`` in ``head``, ``(L,)`` float32: the
     entry the ``math`` backend added (the recorded bias is this plus the mask's 0 / -inf, so
     subtracting it leaves the mask exactly)."""
-    from .relative import position_bias
+    from ..blocks.relative import position_bias
 
     return position_bias(table, length)[0, head, i].to("cpu", torch.float32)
 

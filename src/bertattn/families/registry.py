@@ -1,0 +1,139 @@
+"""The family registry: one :class:`Family` record per architecture, keyed by ``model_type``.
+
+Everything that differs between architectures is in a record, so that the encoder, the
+checkpoint loader and the jobs ask the record instead of testing a ``model_type``:
+
+* ``read_config``: the checkpoint's ``config.json`` as the fields of
+  :class:`bertattn.bert.config.BertConfig` (sizes every job reads) plus the architecture's own
+  settings (``arch``, any object the family's ``build`` understands);
+* ``rename``: the checkpoint's tensors under the family's canonical names (prefix dropped,
+  fused or split tensors in the layout the encoder keeps), and ``key_map``: canonical name ->
+  bertattn module name, strictly (both directions: :func:`inverse`);
+* ``build``: the encoder's three parts, ``(embeddings, encoder, pooler | None)``, on
+  :class:`bertattn.BertModel`'s contract (``embeddings(ids, types, positions, embeds)``,
+  ``encoder(hidden, mask, want, collect)`` / ``encoder.forward_packed(...)``);
+* capability flags: what a job may do with the family (``int8``, ``onnx``, ``steps`` (the
+  page's recomputed steps view), ``cuda_graphs``), refused by the family's name otherwise.
+
+An architecture joins by registering its record (one file in this package); no file of the
+server, the batcher, the jobs or the CLI changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..errors import ModelFolderError
+
+__all__ = ["CAPABILITIES", "Family", "get", "inverse", "lookup", "names", "register", "require"]
+
+#: the capability flags a record may hold, and what each lets a job do
+CAPABILITIES = {
+    "int8": "int8 weights (dtype='int8')",
+    "onnx": "ONNX export (bertattn export-onnx)",
+    "steps": "the article's recomputed steps (the page's steps view, attention_steps)",
+    "cuda_graphs": "CUDA graph capture",
+    "token_types": "token type (segment) embeddings",
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One architecture (see the module docstring for each part)."""
+
+    name: str
+    title: str
+    read_config: Callable[[dict[str, Any], str], tuple[dict[str, Any], Any]]
+    rename: Callable[[dict[str, Tensor], Any], dict[str, Tensor]]
+    key_map: Callable[[Any, bool], dict[str, str]]
+    build: Callable[[Any, str, bool], tuple[nn.Module, nn.Module, nn.Module | None]]
+    #: the base model's prefix in a task checkpoint (``bert.``, ``model.``), after ``rename``
+    prefix: str = "bert."
+    #: names of task-head tensors (skipped and reported when the encoder loads)
+    head_prefixes: tuple[str, ...] = ()
+    #: rows of the checkpoint's position table before its first real position
+    position_offset: Callable[[dict[str, Any]], int] = lambda data: 0
+    #: whether a checkpoint of this family without a pooler deserves a warning
+    pooler_expected: bool = False
+    #: a tokenizer.json is required (vocab.txt alone would build another family's pipeline)
+    needs_tokenizer_json: bool = False
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+
+    def can(self, capability: str) -> bool:
+        """Whether this family has ``capability`` (a key of :data:`CAPABILITIES`)."""
+        if capability not in CAPABILITIES:
+            raise ValueError(
+                f"unknown capability {capability!r}; valid ones: {', '.join(CAPABILITIES)}."
+            )
+        return capability in self.capabilities
+
+
+_REGISTRY: dict[str, Family] = {}
+#: model_type aliases (a config without one is read as BERT)
+_ALIASES: dict[str | None, str] = {None: "bert"}
+
+
+def register(family: Family, *aliases: str) -> Family:
+    """Add ``family`` (and ``aliases``, other ``model_type`` values meaning the same)."""
+    unknown = set(family.capabilities) - set(CAPABILITIES)
+    if unknown:
+        raise ValueError(f"family {family.name!r}: unknown capabilities {sorted(unknown)}.")
+    _REGISTRY[family.name] = family
+    for alias in aliases:
+        _ALIASES[alias] = family.name
+    return family
+
+
+def names() -> tuple[str, ...]:
+    """Every registered ``model_type`` (aliases included), sorted."""
+    _load_all()
+    return tuple(sorted({*_REGISTRY, *(a for a in _ALIASES if a is not None)}))
+
+
+def lookup(model_type: str | None, source: str = "config") -> Family:
+    """The record for a config's ``model_type``; an unknown one: ModelFolderError listing the
+    registry."""
+    _load_all()
+    name = _ALIASES.get(model_type, model_type)
+    family = _REGISTRY.get(name) if isinstance(name, str) else None
+    if family is None:
+        raise ModelFolderError(
+            f"{source}: model_type={model_type!r} is not supported; bertattn loads "
+            f"{', '.join(repr(n) for n in names())} checkpoints."
+        )
+    return family
+
+
+def get(name: str) -> Family:
+    """The record called ``name`` (a ``BertConfig.family``)."""
+    return lookup(name, "model")
+
+
+def require(name: str, capability: str, job: str) -> None:
+    """Refuse ``job`` by the family's name when it lacks ``capability``."""
+    family = get(name)
+    if not family.can(capability):
+        raise ValueError(
+            f"{job} is not available for {family.title} models ({name!r}): this family has no "
+            f"{CAPABILITIES[capability]} in bertattn."
+        )
+
+
+def inverse(key_map: dict[str, str]) -> dict[str, str]:
+    """bertattn name -> checkpoint name."""
+    return {v: k for k, v in key_map.items()}
+
+
+_LOADED = [False]
+
+
+def _load_all() -> None:
+    """Import every architecture file once (each registers its records)."""
+    if _LOADED[0]:
+        return
+    _LOADED[0] = True
+    from . import bert, distilbert, mpnet  # noqa: F401
