@@ -24,6 +24,7 @@ _EXPORTS = {
     "DtypeChoice": ".bert",
     "Embeddings": ".corpus",
     "MultiHeadAttention": ".attention",
+    "MultiVectorEncoder": ".heads.multi_vector",
     "SparseEncoder": ".heads",
     "choose_dtype": ".bert",
     "explain": ".attention",
@@ -45,6 +46,7 @@ __all__ = [
     "DtypeChoice",
     "Embeddings",
     "MultiHeadAttention",
+    "MultiVectorEncoder",
     "SparseEncoder",
     "__version__",
     "choose_dtype",
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from .bert import Bert, BertConfig, BertModel, DtypeChoice, choose_dtype
     from .corpus import Embeddings, open_embeddings
     from .heads import CrossEncoder, SparseEncoder, pipeline
+    from .heads.multi_vector import MultiVectorEncoder
     from .maps import AttentionMaps
 
 
