@@ -1,0 +1,286 @@
+"""ModernBERT (``model_type: modernbert``), read top to bottom: config, embeddings, layer,
+encoder, record.
+
+What it changes against BERT, all in the attention's neighbourhood:
+
+* no position table: every layer rotates its queries and keys (rotary positions), with a base
+  per layer kind (``rope_parameters``: 160,000 on the global layers, 10,000 on the local ones);
+* local layers: most layers attend within a window, ``|i - j| <= local_attention // 2`` (64 for
+  the released 128), one layer in ``global_attn_every_n_layers`` (3) sees every key
+  (``layer_types``: ``full_attention`` / ``sliding_attention``);
+* pre-norm blocks (``x + attn(norm(x))``), the first layer's attention norm an identity, a final
+  norm after the last layer; LayerNorms without a bias, linear layers without one;
+* a gated feed-forward (GeGLU): ``Wi`` projects to ``2 I``, its first half activated and
+  multiplied by its second;
+* no token types (a text pair's second segment is not told apart), no pooler.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention
+from ..blocks import (
+    EncoderBlock,
+    GatedFeedForward,
+    LayerKind,
+    RotaryEncoder,
+    activation,
+    make_norm,
+)
+from ..errors import ModelFolderError
+from .registry import Family, register
+
+__all__ = ["ModernBertArch", "ModernBertEmbeddings", "read_config"]
+
+GLOBAL, LOCAL = "full_attention", "sliding_attention"
+#: transformers' bases when a config names none
+_DEFAULT_THETA = {GLOBAL: 160_000.0, LOCAL: 10_000.0}
+
+
+# ---------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class ModernBertArch:
+    """ModernBERT's settings beyond BERT's sizes."""
+
+    layer_types: tuple[str, ...]
+    #: local layers: query i sees key j when |i - j| <= window (``local_attention // 2``)
+    window: int
+    theta: dict[str, float]
+    norm_eps: float
+    norm_bias: bool
+    attention_bias: bool
+    mlp_bias: bool
+    activation: str
+    #: the heads' settings (sequence classifier, masked LM)
+    classifier_pooling: str
+    classifier_activation: str
+    classifier_bias: bool
+    decoder_bias: bool
+
+    def kinds(self) -> list[LayerKind]:
+        """Each layer's :class:`~bertattn.blocks.LayerKind`."""
+        return [
+            LayerKind(self.theta[t], self.window if t == LOCAL else None) for t in self.layer_types
+        ]
+
+
+def _refuse(source: str, field: str, value: object, expected: str) -> ModelFolderError:
+    return ModelFolderError(
+        f"{source}: {field}={value!r} is not supported; bertattn loads ModernBERT checkpoints "
+        f"with {expected}."
+    )
+
+
+def _layer_types(data: dict[str, Any], layers: int, source: str) -> tuple[str, ...]:
+    types = data.get("layer_types")
+    if types is None:  # older configs: one global layer every n
+        every = data.get("global_attn_every_n_layers", 3)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise _refuse(source, "global_attn_every_n_layers", every, "an int >= 1")
+        return tuple(LOCAL if i % every else GLOBAL for i in range(layers))
+    if not isinstance(types, list) or any(t not in (GLOBAL, LOCAL) for t in types):
+        raise _refuse(source, "layer_types", types, f"a list of {GLOBAL!r} / {LOCAL!r}")
+    if len(types) != layers:
+        raise ModelFolderError(
+            f"{source}: layer_types has {len(types)} entries but num_hidden_layers is {layers}; "
+            f"give one layer type per layer."
+        )
+    return tuple(types)
+
+
+def _thetas(data: dict[str, Any], source: str) -> dict[str, float]:
+    if data.get("rope_scaling") is not None:
+        raise _refuse(source, "rope_scaling", data["rope_scaling"], "rope_scaling null")
+    params = data.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise _refuse(source, "rope_parameters", params, "a dict per layer type")
+    old = {GLOBAL: data.get("global_rope_theta"), LOCAL: data.get("local_rope_theta")}
+    out = {}
+    for kind in (GLOBAL, LOCAL):
+        p = params.get(kind) or {}
+        rope_type = p.get("rope_type", "default")
+        if rope_type != "default":
+            raise _refuse(source, f"rope_parameters.{kind}.rope_type", rope_type, "'default'")
+        theta = p.get("rope_theta", old[kind] or _DEFAULT_THETA[kind])
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+            raise _refuse(source, f"rope_parameters.{kind}.rope_theta", theta, "a number > 0")
+        out[kind] = float(theta)
+    return out
+
+
+def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], ModernBertArch]:
+    """``config.json`` -> BERT's sizes (every job reads those) and :class:`ModernBertArch`."""
+    layers = data.get("num_hidden_layers", 22)
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise _refuse(source, "num_hidden_layers", layers, "an int >= 1")
+    act = data.get("hidden_activation", "gelu")
+    try:
+        activation(act, "hidden_activation")
+    except ValueError as exc:
+        raise ModelFolderError(f"{source}: {exc}") from None
+    window = data.get("local_attention", 128)
+    longest = data.get("max_position_embeddings", 8192)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise _refuse(source, "local_attention", window, "an int >= 2 (the window's width)")
+    if isinstance(longest, int) and window // 2 >= longest:
+        raise ModelFolderError(
+            f"{source}: local_attention={window} is larger than the model "
+            f"(max_position_embeddings={longest}): a window of +-{window // 2} tokens would be "
+            f"global attention; bertattn loads ModernBERT checkpoints with local_attention < "
+            f"2 * max_position_embeddings."
+        )
+    arch = ModernBertArch(
+        layer_types=_layer_types(data, layers, source),
+        window=window // 2,
+        theta=_thetas(data, source),
+        norm_eps=float(data.get("norm_eps", 1e-5)),
+        norm_bias=bool(data.get("norm_bias", False)),
+        attention_bias=bool(data.get("attention_bias", False)),
+        mlp_bias=bool(data.get("mlp_bias", False)),
+        activation=act,
+        classifier_pooling=str(data.get("classifier_pooling", "cls")),
+        classifier_activation=str(data.get("classifier_activation", "gelu")),
+        classifier_bias=bool(data.get("classifier_bias", False)),
+        decoder_bias=bool(data.get("decoder_bias", True)),
+    )
+    sizes = {
+        "model_type": "bert",
+        "vocab_size": data.get("vocab_size", 50368),
+        "hidden_size": data.get("hidden_size", 768),
+        "num_hidden_layers": layers,
+        "num_attention_heads": data.get("num_attention_heads", 12),
+        "intermediate_size": data.get("intermediate_size", 1152),
+        "hidden_act": act,
+        "hidden_dropout_prob": data.get("mlp_dropout", 0.0),
+        "attention_probs_dropout_prob": data.get("attention_dropout", 0.0),
+        "max_position_embeddings": longest,
+        "type_vocab_size": 2,  # token type ids are read past: a pair's segments are not told apart
+        "layer_norm_eps": arch.norm_eps,
+        "pad_token_id": data.get("pad_token_id", 50283),
+    }
+    return sizes, arch
+
+
+# ---------------------------------------------------------------------- embeddings
+class ModernBertEmbeddings(nn.Module):
+    """Word embeddings, a LayerNorm and dropout: no positions (the layers rotate), no token
+    types. ``(B, L)`` ids -> ``(B, L, E)``, or packed ``(T,)`` -> ``(T, E)``."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        arch: ModernBertArch = config.arch
+        e = config.hidden_size
+        self.word = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
+        self.norm = make_norm(e, arch.norm_eps, bias=arch.norm_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: Tensor | None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
+        words = self.word(input_ids) if inputs_embeds is None else inputs_embeds
+        return self.dropout(self.norm(words.to(self.word.weight.dtype)))
+
+
+# ---------------------------------------------------------------------- layer
+def _layer(config: Any, i: int, kind: LayerKind, backend: str) -> EncoderBlock:
+    """Layer ``i``: pre-norm, rotary attention (windowed on local layers), GeGLU."""
+    arch: ModernBertArch = config.arch
+    e = config.hidden_size
+    attn = MultiHeadAttention(
+        e,
+        config.num_attention_heads,
+        config.attention_probs_dropout_prob,
+        bias=arch.attention_bias,
+        backend=backend,
+        rotary_theta=kind.theta,
+        window=kind.window,
+    )
+    mlp = GatedFeedForward(
+        e,
+        config.intermediate_size,
+        arch.activation,
+        bias_in=arch.mlp_bias,
+        bias_out=arch.mlp_bias,
+        dropout=config.hidden_dropout_prob,
+    )
+    attn_norm = nn.Identity() if i == 0 else make_norm(e, arch.norm_eps, bias=arch.norm_bias)
+    mlp_norm = make_norm(e, arch.norm_eps, bias=arch.norm_bias)
+    return EncoderBlock(attn, mlp, attn_norm, mlp_norm, prenorm=True)
+
+
+# ---------------------------------------------------------------------- encoder
+def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, None]:
+    """ModernBERT's embeddings and encoder (its layers, then the final norm); no pooler."""
+    arch: ModernBertArch = config.arch
+    kinds = arch.kinds()
+    layers = [_layer(config, i, kind, backend) for i, kind in enumerate(kinds)]
+    final = make_norm(config.hidden_size, arch.norm_eps, bias=arch.norm_bias)
+    return ModernBertEmbeddings(config), RotaryEncoder(layers, kinds, final), None
+
+
+# ---------------------------------------------------------------------- record
+_WQKV = re.compile(r"^((?:model\.)?layers\.\d+\.attn\.)Wqkv\.(weight|bias)$")
+
+
+def rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
+    """The checkpoint's fused ``attn.Wqkv`` ``(3E, E)`` split into ``Wq``, ``Wk``, ``Wv`` (the
+    article's three projections); every other name as it is."""
+    out: dict[str, Tensor] = {}
+    for key, tensor in state.items():
+        m = _WQKV.match(key)
+        if m is None:
+            out[key] = tensor
+            continue
+        for part, piece in zip(("Wq", "Wk", "Wv"), tensor.chunk(3, dim=0), strict=True):
+            out[f"{m.group(1)}{part}.{m.group(2)}"] = piece
+    return out
+
+
+def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
+    """ModernBERT's names (after :func:`rename`, without ``model.``) -> bertattn's."""
+    arch: ModernBertArch = config.arch
+    kinds = ["weight", "bias"]
+    norm = kinds if arch.norm_bias else ["weight"]
+    attn = kinds if arch.attention_bias else ["weight"]
+    mlp = kinds if arch.mlp_bias else ["weight"]
+    keys = {"embeddings.tok_embeddings.weight": "embeddings.word.weight"}
+    keys.update({f"embeddings.norm.{p}": f"embeddings.norm.{p}" for p in norm})
+    for i in range(config.num_hidden_layers):
+        theirs, ours = f"layers.{i}.", f"encoder.layers.{i}."
+        for p in attn:
+            for a, b in (("Wq", "q_linear"), ("Wk", "k_linear"), ("Wv", "v_linear"),
+                         ("Wo", "out_linear")):  # fmt: skip
+                keys[f"{theirs}attn.{a}.{p}"] = f"{ours}attn.{b}.{p}"
+        for p in mlp:
+            keys[f"{theirs}mlp.Wi.{p}"] = f"{ours}mlp.w_in.{p}"
+            keys[f"{theirs}mlp.Wo.{p}"] = f"{ours}mlp.w_out.{p}"
+        for p in norm:
+            if i:  # the first layer's attention norm is an identity
+                keys[f"{theirs}attn_norm.{p}"] = f"{ours}attn_norm.{p}"
+            keys[f"{theirs}mlp_norm.{p}"] = f"{ours}mlp_norm.{p}"
+    keys.update({f"final_norm.{p}": f"encoder.final_norm.{p}" for p in norm})
+    return keys
+
+
+register(
+    Family(
+        "modernbert",
+        "ModernBERT",
+        read_config,
+        rename,
+        key_map,
+        build,
+        prefix="model.",
+        head_prefixes=("head.", "decoder.", "classifier."),
+        capabilities=frozenset(),
+    )
+)

@@ -1,0 +1,193 @@
+"""ModernBERT in bertattn's own encoder: random ``ModernBertModel`` folders (tiny odd sizes,
+seeded noise on every parameter, a window far smaller than the inputs) saved by transformers,
+against transformers' native class on padded batches and packed mixed lengths, on every
+backend; ``Bert.encode`` against sentence-transformers; bad folders refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from family_helpers import assert_encode_equals_sentence_transformers
+from tiny_bert import save_random
+
+from bertattn import Bert, BertModel
+from bertattn.attention import dispatch
+from bertattn.errors import ModelFolderError
+
+SIZES = dict(
+    vocab_size=99, hidden_size=36, num_hidden_layers=5, num_attention_heads=3,
+    intermediate_size=29, max_position_embeddings=600, local_attention=6,
+    global_attn_every_n_layers=2, pad_token_id=0, cls_token_id=2, sep_token_id=3,
+    bos_token_id=2, eos_token_id=3,
+)  # fmt: skip
+TEXTS = [
+    "the attention head looks at every token in the sentence and weighs it",
+    "hello",
+    "a model and a layer, ok",
+    "first second " * 30,
+]
+
+
+def save_modernbert(folder: Path, tokenizer_from: Path, seed: int = 0, **overrides: object):  # type: ignore[no-untyped-def]
+    import transformers
+
+    config = transformers.ModernBertConfig(**{**SIZES, **overrides})
+    return save_random(transformers.ModernBertModel, config, folder, seed, tokenizer_from)
+
+
+@pytest.fixture(scope="module")
+def modernbert(tmp_path_factory, tiny_checkpoint) -> tuple[Path, torch.nn.Module]:
+    folder = tmp_path_factory.mktemp("modernbert")
+    return folder, save_modernbert(folder, tiny_checkpoint)
+
+
+def _batch(lengths: list[int], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    n = max(lengths)
+    ids = torch.randint(5, 99, (len(lengths), n), generator=g)
+    mask = torch.zeros(len(lengths), n, dtype=torch.long)
+    for i, length in enumerate(lengths):
+        mask[i, :length] = 1
+    ids = ids.masked_fill(mask == 0, 0)
+    return ids, mask
+
+
+def _theirs(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+@pytest.mark.parametrize("backend", ["auto", "math", "sdpa", "varlen"])
+def test_hidden_states_equal_transformers(modernbert, backend: str) -> None:
+    folder, hf = modernbert
+    ids, mask = _batch([37, 12, 25, 3])
+    want = _theirs(hf, ids, mask)
+    ours = BertModel.from_pretrained(folder, backend=backend)
+    with torch.no_grad():
+        got = ours(input_ids=ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
+    assert ours.pooler is None
+
+
+def test_inputs_far_longer_than_the_window(modernbert) -> None:
+    """A window of +-3 on 400 tokens: a global-attention bug cannot pass, and packed runs skip
+    the keys out of reach (explain() says so)."""
+    folder, hf = modernbert
+    ids, mask = _batch([400, 170, 9], seed=2)
+    want = _theirs(hf, ids, mask)
+    ours = BertModel.from_pretrained(folder, backend="varlen")
+    ours.chunk_tokens = 0  # one batch (row chunks would count the sequences per chunk)
+    with torch.no_grad(), dispatch.explain() as ex:
+        got = ours(input_ids=ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
+    text = str(ex)
+    assert "window 3: exploited on 2 of 3 sequences" in text
+    assert "rotary positions (theta 10000" in text and "rotary positions (theta 160000" in text
+    # and the window matters: transformers with every layer global gives other states
+    import transformers
+
+    glob = transformers.ModernBertModel(
+        transformers.ModernBertConfig(**{**SIZES, "global_attn_every_n_layers": 1})
+    ).eval()
+    glob.load_state_dict(hf.state_dict())
+    assert not torch.allclose(_theirs(glob, ids, mask)[keep], want[keep], atol=1e-3)
+
+
+def test_attention_weights_show_the_window(modernbert) -> None:
+    folder, _ = modernbert
+    ids, mask = _batch([20])
+    out = BertModel.from_pretrained(folder)(
+        input_ids=ids, attention_mask=mask, output_attentions=True
+    )
+    local = out.attentions[1][0]  # layer 1 is local: (H, L, L)
+    i = torch.arange(20)
+    outside = (i[:, None] - i[None, :]).abs() > 3
+    assert torch.all(local[:, outside] == 0) and torch.all(local[:, ~outside] > 0)
+    assert torch.all(out.attentions[0][0] > 0)  # layer 0 is global
+
+
+def test_bfloat16_close_to_float32(modernbert) -> None:
+    folder, _ = modernbert
+    ids, mask = _batch([30, 11])
+    with torch.no_grad():
+        f32 = BertModel.from_pretrained(folder)(input_ids=ids, attention_mask=mask)
+        bf16 = BertModel.from_pretrained(folder, dtype=torch.bfloat16)(
+            input_ids=ids, attention_mask=mask
+        )
+    keep = mask.bool()
+    cos = torch.nn.functional.cosine_similarity(
+        f32.last_hidden_state[keep], bf16.last_hidden_state[keep].float(), dim=-1
+    )
+    assert cos.min() > 0.999
+
+
+def test_encode_equals_sentence_transformers(modernbert, tmp_path) -> None:
+    folder, _ = modernbert
+    assert_encode_equals_sentence_transformers(folder, SIZES["hidden_size"], TEXTS, tmp_path)
+
+
+def test_bert_load_encodes_and_explains(modernbert) -> None:
+    folder, _ = modernbert
+    bert = Bert.load(folder, threads=1)
+    rows = bert.encode(TEXTS)
+    assert rows.shape == (len(TEXTS), SIZES["hidden_size"])
+    assert bert.model.config.family == "modernbert"
+
+
+# ---------------------------------------------------------------------- bad folders
+def _edit_config(src: Path, dst: Path, **changes: object) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    data = json.loads((dst / "config.json").read_text())
+    data.update(changes)
+    (dst / "config.json").write_text(json.dumps(data))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"layer_types": ["full_attention"] * 3},
+            r"layer_types has 3 entries but num_hidden_layers is 5",
+        ),
+        (
+            {"rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1.0}}},
+            r"rope_parameters.full_attention.rope_type='yarn' is not supported",
+        ),
+        ({"local_attention": 2000}, r"local_attention=2000 is larger than the model"),
+        ({"hidden_activation": "mish"}, r"hidden_activation='mish' is not supported"),
+    ],
+)
+def test_bad_configs_are_refused_by_field(modernbert, tmp_path, changes, message) -> None:
+    folder = _edit_config(modernbert[0], tmp_path / "bad", **changes)
+    with pytest.raises(ModelFolderError, match=message) as err:
+        BertModel.from_pretrained(folder)
+    assert "config.json" in str(err.value)
+
+
+def test_a_missing_tensor_is_named(modernbert, tmp_path) -> None:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "missing"
+    shutil.copytree(modernbert[0], folder)
+    state = load_file(folder / "model.safetensors")
+    del state["layers.2.mlp.Wi.weight"]
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(ModelFolderError, match=r"missing tensors: layers\.2\.mlp\.Wi\.weight"):
+        BertModel.from_pretrained(folder)
+
+
+def test_unknown_model_type_lists_the_registry(tmp_path, tiny_checkpoint) -> None:
+    folder = _edit_config(tiny_checkpoint, tmp_path / "t5", model_type="t5")
+    with pytest.raises(ModelFolderError, match=r"model_type='t5' is not supported") as err:
+        BertModel.from_pretrained(folder)
+    assert "'modernbert'" in str(err.value) and "'bert'" in str(err.value)
