@@ -96,7 +96,7 @@ def test_a_long_document_scores_its_best_window(reranker):
     doc_ids = tok.token_ids([DOCS[2]])[0]
     t = pair_template(tok)
     head = len(t.prefix) + len(tok.token_ids([QUERY])[0]) + len(t.middle)
-    assert windows[0].ids[head:-len(t.suffix)] == doc_ids[:16]
+    assert windows[0].ids[head : -len(t.suffix)] == doc_ids[:16]
     last = windows[-1].ids[head : -len(t.suffix)]
     assert 0 < len(last) <= 16 and last == doc_ids[-len(last) :]  # ends at the document's end
     best = float(ce.activation_fn(ce._logits(windows, 8))[:, 0].max())

@@ -106,9 +106,7 @@ def test_a_roberta_reranker_scores_windows(roberta_server):
         timeout=60,
     )
     assert r.status_code == 200, r.text
-    ranked = CrossEncoder(roberta_server.folder, threads=1).rank(
-        QUERY, docs, max_tokens_per_doc=12
-    )
+    ranked = CrossEncoder(roberta_server.folder, threads=1).rank(QUERY, docs, max_tokens_per_doc=12)
     got = {d["index"]: d["relevance_score"] for d in r.json()["results"]}
     np.testing.assert_allclose(
         [got[d["corpus_id"]] for d in ranked], [d["score"] for d in ranked], atol=1e-6

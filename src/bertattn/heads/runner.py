@@ -37,24 +37,29 @@ def run_head(
     *,
     batch_size: int,
     show_progress_bar: bool = False,
-) -> list[Tensor]:
+    each: Callable[[Tensor], Sequence[Any]] | None = None,
+) -> list[Any]:
     """``step`` over every input of ``encodings`` (from ``bert.tokenizer.encode_batch``): one
     CPU row per input, in input order. The longest inputs go first, ``batch_size`` at a time
     (little padding; the encoder packs the real tokens on the CPU), each batch through the
-    head's engine step (inference mode, the thread governor: :func:`head_step`)."""
+    head's engine step (inference mode, the thread governor: :func:`head_step`). ``each``:
+    applied to each batch's ``(B, ...)`` rows as they come, one result per row kept instead of
+    the row (a SPLADE row made sparse at once: memory holds one batch's dense rows, never
+    the whole input's)."""
     from tqdm import tqdm
 
     order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
     lengths = [len(encodings[i].ids) for i in order]
     ranges = length_batches(lengths, batch_size)
-    out: list[Tensor | None] = [None] * len(encodings)
+    out: list[Any] = [None] * len(encodings)
     engine = head_step(bert, step, "rows")
     bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
     with engine.session(), bar:
         for start, end in ranges:
             idx = order[start:end]
             rows = engine([encodings[i] for i in idx], sum(lengths[start:end]))  # (B, ...)
+            kept = list(torch.from_numpy(rows)) if each is None else each(torch.from_numpy(rows))
             for j, i in enumerate(idx):
-                out[i] = torch.from_numpy(rows[j])
+                out[i] = kept[j]
             bar.update(1)
     return out  # type: ignore[return-value]

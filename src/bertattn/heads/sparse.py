@@ -15,14 +15,16 @@ numbers).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
+from ..bert.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
@@ -55,9 +57,23 @@ class SparseEncoder:
         threads: int | None = None,
         backend: str = "auto",
         chunk_tokens: int = 1024,
+        prompts: dict[str, str] | None = None,
+        default_prompt_name: str | None = None,
+        similarity_fn_name: str | None = None,
     ) -> None:
         self.max_active_dims = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         self.chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
+        if prompts is not None and (
+            not isinstance(prompts, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
+        ):
+            raise TypeError(
+                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
+                f"got {describe(prompts)}."
+            )
+        self._similarity_fn_name: str | None = None
+        if similarity_fn_name is not None:
+            self.similarity_fn_name = similarity_fn_name  # checked before the model loads
         folder, settings = read_sparse_folder(model)
         load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
         bert, _ = load_encoder(folder, "masked-lm", "a SparseEncoder (SPLADE)", **load)
@@ -66,7 +82,73 @@ class SparseEncoder:
         self.head: MaskedLMHead = load_masked_lm_head(
             folder.model_dir, folder.weight_file(), bert
         ).to(bert.device)
-        self.prompts = dict(bert.prompts)
+        # the model's own prompts: yours win over the folder's, as sentence-transformers merges
+        bert.prompts = {**bert.prompts, **(prompts or {})}
+        if default_prompt_name is not None:
+            bert.default_prompt_name = default_prompt_name
+        name = bert.default_prompt_name
+        if name is not None and name not in bert.prompts:
+            raise ValueError(
+                f"default_prompt_name {name!r} is not among the prompts {list(bert.prompts)}; "
+                f"name one of them, or pass prompts={{{name!r}: '...'}}."
+            )
+        if self._similarity_fn_name is None:
+            self._similarity_fn_name = settings.similarity_fn_name
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def prompts(self) -> dict[str, str]:
+        """The prompts by name (the folder's ``config_sentence_transformers.json``, then
+        yours); assigning a new dict takes effect on the next encode."""
+        return self.bert.prompts
+
+    @prompts.setter
+    def prompts(self, value: dict[str, str]) -> None:
+        if not isinstance(value, dict):
+            raise TypeError(f"prompts must be a dict of names to prompt texts, got "
+                            f"{describe(value)}.")  # fmt: skip
+        self.bert.prompts = value
+
+    @property
+    def default_prompt_name(self) -> str | None:
+        """The prompt applied when neither ``prompt`` nor ``prompt_name`` is given (None:
+        none), as sentence-transformers' ``default_prompt_name``."""
+        return self.bert.default_prompt_name
+
+    @default_prompt_name.setter
+    def default_prompt_name(self, value: str | None) -> None:
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"default_prompt_name must be a str or None, got {describe(value)}.")
+        self.bert.default_prompt_name = value
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return self.bert.device
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """The function of :meth:`similarity` and :meth:`similarity_pairwise`: ``"dot"``
+        (SPLADE's, the default), ``"cosine"``, ``"euclidean"`` or ``"manhattan"``; the
+        folder's ``config_sentence_transformers.json`` may set it."""
+        return self._similarity_fn_name or "dot"
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: str | None) -> None:
+        if hasattr(value, "value") and isinstance(value.value, str):  # SimilarityFunction
+            value = value.value
+        if value is not None and value not in SIMILARITY_FN_NAMES:
+            late = (
+                " (MaxSim is late interaction over token vectors: a SparseEncoder has one "
+                "row per text)"
+                if isinstance(value, str) and "maxsim" in value
+                else ""
+            )
+            raise ValueError(
+                f"similarity_fn_name {str(value)[:60]!r} is not one a SparseEncoder takes{late}; "
+                f"use one of {', '.join(SIMILARITY_FN_NAMES)} (or None: dot)."
+            )
+        self._similarity_fn_name = value
 
     @property
     def vocab_size(self) -> int:
@@ -141,31 +223,33 @@ class SparseEncoder:
         check_bool(save_to_cpu, "save_to_cpu")
         keep = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         keep = self.max_active_dims if keep is None else keep
-        single = isinstance(sentences, str)
-        texts = [sentences] if single else sentences
-        if not isinstance(texts, Sequence):
-            raise TypeError(f"sentences must be a string or a list of strings, got "
-                            f"{describe(sentences)}.")  # fmt: skip
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"sentences[{i}] must be a string, got {describe(t)}.")
+        texts, single = _texts(sentences)
         text = self.bert._resolve_prompt(prompt, prompt_name)
-        inputs = [text + t for t in texts] if text else list(texts)
+        inputs = [text + t for t in texts] if text else texts
+        vocab = self.vocab_size
+
+        def finish(rows: Tensor) -> list[Tensor]:
+            """One batch's ``(B, V)`` dense rows, cut to ``keep`` and made sparse at once."""
+            if keep is not None:
+                rows = _keep_largest(rows, keep)
+            if not convert_to_sparse_tensor:
+                return list(rows)
+            return [row.to_sparse() for row in rows]
+
         if inputs:
             encodings = self.bert.tokenizer.encode_batch(inputs, max_length=self.bert.max_length)
             rows = run_head(
                 self.bert, encodings, self._pool, batch_size=batch_size,
-                show_progress_bar=bool(show_progress_bar),
+                show_progress_bar=bool(show_progress_bar), each=finish,
             )  # fmt: skip
-            dense = torch.stack(rows)  # (N, V)
         else:
-            dense = torch.zeros((0, self.vocab_size))
-        if keep is not None and dense.shape[0]:
-            dense = _keep_largest(dense, keep)
+            rows = []
         if not convert_to_tensor:
-            listed = [r.to_sparse() if convert_to_sparse_tensor else r for r in dense]
-            return listed[0] if single else listed
-        out = dense.to_sparse() if convert_to_sparse_tensor else dense
+            return rows[0] if single else rows
+        if convert_to_sparse_tensor:
+            out = _stack_sparse(rows, vocab)
+        else:
+            out = torch.stack(rows) if rows else torch.zeros((0, vocab))
         return out[0] if single else out
 
     def encode_query(self, sentences: str | Sequence[str], **kwargs: Any) -> Tensor | list[Tensor]:
@@ -175,12 +259,18 @@ class SparseEncoder:
     def encode_document(
         self, sentences: str | Sequence[str], **kwargs: Any
     ) -> Tensor | list[Tensor]:
-        """:meth:`encode` with the folder's ``"document"`` prompt when it has one."""
+        """:meth:`encode` with the first of the ``"document"`` / ``"passage"`` / ``"corpus"``
+        prompts the model has (sentence-transformers' rule)."""
         return self._encode_as("document", sentences, kwargs)
 
     def _encode_as(self, name: str, sentences: Any, kwargs: dict) -> Tensor | list[Tensor]:
-        if "prompt" not in kwargs and "prompt_name" not in kwargs and name in self.prompts:
-            kwargs["prompt_name"] = name
+        """sentence-transformers' rule: neither ``prompt`` nor ``prompt_name`` given (or
+        given as None) and the model has the task's prompt -> that prompt."""
+        if kwargs.get("prompt") is None and kwargs.get("prompt_name") is None:
+            names = ("query",) if name == "query" else ("document", "passage", "corpus")
+            found = next((n for n in names if n in self.prompts), None)
+            if found is not None:
+                kwargs["prompt_name"] = found
         return self.encode(sentences, **kwargs)
 
     # ------------------------------------------------------------------ reading rows
@@ -204,13 +294,56 @@ class SparseEncoder:
         return out[0] if one else out
 
     def similarity(self, embeddings1: Tensor, embeddings2: Tensor) -> Tensor:
-        """``(N, M)`` dot products of the rows (sparse or dense; SPLADE's similarity)."""
+        """``(N, M)`` similarities of the rows (sparse or dense) by :attr:`similarity_fn_name`:
+        dot products by default (SPLADE's), cosine, or the negative euclidean / manhattan
+        distance."""
         a = _as_rows(embeddings1, "embeddings1")
         b = _as_rows(embeddings2, "embeddings2")
-        if a.shape[1] != b.shape[1]:
-            raise ValueError(f"rows of width {a.shape[1]} and {b.shape[1]}; give rows of one "
-                             f"model.")  # fmt: skip
-        return a @ b.T
+        _same_width(a, b)
+        name = self.similarity_fn_name
+        if name == "cosine":
+            a, b = torch.nn.functional.normalize(a, dim=1), torch.nn.functional.normalize(b, dim=1)
+        if name in ("dot", "cosine"):
+            return a @ b.T
+        return -torch.cdist(a, b, p=2.0 if name == "euclidean" else 1.0)
+
+    def similarity_pairwise(self, embeddings1: Tensor, embeddings2: Tensor) -> Tensor:
+        """``(N,)``: the similarity of each row of ``embeddings1`` with the same row of
+        ``embeddings2`` (:attr:`similarity_fn_name`, as :meth:`similarity`)."""
+        a = _as_rows(embeddings1, "embeddings1")
+        b = _as_rows(embeddings2, "embeddings2")
+        _same_width(a, b)
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(f"{a.shape[0]} rows and {b.shape[0]} rows; pairwise similarity "
+                             f"needs as many of each.")  # fmt: skip
+        name = self.similarity_fn_name
+        if name == "cosine":
+            a, b = torch.nn.functional.normalize(a, dim=1), torch.nn.functional.normalize(b, dim=1)
+        if name in ("dot", "cosine"):
+            return (a * b).sum(dim=1)
+        if name == "manhattan":
+            return -(a - b).abs().sum(dim=1)
+        return -torch.linalg.vector_norm(a - b, dim=1)
+
+    @staticmethod
+    def intersection(embeddings_1: Tensor, embeddings_2: Tensor) -> Tensor:
+        """The dimensions active in both (products of the weights, kept where positive), as
+        a sparse tensor shaped like ``embeddings_2``: ``embeddings_1`` is one ``(V,)`` row,
+        ``embeddings_2`` one row or ``(N, V)`` rows (sentence-transformers' ``intersection``;
+        read it with :meth:`decode`)."""
+        if not isinstance(embeddings_1, Tensor) or embeddings_1.ndim != 1:
+            got = tuple(embeddings_1.shape) if isinstance(embeddings_1, Tensor) else None
+            raise ValueError(
+                f"embeddings_1 must be one (V,) row (e.g. encode_query('a text')), got "
+                f"{describe(embeddings_1) if got is None else f'shape {got}'}."
+            )
+        b = _as_rows(embeddings_2, "embeddings_2")
+        a = _as_rows(embeddings_1, "embeddings_1")
+        _same_width(a, b)
+        product = a * b  # (N, V)
+        product = torch.where(product > 0, product, torch.zeros_like(product))
+        out = product.to_sparse()
+        return out[0].coalesce() if embeddings_2.ndim == 1 else out.coalesce()
 
     @staticmethod
     def sparsity(embeddings: Tensor) -> dict[str, float]:
@@ -233,6 +366,54 @@ def _as_rows(embeddings: object, name: str) -> Tensor:
         raise ValueError(f"{name} must be 1-D or 2-D, got shape {tuple(embeddings.shape)}.")
     dense = embeddings.to_dense() if embeddings.is_sparse else embeddings
     return dense.float().reshape(-1, dense.shape[-1])
+
+
+def _same_width(a: Tensor, b: Tensor) -> None:
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"rows of width {a.shape[1]} and {b.shape[1]}; give rows of one model.")
+
+
+def _texts(sentences: object) -> tuple[list[str], bool]:
+    """``(texts, single)``: a string is one text; a list, tuple, 1-D NumPy array of strings
+    (as sentence-transformers takes them) or another iterable of strings is a batch."""
+    if isinstance(sentences, str):
+        return [sentences], True
+    if isinstance(sentences, np.ndarray):
+        if sentences.ndim == 0 and isinstance(sentences.item(), str):
+            return [sentences.item()], True
+        if sentences.ndim != 1:
+            raise ValueError(
+                f"sentences is a {sentences.ndim}-D NumPy array of shape {sentences.shape}; "
+                f"pass a 1-D array (or a list) of strings."
+            )
+        texts = sentences.tolist()
+    elif isinstance(sentences, (bytes, bytearray, Mapping)) or not isinstance(sentences, Iterable):
+        raise TypeError(
+            f"sentences must be a string or a list of strings, got {describe(sentences)}."
+        )
+    else:
+        texts = list(sentences)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"sentences[{i}] must be a string, got {describe(t)}.")
+    return texts, False
+
+
+def _stack_sparse(rows: list[Tensor], vocab: int) -> Tensor:
+    """``(N, V)`` sparse COO tensor of ``N`` sparse ``(V,)`` rows (no dense ``(N, V)``)."""
+    if not rows:
+        return torch.zeros((0, vocab)).to_sparse()
+    cols = [r.coalesce() for r in rows]
+    index = torch.cat(
+        [
+            torch.stack([torch.full((c.indices().shape[1],), i, dtype=torch.long), c.indices()[0]])
+            for i, c in enumerate(cols)
+        ],
+        dim=1,
+    )  # (2, nnz)
+    values = torch.cat([c.values() for c in cols])
+    shape = (len(rows), vocab)
+    return torch.sparse_coo_tensor(index, values, shape, check_invariants=False).coalesce()
 
 
 def _keep_largest(rows: Tensor, k: int) -> Tensor:

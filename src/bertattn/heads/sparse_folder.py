@@ -4,6 +4,7 @@ of ``log(1 + relu(logits))``), or one saved by sentence-transformers' ``SparseEn
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ..bert.folder import (
 )
 from ..bert.jsonfile import read_json, read_json_object
 from ..errors import ModelFolderError
+
+logger = logging.getLogger("bertattn.heads")
 
 __all__ = ["SparseSettings", "read_sparse_folder"]
 
@@ -46,6 +49,29 @@ class SparseSettings:
 
     pooling: str = "max"
     activation: str = "relu"
+    #: ``config_sentence_transformers.json``'s similarity function (None: not said, dot)
+    similarity_fn_name: str | None = None
+
+
+def _read_similarity(root: Path) -> str | None:
+    """The folder's ``similarity_fn_name`` when it is one a SparseEncoder takes; another name
+    (``"maxsim"``, from a multi-vector model) is reported and left out (dot), as
+    sentence-transformers leaves it out."""
+    from ..bert.st_compat import SIMILARITY_FN_NAMES
+
+    path = root / "config_sentence_transformers.json"
+    if not path.is_file():
+        return None
+    name = read_json_object(path).get("similarity_fn_name")
+    if name is None or name in SIMILARITY_FN_NAMES:
+        return name
+    logger.warning(
+        "%s: similarity_fn_name %r is not one a SparseEncoder takes (%s); using dot.",
+        path,
+        str(name)[:60],
+        ", ".join(SIMILARITY_FN_NAMES),
+    )
+    return None
 
 
 def _entry_error(path: Path, i: int, kind: object) -> ModelFolderError:
@@ -55,7 +81,7 @@ def _entry_error(path: Path, i: int, kind: object) -> ModelFolderError:
     )
 
 
-def _read_pooling(path: Path) -> SparseSettings:
+def _read_pooling(path: Path, root: Path) -> SparseSettings:
     cfg = read_json_object(path)
     pooling = cfg.get("pooling_strategy", "max")
     act = cfg.get("activation_function", "relu")
@@ -64,7 +90,7 @@ def _read_pooling(path: Path) -> SparseSettings:
             f"{path}: pooling_strategy must be one of {STRATEGIES} and activation_function one "
             f"of {ACTIVATIONS}; got {str(pooling)[:40]!r} and {str(act)[:40]!r}."
         )
-    return SparseSettings(pooling, act)
+    return SparseSettings(pooling, act, _read_similarity(root))
 
 
 def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSettings]:
@@ -75,7 +101,8 @@ def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSett
     root = locate_model(path)
     modules = root / "modules.json"
     if not modules.is_file():
-        return read_model_folder(root, name=str(path)), SparseSettings()
+        folder = read_model_folder(root, name=str(path))
+        return folder, SparseSettings(similarity_fn_name=_read_similarity(root))
     data = read_json(modules)
     if not isinstance(data, list) or len(data) != 2 or not all(isinstance(m, dict) for m in data):
         raise ModelFolderError(
@@ -98,7 +125,7 @@ def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSett
         raise _entry_error(modules, 0, kind)
     if second.get("type") not in _SPLADE_TYPES:
         raise _entry_error(modules, 1, second.get("type"))
-    settings = _read_pooling(root / str(second.get("path", "")) / "config.json")
+    settings = _read_pooling(root / str(second.get("path", "")) / "config.json", root)
     folder = ModelFolder(
         str(path),
         root,
