@@ -23,9 +23,16 @@ eagerly those steps cost more than the int8 products save (measured: paragraphs 
 float32). The products write float16 when a bound on their magnitude fits (half the memory
 traffic; exact to ~1e-4 relative), else float32.
 
-When the model loads, :func:`verify` compares it with its own float32 path on
-:data:`CALIBRATION` and refuses it (``ValueError``) when a sentence embedding's cosine is below
-0.99, the mean below 0.998, or a text keeps fewer than 90% of its 10 nearest neighbours.
+When the model loads, int8 must first be worth it: without int8 matrix instructions it is
+refused from the CPU's flags (:func:`available`); with them, one int8 product is timed against
+the same float32 product (:func:`check_speed`, bounded: a fraction of a second where int8 is
+fast, and the timing stops early where it is not) and int8 is refused (``ValueError`` naming
+both speeds, the ratio and the CPU) below :data:`MIN_SPEEDUP` times float32's speed: a CPU with
+VNNI can still run oneDNN's reference int8 kernels (a Zen 4 EPYC encoded 478x slower than in
+float32). Both come before anything is quantized. Then :func:`verify` compares the model with
+its own float32 path on :data:`CALIBRATION` and refuses it (``ValueError``) when a sentence
+embedding's cosine is below 0.99, the mean below 0.998, or a text keeps fewer than 90% of its
+10 nearest neighbours. ``dtype="auto"`` never chooses int8.
 
 The float32 weights stay in the model (its ``state_dict`` is the checkpoint's): attention
 weights asked for, training mode, autograd through the input, a recorded steps block, a
@@ -36,7 +43,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator, Sequence
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -49,7 +58,7 @@ from ..attention import PreparedMask, get_backend
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch
-from ..cpu import cpu_flags
+from ..cpu import cpu_flags, cpu_name
 from .model import BertLayer, BertModel
 
 if TYPE_CHECKING:
@@ -66,6 +75,11 @@ __all__ = [
     "MIN_COSINE",
     "MEAN_COSINE",
     "NEIGHBOURS_KEPT",
+    "MIN_SPEEDUP",
+    "Speed",
+    "check_speed",
+    "failure_message",
+    "time_speed",
 ]
 
 log = logging.getLogger(__name__)
@@ -401,6 +415,165 @@ class Int8Linear(nn.Module):
         return y.view(*shape[:-1], self.out_features)
 
 
+# ---------------------------------------------------------------------------- speed
+#: int8 is kept only where its product is at least this many times as fast as float32's: below,
+#: its rounding buys nothing
+MIN_SPEEDUP = 1.2
+#: the product timed: MiniLM's first feed-forward linear (384 -> 1,536) at a batch's rows
+SPEED_SHAPE = (256, 384, 1536)
+#: the row counts timed on the way up: a reference kernel is caught at the first, small one
+_LADDER = (8, 64)
+#: int8 seconds (all its products together) after which the timing stops and int8 is refused
+SPEED_BUDGET_S = 0.25
+#: at a ladder step, int8 this many times slower than float32 is decided: refused at once
+_HOPELESS = 0.1
+#: rounds of the two products at the full row count (medians)
+SPEED_ROUNDS = 5
+
+#: a product timer: ``run(kind, rows)`` -> the seconds of one ``kind`` (``"int8"`` or
+#: ``"float32"``) product of ``rows`` rows
+SpeedRun = Callable[[str, int], float]
+
+
+@dataclass(frozen=True)
+class Speed:
+    """One int8 product against the same float32 product (:func:`time_speed`): the seconds of
+    each, the shape, the CPU and thread count; ``stopped``: the timing stopped early (int8
+    past :data:`SPEED_BUDGET_S`, or hopeless), at ``rows`` rows."""
+
+    rows: int
+    in_features: int
+    out_features: int
+    int8_s: float
+    float32_s: float
+    cpu: str
+    threads: int
+    stopped: bool = False
+
+    @property
+    def ratio(self) -> float:
+        """int8's speed over float32's (2.0: int8 twice as fast)."""
+        return self.float32_s / self.int8_s if self.int8_s > 0 else float("inf")
+
+    def gflops(self, seconds: float) -> float:
+        """The product's rate at ``seconds``, in GFLOP/s."""
+        flops = 2.0 * self.rows * self.in_features * self.out_features
+        return flops / seconds / 1e9 if seconds > 0 else float("inf")
+
+    def passes(self) -> bool:
+        return self.ratio >= MIN_SPEEDUP
+
+    def __str__(self) -> str:
+        stop = f", timing stopped at {self.rows} rows" if self.stopped else ""
+        return (
+            f"int8 {self.gflops(self.int8_s):.3g} GFLOP/s ({_ms(self.int8_s)}) against float32 "
+            f"{self.gflops(self.float32_s):.3g} GFLOP/s ({_ms(self.float32_s)}): "
+            f"{self.ratio:.3g}x, a {self.rows}x{self.in_features} -> {self.out_features} "
+            f"product, {self.threads} thread{'s' if self.threads != 1 else ''}{stop}"
+        )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
+def _product_run(rows: int, in_features: int, out_features: int) -> SpeedRun:
+    """The products :func:`time_speed` times: :meth:`Int8Linear.matmul` (oneDNN's int8
+    kernel, without the fused steps around it, so no compiler is needed) and the float32
+    product the model computes (:func:`bertattn.attention.gemm.linear`), on random operands."""
+    from ..attention import gemm
+
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(out_features, in_features, generator=gen) * in_features**-0.5
+    bias = torch.zeros(out_features)
+    lin = Int8Linear(weight, bias)
+    x = torch.randn(rows, in_features, generator=gen)
+    q = torch.randint(-128, 128, (rows, in_features), dtype=torch.int8, generator=gen)
+
+    def run(kind: str, n: int) -> float:
+        with torch.inference_mode():
+            start = time.perf_counter()
+            if kind == "int8":
+                lin.matmul(q[:n])
+            else:
+                gemm.linear(x[:n], weight, bias)
+            return time.perf_counter() - start
+
+    return run
+
+
+def time_speed(
+    rows: int = SPEED_SHAPE[0],
+    in_features: int = SPEED_SHAPE[1],
+    out_features: int = SPEED_SHAPE[2],
+    *,
+    run: SpeedRun | None = None,
+    budget_s: float = SPEED_BUDGET_S,
+) -> Speed:
+    """Time one int8 product against float32 on this CPU, in well under a second where int8
+    is fast and bounded where it is not: first at a few rows (:data:`_LADDER`), stopping as
+    soon as int8's products together pass ``budget_s`` or int8 is 10x slower than float32 (a
+    reference kernel: ~1,000x), then :data:`SPEED_ROUNDS` interleaved rounds at ``rows``
+    (medians). Each product runs once untimed first (oneDNN makes a kernel per shape).
+    ``run``: instead of the real products, ``run(kind, rows)`` -> seconds (tests)."""
+    run = run or _product_run(rows, in_features, out_features)
+    threads = torch.get_num_threads()
+
+    def speed(n: int, t8: float, t32: float, stopped: bool) -> Speed:
+        return Speed(n, in_features, out_features, t8, t32, cpu_name(), threads, stopped)
+
+    spent = 0.0
+    for n in (*[r for r in _LADDER if r < rows], rows):
+        t8 = run("int8", n)  # the first call of this shape (not a timing, but it counts)
+        spent += t8
+        if spent > budget_s:
+            return speed(n, t8, _warm(run, "float32", n), True)
+        t8 = run("int8", n)
+        spent += t8
+        t32 = _warm(run, "float32", n)
+        if spent > budget_s or t8 * _HOPELESS > t32:
+            return speed(n, t8, t32, True)
+        if n == rows:
+            eights, thirty_twos = [t8], [t32]
+            for i in range(SPEED_ROUNDS - 1):
+                pair = ("float32", "int8") if i % 2 == 0 else ("int8", "float32")
+                for kind in pair:
+                    (eights if kind == "int8" else thirty_twos).append(run(kind, n))
+            return speed(n, statistics.median(eights), statistics.median(thirty_twos), False)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _warm(run: SpeedRun, kind: str, n: int) -> float:
+    """``run(kind, n)`` once untimed, then the fastest of three (a float32 product of a few
+    rows takes well under a millisecond: one disturbed call must not make it look slow)."""
+    run(kind, n)
+    return min(run(kind, n) for _ in range(3))
+
+
+#: this process's measurements, by thread count
+_speeds: dict[int, Speed] = {}
+
+
+def check_speed(speed: Speed | None = None) -> Speed:
+    """Refuse int8 (``ValueError``, naming both speeds, the ratio and the CPU) where its
+    product is less than :data:`MIN_SPEEDUP` times as fast as float32's; return the
+    :class:`Speed` otherwise. ``speed``: measured by :func:`time_speed` when None, once per
+    process and thread count."""
+    if speed is None:
+        threads = torch.get_num_threads()
+        speed = _speeds.get(threads)
+        if speed is None:
+            speed = _speeds[threads] = time_speed()
+    if not speed.passes():
+        raise ValueError(
+            f"int8 is refused on this CPU ({speed.cpu}): its int8 product is not faster than "
+            f"float32's by the {MIN_SPEEDUP}x int8 must gain to be worth its rounding: "
+            f"{speed}. Load the model in float32 (dtype='float32', or 'auto')."
+        )
+    log.info("int8 product on %s: %s", speed.cpu, speed)
+    return speed
+
+
 # ---------------------------------------------------------------------------- the layer
 class Int8BertLayer(BertLayer):
     """A :class:`~bertattn.bert.model.BertLayer` whose four products run in int8.
@@ -604,6 +777,8 @@ def quantize_model(
 
     ``texts``: what SmoothQuant's factors are measured on; ``alpha``: its strength (0: no
     smoothing); ``bits``: the activations' bits (8; fewer only to test :func:`verify`).
+    Refuses (``ValueError``) where int8 cannot run (:func:`available`) or is not faster
+    (:func:`check_speed`), after the arguments are checked and before anything is quantized.
     Does not verify: call :func:`verify` (``Bert.load(dtype="int8")`` does both). Sets
     ``model.chunk_workers = 1`` unless it was set: the int8 kernels measured slower on chunk
     workers.
@@ -621,6 +796,7 @@ def quantize_model(
         raise ValueError("this model is int8 already.")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha!r}.")
+    check_speed()  # before anything is quantized or verified: a slow kernel costs seconds, once
     factors = _smoothing(bert, texts, alpha) if alpha > 0 else None
     layers = model.encoder.layers
     for i, layer in enumerate(list(layers)):
@@ -691,6 +867,61 @@ def compare(reference: Tensor, embeddings: Tensor, neighbours: int = NEIGHBOURS)
     )
 
 
+#: the names a C++ compiler's program goes by (a missing one is a FileNotFoundError on it)
+_COMPILERS = ("c++", "cc", "g++", "gcc", "clang", "clang++", "cl", "cl.exe", "icpx", "icx")
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps: torch.compile's ``inner_exception``, ``__cause__`` and
+    ``__context__``, outermost first (each once)."""
+    seen: list[BaseException] = []
+    todo: list[BaseException] = [exc]
+    while todo and len(seen) < 16:
+        e = todo.pop(0)
+        if any(e is s for s in seen):
+            continue
+        seen.append(e)
+        for nxt in (getattr(e, "inner_exception", None), e.__cause__, e.__context__):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+    return seen
+
+
+def failure_message(exc: BaseException) -> str:
+    """What :func:`verify` says when the first int8 forward raised ``exc``: that a C++
+    compiler is missing only when that is the cause (torch's ``InvalidCxxCompiler``, or a
+    compiler program not found), that it failed when it ran (``CppCompileError``); otherwise
+    the real cause's type and message, unwrapped from torch.compile's
+    ``BackendCompilerFailed``."""
+    causes = _causes(exc)
+    for e in causes:
+        name = type(e).__name__
+        missing = name == "InvalidCxxCompiler" or (
+            isinstance(e, FileNotFoundError)
+            and str(e.filename or "").rsplit("/", 1)[-1] in _COMPILERS
+        )
+        if missing:
+            return (
+                f"int8 could not run here: its fused kernels are compiled by torch.compile's "
+                f"C++ backend, and no working C++ compiler was found ({name}: {e}). Install "
+                f"one (g++ or clang++), or load the model in float32."
+            )
+        if name == "CppCompileError":
+            text = str(e).strip()
+            if len(text) > 2000:
+                text = text[:2000] + " ..."
+            return (
+                f"int8 could not run here: torch.compile's C++ backend failed to compile its "
+                f"fused kernels ({name}: {text}). The compiler ran, and its output says why "
+                f"it failed; load the model in float32 meanwhile."
+            )
+    inner = next((e for e in causes if type(e).__name__ != "BackendCompilerFailed"), exc)
+    return (
+        f"int8 could not run here: its first int8 forward raised {type(inner).__name__}: "
+        f"{inner}. Load the model in float32."
+    )
+
+
 def verify(bert: Bert, texts: Sequence[str] = CALIBRATION) -> Fidelity:
     """Encode ``texts`` with ``bert``'s int8 layers and with their float32 path; raise
     ``ValueError`` naming the measured cosines and neighbours kept when below the bars
@@ -706,10 +937,7 @@ def verify(bert: Bert, texts: Sequence[str] = CALIBRATION) -> Fidelity:
         try:
             got = bert.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
         except Exception as exc:  # the first int8 call compiles the fused kernels
-            raise RuntimeError(
-                f"int8 could not run here: its fused kernels are compiled by torch.compile's "
-                f"C++ backend (a C++ compiler must be installed); {type(exc).__name__}: {exc}"
-            ) from exc
+            raise RuntimeError(failure_message(exc)) from exc
     fidelity = compare(reference, got)
     if not fidelity.passes():
         raise ValueError(
