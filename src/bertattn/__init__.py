@@ -23,6 +23,7 @@ _EXPORTS = {
     "DispatchLog": ".attention",
     "DtypeChoice": ".bert",
     "Embeddings": ".corpus",
+    "M3Encoder": ".heads.m3",
     "MultiHeadAttention": ".attention",
     "MultiVectorEncoder": ".heads.multi_vector",
     "SparseEncoder": ".heads",
@@ -45,6 +46,7 @@ __all__ = [
     "DispatchLog",
     "DtypeChoice",
     "Embeddings",
+    "M3Encoder",
     "MultiHeadAttention",
     "MultiVectorEncoder",
     "SparseEncoder",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from .bert import Bert, BertConfig, BertModel, DtypeChoice, choose_dtype
     from .corpus import Embeddings, open_embeddings
     from .heads import CrossEncoder, SparseEncoder, pipeline
+    from .heads.m3 import M3Encoder
     from .heads.multi_vector import MultiVectorEncoder
     from .maps import AttentionMaps
 
