@@ -136,4 +136,4 @@ def _load_all() -> None:
     if _LOADED[0]:
         return
     _LOADED[0] = True
-    from . import bert, distilbert, modernbert, mpnet  # noqa: F401
+    from . import bert, distilbert, gte, jina_embeddings_v3, modernbert, mpnet, nomic_bert  # noqa: F401

@@ -1,0 +1,35 @@
+"""GTE (``model_type: gte``: gte-base-en-v1.5, gte-multilingual-base, as transformers' native
+``GteModel``): the post-norm rotary BERT of :mod:`.rotary_bert` with a gated feed-forward
+(``act(gate_proj(x)) * up_proj(x)``, then ``down_proj`` with a bias), biased attention
+projections, rotary base 160,000 unless the config says otherwise, and token types when
+``type_vocab_size`` is not 0."""
+
+from __future__ import annotations
+
+from .registry import register
+from .rotary_bert import Variant, family
+
+#: the checkpoint's names (its hub folders', as transformers saves them too) -> canonical
+RENAMES = (
+    (r"^encoder\.layer\.", "layers."),
+    (r"\.attention\.qkv_proj\.", ".self_attn.qkv."),
+    (r"\.attention\.o_proj\.", ".self_attn.o_proj."),
+    (r"\.attn_ln\.", ".post_attention_layernorm."),
+    (r"\.mlp_ln\.", ".post_mlp_layernorm."),
+    (r"\.mlp\.up_gate_proj\.", ".mlp.up_gate."),
+)
+
+GTE = Variant(
+    name="gte",
+    title="GTE",
+    prefix="new.",
+    gated=True,
+    attention_bias=True,
+    mlp_in_bias=False,
+    mlp_out_bias=True,
+    default_theta=160_000.0,
+    renames=RENAMES,
+    default_act="gelu",
+)
+
+register(family(GTE, ("classifier.", "lm_head.", "cls.")))

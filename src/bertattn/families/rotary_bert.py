@@ -1,0 +1,275 @@
+"""The post-norm rotary BERT that GTE, NomicBERT and Jina v3 share, read top to bottom: config,
+embeddings, layer, encoder, name map. Each of those families is a :class:`Variant` of it (in
+its own file, with its record).
+
+Against BERT:
+
+* no position table: every layer rotates its queries and keys (one base, ``rope_parameters``'
+  ``rope_theta``; only the ``default`` rope type);
+* BERT's post-LayerNorm block around it (``norm(x + attn(x))``, ``norm(h + mlp(h))``), under
+  transformers' names ``layers.N.self_attn.{q,k,v,o}_proj``, ``post_attention_layernorm``,
+  ``mlp``, ``post_mlp_layernorm``;
+* the feed-forward: plain (Jina v3: ``fc1``, ``fc2``) or gated (GTE, NomicBERT:
+  ``act(gate_proj(x)) * up_proj(x)`` then ``down_proj``);
+* token types: one row (given to both segments of a pair, as for RoBERTa), two, or none (GTE's
+  ``type_vocab_size: 0``: nothing added).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import MultiHeadAttention
+from ..blocks import (
+    EncoderBlock,
+    FeedForward,
+    GatedFeedForward,
+    LayerKind,
+    RotaryEncoder,
+    activation,
+    make_norm,
+)
+from ..errors import ModelFolderError
+from .registry import Family
+
+__all__ = ["RotaryArch", "RotaryBertEmbeddings", "Variant", "family"]
+
+
+# ---------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class Variant:
+    """What one family changes: its name, the base model's prefix in task checkpoints, the
+    feed-forward (``gated``), the biases, the base transformers uses when the config has
+    none, and whether the base model has a pooler by default."""
+
+    name: str
+    title: str
+    prefix: str
+    gated: bool
+    attention_bias: bool
+    mlp_in_bias: bool
+    mlp_out_bias: bool
+    default_theta: float
+    default_act: str
+    #: the checkpoint's layer names -> the canonical ones :func:`key_map` reads, in order
+    #: (``re.sub`` patterns on a name without its prefix); the fused ``self_attn.qkv`` and
+    #: ``mlp.up_gate`` (up first, as GTE stores it) are split by :func:`rename`
+    renames: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RotaryArch:
+    """The settings beyond BERT's sizes."""
+
+    variant: Variant
+    theta: float
+    #: rows of the checkpoint's token-type table (0: none)
+    type_rows: int
+
+
+def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[dict, RotaryArch]:
+    """``config.json`` -> BERT's sizes and :class:`RotaryArch`; what bertattn does not
+    reproduce is refused naming the field."""
+
+    def refuse(field: str, value: object, expected: str) -> ModelFolderError:
+        return ModelFolderError(
+            f"{source}: {field}={value!r} is not supported; bertattn loads {variant.title} "
+            f"checkpoints with {expected}."
+        )
+
+    if data.get("rope_scaling") is not None:
+        raise refuse("rope_scaling", data["rope_scaling"], "rope_scaling null")
+    params = data.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise refuse("rope_parameters", params, "a dict with rope_type and rope_theta")
+    if params.get("rope_type", "default") != "default":
+        raise refuse("rope_parameters.rope_type", params["rope_type"], "'default'")
+    theta = params.get("rope_theta", data.get("rope_theta", variant.default_theta))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise refuse("rope_parameters.rope_theta", theta, "a number > 0")
+    hidden, heads = data.get("hidden_size", 768), data.get("num_attention_heads", 12)
+    head_dim = data.get("head_dim")
+    if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads:
+        if head_dim != hidden // heads:
+            raise refuse("head_dim", head_dim, "head_dim = hidden_size / num_attention_heads")
+    act = data.get("hidden_act", variant.default_act)
+    try:
+        activation(act)
+    except ValueError as exc:
+        raise ModelFolderError(f"{source}: {exc}") from None
+    rows = data.get("type_vocab_size", 2)
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise refuse("type_vocab_size", rows, "an int >= 0")
+    sizes = {
+        k: v for k, v in data.items()
+        if k not in ("embedding_size", "relative_attention_num_buckets", "position_embedding_type")
+    }  # fmt: skip
+    sizes.update(model_type="bert", hidden_act=act, type_vocab_size=max(rows, 2))
+    return sizes, RotaryArch(variant, float(theta), rows)
+
+
+# ---------------------------------------------------------------------- embeddings
+class RotaryBertEmbeddings(nn.Module):
+    """Word (+ token type) embeddings, LayerNorm and dropout: no positions (the layers
+    rotate). ``(B, L)`` ids -> ``(B, L, E)``, or packed ``(T,)`` -> ``(T, E)``."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        arch: RotaryArch = config.arch
+        e = config.hidden_size
+        self.word = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
+        self.token_type = nn.Embedding(config.type_vocab_size, e) if arch.type_rows else None
+        self.norm = make_norm(e, config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: Tensor | None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
+        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
+        x = x.to(self.word.weight.dtype)
+        if self.token_type is not None:
+            if token_type_ids is None:
+                x = x + self.token_type.weight[0]
+            else:
+                x = x + self.token_type(token_type_ids)
+        return self.dropout(self.norm(x))
+
+
+# ---------------------------------------------------------------------- layer
+def _layer(config: Any, backend: str) -> EncoderBlock:
+    arch: RotaryArch = config.arch
+    v, e, inner = arch.variant, config.hidden_size, config.intermediate_size
+    attn = MultiHeadAttention(
+        e,
+        config.num_attention_heads,
+        config.attention_probs_dropout_prob,
+        bias=v.attention_bias,
+        backend=backend,
+        rotary_theta=arch.theta,
+    )
+    mlp: nn.Module
+    if v.gated:
+        mlp = GatedFeedForward(
+            e, inner, config.hidden_act, bias_in=v.mlp_in_bias, bias_out=v.mlp_out_bias
+        )
+    else:
+        mlp = FeedForward(e, inner, config.hidden_act, bias=v.mlp_out_bias)
+    attn_norm = make_norm(e, config.layer_norm_eps)
+    mlp_norm = make_norm(e, config.layer_norm_eps)
+    return EncoderBlock(
+        attn, mlp, attn_norm, mlp_norm, prenorm=False, dropout=config.hidden_dropout_prob
+    )
+
+
+# ---------------------------------------------------------------------- encoder
+def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, nn.Module | None]:
+    """Embeddings, the post-norm rotary layers (no final norm) and, when the checkpoint has
+    one, BERT's pooler (dense + tanh on the first token)."""
+    from ..bert.model import BertPooler
+
+    arch: RotaryArch = config.arch
+    n = config.num_hidden_layers
+    kinds = [LayerKind(arch.theta)] * n
+    layers = [_layer(config, backend) for _ in range(n)]
+    head = BertPooler(config) if pooler else None
+    return RotaryBertEmbeddings(config), RotaryEncoder(layers, kinds, None), head
+
+
+# ---------------------------------------------------------------------- names
+def _canonical(name: str, renames: tuple[tuple[str, str], ...]) -> str:
+    for pattern, repl in renames:
+        name = re.sub(pattern, repl, name)
+    return name
+
+
+def rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
+    """The checkpoint's tensors (as the family's hub folders and transformers' ``save_pretrained``
+    name them) under the canonical names of :func:`key_map`: the variant's renames, the fused
+    ``qkv`` split into the article's three projections, a gated feed-forward's up and gate
+    projections joined into one ``(2I, E)`` input projection with the activated half (the gate)
+    first, and a one-row token-type table given to both segments of a pair."""
+    arch: RotaryArch = config.arch
+    v = arch.variant
+    out: dict[str, Tensor] = {}
+    halves: dict[str, dict[str, Tensor]] = {}  # "layers.N.mlp.gate_up.weight" -> up / gate
+    for key, tensor in state.items():
+        top = v.prefix if key.startswith(v.prefix) else ""
+        name = _canonical(key[len(top) :], v.renames)
+        if ".self_attn.qkv." in name:
+            for part, piece in zip(("q_proj", "k_proj", "v_proj"), tensor.chunk(3), strict=True):
+                out[top + name.replace(".qkv.", f".{part}.")] = piece
+            continue
+        if ".mlp.up_gate." in name:  # GTE: up first, gate second
+            up, gate = tensor.chunk(2)
+            halves[top + name.replace(".up_gate.", ".gate_up.")] = {"up": up, "gate": gate}
+            continue
+        glu = re.search(r"\.mlp\.(up|gate)_proj\.", name)
+        if glu is not None and v.gated:
+            joined = top + name.replace(f".{glu.group(1)}_proj.", ".gate_up.")
+            halves.setdefault(joined, {})[glu.group(1)] = tensor
+            continue
+        if name.endswith("embeddings.token_type_embeddings.weight") and tensor.shape[0] == 1:
+            tensor = tensor.expand(2, -1).clone()
+        out[top + name] = tensor
+    for name, parts in halves.items():
+        if set(parts) != {"up", "gate"}:
+            have = ", ".join(sorted(parts))
+            raise ModelFolderError(f"{name}: the checkpoint has the {have} projection only.")
+        out[name] = torch.cat([parts["gate"], parts["up"]], dim=0)  # (2I, E): activated first
+    return out
+
+
+def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
+    """The family's names (after :func:`rename`, without its prefix) -> bertattn's."""
+    arch: RotaryArch = config.arch
+    v = arch.variant
+    both = ["weight", "bias"]
+    keys = {"embeddings.word_embeddings.weight": "embeddings.word.weight"}
+    if arch.type_rows:
+        keys["embeddings.token_type_embeddings.weight"] = "embeddings.token_type.weight"
+    keys.update({f"embeddings.LayerNorm.{p}": f"embeddings.norm.{p}" for p in both})
+    attn = both if v.attention_bias else ["weight"]
+    if v.gated:
+        mlp = [("gate_up", "w_in", v.mlp_in_bias), ("down_proj", "w_out", v.mlp_out_bias)]
+    else:
+        mlp = [("fc1", "fc_in", v.mlp_out_bias), ("fc2", "fc_out", v.mlp_out_bias)]
+    for i in range(config.num_hidden_layers):
+        theirs, ours = f"layers.{i}.", f"encoder.layers.{i}."
+        for a, b in (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
+                     ("o_proj", "out_linear")):  # fmt: skip
+            for p in attn:
+                keys[f"{theirs}self_attn.{a}.{p}"] = f"{ours}attn.{b}.{p}"
+        for a, b, bias in mlp:
+            for p in both if bias else ["weight"]:
+                keys[f"{theirs}mlp.{a}.{p}"] = f"{ours}mlp.{b}.{p}"
+        for a, b in (("post_attention_layernorm", "attn_norm"), ("post_mlp_layernorm", "mlp_norm")):
+            for p in both:
+                keys[f"{theirs}{a}.{p}"] = f"{ours}{b}.{p}"
+    if pooler:
+        keys.update({f"pooler.dense.{p}": f"pooler.dense.{p}" for p in both})
+    return keys
+
+
+def family(variant: Variant, heads: tuple[str, ...], **record: Any) -> Family:
+    """The registry record of ``variant`` (``record``: more of :class:`Family`'s fields)."""
+    return Family(
+        variant.name,
+        variant.title,
+        lambda data, source: read_config(variant, data, source),
+        rename,
+        key_map,
+        build,
+        prefix=variant.prefix,
+        head_prefixes=heads,
+        capabilities=frozenset({"token_types"}),
+        **record,
+    )
