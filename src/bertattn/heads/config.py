@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
 from ..errors import ModelFolderError
 
@@ -41,19 +39,15 @@ HEAD_KINDS = {
     "BertForMaskedLM": "masked-lm",
 }
 
-def identity(x: Tensor) -> Tensor:
-    """The scores as they are (a named function, so that a model holding it pickles)."""
-    return x
-
-
-#: activation names sentence-transformers writes (its class paths) -> the function
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "torch.nn.modules.activation.Sigmoid": torch.sigmoid,
-    "torch.nn.modules.linear.Identity": identity,
-    "torch.nn.modules.activation.Tanh": torch.tanh,
-    "torch.nn.Sigmoid": torch.sigmoid,
-    "torch.nn.Identity": identity,
-    "torch.nn.Tanh": torch.tanh,
+#: activation names sentence-transformers writes (its class paths) -> the ``torch.nn`` module
+#: (a module, as sentence-transformers holds it: it prints, pickles and saves by name)
+ACTIVATIONS: dict[str, type[torch.nn.Module]] = {
+    "torch.nn.modules.activation.Sigmoid": torch.nn.Sigmoid,
+    "torch.nn.modules.linear.Identity": torch.nn.Identity,
+    "torch.nn.modules.activation.Tanh": torch.nn.Tanh,
+    "torch.nn.Sigmoid": torch.nn.Sigmoid,
+    "torch.nn.Identity": torch.nn.Identity,
+    "torch.nn.Tanh": torch.nn.Tanh,
 }
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
@@ -82,12 +76,13 @@ class HeadConfig:
     problem_type: str | None = None
     activation: str | None = None
 
-    def default_activation(self) -> Callable[[Tensor], Tensor]:
-        """The CrossEncoder's scores function: the folder's, else sigmoid for one label and
-        the identity for several (sentence-transformers' rule)."""
+    def default_activation(self) -> torch.nn.Module:
+        """The CrossEncoder's scores function, a new ``torch.nn`` module: the folder's, else
+        ``nn.Sigmoid()`` for one label and ``nn.Identity()`` for several (sentence-transformers'
+        rule)."""
         if self.activation is not None:
-            return ACTIVATIONS[self.activation]
-        return torch.sigmoid if self.num_labels == 1 else ACTIVATIONS["torch.nn.Identity"]
+            return ACTIVATIONS[self.activation]()
+        return torch.nn.Sigmoid() if self.num_labels == 1 else torch.nn.Identity()
 
 
 def _read_json(path: Path) -> dict:

@@ -9,6 +9,8 @@ with sentence-transformers' ``predict`` / ``rank`` API, on bertattn's encoder.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,13 +21,18 @@ from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
 from ..bert import ModelFolder, resolve_model
+from ..bert.jsonfile import read_json_object
+from ..bert.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from .config import HeadConfig
 from .layers import FIRST_TOKEN_LAYERS, FirstTokenHead, load_classifier
 from .loading import load_encoder
+from .model_card import EvaluationMetrics
 from .runner import head_step, run_head
 from .windows import pair_windows
+
+logger = logging.getLogger("bertattn.heads")
 
 __all__ = ["CrossEncoder"]
 
@@ -35,10 +42,61 @@ Input = str | Sequence[str]
 
 def _is_single(inputs: object) -> bool:
     """sentence-transformers' rule: a string, or a list / tuple whose first element is not a
-    list / tuple, is one input; anything else a batch."""
+    list / tuple, is one input; a NumPy array of strings is one pair when 1-D, a batch when
+    2-D or empty; anything else a batch."""
     if isinstance(inputs, (list, tuple)):
         return len(inputs) > 0 and not isinstance(inputs[0], (list, tuple))
+    if isinstance(inputs, np.ndarray) and (inputs.dtype.kind in ("U", "O") or inputs.size == 0):
+        return inputs.size > 0 and inputs.ndim < 2
     return True
+
+
+def _folder_prompts(folder: ModelFolder) -> tuple[dict[str, str], str | None]:
+    """The prompts and ``default_prompt_name`` a sentence-transformers CrossEncoder folder
+    saved (``config_sentence_transformers.json``); none when it has no such file."""
+    path = folder.root / ST_CONFIG_FILE
+    if not path.is_file():
+        return {}, None
+    cfg = read_json_object(path)
+    prompts = cfg.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in prompts.items()
+    ):
+        raise ModelFolderError(
+            f'{path}: prompts must be an object of strings (e.g. {{"query": "query: "}}), got '
+            f"{describe(prompts)}."
+        )
+    name = cfg.get("default_prompt_name")
+    if name is not None and not isinstance(name, str):
+        raise ModelFolderError(f"{path}: default_prompt_name must be a string or null, got "
+                               f"{describe(name)}.")  # fmt: skip
+    return {k: v or "" for k, v in prompts.items()}, name
+
+
+def _deprecated_rank_keywords(kwargs: dict[str, Any]) -> None:
+    """``rank()``'s keywords sentence-transformers dropped and still takes with a warning:
+    ``convert_to_numpy`` / ``convert_to_tensor`` (rank returns Python floats) and
+    ``apply_softmax`` (rank takes one-label models); anything else is a TypeError."""
+    for name in ("convert_to_numpy", "convert_to_tensor", "apply_softmax"):
+        if name in kwargs:
+            kwargs.pop(name)
+            why = (
+                "rank only takes one-label models"
+                if name == "apply_softmax"
+                else "rank always returns Python floats"
+            )
+            warnings.warn(
+                f"CrossEncoder.rank's {name} argument is deprecated and has no effect, as {why} "
+                f"(as in sentence-transformers); drop it.",
+                FutureWarning,
+                stacklevel=3,
+            )
+    if kwargs:
+        raise TypeError(
+            f"CrossEncoder.rank() got an unexpected keyword argument {next(iter(kwargs))!r}; it "
+            f"takes top_k, return_documents, prompt_name, prompt, batch_size, "
+            f"show_progress_bar, activation_fn, max_tokens_per_doc."
+        )
 
 
 def _split(inputs: Sequence[object]) -> tuple[list[str], list[str | None]]:
@@ -75,10 +133,14 @@ class CrossEncoder:
     ``activation_fn``: applied to the logits by :meth:`predict` (default: the folder's
     sentence-transformers setting, else sigmoid for one label and none for several);
     ``device``, ``dtype``, ``threads``, ``backend``: as :meth:`bertattn.Bert.load`.
+    ``prompts`` / ``default_prompt_name``: as sentence-transformers' (merged over the
+    folder's ``config_sentence_transformers.json``; a prompt goes before the first text of
+    each pair).
 
     Attributes: ``bert`` (the encoder, a :class:`bertattn.Bert`), ``head`` (its
     :class:`HeadConfig`), ``classifier`` (``nn.Linear(E, num_labels)``), ``num_labels``,
-    ``id2label``, ``activation_fn``.
+    ``id2label``, ``activation_fn`` (a ``torch.nn`` module unless you gave a function),
+    ``prompts``, ``default_prompt_name``.
     """
 
     def __init__(
@@ -91,10 +153,35 @@ class CrossEncoder:
         dtype: torch.dtype | str | None = None,
         threads: int | None = None,
         backend: str = "auto",
+        prompts: dict[str, str] | None = None,
+        default_prompt_name: str | None = None,
     ) -> None:
         if activation_fn is not None and not callable(activation_fn):
             raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
+        if prompts is not None and (
+            not isinstance(prompts, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
+        ):
+            raise TypeError(
+                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
+                f"got {describe(prompts)}."
+            )
         folder = resolve_model(model)
+        #: what sentence-transformers' evaluators record on the model (their metrics)
+        self.model_card_data = EvaluationMetrics()
+        saved, saved_default = _folder_prompts(folder)
+        #: the prompts by name: the folder's, then yours over them
+        self.prompts: dict[str, str] = {**saved, **(prompts or {})}
+        #: the prompt applied when neither ``prompt`` nor ``prompt_name`` is given
+        self.default_prompt_name: str | None = (
+            default_prompt_name if default_prompt_name is not None else saved_default
+        )
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ValueError(
+                f"default_prompt_name {self.default_prompt_name!r} is not among the prompts "
+                f"{list(self.prompts)}; name one of them, or pass prompts="
+                f"{{{self.default_prompt_name!r}: '...'}}."
+            )
         load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
         bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
         family = bert.model.config.family
@@ -125,6 +212,32 @@ class CrossEncoder:
             activation_fn if activation_fn is not None else head.default_activation()
         )
 
+    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
+        """sentence-transformers' rule: ``prompt`` wins (a warning when ``prompt_name`` is
+        given too), else the prompt named ``prompt_name``, else the default prompt, else
+        none."""
+        if prompt is not None and not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str or None, got {describe(prompt)}.")
+        if prompt_name is not None and not isinstance(prompt_name, str):
+            raise TypeError(f"prompt_name must be a str or None, got {describe(prompt_name)}.")
+        if prompt is not None:
+            if prompt_name is not None:
+                logger.warning(
+                    "Provide either a `prompt`, a `prompt_name`, or neither, but not both. "
+                    "Ignoring the `prompt_name` in favor of `prompt`."
+                )
+            return prompt
+        if prompt_name is not None:
+            if prompt_name not in self.prompts:
+                raise ValueError(
+                    f"prompt_name {prompt_name!r} is not among this model's prompts "
+                    f"{list(self.prompts)}; name one of them, or give the text as prompt=."
+                )
+            return self.prompts[prompt_name]
+        if self.default_prompt_name is not None:
+            return self.prompts.get(self.default_prompt_name)
+        return None
+
     # ------------------------------------------------------------------ settings
     @property
     def max_length(self) -> int:
@@ -142,10 +255,15 @@ class CrossEncoder:
         )
 
     # ------------------------------------------------------------------ scoring
-    def logits(self, inputs: Sequence[Input], *, batch_size: int = 32) -> Tensor:
+    def logits(
+        self, inputs: Sequence[Input], *, batch_size: int = 32, prompt: str | None = None
+    ) -> Tensor:
         """``(N, num_labels)`` float32 logits of the inputs (texts or pairs), as transformers'
-        ``BertForSequenceClassification`` gives them."""
+        ``BertForSequenceClassification`` gives them; ``prompt``: put before each input's
+        first text."""
         firsts, seconds = _split(inputs)
+        if prompt:
+            firsts = [prompt + t for t in firsts]
         encodings: list[Any] = [None] * len(firsts)
         singles = [i for i, s in enumerate(seconds) if s is None]
         pairs = [i for i, s in enumerate(seconds) if s is not None]
@@ -181,7 +299,8 @@ class CrossEncoder:
     def predict(
         self,
         inputs: Sequence[Input] | Input,
-        *,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
         batch_size: int = 32,
         show_progress_bar: bool | None = None,
         activation_fn: Callable[[Tensor], Tensor] | None = None,
@@ -193,7 +312,10 @@ class CrossEncoder:
         ``(N, num_labels)`` for several; a single input (a text, or one pair) gives one score
         (row). ``activation_fn`` (default :attr:`activation_fn`) is applied to the logits,
         then a softmax over labels when ``apply_softmax``. A float32 NumPy array (default),
-        one tensor (``convert_to_tensor``), or a list of tensors (neither)."""
+        one tensor (``convert_to_tensor``), or a list of tensors (neither). ``prompt`` /
+        ``prompt_name``: text put before each pair's first text (the model's prompts by name;
+        neither: its ``default_prompt_name``'s, if set). A NumPy array of strings: 1-D is one
+        pair, 2-D a batch of pairs (as sentence-transformers reads them)."""
         batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         check_bool(show_progress_bar, "show_progress_bar", optional=True)
         apply_softmax = check_bool(apply_softmax, "apply_softmax", optional=True)
@@ -205,7 +327,11 @@ class CrossEncoder:
         if isinstance(inputs, np.ndarray):
             inputs = inputs.tolist()
         batch = [inputs] if single else list(inputs)  # type: ignore[arg-type]
-        scores = self.logits(batch, batch_size=batch_size)  # (N, num_labels)
+        text = self._resolve_prompt(prompt, prompt_name)
+        if not batch:  # sentence-transformers' empty answer
+            empty = torch.tensor([])
+            return empty if convert_to_tensor else (empty.numpy() if convert_to_numpy else [])
+        scores = self.logits(batch, batch_size=batch_size, prompt=text)  # (N, num_labels)
         fn = self.activation_fn if activation_fn is None else activation_fn
         scores = fn(scores)
         if self.num_labels == 1 and scores.ndim > 1:
@@ -225,13 +351,16 @@ class CrossEncoder:
         self,
         query: str,
         documents: Sequence[str],
-        *,
         top_k: int | None = None,
         return_documents: bool = False,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
         batch_size: int = 32,
         show_progress_bar: bool | None = None,
         activation_fn: Callable[[Tensor], Tensor] | None = None,
+        *,
         max_tokens_per_doc: int | None = None,
+        **deprecated: Any,
     ) -> list[dict[str, Any]]:
         """The documents best first for ``query``, as sentence-transformers' ``rank``:
         ``[{"corpus_id", "score", "text"?}]`` (``text`` with ``return_documents``), the first
@@ -240,7 +369,11 @@ class CrossEncoder:
         ``max_tokens_per_doc``: a document longer than that many tokens (or than the window
         left beside the query) is not cut: it is scored in overlapping windows of that many of
         its tokens (a quarter overlapping) and takes its best window's score, so a passage
-        deep in a long document still counts. None: each pair cut at ``max_length``."""
+        deep in a long document still counts. None: each pair cut at ``max_length``.
+        ``prompt`` / ``prompt_name``: as :meth:`predict` (before the query). The keywords
+        sentence-transformers deprecated here (``convert_to_numpy``, ``convert_to_tensor``,
+        ``apply_softmax``) are taken with a ``FutureWarning`` and have no effect."""
+        _deprecated_rank_keywords(deprecated)
         if self.num_labels != 1:
             raise ValueError(
                 f"rank() needs a model with one label (a reranker); this one has "
@@ -258,15 +391,18 @@ class CrossEncoder:
         check_bool(return_documents, "return_documents")
         if not documents:
             return []
+        text = self._resolve_prompt(prompt, prompt_name)
         if window is None:
             scores = self.predict(
                 [(query, doc) for doc in documents],
+                prompt=text,
                 batch_size=batch_size,
                 show_progress_bar=show_progress_bar,
                 activation_fn=activation_fn,
                 convert_to_tensor=True,
             ).tolist()  # type: ignore[union-attr]
         else:
+            query = text + query if text else query
             scores = self._best_windows(query, documents, window, batch_size, activation_fn)
         results: list[dict[str, Any]] = []
         for i, score in enumerate(scores):

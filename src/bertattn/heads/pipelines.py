@@ -35,10 +35,6 @@ __all__ = ["FillMaskPipeline", "TextClassificationPipeline", "pipeline"]
 _UNSET: Any = object()
 
 
-def _identity(x: Tensor) -> Tensor:
-    return x
-
-
 class TextClassificationPipeline:
     """transformers' text-classification pipeline on a ``BertForSequenceClassification``
     checkpoint (see the module docstring). ``load``: :class:`CrossEncoder`'s keywords."""
@@ -46,7 +42,7 @@ class TextClassificationPipeline:
     task = "text-classification"
 
     def __init__(self, model: str | Path | ModelFolder | None, **load: Any) -> None:
-        self.model = CrossEncoder(model, activation_fn=_identity, **load)
+        self.model = CrossEncoder(model, activation_fn=torch.nn.Identity(), **load)
         self.id2label = self.model.id2label
 
     def default_function(self) -> str:
