@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from ..cpu import cpu_capability
 from . import probe as _probe
 
-__all__ = ["DtypeChoice", "choose_dtype", "probe_dtype"]
+__all__ = ["DtypeChoice", "choose_dtype", "flag_rule", "probe_dtype", "reset"]
 
 log = logging.getLogger(__name__)
 
