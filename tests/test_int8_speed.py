@@ -180,6 +180,7 @@ def test_the_steps_of_int8_linear(int8_steps, smooth: bool) -> None:
     assert rel < 0.02
 
 
+@pytest.mark.slow  # the real checkpoint quantized and verified, its steps eager
 def test_the_int8_layer_runs_on_the_steps_alone(int8_steps, minilm_dir) -> None:
     """The whole scheme (smoothing, the four products, the GELU range, the fused LayerNorms)
     meets the load-time bars with its product exact: a loaded model is int8, close to float32,
@@ -213,7 +214,7 @@ def test_a_slow_int8_load_is_refused_before_quantizing(minilm_dir, monkeypatch) 
 
 
 # ---------------------------------------------------------------------- when int8 raises
-def test_an_error_in_the_int8_forward_is_named(int8_steps, minilm_dir, monkeypatch) -> None:
+def test_an_error_in_the_int8_forward_is_named(int8_steps, tiny_checkpoint, monkeypatch) -> None:
     """Issue 45: any exception was reported as a missing C++ compiler."""
 
     def broken() -> int8._Kernels:
@@ -222,7 +223,7 @@ def test_an_error_in_the_int8_forward_is_named(int8_steps, minilm_dir, monkeypat
 
         return int8._Kernels(fail, fail, fail, fail, fail)
 
-    bert = int8.quantize_model(Bert.load(minilm_dir))
+    bert = int8.quantize_model(Bert.load(tiny_checkpoint, threads=1))
     monkeypatch.setattr(int8, "_kernels", broken)
     with pytest.raises(RuntimeError) as info:
         int8.verify(bert)
