@@ -26,6 +26,7 @@ from ..choices import FUNCTIONS
 from .cross_encoder import CrossEncoder
 from .layers import load_masked_lm_head
 from .loading import load_encoder
+from .pipeline_base import LOAD_KEYWORDS, Pipeline
 from .runner import run_head
 
 logger = logging.getLogger("bertattn.heads")
@@ -35,11 +36,12 @@ __all__ = ["FillMaskPipeline", "TextClassificationPipeline", "pipeline"]
 _UNSET: Any = object()
 
 
-class TextClassificationPipeline:
+class TextClassificationPipeline(Pipeline):
     """transformers' text-classification pipeline on a ``BertForSequenceClassification``
     checkpoint (see the module docstring). ``load``: :class:`CrossEncoder`'s keywords."""
 
     task = "text-classification"
+    OPTIONS = ("top_k", "function_to_apply", "batch_size")
 
     def __init__(self, model: str | Path | ModelFolder | None, **load: Any) -> None:
         self.model = CrossEncoder(model, activation_fn=torch.nn.Identity(), **load)
@@ -55,7 +57,7 @@ class TextClassificationPipeline:
             return "sigmoid"
         return "softmax"
 
-    def __call__(
+    def _call(
         self,
         inputs: str | dict | Sequence[str | dict],
         *,
@@ -125,9 +127,11 @@ def _apply(logits: Tensor, fn: str) -> Tensor:
     return logits
 
 
-class FillMaskPipeline:
+class FillMaskPipeline(Pipeline):
     """transformers' fill-mask pipeline on a ``BertForMaskedLM`` checkpoint (see the module
     docstring). ``load``: :meth:`bertattn.Bert.load`'s keywords."""
+
+    OPTIONS = ("top_k", "targets", "batch_size")
 
     task = "fill-mask"
 
@@ -168,7 +172,7 @@ class FillMaskPipeline:
             raise ValueError("At least one target must be in the vocabulary when targets is given.")
         return ids
 
-    def __call__(
+    def _call(
         self,
         inputs: str | Sequence[str],
         *,
@@ -236,10 +240,13 @@ _TASKS = {
 }
 
 
-def pipeline(task: str, model: str | Path | ModelFolder | None = None, **load: Any) -> Any:
+def pipeline(task: str, model: str | Path | ModelFolder | None = None, **kwargs: Any) -> Any:
     """The pipeline for ``task`` on ``model`` (a folder or a cached hub name), as
-    ``transformers.pipeline`` answers. ``load``: ``device``, ``dtype``, ``threads``,
-    ``backend`` (see :meth:`bertattn.Bert.load`). Tasks: ``"text-classification"``
+    ``transformers.pipeline`` answers. ``kwargs``: the loading's (``device``, ``dtype``,
+    ``threads``, ``backend``: see :meth:`bertattn.Bert.load`) and the pipeline's own options,
+    which become the defaults of every call, as transformers takes them
+    (``pipeline("token-classification", model=..., aggregation_strategy="simple")``); an
+    unknown keyword is refused naming both lists. Tasks: ``"text-classification"``
     (``"sentiment-analysis"``), ``"fill-mask"``, ``"token-classification"`` (``"ner"``)."""
     from .tagger import TokenClassificationPipeline
 
@@ -247,9 +254,21 @@ def pipeline(task: str, model: str | Path | ModelFolder | None = None, **load: A
              "ner": TokenClassificationPipeline}  # fmt: skip
     if task not in tasks:
         raise ValueError(f"unknown task {describe(task)}; bertattn runs {', '.join(tasks)}.")
+    cls = tasks[task]
+    load = {k: v for k, v in kwargs.items() if k in LOAD_KEYWORDS}
+    options = {k: v for k, v in kwargs.items() if k not in LOAD_KEYWORDS}
+    unknown = [k for k in options if k not in cls.OPTIONS]
+    if unknown:
+        raise TypeError(
+            f"pipeline({task!r}) got an unexpected keyword argument {unknown[0]!r}; the "
+            f"{cls.task} pipeline takes {', '.join(cls.OPTIONS)}, and loading takes "
+            f"{', '.join(LOAD_KEYWORDS)}."
+        )
     if model is None:
         raise ValueError(
             f"pipeline({task!r}) needs a model: a folder (or cached hub name) of a "
             f"{'BertForMaskedLM' if task == 'fill-mask' else 'BertFor*Classification'} checkpoint."
         )
-    return tasks[task](model, **load)
+    pipe = cls(model, **load)
+    pipe.set_defaults(options)
+    return pipe

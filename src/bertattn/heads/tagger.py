@@ -30,16 +30,18 @@ from ..bert import ModelFolder, resolve_model
 from ..choices import AGGREGATIONS as STRATEGIES
 from .layers import load_classifier
 from .loading import load_encoder
+from .pipeline_base import Pipeline
 from .runner import run_head
 
 __all__ = ["TokenClassificationPipeline"]
 
 
-class TokenClassificationPipeline:
+class TokenClassificationPipeline(Pipeline):
     """transformers' token-classification pipeline on a ``BertForTokenClassification``
     checkpoint (see the module docstring). ``load``: :meth:`bertattn.Bert.load`'s keywords."""
 
     task = "token-classification"
+    OPTIONS = ("aggregation_strategy", "ignore_labels", "batch_size", "stride")
 
     def __init__(self, model: str | Path | ModelFolder | None, **load: Any) -> None:
         folder = resolve_model(model)
@@ -64,7 +66,7 @@ class TokenClassificationPipeline:
         )
         return encodings, [r[: len(e.ids)] for r, e in zip(rows, encodings, strict=True)]
 
-    def __call__(
+    def _call(
         self,
         inputs: str | Sequence[str],
         *,
