@@ -39,12 +39,14 @@ __all__ = [
     "world_size",
 ]
 
-#: ``--dtype``'s choices; ``auto``: the machine's fastest (:func:`bertattn.choose_dtype`: bfloat16
-#: on a CPU with AMX or a GPU with bf16, float16 on an older GPU, else float32)
+#: ``--dtype``'s choices; ``auto``: the machine's fastest (:func:`bertattn.choose_dtype`: on the
+#: CPU timed once and cached, the flag rule as fallback; bfloat16 on a GPU with bf16, else float16)
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 #: ``--dtype``'s help, after what the command says of it
 DTYPE_HELP = (
-    "auto: bfloat16 where measured faster (a CPU with AMX, a GPU), else float32; -v says why"
+    "auto: on the CPU bfloat16 where a timed probe (cached per CPU, torch and threads; "
+    "BERTATTN_DTYPE_PROBE=0: the AMX flag instead) finds it 1.1x faster, else float32; on a GPU "
+    "bfloat16 (float16 without bf16); -v says why"
 )
 #: the sentence encoder's ``--dtype`` choices (encode, serve): also ``int8`` (CPU, opt-in: the
 #: encoder's matrix products in int8, checked against float32 as the model loads)
