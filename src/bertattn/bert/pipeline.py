@@ -207,9 +207,12 @@ class Bert(SentenceTransformerSurface):
         lowered under co-located load; a count set with ``torch.set_num_threads`` or
         ``OMP_NUM_THREADS`` is kept). ``dtype``: float32 (None), float16, bfloat16, float64, as a
         torch.dtype or its name; ``"auto"``: the dtype that is fastest on ``device`` by
-        :func:`bertattn.choose_dtype` (bfloat16 on a CPU with AMX and on a GPU that has bf16,
-        float16 on an older GPU, else float32), logged at INFO with its reason and kept in
-        :attr:`dtype_reason`. Unlike ``BertModel.from_pretrained(dtype="auto")``, which takes the
+        :func:`bertattn.choose_dtype`: on the CPU a timed probe of the model's own products in
+        float32 and bfloat16 at its widths and thread count (bfloat16 from 1.1x as fast), cached
+        per CPU model, torch version, thread count and widths (:mod:`bertattn.bert.probe`),
+        with the CPU's flag rule (bfloat16 with AMX, else float32) as the fallback when
+        ``BERTATTN_DTYPE_PROBE=0`` or the timing fails; on a GPU bfloat16 where it has bf16, else
+        float16. Logged at INFO with its reason and kept in :attr:`dtype_reason`. Unlike ``BertModel.from_pretrained(dtype="auto")``, which takes the
         checkpoint's dtype as transformers does, this looks at the machine, not the file. Or
         ``"int8"`` (CPU only, opt-in): the encoder's matrix products in int8, verified against
         float32 as it loads and refused (``ValueError`` naming the measured cosines) when it
