@@ -28,11 +28,16 @@ Use::
 It runs under ``torch.no_grad``, ``torch.inference_mode`` and CPU / CUDA autocast as transformers'
 own ``sdpa`` does, and traces without a graph break (``torch.compile(model, fullgraph=True)``):
 traced, it keeps no Python-side state (no mask cache, no :func:`bertattn.explain` record).
+
+A model whose attention does not go through ``AttentionInterface`` (MPNet computes it inline)
+accepts the name in transformers and never runs bertattn: asking it of such a model warns,
+once per model class, naming why.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -371,7 +376,56 @@ def register(name: str = NAME, *, backend: str = "auto") -> str:
     return name
 
 
+#: model classes already warned about (:func:`_warn_inline_attention`): once each
+_WARNED: set[str] = set()
+
+
+def _warn_inline_attention(model: Any, implementation: str) -> None:
+    """Warn, once per model class, when a bertattn name is asked of a model whose attention
+    never goes through transformers' ``AttentionInterface`` (MPNet computes its attention
+    inline: ``_supports_attention_backend`` is False), so bertattn's function would never
+    run and nothing else would say so."""
+    cls = type(model)
+    if implementation not in {n for n, _ in _FUNCTIONS} or cls.is_backend_compatible():
+        return
+    if cls.__name__ in _WARNED:
+        return
+    _WARNED.add(cls.__name__)
+    warnings.warn(
+        f"attn_implementation={implementation!r} on {cls.__name__} never runs bertattn: "
+        f"{cls.__name__} computes its attention inline, not through transformers' "
+        f"AttentionInterface (its _supports_attention_backend is False), so transformers "
+        f"accepts the name and runs its own attention. To run this model on bertattn's "
+        f"attention, load it with bertattn.Bert.load(folder) (MPNet is one of its families).",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def _watch_models() -> None:
+    """Wrap ``PreTrainedModel.get_correct_attn_implementation`` (once) so that asking a
+    bertattn name of a model that cannot use it warns (:func:`_warn_inline_attention`)."""
+    from transformers.modeling_utils import PreTrainedModel
+
+    original = PreTrainedModel.get_correct_attn_implementation
+    if getattr(original, "_bertattn_watch", False):
+        return
+
+    def get_correct_attn_implementation(
+        self: Any, requested_attention: str | None, *args: Any, **kwargs: Any
+    ) -> str:
+        chosen = original(self, requested_attention, *args, **kwargs)
+        if isinstance(chosen, str):
+            _warn_inline_attention(self, chosen)
+        return chosen
+
+    get_correct_attn_implementation._bertattn_watch = True  # type: ignore[attr-defined]
+    get_correct_attn_implementation.__doc__ = original.__doc__
+    PreTrainedModel.get_correct_attn_implementation = get_correct_attn_implementation  # type: ignore[method-assign]
+
+
 register()
+_watch_models()
 
 #: the attention function registered as ``"bertattn"``
 attention_forward = ALL_ATTENTION_FUNCTIONS[NAME]
