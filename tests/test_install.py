@@ -143,7 +143,7 @@ def test_wheel_metadata_extras_license_and_data(wheel):
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
         meta = email.message_from_bytes(zf.read(f"{info}/METADATA"))
         license_text = zf.read(f"{info}/licenses/LICENSE").decode()
-    assert sorted(meta.get_all("Provides-Extra")) == ["onnx", "png", "serve", "test", "zstd"]
+    assert sorted(meta.get_all("Provides-Extra")) == ["hub", "onnx", "png", "serve", "test", "zstd"]
     requires = meta.get_all("Requires-Dist")
     plain = sorted(r.split(">")[0].split("=")[0].strip() for r in requires if ";" not in r)
     assert plain == ["numpy", "safetensors", "tokenizers", "torch", "tqdm"], requires
@@ -151,7 +151,7 @@ def test_wheel_metadata_extras_license_and_data(wheel):
     assert 'zstandard>=0.22; extra == "zstd"' in requires
     assert 'starlette>=0.40; extra == "serve"' in requires
     assert 'uvicorn>=0.30; extra == "serve"' in requires
-    assert not any("huggingface" in r for r in requires), requires
+    assert 'huggingface-hub>=0.20; extra == "hub"' in requires  # hub names: an extra only
     assert meta["License-Expression"] == "MIT" and meta["License-File"] == "LICENSE"
     assert license_text.startswith("MIT License") and "2026 the bertattn authors" in license_text
     for data in ("py.typed", "viz/attention.js", "viz/attention.css", "viz/template.html"):

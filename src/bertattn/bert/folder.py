@@ -276,7 +276,7 @@ def locate_model(path: str | Path) -> Path:
     except ImportError:
         raise ModelFolderNotFoundError(
             f"model folder {p} does not exist; to load {name!r} from the Hugging Face hub, "
-            f"install huggingface-hub (pip install huggingface-hub)."
+            f'install bertattn\'s hub extra: pip install "bertattn[hub]" (huggingface-hub).'
         ) from None
     offline = _offline()
     cache = _hub_cache_dir()
