@@ -1,4 +1,5 @@
-"""``export-onnx`` on BERT's family: RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA and MPNet
+"""``export-onnx`` on BERT's family and the rotary encoders: RoBERTa, XLM-RoBERTa, DistilBERT,
+ELECTRA, MPNet, ModernBERT (rotary positions and local windows in the graph) and GTE
 checkpoints (random weights, tiny sizes, saved by transformers) export to ONNX and ONNX Runtime
 gives the PyTorch encoder's hidden states on a padded batch; ``bertattn encode --onnx`` on the
 RoBERTa folder writes the rows ``Bert.encode`` gives."""
@@ -12,6 +13,7 @@ from test_deploy_onnx import _check_parity, _padded, _session
 from test_family_distilbert import save_distilbert
 from test_family_electra import save_electra
 from test_family_mpnet import TINY as MPNET_TINY
+from test_family_modernbert import save_modernbert
 from test_family_mpnet import save_mpnet
 from test_family_roberta import TEXTS, save_family
 
@@ -21,9 +23,25 @@ from bertattn.deploy import export_onnx
 pytestmark = pytest.mark.slow  # an export each: seconds on 2 cores
 
 
-@pytest.fixture(scope="module", params=["roberta", "xlm-roberta", "distilbert", "electra", "mpnet"])
+FAMILIES = ["roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "modernbert", "gte"]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
 def folder(request, tiny_checkpoint, tmp_path_factory):  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp(request.param)
+    if request.param == "modernbert":  # rotary tables and the window's band in the graph
+        save_modernbert(out, tiny_checkpoint)
+        return out
+    if request.param == "gte":
+        import transformers
+        from tiny_bert import save_random
+
+        config = transformers.GteConfig(
+            vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
+            intermediate_size=29, max_position_embeddings=300, pad_token_id=0,
+        )  # fmt: skip
+        save_random(transformers.GteModel, config, out, 2, tiny_checkpoint)
+        return out
     if request.param == "distilbert":
         return save_distilbert(tiny_checkpoint, out)
     if request.param == "electra":
@@ -38,7 +56,9 @@ def test_family_onnx_matches_pytorch(folder, tmp_path):
     path = export_onnx(model, tmp_path / "model.onnx")
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
-    lengths = (3, 170, 9, 1) if model.config.family == "mpnet" else (3, 17, 9, 1)  # far buckets
+    # MPNet: far buckets; ModernBERT: far past its window of +-3
+    far = model.config.family in ("mpnet", "modernbert")
+    lengths = (3, 170, 9, 1) if far else (3, 17, 9, 1)
     rows = [torch.randint(5, vocab, (n,), generator=g).tolist() for n in lengths]
     ids, mask, types = _padded(rows, max(lengths), pad_id=model.config.pad_token_id or 0)
     if model.pooler is not None:  # RoBERTa's: hidden states and pooler

@@ -191,3 +191,34 @@ def test_unknown_model_type_lists_the_registry(tmp_path, tiny_checkpoint) -> Non
     with pytest.raises(ModelFolderError, match=r"model_type='t5' is not supported") as err:
         BertModel.from_pretrained(folder)
     assert "'modernbert'" in str(err.value) and "'bert'" in str(err.value)
+
+
+# ---------------------------------------------------------------------- jobs
+def test_jobs_refuse_what_the_family_cannot_do_by_name(modernbert) -> None:
+    from bertattn.bert import GraphedBert
+    from bertattn.families import registry
+
+    folder, _ = modernbert
+    with pytest.raises(ValueError, match=r"dtype='int8' is not available for ModernBERT models"):
+        Bert.load(folder, dtype="int8", threads=1)
+    model = BertModel.from_pretrained(folder)
+    with pytest.raises(ValueError, match=r"GraphedBert is not available for ModernBERT models"):
+        GraphedBert(model)
+    bert = Bert.load(folder, threads=1)
+    with pytest.raises(ValueError, match=r"no step for ModernBERT's rotary positions"):
+        bert.attention_maps("hello world", qkv_layers=[0])
+    assert registry.get("modernbert").can("onnx") and not registry.get("modernbert").can("steps")
+
+
+def test_attend_page_without_steps_says_why(modernbert, tmp_path, cli) -> None:
+    folder, _ = modernbert
+    page = tmp_path / "a.html"
+    r = cli("attend", "the attention head looks", "--model", folder, "--html", page)
+    assert r.code == 0, r
+    assert "no steps view for ModernBERT models" in r.err and page.is_file()
+    r = cli("attend", "the attention head", "--model", folder, "--html", tmp_path / "b.html",
+            "--steps", "0")  # fmt: skip
+    assert r.code == 2 and "--steps: the page's steps view" in r.err
+    assert not (tmp_path / "b.html").exists()
+    r = cli("attend", "the attention head looks", "--model", folder, "--explain", "1:0:looks")
+    assert r.code == 0 and "q·k" in r.out

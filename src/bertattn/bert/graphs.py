@@ -119,6 +119,9 @@ class GraphedBert:
     ) -> None:
         if not isinstance(model, BertModel):
             raise ValueError(f"model must be a bertattn BertModel, got {type(model).__name__}.")
+        from ..families import registry
+
+        registry.require(model.config.family, "cuda_graphs", "GraphedBert")
         if isinstance(min_uses, bool) or not isinstance(min_uses, int) or min_uses < 1:
             raise ValueError(f"min_uses must be an int >= 1, got {min_uses!r}.")
         if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 0:

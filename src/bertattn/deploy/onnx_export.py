@@ -271,6 +271,9 @@ def export_onnx(
         from ..bert.folder import resolve_model
 
         model = BertModel.from_pretrained(resolve_model(model_or_path))
+    from ..families import registry
+
+    registry.require(model.config.family, "onnx", "ONNX export")
     if model.dtype != torch.float32:
         model = model.float()  # ONNX Runtime's CPU kernels are float32; parity is tested there
     cfg = model.config
@@ -293,6 +296,7 @@ def export_onnx(
             opset=opset,
             metadata={
                 "bertattn.kind": "bert",
+                "bertattn.family": cfg.family,
                 "bertattn.backend": backend,
                 "bertattn.config": json.dumps(config),
                 "bertattn.source": model.name_or_path,

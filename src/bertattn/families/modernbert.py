@@ -281,6 +281,11 @@ register(
         build,
         prefix="model.",
         head_prefixes=("head.", "decoder.", "classifier."),
-        capabilities=frozenset(),
+        capabilities=frozenset({"onnx"}),
+        missing={
+            "steps": "ModernBERT's rotary positions and local windows",
+            "int8": "ModernBERT's gated pre-norm layers",
+            "cuda_graphs": "ModernBERT's encoder",
+        },
     )
 )

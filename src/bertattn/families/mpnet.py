@@ -93,5 +93,6 @@ register(
         needs_tokenizer_json=True,
         # the page's steps view recomputes q, k, v and has no step for the relative bias
         capabilities=BERT_CAPABILITIES - {"steps"},
+        missing={"steps": "MPNet's relative position bias"},
     )
 )

@@ -62,6 +62,13 @@ class Family:
     #: a tokenizer.json is required (vocab.txt alone would build another family's pipeline)
     needs_tokenizer_json: bool = False
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    #: why a capability is missing, where the reason is more than "not implemented"
+    #: (``{"steps": "MPNet's relative position bias"}``: what the missing step would be)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def why_not(self, capability: str) -> str:
+        """What stands in the way of ``capability`` (for messages)."""
+        return self.missing.get(capability, f"{self.title}'s layers")
 
     def can(self, capability: str) -> bool:
         """Whether this family has ``capability`` (a key of :data:`CAPABILITIES`)."""
@@ -118,8 +125,8 @@ def require(name: str, capability: str, job: str) -> None:
     family = get(name)
     if not family.can(capability):
         raise ValueError(
-            f"{job} is not available for {family.title} models ({name!r}): this family has no "
-            f"{CAPABILITIES[capability]} in bertattn."
+            f"{job} is not available for {family.title} models ({name!r}): bertattn has no "
+            f"{CAPABILITIES[capability]} for {family.why_not(capability)}."
         )
 
 

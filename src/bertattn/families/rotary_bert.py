@@ -270,6 +270,11 @@ def family(variant: Variant, heads: tuple[str, ...], **record: Any) -> Family:
         build,
         prefix=variant.prefix,
         head_prefixes=heads,
-        capabilities=frozenset({"token_types"}),
+        capabilities=frozenset({"onnx", "token_types"}),
+        missing={
+            "steps": f"{variant.title}'s rotary positions",
+            "int8": f"{variant.title}'s rotary layers",
+            "cuda_graphs": f"{variant.title}'s encoder",
+        },
         **record,
     )

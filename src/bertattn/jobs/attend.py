@@ -200,6 +200,7 @@ def run_attend(options: AttendOptions) -> AttendResult:
     and written together (:func:`bertattn.files.write_all`).
     """
     from .. import viz
+    from ..families import registry as families
 
     inputs = [] if options.file is None else [options.file]
     for path, kind in options.outputs:
@@ -218,13 +219,28 @@ def run_attend(options: AttendOptions) -> AttendResult:
             f"(max_position_embeddings {limit}); use --max-length {limit} or less."
         )
     qkv_layers = options.steps_layers(cfg.num_hidden_layers)
+    family = families.get(cfg.family)
+    steps_note = ""
+    if qkv_layers and not family.can("steps"):
+        if options.steps is not None:  # asked for by name: refused before the model runs
+            raise UsageError(
+                f"--steps: the page's steps view recomputes softmax(q·k/√d_k + mask) in the "
+                f"browser and has no step for {family.why_not('steps')}; leave --steps out "
+                f"(the page then has the head view only), and use --explain L:H:TOKEN for the "
+                f"article's steps on the values the model computed."
+            )
+        qkv_layers = []
+        steps_note = (
+            f"the page has no steps view for {family.title} models (it would need a step for "
+            f"{family.why_not('steps')}); --explain L:H:TOKEN shows the article's steps"
+        )
     target = None
     if options.explain is not None:
         layer, head, token = options.explain_target()
         _check_explain_part(options.explain, "layer", layer, cfg.num_hidden_layers)
         _check_explain_part(options.explain, "head", head, cfg.num_attention_heads)
     _check_known_tokens(bert, options, text)
-    notes = []
+    notes = [steps_note] if steps_note else []
     if options.explain is not None:
         tokens = _tokens(bert, text, options.pair, options.max_length)
         query, note = _explain_query(options.explain, token, tokens)
