@@ -12,8 +12,8 @@ import torch
 from test_deploy_onnx import _check_parity, _padded, _session
 from test_family_distilbert import save_distilbert
 from test_family_electra import save_electra
-from test_family_mpnet import TINY as MPNET_TINY
 from test_family_modernbert import save_modernbert
+from test_family_mpnet import TINY as MPNET_TINY
 from test_family_mpnet import save_mpnet
 from test_family_roberta import TEXTS, save_family
 

@@ -39,6 +39,7 @@ from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
 from ..engine import ModelStep
 from ..errors import ModelFolderError
+from ..families import registry as families
 from ..maps import AttentionMaps
 from ..threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..threads import apply as apply_threads
@@ -260,6 +261,7 @@ class Bert(SentenceTransformerSurface):
         if int8:
             from . import int8 as _int8
 
+            families.require(model.config.family, "int8", "dtype='int8'")
             _int8.verify(_int8.quantize_model(bert))
         cfg = model.config
         logger.info(
@@ -832,6 +834,7 @@ class Bert(SentenceTransformerSurface):
             and self.cuda_graphs
             and isinstance(self.model, BertModel)
             and self.model.device.type == "cuda"
+            and families.get(self.model.config.family).can("cuda_graphs")
         ):
             runner = self.graph_runner = GraphedBert(self.model)
         if runner is not None and self.cuda_graphs:
@@ -879,12 +882,14 @@ class Bert(SentenceTransformerSurface):
         bad = [i for i in qkv_layers if i not in returned]
         if bad:
             raise ValueError(f"qkv_layers {bad} are not among the layers returned.")
-        if qkv_layers and self.model.encoder.relative_table() is not None:
+        family = families.get(self.model.config.family)
+        if qkv_layers and not family.can("steps"):
             raise ValueError(
-                "qkv_layers: the page's steps view recomputes softmax(q·k/√d_k + mask) from q, "
-                "k, v and has no step for MPNet's relative position bias, so its numbers would "
-                "be wrong; write the page without steps (--steps), and use "
-                "Bert.attention_steps (bertattn attend --explain), which shows the bias."
+                f"qkv_layers: the page's steps view recomputes softmax(q·k/√d_k + mask) from q, "
+                f"k, v and has no step for {family.why_not('steps')}, so its numbers would be "
+                f"wrong; write the page without steps (--steps), and use "
+                f"Bert.attention_steps (bertattn attend --explain), which reads the values the "
+                f"model computed."
             )
         if not want:
             raise ValueError("layers is empty; pass None for every layer or some layer indices.")
