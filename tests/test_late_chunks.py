@@ -163,3 +163,45 @@ def test_bad_arguments_are_refused(bert):
         bert.encode_late_chunks("   ", [(0, 3)])
     with pytest.raises(ValueError, match=r"max_length=600 is out of range"):
         bert.encode_late_chunks(TEXT, SPANS, max_length=600)
+
+
+@pytest.mark.parametrize("kind", ["roberta", "xlm-roberta"])
+def test_a_family_model_with_its_own_specials_and_offsets(kind, tmp_path):
+    """RoBERTa's byte-level BPE and XLM-RoBERTa's SentencePiece (<s> ... </s>, offsets of
+    pieces that carry their space), short and in windows, against transformers."""
+    import transformers
+    from test_family_roberta import save_family
+
+    folder = save_family(kind, tmp_path / kind, seed=4)
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModel.from_pretrained(folder).eval()
+    bert = Bert.load(folder, threads=1)
+    text = " ".join(
+        ["the attention head looks at every token, hello world. a model and a layer"] * 3
+    )
+    # chunks that start at a word: SentencePiece's piece "▁hello" covers the space before it,
+    # and belongs with its word (transformers' offsets start at the word)
+    assert text[41] == "h" and text[40] == " " and text[121] == "w" and text[120] == " "
+    spans = [(0, 41), (41, 121), (121, len(text))]
+    enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+    ids, offsets = enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
+    for max_length in (128, 24):
+        width = max_length - 2
+        starts, pick = _windows_oracle(len(ids), width, width // 2)
+        states = torch.empty(len(ids), 32)
+        with torch.no_grad():
+            for w, s in enumerate(starts):
+                window = [tok.cls_token_id, *ids[s : s + width], tok.sep_token_id]
+                h = model(input_ids=torch.tensor([window])).last_hidden_state[0, 1:-1]
+                for i in range(s, min(s + width, len(ids))):
+                    if pick[i] == w:
+                        states[i] = h[i - s]
+        rows = []
+        for a, b in spans:
+            keep = [i for i, (s, _) in enumerate(offsets) if a <= s < b]
+            rows.append(states[keep].mean(0))
+        want = torch.stack(rows).numpy()
+        got = bert.encode_late_chunks(text, spans, pooling="mean", max_length=max_length)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    with pytest.raises(ValueError, match=r"pooling 'cls' has one \[CLS\] state"):
+        bert.encode_late_chunks(text, spans)  # a plain folder pools [CLS]: refused, not guessed

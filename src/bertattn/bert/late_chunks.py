@@ -2,7 +2,8 @@
 
 A chunk embedded on its own sees only its own words; a chunk pooled from the token states of the
 whole text sees the text around it ("it" knows what it refers to). :func:`encode_late_chunks`
-runs the text once, then pools, for each span, the tokens whose first character lies in it.
+runs the text once, then pools, for each span, the tokens whose first character lies in it
+(the first that is not a space: see :func:`first_characters`).
 
 A text longer than the model's window is run as overlapping windows of the model's length
 (each with its own [CLS] and [SEP]), consecutive windows sharing ``overlap`` tokens, the last
@@ -33,7 +34,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("bertattn.bert")
 
-__all__ = ["TokenWindows", "check_spans", "encode_late_chunks", "plan_windows"]
+__all__ = [
+    "TokenWindows",
+    "check_spans",
+    "encode_late_chunks",
+    "first_characters",
+    "plan_windows",
+]
 
 #: far more tokens than any text: the whole text in one encoding (no truncation)
 _WHOLE = 2**31 - 1
@@ -101,6 +108,20 @@ def best_window(starts: Sequence[int], width: int, n: int) -> np.ndarray:
     context = np.minimum(pos - s, s + width - 1 - pos)  # (W, n)
     context = np.where(inside, context, -1)
     return context.argmax(0)  # the first maximum: the earlier window
+
+
+def first_characters(text: str, offsets: np.ndarray) -> np.ndarray:
+    """``(n,)`` where each token's word starts: its first character that is not a space,
+    looking on past the token when it is all space. A SentencePiece piece such as ``▁It``,
+    or a lone ``▁`` before its word, covers the space before the word and belongs with the
+    word, not with the chunk that ends at the space."""
+    out = offsets[:, 0].copy()
+    n = len(text)
+    for i, a in enumerate(out.tolist()):
+        while a < n and text[a].isspace():
+            a += 1
+        out[i] = a
+    return out
 
 
 @dataclass
@@ -211,7 +232,7 @@ def encode_late_chunks(
     check_bool(convert_to_tensor, "convert_to_tensor")
     checked = check_spans(spans, text)
     tokens = token_states(bert, text, max_length=max_length, overlap=overlap, batch_size=batch_size)
-    starts = tokens.offsets[:, 0]  # (n,) each token's first character
+    starts = first_characters(text, tokens.offsets)  # (n,)
     member = np.stack([(starts >= a) & (starts < b) for a, b in checked])  # (S, n)
     empty = np.flatnonzero(~member.any(1))
     if len(empty):
