@@ -20,7 +20,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -32,6 +31,7 @@ from ..stdio import is_closed
 from .encode_options import EncodeOptions
 from .fields import EMBEDDING_FORMATS, flag, job_device, max_workers, to_argv
 from .inputs import check_input, is_stream, read_records, stdin_buffer
+from .summary import EncodeSummary
 
 if TYPE_CHECKING:
     from ..corpus import Corpus, Embeddings
@@ -43,18 +43,6 @@ logger = logging.getLogger("bertattn.encode")
 
 Progress = Callable[..., Callable[[int], object]]  # progress(total, unit="text") -> update(n)
 BLOCK_LINES = 1024  # lines of a chunk encoded at a time (the model sorts them by length)
-
-
-@dataclass
-class EncodeSummary:
-    """What a job writing one output did (encode, rerank, predict), for the final report line
-    (``str(summary)``)."""
-
-    output: Path
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.output}: {self.detail}"
 
 
 def embeddings_payload(

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ..errors import UsageError
 from ..files import check_output, write_atomic, write_stdout
 from ..stdio import is_closed
-from .encode import EncodeSummary
 from .fields import flag, job_device
 from .head_options import HEAD_OUTPUTS, PredictOptions, RerankOptions
 from .inputs import is_stream, read_records, stdin_buffer
+from .summary import EncodeSummary
 
 if TYPE_CHECKING:
     import numpy as np

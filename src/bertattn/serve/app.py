@@ -26,23 +26,24 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..openmp import release_openmp_threads
-from .batcher import Batcher, Overloaded, RequestDropped
+from .batcher import Batcher
 from .bodies import (
     EmbedRequest,
     check_openai,
     check_tei,
     check_tokenize,
-    parse_json,
     request_timeout,
 )
 from .encoding import dumps
 from .errors import ApiError, clip, envelope
 from .group import ServeGroup
+from .handling import checked, json_response, read_body, run_model, unavailable
+from .head_routes import HEAD_ROUTES
 from .limits import Limits
 from .served import ROUTES, model_names, serve_model
 from .telemetry import ServeMetrics
@@ -52,7 +53,6 @@ logger = logging.getLogger("bertattn.serve")
 
 __all__ = ["ServeState", "create_app"]
 
-_BIG = 256 << 10  # bodies larger than this are parsed off the event loop
 #: requests with at most this many characters of text are tokenized on the event loop (tens of
 #: microseconds: less than handing them to the tokenizer thread and waking the loop again)
 _INLINE_CHARS = 4096
@@ -189,12 +189,8 @@ def _shifted(exc: ApiError, by: int) -> ApiError:
     return exc
 
 
-def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(dumps(data), status, headers=headers, media_type="application/json")
-
-
 def _error(exc: ApiError) -> Response:
-    return _json(exc.body(), exc.status, exc.headers)
+    return json_response(exc.body(), exc.status, exc.headers)
 
 
 def _check_key(state: ServeState, request: Request) -> None:
@@ -217,81 +213,6 @@ def _check_key(state: ServeState, request: Request) -> None:
         )  # fmt: skip
 
 
-async def _body(state: ServeState, request: Request) -> dict[str, Any]:
-    """The JSON object of the body, read within ``max_body_bytes`` (413) and ``body_timeout_s``
-    (408: a client that stops sending does not hold a request open). Read once per request:
-    a second call returns the same object."""
-    cached = getattr(request.state, "body", None)
-    if cached is not None:
-        return cached
-    limit = state.limits.max_body_bytes
-    too_big = ApiError(
-        413,
-        f"the request body is larger than this server's limit of {limit} bytes "
-        f"(--max-body-size); split the request.",
-        code="body_too_large",
-    )
-    coding = request.headers.get("content-encoding", "identity").strip().lower()
-    if coding not in ("", "identity"):
-        raise ApiError(
-            415,
-            f"Content-Encoding {clip(coding, 40)} is not supported; send the body uncompressed "
-            f"(no Content-Encoding, or identity).",
-            code="unsupported_content_encoding",
-        )
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise too_big
-
-    async def read() -> bytes:
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_big
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    seconds = state.limits.body_timeout_s
-    try:
-        body = await asyncio.wait_for(read(), seconds)
-    except asyncio.TimeoutError:
-        raise ApiError(
-            408,
-            f"the request body did not arrive within {seconds:g} s; send it whole.",
-            code="request_timeout",
-        ) from None
-    except ClientDisconnect:  # before its request reached the queue: not "gone" (left queued)
-        raise ApiError(
-            499, "the client went away.", code="client_closed", reason="gone_before_queue"
-        ) from None
-    content_type = request.headers.get("content-type")
-    request.state.big = len(body) > _BIG
-    if request.state.big:
-        obj = await run_in_threadpool(parse_json, body, content_type)
-    else:
-        obj = parse_json(body, content_type)
-    request.state.body = obj
-    return obj
-
-
-async def _checked(request: Request, check: Callable[..., Any], obj: Any, **kw: Any) -> Any:
-    """``check(obj, **kw)``: off the event loop for a large body (checking a 16 MB body of
-    token ids is ~0.1 s of work: /live and the other requests are answered meanwhile)."""
-    if getattr(request.state, "big", False):
-        return await run_in_threadpool(lambda: check(obj, **kw))
-    return check(obj, **kw)
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client goes away (the body has been read: the next message is the
-    disconnect, or the end of our response)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 async def _embed(
     state: ServeState, request: Request, req: EmbedRequest, param: str
 ) -> tuple[np.ndarray, int]:
@@ -312,78 +233,8 @@ async def _embed(
         )
     else:
         encodings, counts = from_ids(req.ids or [], state.max_input_tokens, param)
-    rows = await _run(state, request, encodings, counts, param)
+    rows = await run_model(state, request, encodings, counts, param)
     return rows, int(sum(counts))
-
-
-async def _run(
-    state: ServeState, request: Request, encodings: list[Any], counts: list[int], param: str
-) -> np.ndarray:
-    """The model step's ``(N, ...)`` float32 rows of tokenized inputs, in input order: admitted
-    to the queue (429 / 413), waited for within ``X-Request-Timeout`` (504), dropped when the
-    client goes away (499)."""
-    timeout = request_timeout(request.headers.get("x-request-timeout"))
-    deadline = None if timeout is None else time.monotonic() + timeout
-    batcher = state.batcher
-    try:
-        ticket = batcher.submit(encodings, counts, deadline=deadline)
-    except Overloaded as exc:
-        if exc.never:
-            raise ApiError(
-                413,
-                f"the request holds {exc.tokens} tokens, more than this server's queue can ever "
-                f"hold ({exc.limit}, --max-queue-tokens); split the request.",
-                param=param,
-                code="request_too_large",
-            ) from None
-        cap = (
-            f"{exc.limit}: --max-queue-time {batcher.max_queue_s:g} s of work at the measured speed"
-            if exc.by_time
-            else f"{exc.limit}, --max-queue-tokens"
-        )
-        raise ApiError(
-            429,
-            f"the server is busy: {exc.queued} tokens are waiting and this request adds "
-            f"{exc.tokens} (limit {cap}); retry after {exc.retry_after} s.",
-            code="queue_full",
-            headers={"Retry-After": str(exc.retry_after)},
-        ) from None
-    except RequestDropped:
-        raise _unavailable() from None
-    gone = asyncio.ensure_future(_disconnected(request))
-    try:
-        waiting = {ticket.future, gone}
-        done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if not done:  # the deadline: dropped (504 below) unless its work started, which is
-            batcher.expire(ticket)  # then finished and answered, never computed for nobody
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if ticket.future not in done:
-            batcher.cancel(ticket, "disconnected")
-            raise ApiError(499, "the client went away.", code="client_closed", reason="gone")
-        rows = ticket.future.result()
-    except RequestDropped as exc:
-        if exc.reason == "timeout":
-            raise ApiError(
-                504,
-                f"the request waited past its X-Request-Timeout of {timeout:g} s before the "
-                f"model could start it; its work was dropped: retry, or allow more time.",
-                code="timeout",
-                reason="timeout",
-            ) from None
-        raise _unavailable() from None
-    finally:
-        gone.cancel()
-    return np.stack(rows)  # (N, ...)
-
-
-def _unavailable() -> ApiError:
-    return ApiError(
-        503,
-        "the server is shutting down; send the request to another replica.",
-        code="shutting_down",
-        headers={"Retry-After": "1"},
-        reason="draining",
-    )
 
 
 def _finish(state: ServeState, rows: np.ndarray, normalize: bool, dimensions: int | None):
@@ -451,7 +302,7 @@ def _route(
                 if data or key:
                     _check_key(serve, request)
                 if data and isinstance(serve, ServeGroup) and method == "POST":
-                    state = await serve.pick(request, path, await _body(serve, request))
+                    state = await serve.pick(request, path, await read_body(serve, request))
                 if data:
                     if state.batcher.failed is not None:
                         raise ApiError(
@@ -461,7 +312,7 @@ def _route(
                             code="worker_failed",
                         )
                     if not state.ready:
-                        raise _unavailable()
+                        raise unavailable()
                     if not isinstance(state, ServeGroup):  # a group's is its models' sum
                         state.in_flight += 1
                         counted = True
@@ -487,8 +338,8 @@ def _route(
 
 async def _openai(state: ServeState, request: Request) -> Response:
     state.served.require("/v1/embeddings")
-    obj = await _body(state, request)
-    req = await _checked(
+    obj = await read_body(state, request)
+    req = await checked(
         request,
         check_openai,
         obj,
@@ -504,8 +355,8 @@ async def _openai(state: ServeState, request: Request) -> Response:
 
 async def _tei(state: ServeState, request: Request) -> Response:
     state.served.require("/embed")
-    obj = await _body(state, request)
-    req = await _checked(
+    obj = await read_body(state, request)
+    req = await checked(
         request, check_tei, obj, width=state.width, limit=state.limits.max_request_inputs
     )
     rows, _ = await _embed(state, request, req, "inputs")
@@ -514,12 +365,12 @@ async def _tei(state: ServeState, request: Request) -> Response:
 
 
 async def _tokenize(state: ServeState, request: Request) -> Response:
-    obj = await _body(state, request)
-    req, special = await _checked(
+    obj = await read_body(state, request)
+    req, special = await checked(
         request, check_tokenize, obj, limit=state.limits.max_request_inputs
     )
     pieces = await state.tokenize(token_pieces, req.texts, state.max_input_tokens, special)
-    return _json(pieces)
+    return json_response(pieces)
 
 
 async def _models(state: Any, request: Request) -> Response:
@@ -529,18 +380,18 @@ async def _models(state: Any, request: Request) -> Response:
         {"id": s.names[0], "object": "model", "created": created, "owned_by": "bertattn"}
         for s in served
     ]
-    return _json({"object": "list", "data": data})
+    return json_response({"object": "list", "data": data})
 
 
 async def _info(state: Any, request: Request) -> Response:
     if isinstance(state, ServeGroup):  # several models: each one's, in --model order
         infos = [json.loads((await _info(s, request)).body) for s in state.states]
-        return _json({"models": infos, "model_id": infos[0]["model_id"]})
+        return json_response({"models": infos, "model_id": infos[0]["model_id"]})
     from .. import __version__
 
     bert, limits = state.bert, state.limits
     threads = getattr(bert, "threads", None)
-    return _json(
+    return json_response(
         {
             "model_id": state.names[0],
             "model_names": list(state.names),
@@ -576,20 +427,20 @@ def _labels(state: ServeState) -> dict[str, Any]:
 
 
 async def _live(state: ServeState, request: Request) -> Response:
-    return _json({"status": "ok"})
+    return json_response({"status": "ok"})
 
 
 async def _ready(state: ServeState, request: Request) -> Response:
     if state.ready:
-        return _json({"status": "ready"})
+        return json_response({"status": "ready"})
     why = "draining" if state.draining else "worker failed"
-    return _json({"status": why}, 503)
+    return json_response({"status": why}, 503)
 
 
 async def _health(state: ServeState, request: Request) -> Response:
     if state.batcher.failed is not None:
-        return _json({"status": "model worker failed"}, 503)
-    return _json({"status": "ok"})
+        return json_response({"status": "model worker failed"}, 503)
+    return json_response({"status": "ok"})
 
 
 async def _metrics(state: ServeState, request: Request) -> Response:
@@ -621,7 +472,7 @@ class _CutShort:
         except asyncio.CancelledError:
             if not started:
                 started = True
-                error = _unavailable()
+                error = unavailable()
                 error.message = (
                     "the server stopped before this request was answered; send it again, to "
                     "another replica."
@@ -657,7 +508,6 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
     model's backlog never waits behind another's; ``one_worker=True`` runs their batches one
     at a time, in the order they were formed, as a single worker would (on a machine with few
     cores, two models computing at once share its cores anyway)."""
-    from .head_routes import HEAD_ROUTES  # its handlers use this module's helpers
 
     state: Any
     if isinstance(bert, (list, tuple)) and len(bert) > 1:
@@ -708,13 +558,15 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
         headers = dict(getattr(exc, "headers", None) or {})
         if state.draining:
             headers["connection"] = "close"
-        response = _json(envelope(str(msg), "invalid_request_error", None, None), status, headers)
+        response = json_response(
+            envelope(str(msg), "invalid_request_error", None, None), status, headers
+        )
         state.metrics.requests.inc("unmatched", str(status))
         return response
 
     async def server_error(request: Request, exc: Exception) -> Response:
         logger.exception("unexpected error on %s", request.url.path)
-        return _json(envelope("internal server error", "server_error", None, None), 500)
+        return json_response(envelope("internal server error", "server_error", None, None), 500)
 
     routes = [
         _route("/v1/embeddings", "embeddings", _openai, data=True, method="POST"),

@@ -19,7 +19,19 @@ try:
 except ImportError:  # the json module alone: slower on large bodies, the same values
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["EmbedRequest", "check_openai", "check_tei", "check_tokenize", "parse_json"]
+#: the field checks the head routes' bodies (:mod:`.head_bodies`) share with these
+__all__ = [
+    "EmbedRequest",
+    "bool_field",
+    "check_count",
+    "check_inputs",
+    "check_openai",
+    "check_tei",
+    "check_tokenize",
+    "check_unknown",
+    "json_kind",
+    "parse_json",
+]
 
 _JSON_TYPES = ("application/json",)
 #: a JSON escape of a UTF-16 surrogate: only these can put a lone surrogate into parsed text
@@ -31,7 +43,7 @@ _ORJSON_BYTES = 64 << 10
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
-def _kind(value: object) -> str:
+def json_kind(value: object) -> str:
     """The JSON name of a value's type, for messages."""
     if value is None:
         return "null"
@@ -92,7 +104,7 @@ def parse_json(body: bytes, content_type: str | None) -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise ApiError(
-            400, f"the body must be a JSON object, got {_kind(value)}.", code="invalid_json"
+            400, f"the body must be a JSON object, got {json_kind(value)}.", code="invalid_json"
         )
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         _no_lone_surrogates(value)
@@ -156,7 +168,7 @@ class EmbedRequest:
     model: str | None = None
 
 
-def _unknown(obj: dict[str, Any], known: tuple[str, ...]) -> None:
+def check_unknown(obj: dict[str, Any], known: tuple[str, ...]) -> None:
     extra = [k for k in obj if k not in known]
     if extra:
         raise ApiError(
@@ -168,7 +180,7 @@ def _unknown(obj: dict[str, Any], known: tuple[str, ...]) -> None:
         )
 
 
-def _count(n: int, limit: int, name: str) -> None:
+def check_count(n: int, limit: int, name: str) -> None:
     if n == 0:
         raise ApiError(400, f"'{name}' is an empty array; give at least one input.", param=name)
     if n > limit:
@@ -181,7 +193,7 @@ def _count(n: int, limit: int, name: str) -> None:
         )
 
 
-def _inputs(value: object, name: str, limit: int, vocab: int, *, ids: bool) -> EmbedRequest:
+def check_inputs(value: object, name: str, limit: int, vocab: int, *, ids: bool) -> EmbedRequest:
     """``str | list[str]`` (and with ``ids``: ``list[int] | list[list[int]]``)."""
     forms = "a string or an array of strings" + (
         ", or token ids (an array of integers, or an array of such arrays)" if ids else ""
@@ -189,34 +201,36 @@ def _inputs(value: object, name: str, limit: int, vocab: int, *, ids: bool) -> E
     if isinstance(value, str):
         return EmbedRequest([value], None)
     if not isinstance(value, list):
-        raise ApiError(400, f"'{name}' must be {forms}, got {_kind(value)}.", param=name)
+        raise ApiError(400, f"'{name}' must be {forms}, got {json_kind(value)}.", param=name)
     if ids and value and isinstance(value[0], int) and not isinstance(value[0], bool):
         return EmbedRequest(None, [_token_ids(value, name, vocab)])  # one input of token ids
-    _count(len(value), limit, name)
+    check_count(len(value), limit, name)
     first = value[0]
     if isinstance(first, str):
         for i, v in enumerate(value):
             if not isinstance(v, str):
                 raise ApiError(
                     400,
-                    f"'{name}[{i}]' is {_kind(v)}; an array of inputs must hold only strings "
+                    f"'{name}[{i}]' is {json_kind(v)}; an array of inputs must hold only strings "
                     f"(or only token ids).",
                     param=f"{name}[{i}]",
                 )
         return EmbedRequest(list(value), None)
     if not ids:
-        raise ApiError(400, f"'{name}[0]' is {_kind(first)}; expected {forms}.", param=f"{name}[0]")
+        what = json_kind(first)
+        raise ApiError(400, f"'{name}[0]' is {what}; expected {forms}.", param=f"{name}[0]")
     if isinstance(first, list):
         out = []
         for i, v in enumerate(value):
             where = f"{name}[{i}]"
             if not isinstance(v, list):
+                what = json_kind(v)
                 raise ApiError(
-                    400, f"'{where}' is {_kind(v)}; expected an array of token ids.", param=where
+                    400, f"'{where}' is {what}; expected an array of token ids.", param=where
                 )
             out.append(_token_ids(v, where, vocab))
         return EmbedRequest(None, out)
-    raise ApiError(400, f"'{name}[0]' is {_kind(first)}; expected {forms}.", param=f"{name}[0]")
+    raise ApiError(400, f"'{name}[0]' is {json_kind(first)}; expected {forms}.", param=f"{name}[0]")
 
 
 def _token_ids(value: list[Any], where: str, vocab: int) -> list[int]:
@@ -229,7 +243,7 @@ def _token_ids(value: list[Any], where: str, vocab: int) -> list[int]:
         return value
     for j, t in enumerate(value):
         if type(t) is not int or not 0 <= t < vocab:
-            got = shown(t, 40) if isinstance(t, (int, float)) else _kind(t)
+            got = shown(t, 40) if isinstance(t, (int, float)) else json_kind(t)
             raise ApiError(
                 400,
                 f"'{where}[{j}]' is {got}; a token id is an integer in 0..{vocab - 1} (this "
@@ -239,10 +253,10 @@ def _token_ids(value: list[Any], where: str, vocab: int) -> list[int]:
     return list(value)
 
 
-def _bool(obj: dict[str, Any], name: str) -> bool | None:
+def bool_field(obj: dict[str, Any], name: str) -> bool | None:
     value = obj.get(name)
     if value is not None and not isinstance(value, bool):
-        raise ApiError(400, f"'{name}' must be true or false, got {_kind(value)}.", param=name)
+        raise ApiError(400, f"'{name}' must be true or false, got {json_kind(value)}.", param=name)
     return value
 
 
@@ -252,7 +266,7 @@ def _dimensions(obj: dict[str, Any], width: int) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(
-            400, f"'dimensions' must be an integer, got {_kind(value)}.", param="dimensions"
+            400, f"'dimensions' must be an integer, got {json_kind(value)}.", param="dimensions"
         )
     if not 1 <= value <= width:
         raise ApiError(
@@ -267,7 +281,7 @@ def _dimensions(obj: dict[str, Any], width: int) -> int | None:
 def check_model(model: object, names: tuple[str, ...]) -> None:
     """A body's ``model``: a string (400) naming a model this server serves (404)."""
     if not isinstance(model, str):
-        raise ApiError(400, f"'model' must be a string, got {_kind(model)}.", param="model")
+        raise ApiError(400, f"'model' must be a string, got {json_kind(model)}.", param="model")
     if model not in names:
         raise ApiError(
             404,
@@ -282,10 +296,10 @@ def check_openai(
 ) -> EmbedRequest:
     """OpenAI's ``POST /v1/embeddings`` body: ``input``, ``model``, ``encoding_format``,
     ``dimensions``, ``user``. ``names``: the model names served (the first is the canonical)."""
-    _unknown(obj, ("input", "model", "encoding_format", "dimensions", "user"))
+    check_unknown(obj, ("input", "model", "encoding_format", "dimensions", "user"))
     if "input" not in obj:
         raise ApiError(400, "'input' is required: the text(s) to embed.", param="input")
-    req = _inputs(obj["input"], "input", limit, vocab, ids=True)
+    req = check_inputs(obj["input"], "input", limit, vocab, ids=True)
     model = obj.get("model")
     if model is None:
         raise ApiError(400, f"'model' is required; this server serves {names[0]!r}.", param="model")
@@ -294,7 +308,7 @@ def check_openai(
     if fmt is None:
         fmt = "float"
     if fmt not in ("float", "base64"):
-        got = shown(fmt, 60) if isinstance(fmt, str) else _kind(fmt)
+        got = shown(fmt, 60) if isinstance(fmt, str) else json_kind(fmt)
         raise ApiError(
             400,
             f"'encoding_format' is {got}; use 'float' or 'base64'.",
@@ -302,7 +316,7 @@ def check_openai(
         )
     user = obj.get("user")
     if user is not None and not isinstance(user, str):
-        raise ApiError(400, f"'user' must be a string, got {_kind(user)}.", param="user")
+        raise ApiError(400, f"'user' must be a string, got {json_kind(user)}.", param="user")
     req.base64 = fmt == "base64"
     req.dimensions = _dimensions(obj, width)
     req.model = model
@@ -312,13 +326,13 @@ def check_openai(
 def check_tei(obj: dict[str, Any], *, width: int, limit: int) -> EmbedRequest:
     """Text Embeddings Inference's ``POST /embed`` body: ``inputs``, ``normalize`` (default
     true), ``truncate``, ``truncation_direction`` (right only), ``dimensions``."""
-    _unknown(obj, ("inputs", "normalize", "truncate", "truncation_direction", "dimensions"))
+    check_unknown(obj, ("inputs", "normalize", "truncate", "truncation_direction", "dimensions"))
     if "inputs" not in obj:
         raise ApiError(400, "'inputs' is required: the text(s) to embed.", param="inputs")
-    req = _inputs(obj["inputs"], "inputs", limit, 0, ids=False)
-    normalize = _bool(obj, "normalize")
+    req = check_inputs(obj["inputs"], "inputs", limit, 0, ids=False)
+    normalize = bool_field(obj, "normalize")
     req.normalize = True if normalize is None else normalize
-    req.truncate = _bool(obj, "truncate")
+    req.truncate = bool_field(obj, "truncate")
     direction = obj.get("truncation_direction")
     if direction is not None and direction not in ("right", "Right"):
         raise ApiError(
@@ -332,11 +346,11 @@ def check_tei(obj: dict[str, Any], *, width: int, limit: int) -> EmbedRequest:
 
 def check_tokenize(obj: dict[str, Any], *, limit: int) -> tuple[EmbedRequest, bool]:
     """``POST /tokenize``: ``inputs``, ``add_special_tokens`` (default true)."""
-    _unknown(obj, ("inputs", "add_special_tokens"))
+    check_unknown(obj, ("inputs", "add_special_tokens"))
     if "inputs" not in obj:
         raise ApiError(400, "'inputs' is required: the text(s) to tokenize.", param="inputs")
-    req = _inputs(obj["inputs"], "inputs", limit, 0, ids=False)
-    special = _bool(obj, "add_special_tokens")
+    req = check_inputs(obj["inputs"], "inputs", limit, 0, ids=False)
+    special = bool_field(obj, "add_special_tokens")
     return req, True if special is None else special
 
 

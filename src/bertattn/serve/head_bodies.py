@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .bodies import _bool, _count, _inputs, _kind, _unknown, check_model
+from .bodies import bool_field, check_count, check_inputs, check_model, check_unknown, json_kind
 from .errors import ApiError, shown
 
 __all__ = [
@@ -54,7 +54,7 @@ def _direction(obj: dict[str, Any]) -> None:
 def _query(obj: dict[str, Any]) -> str:
     query = obj.get("query")
     if not isinstance(query, str):
-        got = "missing" if "query" not in obj else _kind(query)
+        got = "missing" if "query" not in obj else json_kind(query)
         raise ApiError(400, f"'query' must be a string, got {got}.", param="query")
     return query
 
@@ -64,14 +64,14 @@ def _positive(obj: dict[str, Any], name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        got = shown(value, 40) if isinstance(value, (int, float)) else _kind(value)
+        got = shown(value, 40) if isinstance(value, (int, float)) else json_kind(value)
         raise ApiError(400, f"'{name}' must be a positive integer, got {got}.", param=name)
     return value
 
 
 def check_rerank(obj: dict[str, Any], *, limit: int) -> RerankRequest:
     """TEI's ``POST /rerank`` body."""
-    _unknown(
+    check_unknown(
         obj, ("query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction")
     )
     query = _query(obj)
@@ -80,22 +80,22 @@ def check_rerank(obj: dict[str, Any], *, limit: int) -> RerankRequest:
     docs = obj["texts"]
     if not isinstance(docs, list):
         raise ApiError(
-            400, f"'texts' must be an array of strings, got {_kind(docs)}.", param="texts"
+            400, f"'texts' must be an array of strings, got {json_kind(docs)}.", param="texts"
         )
-    texts = _inputs(docs, "texts", limit, 0, ids=False).texts or []
+    texts = check_inputs(docs, "texts", limit, 0, ids=False).texts or []
     _direction(obj)
     return RerankRequest(
         query,
         texts,
-        raw_scores=bool(_bool(obj, "raw_scores")),
-        return_documents=bool(_bool(obj, "return_text")),
-        truncate=_bool(obj, "truncate"),
+        raw_scores=bool(bool_field(obj, "raw_scores")),
+        return_documents=bool(bool_field(obj, "return_text")),
+        truncate=bool_field(obj, "truncate"),
     )
 
 
 def check_rerank_v1(obj: dict[str, Any], *, names: tuple[str, ...], limit: int) -> RerankRequest:
     """The ``POST /v1/rerank`` body of Cohere / Jina / infinity / vLLM."""
-    _unknown(
+    check_unknown(
         obj, ("model", "query", "documents", "top_n", "return_documents", "max_tokens_per_doc")
     )
     if obj.get("model") is not None:
@@ -103,13 +103,13 @@ def check_rerank_v1(obj: dict[str, Any], *, names: tuple[str, ...], limit: int) 
     query = _query(obj)
     docs = obj.get("documents")
     if not isinstance(docs, list):
-        got = "missing" if "documents" not in obj else _kind(docs)
+        got = "missing" if "documents" not in obj else json_kind(docs)
         raise ApiError(
             400,
             f"'documents' must be an array of strings or of {{\"text\": ...}} objects, got {got}.",
             param="documents",
         )
-    _count(len(docs), limit, "documents")
+    check_count(len(docs), limit, "documents")
     texts = []
     for i, d in enumerate(docs):
         if isinstance(d, dict) and set(d) == {"text"}:
@@ -117,14 +117,14 @@ def check_rerank_v1(obj: dict[str, Any], *, names: tuple[str, ...], limit: int) 
         if not isinstance(d, str):
             raise ApiError(
                 400,
-                f"'documents[{i}]' is {_kind(d)}; a document is a string or {{\"text\": ...}}.",
+                f"'documents[{i}]' is {json_kind(d)}; a document is a string or {{\"text\": ...}}.",
                 param=f"documents[{i}]",
             )
         texts.append(d)
     return RerankRequest(
         query,
         texts,
-        return_documents=bool(_bool(obj, "return_documents")),
+        return_documents=bool(bool_field(obj, "return_documents")),
         top_n=_positive(obj, "top_n"),
         max_tokens_per_doc=_positive(obj, "max_tokens_per_doc"),
     )
@@ -144,13 +144,13 @@ class PredictRequest:
 def check_predict(obj: dict[str, Any], *, limit: int) -> PredictRequest:
     """TEI's ``POST /predict`` body; an input is a text or a ``(text, text)`` pair (``[a,
     b]``: one pair, as TEI reads it)."""
-    _unknown(obj, ("inputs", "raw_scores", "truncate", "truncation_direction"))
+    check_unknown(obj, ("inputs", "raw_scores", "truncate", "truncation_direction"))
     if "inputs" not in obj:
         raise ApiError(400, "'inputs' is required: the text(s) or pair(s).", param="inputs")
     value = obj["inputs"]
     _direction(obj)
-    raw = bool(_bool(obj, "raw_scores"))
-    truncate = _bool(obj, "truncate")
+    raw = bool(bool_field(obj, "raw_scores"))
+    truncate = bool_field(obj, "truncate")
     if isinstance(value, str):
         return PredictRequest([value], True, raw, truncate)
     if _is_pair(value):
@@ -158,9 +158,9 @@ def check_predict(obj: dict[str, Any], *, limit: int) -> PredictRequest:
     if not isinstance(value, list):
         raise ApiError(
             400, f"'inputs' must be a text, a pair [a, b] or an array of those, got "
-            f"{_kind(value)}.", param="inputs"
+            f"{json_kind(value)}.", param="inputs"
         )  # fmt: skip
-    _count(len(value), limit, "inputs")
+    check_count(len(value), limit, "inputs")
     out: list[str | tuple[str, str]] = []
     for i, v in enumerate(value):
         if isinstance(v, str):
@@ -169,7 +169,7 @@ def check_predict(obj: dict[str, Any], *, limit: int) -> PredictRequest:
             out.append((v[0], v[1]))
         else:
             raise ApiError(
-                400, f"'inputs[{i}]' is {_kind(v)}; an input is a text or a pair [a, b].",
+                400, f"'inputs[{i}]' is {json_kind(v)}; an input is a text or a pair [a, b].",
                 param=f"inputs[{i}]",
             )  # fmt: skip
     return PredictRequest(out, False, raw, truncate)
@@ -181,9 +181,9 @@ def _is_pair(value: object) -> bool:
 
 def check_sparse(obj: dict[str, Any], *, limit: int) -> tuple[list[str], bool | None]:
     """TEI's ``POST /embed_sparse`` body -> ``(texts, truncate)``."""
-    _unknown(obj, ("inputs", "truncate", "truncation_direction"))
+    check_unknown(obj, ("inputs", "truncate", "truncation_direction"))
     if "inputs" not in obj:
         raise ApiError(400, "'inputs' is required: the text(s) to embed.", param="inputs")
-    req = _inputs(obj["inputs"], "inputs", limit, 0, ids=False)
+    req = check_inputs(obj["inputs"], "inputs", limit, 0, ids=False)
     _direction(obj)
-    return req.texts or [], _bool(obj, "truncate")
+    return req.texts or [], bool_field(obj, "truncate")

@@ -4,7 +4,7 @@ reranker or classifier), ``/embed_sparse`` (SPLADE), on the same batcher as the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -12,9 +12,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .app import ServeState, _body, _checked, _json, _run
+from .handling import checked, json_response, read_body, run_model
 from .head_bodies import check_predict, check_rerank, check_rerank_v1, check_sparse
 from .tokens import TRUNCATE_FIX, WindowTally, tokenize_inputs, window_plans, windows_of
+
+if TYPE_CHECKING:
+    from .app import ServeState
 
 __all__ = ["HEAD_ROUTES"]
 
@@ -43,7 +46,7 @@ async def _scores(
     encodings, counts = await state.tokenize(
         tokenize_inputs, inputs, state.max_input_tokens, cut, param, fix
     )
-    return await _run(state, request, encodings, counts, param), int(sum(counts))
+    return await run_model(state, request, encodings, counts, param), int(sum(counts))
 
 
 def _activate(state: ServeState, logits: np.ndarray) -> np.ndarray:
@@ -60,8 +63,8 @@ def _ranked(scores: np.ndarray) -> list[int]:
 async def _rerank(state: ServeState, request: Request) -> Response:
     """TEI: ``[{"index", "score", "text"?}]`` best first."""
     state.served.require("/rerank")
-    obj = await _body(state, request)
-    req = await _checked(request, check_rerank, obj, limit=state.limits.max_request_inputs)
+    obj = await read_body(state, request)
+    req = await checked(request, check_rerank, obj, limit=state.limits.max_request_inputs)
     pairs = [(req.query, d) for d in req.documents]
     logits, _ = await _scores(state, request, pairs, req.truncate, "texts")
     scores = logits[:, 0] if req.raw_scores else _activate(state, logits)[:, 0]
@@ -71,7 +74,7 @@ async def _rerank(state: ServeState, request: Request) -> Response:
         if req.return_documents:
             row["text"] = req.documents[i]
         out.append(row)
-    return _json(out)
+    return json_response(out)
 
 
 async def _rerank_v1(state: ServeState, request: Request) -> Response:
@@ -79,8 +82,8 @@ async def _rerank_v1(state: ServeState, request: Request) -> Response:
     "usage": {"total_tokens"}}``; ``max_tokens_per_doc``: a long document scored by its best
     window of that many tokens (:meth:`bertattn.CrossEncoder.rank`)."""
     state.served.require("/v1/rerank")
-    obj = await _body(state, request)
-    req = await _checked(
+    obj = await read_body(state, request)
+    req = await checked(
         request, check_rerank_v1, obj, names=state.names, limit=state.limits.max_request_inputs
     )
     pairs = [(req.query, d) for d in req.documents]
@@ -99,7 +102,7 @@ async def _rerank_v1(state: ServeState, request: Request) -> Response:
             groups = windows_of(state.bert, plans)
         encodings = [e for g in groups for e in g]
         counts = [len(e.ids) for e in encodings]
-        logits = await _run(state, request, encodings, counts, "documents")
+        logits = await run_model(state, request, encodings, counts, "documents")
         flat = _activate(state, logits)[:, 0]
         scores, at = np.empty(len(groups), np.float32), 0
         for i, g in enumerate(groups):  # each document: its best window
@@ -111,7 +114,8 @@ async def _rerank_v1(state: ServeState, request: Request) -> Response:
         if req.return_documents:
             row["document"] = {"text": req.documents[i]}
         results.append(row)
-    return _json({"model": state.names[0], "results": results, "usage": {"total_tokens": tokens}})
+    usage = {"total_tokens": tokens}
+    return json_response({"model": state.names[0], "results": results, "usage": usage})
 
 
 async def _predict(state: ServeState, request: Request) -> Response:
@@ -119,8 +123,8 @@ async def _predict(state: ServeState, request: Request) -> Response:
     single input); scores through the pipeline's function (none for regression, sigmoid for
     one label or multi-label, else softmax), or the logits with ``raw_scores``."""
     state.served.require("/predict")
-    obj = await _body(state, request)
-    req = await _checked(request, check_predict, obj, limit=state.limits.max_request_inputs)
+    obj = await read_body(state, request)
+    req = await checked(request, check_predict, obj, limit=state.limits.max_request_inputs)
     logits, _ = await _scores(state, request, req.inputs, req.truncate, "inputs")
     head = state.served.model.head
     t = torch.from_numpy(logits)
@@ -138,14 +142,14 @@ async def _predict(state: ServeState, request: Request) -> Response:
         )
         for row in scores.float().numpy()
     ]
-    return _json(out[0] if req.single else out)
+    return json_response(out[0] if req.single else out)
 
 
 async def _embed_sparse(state: ServeState, request: Request) -> Response:
     """TEI: per input ``[{"index", "value"}]`` of its non-zero weights, by index."""
     state.served.require("/embed_sparse")
-    obj = await _body(state, request)
-    texts, truncate = await _checked(
+    obj = await read_body(state, request)
+    texts, truncate = await checked(
         request, check_sparse, obj, limit=state.limits.max_request_inputs
     )
     rows, _ = await _scores(state, request, list(texts), truncate, "inputs")  # (N, V)
@@ -156,7 +160,7 @@ async def _embed_sparse(state: ServeState, request: Request) -> Response:
         if keep is not None and len(nz) > keep:
             nz = np.sort(nz[np.argsort(-np.abs(row[nz]), kind="stable")[:keep]])
         out.append([{"index": int(i), "value": float(row[i])} for i in nz])
-    return _json(out)
+    return json_response(out)
 
 
 #: (path, metrics name, handler)
