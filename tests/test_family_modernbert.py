@@ -222,3 +222,39 @@ def test_attend_page_without_steps_says_why(modernbert, tmp_path, cli) -> None:
     assert not (tmp_path / "b.html").exists()
     r = cli("attend", "the attention head looks", "--model", folder, "--explain", "1:0:looks")
     assert r.code == 0 and "q·k" in r.out
+
+
+def test_article_steps_show_the_rotation_and_the_window(modernbert) -> None:
+    """The steps of a local layer: q and k before and after the rotation (transformers' own
+    rotation of the recorded q gives the recorded one), the window as the mask, and the
+    weights equal to transformers' eager attention."""
+    import transformers
+    from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
+
+    folder, _ = modernbert
+    bert = Bert.load(folder, threads=1)
+    text = "the attention head looks at every token"
+    steps = bert.attention_steps(text, layer=1, head=2, query=4)
+    assert steps.theta == 10000.0 and steps.window == 3
+    d = steps.head_dim
+    inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+    ang = torch.arange(len(steps.tokens)).float()[:, None] * inv
+    emb = torch.cat([ang, ang], -1)
+    q_turned, k_turned = apply_rotary_pos_emb(
+        steps.q_before[None, None, None].expand(1, 1, len(steps.tokens), d),
+        steps.k_before[None, None],
+        emb.cos()[None],
+        emb.sin()[None],
+    )
+    torch.testing.assert_close(q_turned[0, 0, 4], steps.q, atol=1e-5, rtol=0)
+    torch.testing.assert_close(k_turned[0, 0], steps.k, atol=1e-5, rtol=0)
+    outside = (torch.arange(len(steps.tokens)) - 4).abs() > 3
+    assert torch.all(torch.isinf(steps.bias[outside])) and torch.all(steps.bias[~outside] == 0)
+    ids = torch.tensor([bert.tokenizer.encode_batch([text])[0].ids])
+    theirs = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        want = theirs(ids, output_attentions=True).attentions[1][0, 2, 4]
+    torch.testing.assert_close(
+        torch.softmax(steps.scaled + steps.bias, -1), want, atol=1e-6, rtol=1e-5
+    )
+    assert "rotate    = q and k turned" in steps.formula() and "win" in steps.table()

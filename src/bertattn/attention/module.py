@@ -594,6 +594,10 @@ class MultiHeadAttention(nn.Module):
                 f"or use backend='math' (or 'auto', which picks math when weights are needed)."
             )
         q, k, v = self.project_qkv(x, key_value)
+        rec = None if compiling or not _steps._open_blocks else steps_recorder()
+        if rec is not None and (rotation is not None or window is not None):
+            theta = None if rotation is None else rotation.theta
+            rec.note_positions(q, k, theta, window)  # q, k before the rotation
         if rotation is not None:  # rotary positions: q and k turned, v as it is
             q, k = apply_rotation(q, k, rotation)
             reason = f"{reason}; {rotation.describe()}"
@@ -601,7 +605,6 @@ class MultiHeadAttention(nn.Module):
             reason = f"{reason}; window {window}: masked (a band bias, no work skipped)"
         if dropout_p is None:
             dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        rec = None if compiling or not _steps._open_blocks else steps_recorder()
         out_linear = _fast.submodule(self, "out_linear")
         if rec is not None:  # attention.steps: the input and projection of the next record
             rec.note_module(x, out_linear.weight, out_linear.bias)

@@ -46,6 +46,12 @@ class StepRecord:
     x: Tensor | None = None
     out_weight: Tensor | None = None
     out_bias: Tensor | None = None
+    #: rotary positions: q and k before their rotation, and the rotation's base (None: none)
+    q_before: Tensor | None = None
+    k_before: Tensor | None = None
+    theta: float | None = None
+    #: the local window the band bias holds (None: every key)
+    window: int | None = None
 
 
 @dataclass
@@ -55,15 +61,26 @@ class StepRecorder:
     records: list[StepRecord] = field(default_factory=list)
     parent: StepRecorder | None = None  # an enclosing block sees the inner block's records
     _module: tuple[Tensor, Tensor, Tensor | None] | None = None
+    _positions: tuple[Tensor, Tensor, float | None, int | None] | None = None
 
     def note_module(self, x: Tensor, out_weight: Tensor, out_bias: Tensor | None) -> None:
         """The calling module's input and output projection, for the next record."""
         self._module = (x, out_weight, out_bias)
 
+    def note_positions(
+        self, q: Tensor, k: Tensor, theta: float | None, window: int | None
+    ) -> None:
+        """The calling module's q and k before their rotation, its rotary base and window,
+        for the next record."""
+        self._positions = (q, k, theta, window)
+
     def add(self, record: StepRecord) -> None:
         if self._module is not None:
             record.x, record.out_weight, record.out_bias = self._module
             self._module = None
+        if self._positions is not None:
+            record.q_before, record.k_before, record.theta, record.window = self._positions
+            self._positions = None
         self.records.append(record)
         if self.parent is not None:
             self.parent.records.append(record)

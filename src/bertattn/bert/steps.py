@@ -7,6 +7,7 @@ one head and one query row. Shapes (L tokens, D head size, E hidden size)::
     x (E,)  q (D,)  k (L, D)  v (L, D)  scores (L,)  scaled (L,)  bias (L,)  weights (L,)
     weighted_v (L, D)  context (D,)  output_share (E,)  output (E,)
     position_bias (L,) | None: MPNet's relative position bias, its own step (None for BERT)
+    q_before (D,) | None, k_before (L, D) | None: before the rotation (rotary models only)
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class AttentionSteps:
         position_bias: MPNet's relative position bias per key, ``(L,)``: its table's entry for
             this head and the bucket of ``key - query`` (:mod:`bertattn.blocks.relative`), added
             to the scaled scores in every layer; None for a model without one (BERT).
+        q_before, k_before: a rotary model's query and keys before their rotation (``q`` and
+            ``k`` are after it); None for a model without rotary positions.
+        theta: the rotation's base (None: no rotation); window: the layer's local window
+            (query i sees key j when ``|i - j| <= window``; None: every key).
     """
 
     tokens: list[str]
@@ -61,6 +66,10 @@ class AttentionSteps:
     output_share: Tensor
     output: Tensor
     position_bias: Tensor | None = None
+    q_before: Tensor | None = None
+    k_before: Tensor | None = None
+    theta: float | None = None
+    window: int | None = None
 
     @property
     def head_dim(self) -> int:
@@ -85,12 +94,36 @@ class AttentionSteps:
         shares = self.shares()
         for j, tok in enumerate(self.tokens):
             mask = "0" if self.bias[j] == 0 else ("-inf" if self.bias[j] < -1e30 else "bias")
+            if self.window is not None and abs(j - self.query) > self.window:
+                mask = "win"  # outside the local window
             rel = f"{float(pos[j]):>8.3f}" if pos is not None else f"{'':>8}"
             lines.append(
                 f"{j:>4}  {tok[:15]:<16}{float(self.scores[j]):>10.3f}{float(self.scaled[j]):>9.3f}"
                 f"{rel}{mask:>7}{float(self.weights[j]):>9.4f}{float(shares[j]):>8.1%}"
             )
+        if self.window is not None:
+            lines.append(
+                f"(win: -inf, outside the local window |j - {self.query}| <= {self.window}; "
+                f"局部窗口之外)"
+            )
         return "\n".join(lines)
+
+    def _rotation_lines(self, j: int) -> list[str]:
+        """The rotation step, for a rotary model: how q and k were turned, one pair shown."""
+        if self.theta is None or self.q_before is None or self.k_before is None:
+            return []
+        d, i = self.head_dim, self.query
+        angle = i * self.theta ** (-2 * 0 / d)  # pair 0 turns by the position itself
+        a, b = float(self.q_before[0]), float(self.q_before[d // 2])
+        before = float(self.q_before @ self.k_before[j])
+        return [
+            f"  rotate    = q and k turned pair by pair (i, i + d_k/2) by angle "
+            f"position · θ^(-2i/d_k), θ = {self.theta:g}   (旋转位置编码：按位置旋转 q 和 k)",
+            f"              q's pair 0 at position {i}: ({a:.3f}, {b:.3f}) turned by "
+            f"{angle:.3f} rad -> ({float(self.q[0]):.3f}, {float(self.q[d // 2]):.3f})",
+            f"              q · k_{j} before the rotation {before:.3f}, after "
+            f"{float(self.scores[j]):.3f}: the score now depends on {i} - {j}",
+        ]
 
     def formula(self) -> str:
         """The article's formula with this row's numbers filled in (the top key shown)."""
@@ -110,13 +143,19 @@ class AttentionSteps:
             "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + "
             + ("position + " if pos is not None else "")
             + "mask) · V",
+            *self._rotation_lines(j),
             f"  scores    = q · k_j                 e.g. q · k_{j} ({self.tokens[j]!r}) = "
             f"{float(self.scores[j]):.3f}",
             f"  scaled    = scores / √{d} = scores / {math.sqrt(d):.3f}   -> "
             f"{float(self.scaled[j]):.3f}",
             *relative,
-            f"  mask      = 0 for real tokens, -inf for padding            -> "
-            f"{float(self.bias[j]):.0f}",
+            (
+                f"  mask      = 0 for real tokens with |j - {self.query}| <= {self.window}, -inf "
+                f"outside the window and for padding (局部注意力) -> {float(self.bias[j]):.0f}"
+                if self.window is not None
+                else f"  mask      = 0 for real tokens, -inf for padding            -> "
+                f"{float(self.bias[j]):.0f}"
+            ),
             f"  weights_j = exp(s_j - max s) / Σ_i exp(s_i - max s) = "
             f"{top:.4f} / {total:.4f} = {float(self.weights[j]):.4f}",
             f"  context   = Σ_j weights_j · v_j      (|context| = {float(self.context.norm()):.3f},"
@@ -259,4 +298,8 @@ def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:
         context=context,
         output_share=w_out[:, sl] @ context,
         output=output,
+        q_before=None if r.q_before is None else r.q_before[0, head, i].to("cpu", f32),
+        k_before=None if r.k_before is None else r.k_before[0, head].to("cpu", f32),
+        theta=r.theta,
+        window=r.window,
     )
