@@ -221,3 +221,23 @@ def test_bad_arguments_are_refused(m3):
         ValueError, match=r"pooling_method 'last_token' is not supported; use one of 'cls', 'mean'"
     ):
         M3Encoder("unused", pooling_method="last_token")
+
+
+def test_truncate_dim_and_query_corpus_lengths(folder, oracle, mkl_products):
+    """FlagEmbedding's truncate_dim: the first dimensions of dense and ColBERT, then normalized;
+    encode_queries / encode_corpus cut at query_max_length / passage_max_length."""
+    m3 = M3Encoder(folder, truncate_dim=8, query_max_length=5, passage_max_length=9, threads=1)
+    out = m3.encode(TEXTS[:2], return_colbert_vecs=True)
+    for i, text in enumerate(TEXTS[:2]):
+        want = oracle(text, max_length=9)  # encode's default: passage_max_length
+        full_dense = want["dense"]  # normalized over 32 dims; truncation renormalizes its 8
+        np.testing.assert_allclose(
+            out["dense_vecs"][i], full_dense[:8] / np.linalg.norm(full_dense[:8]), atol=1e-5
+        )
+        # colbert: colbert_linear(h)[:8] normalized (renormalizing the normalized rows is the same)
+        cut = want["colbert"][:, :8]
+        np.testing.assert_allclose(
+            out["colbert_vecs"][i], cut / np.linalg.norm(cut, axis=1, keepdims=True), atol=1e-5
+        )
+    assert m3.encode_queries(TEXTS[0], return_colbert_vecs=True)["colbert_vecs"].shape == (4, 8)
+    assert m3.encode_corpus(TEXTS[0], return_colbert_vecs=True)["colbert_vecs"].shape == (8, 8)
