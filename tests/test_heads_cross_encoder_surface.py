@@ -115,3 +115,16 @@ def test_sentence_transformers_reranking_evaluator_runs_on_it(pair):
     assert got.keys() == want.keys()
     assert got == pytest.approx(want, abs=1e-6)
     assert ours.model_card_data.runs[-1][:2] == ("tiny", got)
+
+
+def test_settings_read_as_sentence_transformers_names_them(pair):
+    ours, theirs = pair
+    assert ours.max_seq_length == theirs.max_length == ours.get_max_seq_length()
+    assert ours.dtype == torch.float32
+    assert type(ours.get_default_activation_fn()) is type(theirs.get_default_activation_fn())
+    before = ours.max_seq_length
+    try:
+        ours.max_seq_length = 16
+        assert ours.max_length == 16
+    finally:
+        ours.max_seq_length = before

@@ -157,7 +157,7 @@ def test_a_model_without_an_mlm_head_is_refused(tiny_checkpoint, splade_dir, tmp
     modules = json.loads((folder / "modules.json").read_text())
     modules[1]["type"] = "sentence_transformers.sparse_encoder.modules.SparseAutoEncoder"
     (folder / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(ModelFolderError, match="entry 1.*SparseAutoEncoder.*not part of a SPLADE"):
+    with pytest.raises(ModelFolderError, match="entry 1.*SparseAutoEncoder: CSR .* is not SPLADE"):
         SparseEncoder(folder)
 
 

@@ -7,6 +7,7 @@ of a large input is one batch's dense rows, not the input's)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -160,3 +161,39 @@ def test_rows_are_made_sparse_batch_by_batch(splade_dir):
     dense = n * vocab * 4  # the (N, V) float32 rows stacked before they were made sparse
     mib = 2**20
     assert grew < dense / 3, f"peak grew {grew / mib:.0f} MiB; (N, V) dense: {dense / mib:.0f}"
+
+
+def test_settings_read_as_sentence_transformers_names_them(pair):
+    ours, theirs = pair
+    assert ours.max_seq_length == theirs.max_seq_length == ours.get_max_seq_length()
+    width = theirs.encode(["a text"]).shape[1]
+    assert ours.get_sentence_embedding_dimension() == ours.get_embedding_dimension() == width
+    assert tuple(ours.SUPPORTED_SIMILARITY_FN_NAMES) == tuple(theirs.SUPPORTED_SIMILARITY_FN_NAMES)
+    assert ours.dtype == torch.float32
+
+
+_ST = "sentence_transformers."
+_CSR = [
+    f"{_ST}base.modules.Transformer",
+    f"{_ST}sentence_transformer.modules.Pooling",
+    f"{_ST}sparse_encoder.modules.SparseAutoEncoder",
+]
+_INFERENCE_FREE = [f"{_ST}base.modules.Router"]
+
+
+@pytest.mark.parametrize(
+    ("types", "named"),
+    [
+        (_CSR, r"entry 2 is sentence_transformers\..*\.SparseAutoEncoder: CSR \(a"),
+        (_INFERENCE_FREE, r"entry 0 is sentence_transformers\.base\.modules\.Router: inference"),
+    ],
+    ids=["csr", "inference-free"],
+)  # fmt: skip
+def test_sparse_architectures_that_are_not_splade_are_refused_by_name(tmp_path, types, named):
+    from bertattn.errors import ModelFolderError
+
+    modules = [{"idx": i, "name": str(i), "path": "", "type": t} for i, t in enumerate(types)]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ModelFolderError, match=named) as info:
+        SparseEncoder(tmp_path)
+    assert "load it with sentence-transformers' SparseEncoder" in str(info.value)

@@ -246,7 +246,31 @@ class CrossEncoder:
 
     @property
     def device(self) -> torch.device:
+        """Where the model runs."""
         return self.bert.device
+
+    @property
+    def max_seq_length(self) -> int:
+        """:attr:`max_length` under sentence-transformers' other name (settable)."""
+        return self.bert.max_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self.bert.max_seq_length = check_int(value, "max_seq_length", low=3)  # type: ignore[assignment]
+
+    def get_max_seq_length(self) -> int:
+        """:attr:`max_seq_length` (sentence-transformers' accessor)."""
+        return self.max_seq_length
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The encoder's compute dtype."""
+        return self.bert.model.dtype
+
+    def get_default_activation_fn(self) -> torch.nn.Module:
+        """The activation the folder names, else ``nn.Sigmoid()`` for one label and
+        ``nn.Identity()`` for several (a new module; :attr:`activation_fn` is the one used)."""
+        return self.head.default_activation()
 
     def __repr__(self) -> str:
         return (

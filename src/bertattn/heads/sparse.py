@@ -126,6 +126,27 @@ class SparseEncoder:
         """Where the model runs."""
         return self.bert.device
 
+    #: the similarity functions :attr:`similarity_fn_name` takes
+    SUPPORTED_SIMILARITY_FN_NAMES = SIMILARITY_FN_NAMES
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens per text, specials included (settable), as sentence-transformers'."""
+        return self.bert.max_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self.bert.max_seq_length = check_int(value, "max_seq_length", low=3)  # type: ignore[assignment]
+
+    def get_max_seq_length(self) -> int:
+        """:attr:`max_seq_length` (sentence-transformers' accessor)."""
+        return self.max_seq_length
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The encoder's compute dtype."""
+        return self.bert.model.dtype
+
     @property
     def similarity_fn_name(self) -> str:
         """The function of :meth:`similarity` and :meth:`similarity_pairwise`: ``"dot"``
@@ -156,6 +177,10 @@ class SparseEncoder:
 
     def get_embedding_dimension(self) -> int:
         """The rows' width: the vocabulary size."""
+        return self.vocab_size
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """:meth:`get_embedding_dimension` under sentence-transformers' older name."""
         return self.vocab_size
 
     def __repr__(self) -> str:
@@ -228,13 +253,15 @@ class SparseEncoder:
         inputs = [text + t for t in texts] if text else texts
         vocab = self.vocab_size
 
-        def finish(rows: Tensor) -> list[Tensor]:
-            """One batch's ``(B, V)`` dense rows, cut to ``keep`` and made sparse at once."""
+        def finish(rows: Tensor) -> list[Any]:
+            """One batch's ``(B, V)`` dense rows, cut to ``keep`` and kept as each row's
+            non-zeros at once (views of two arrays per batch: few allocations between the
+            batches' dense buffers, which the allocator can then reuse)."""
             if keep is not None:
                 rows = _keep_largest(rows, keep)
             if not convert_to_sparse_tensor:
                 return list(rows)
-            return [row.to_sparse() for row in rows]
+            return _row_nonzeros(rows.numpy())
 
         if inputs:
             encodings = self.bert.tokenizer.encode_batch(inputs, max_length=self.bert.max_length)
@@ -244,12 +271,15 @@ class SparseEncoder:
             )  # fmt: skip
         else:
             rows = []
+        if not convert_to_sparse_tensor:
+            if not convert_to_tensor:
+                return rows[0] if single else rows
+            dense = torch.stack(rows) if rows else torch.zeros((0, vocab))
+            return dense[0] if single else dense
         if not convert_to_tensor:
-            return rows[0] if single else rows
-        if convert_to_sparse_tensor:
-            out = _stack_sparse(rows, vocab)
-        else:
-            out = torch.stack(rows) if rows else torch.zeros((0, vocab))
+            listed = [_sparse_row(cols, values, vocab) for cols, values in rows]
+            return listed[0] if single else listed
+        out = _stack_sparse(rows, vocab)
         return out[0] if single else out
 
     def encode_query(self, sentences: str | Sequence[str], **kwargs: Any) -> Tensor | list[Tensor]:
@@ -399,21 +429,35 @@ def _texts(sentences: object) -> tuple[list[str], bool]:
     return texts, False
 
 
-def _stack_sparse(rows: list[Tensor], vocab: int) -> Tensor:
-    """``(N, V)`` sparse COO tensor of ``N`` sparse ``(V,)`` rows (no dense ``(N, V)``)."""
+def _row_nonzeros(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each ``(V,)`` row of ``(B, V)`` as ``(columns, values)`` of its non-zeros (views)."""
+    r, c = np.nonzero(rows)
+    values = rows[r, c]
+    bounds = np.searchsorted(r, np.arange(rows.shape[0] + 1))
+    return [(c[a:b], values[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _sparse_row(cols: np.ndarray, values: np.ndarray, vocab: int) -> Tensor:
+    """One ``(V,)`` sparse COO row of its non-zeros."""
+    index = torch.from_numpy(cols.astype(np.int64))[None]
+    return torch.sparse_coo_tensor(
+        index, torch.from_numpy(values.copy()), (vocab,), check_invariants=False
+    ).coalesce()
+
+
+def _stack_sparse(rows: list[tuple[np.ndarray, np.ndarray]], vocab: int) -> Tensor:
+    """``(N, V)`` sparse COO tensor of each row's ``(columns, values)`` (no dense ``(N, V)``)."""
     if not rows:
         return torch.zeros((0, vocab)).to_sparse()
-    cols = [r.coalesce() for r in rows]
-    index = torch.cat(
-        [
-            torch.stack([torch.full((c.indices().shape[1],), i, dtype=torch.long), c.indices()[0]])
-            for i, c in enumerate(cols)
-        ],
-        dim=1,
-    )  # (2, nnz)
-    values = torch.cat([c.values() for c in cols])
+    counts = [len(c) for c, _ in rows]
+    which = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    cols = np.concatenate([c for c, _ in rows]).astype(np.int64)
+    values = np.concatenate([v for _, v in rows])
+    index = torch.from_numpy(np.stack([which, cols]))  # (2, nnz)
     shape = (len(rows), vocab)
-    return torch.sparse_coo_tensor(index, values, shape, check_invariants=False).coalesce()
+    return torch.sparse_coo_tensor(
+        index, torch.from_numpy(values), shape, check_invariants=False
+    ).coalesce()
 
 
 def _keep_largest(rows: Tensor, k: int) -> Tensor:

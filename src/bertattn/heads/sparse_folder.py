@@ -93,6 +93,38 @@ def _read_pooling(path: Path, root: Path) -> SparseSettings:
     return SparseSettings(pooling, act, _read_similarity(root))
 
 
+#: sparse architectures sentence-transformers' SparseEncoder also loads, which are not SPLADE:
+#: a module type's last part -> the refusal
+_OTHER_SPARSE = {
+    "SparseAutoEncoder": (
+        "CSR (a SparseAutoEncoder over a dense model's pooled embedding) is not SPLADE: bertattn "
+        "runs SPLADE only (a masked-LM head over every token, then SpladePooling)"
+    ),
+    "Router": (
+        "inference-free SPLADE (a Router sending queries to SparseStaticEmbedding, documents to "
+        "the MLM transformer) is not run by bertattn: it runs SPLADE with one encoder for both"
+    ),
+    "SparseStaticEmbedding": (
+        "inference-free SPLADE (SparseStaticEmbedding: queries weighted without an encoder) is "
+        "not run by bertattn: it runs SPLADE with one encoder for both"
+    ),
+}
+
+
+def _refuse_other_sparse(modules: Path, data: object) -> None:
+    """A sparse architecture that is not SPLADE (CSR, inference-free SPLADE) refused by name."""
+    if not isinstance(data, list):
+        return
+    for i, entry in enumerate(data):
+        kind = str(entry.get("type", "")) if isinstance(entry, dict) else ""
+        why = _OTHER_SPARSE.get(kind.rsplit(".", 1)[-1])
+        if why is not None:
+            raise ModelFolderError(
+                f"{modules}: entry {i} is {kind[:120]}: {why}; load it with "
+                f"sentence-transformers' SparseEncoder."
+            )
+
+
 def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSettings]:
     """The encoder's :class:`ModelFolder` and the SPLADE settings of ``path`` (a folder or a
     cached hub name)."""
@@ -104,6 +136,7 @@ def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSett
         folder = read_model_folder(root, name=str(path))
         return folder, SparseSettings(similarity_fn_name=_read_similarity(root))
     data = read_json(modules)
+    _refuse_other_sparse(modules, data)
     if not isinstance(data, list) or len(data) != 2 or not all(isinstance(m, dict) for m in data):
         raise ModelFolderError(
             f"{modules}: a SPLADE model has two modules (the MLM transformer, then "
