@@ -90,7 +90,8 @@ def test_the_model_matches_transformers_on_either_library(fresh, tiny_checkpoint
     ],
 )
 def test_auto_chooses_from_the_cpu_without_timing(fresh, vendor, flags, expected, said):
-    """The same choice in every process on a machine, whatever its load: nothing is timed."""
+    """With the probes off (as in this suite) the CPU's rule: the same choice in every process
+    on a machine, whatever its load, and nothing is timed."""
     fresh.setattr(gemm, "cpu_vendor", lambda: vendor)
     fresh.setattr(gemm, "cpu_flags", lambda: set(flags))
 
@@ -192,7 +193,7 @@ def test_a_short_product_is_padded_to_a_kernel_it_shares(fresh):
 def test_a_bad_setting_says_what_it_takes(fresh):
     fresh.setenv(gemm.ENV, "blas")
     with pytest.raises(
-        ValueError, match=r"BERTATTN_CPU_GEMM='blas' is not one of auto, mkl, onednn, timed"
+        ValueError, match=r"BERTATTN_CPU_GEMM='blas' is not one of auto, rule, mkl, onednn, timed"
     ):
         gemm.choice()
 
