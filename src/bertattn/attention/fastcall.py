@@ -7,6 +7,13 @@ lookup in torch 2.13, and calling a module (``lin(x)``) a few more: at BERT's sm
 exactly that: a plain ``nn.Linear`` (not a subclass) with no hook of any kind, outside
 ``torch.jit`` tracing and ``torch.compile`` (which keep the module call, for scope names and
 guards). Anything else goes the ordinary way, so behaviour is unchanged.
+
+:func:`self_attention` is :class:`~bertattn.attention.MultiHeadAttention`'s whole call for its
+commonest case (self-attention in inference, no weights, at most a key padding mask, ``auto``
+choosing fused SDPA): the same ops on the same tensors as the general path, in the same order,
+without the steps that case does not need (the memo of checked cases, the rotary and window
+branches, a dozen arguments handed down two calls). At one module call of B=1, L=16, E=64 the
+general path's Python is about as long as its kernels. :data:`FAST_CALL` turns it off.
 """
 
 from __future__ import annotations
@@ -17,9 +24,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as _nn_module
 
+from . import backends as _backends
+from . import dispatch as _dispatch
 from . import prepack as _prepack
+from . import steps as _steps
+from .masks import prepare_mask
 
 __all__ = [
+    "FAST_CALL",
+    "self_attention",
     "submodule",
     "param",
     "hook_free",
@@ -33,6 +46,10 @@ __all__ = [
 ]
 
 _MISSING = object()
+
+#: :func:`self_attention` may answer a module call (False: every call takes the general path;
+#: tests and benchmarks compare the two)
+FAST_CALL = True
 
 
 def submodule(owner: nn.Module, name: str) -> nn.Module:
@@ -141,3 +158,84 @@ def dropout(mod: nn.Module, x: Tensor) -> Tensor:
     if type(mod) is nn.Dropout and not mod.training and 0.0 <= mod.p <= 1.0 and plain_call(mod):
         return x
     return mod(x)
+
+
+def self_attention(
+    mod: nn.Module, x: Tensor, key_padding_mask: Tensor | None
+) -> tuple[Tensor, None] | None:
+    """``mod(x, key_padding_mask=key_padding_mask, need_weights=False)`` for a
+    :class:`~bertattn.attention.MultiHeadAttention` ``mod``, computed as its general path
+    computes it, or None where this case is not the one handled here (the caller then takes
+    the general path, which also raises for wrong arguments).
+
+    Handled: :data:`FAST_CALL` on; ``mod`` in eval mode, without rotary positions or a window,
+    its q/k/v still in their fused storage; no autograd (``torch.no_grad`` or
+    ``torch.inference_mode``), no steps recording, no tracing, compiling or global module hook;
+    ``x`` a ``(B, L, E)`` tensor of the module's dtype, device and width; ``out_linear`` a plain
+    ``nn.Linear`` without hooks; ``auto`` (or ``"sdpa"``) running the registered fused SDPA.
+    The caller has checked that no ``mask``, ``key_value``, ``attn_bias`` or ``positions`` was
+    given and that ``need_weights`` is False. ``x``: ``(B, L, E)``; returns ``((B, L, E),
+    None)``."""
+    d = mod.__dict__
+    if (
+        not FAST_CALL
+        or d["training"]
+        or d["rotary_theta"] is not None
+        or d["window"] is not None
+        or torch.is_grad_enabled()
+        or _steps._open_blocks
+        or not isinstance(x, Tensor)
+        or x.dim() != 3
+    ):
+        return None
+    out_linear = d["_modules"].get("out_linear")
+    if type(out_linear) is not nn.Linear or not hook_free(out_linear) or not plain_context():
+        return None
+    params = out_linear._parameters
+    w_out, b_out = params["weight"], params["bias"]
+    b, length, e = x.shape
+    if (
+        e != d["embed_dim"]
+        or x.dtype != w_out.dtype  # type: ignore[union-attr]
+        or x.device != w_out.device  # type: ignore[union-attr]
+        or x.numel() == 0
+        or not mod._still_packed()  # type: ignore[operator]
+    ):
+        return None
+    requested = d["backend"]
+    name, reason = _dispatch.choose_backend(
+        requested,
+        need_weights=False,
+        device_type=x.device.type,
+        dtype=x.dtype,
+        key_len=length,
+        training=False,
+    )
+    spec = _backends.BACKENDS.get(name)
+    if name != "sdpa" or spec is None or spec.fn is not _backends.sdpa_attention:
+        return None
+    h = d["num_heads"]
+    if key_padding_mask is None:
+        bias = live = None
+    else:  # validated as the general path validates it (the same function)
+        prepared = prepare_mask(
+            None,
+            key_padding_mask,
+            None,
+            batch=b,
+            heads=h,
+            query_len=length,
+            key_len=length,
+            dtype=x.dtype,
+            device=x.device,
+        )
+        bias, live = prepared.bias, prepared.live_rows
+    qkv = _prepack.linear(x, d["_packed_weight"], d["_packed_bias"])  # (B, L, 3E)
+    q, k, v = qkv.view(b, length, 3, h, e // h).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, L, D)
+    context, _ = _backends.sdpa_attention(q, k, v, bias, dropout_p=0.0, need_weights=False)
+    if live is not None:  # rows with no key at all: zero context
+        context = context.masked_fill(~live, 0.0)
+    context = context.transpose(1, 2).reshape(b, length, e)  # merge heads: (B, L, E)
+    output = _prepack.linear(context, w_out, b_out)  # type: ignore[arg-type]
+    mod._record(requested, name, reason, q, False)  # type: ignore[operator]
+    return output, None

@@ -332,6 +332,16 @@ class MultiHeadAttention(nn.Module):
             ``(output, attention)``: output ``(B, Lq, E)``; attention ``(B, H, Lq, Lk)`` or
             None. A query row with no key to attend to gets zero weights and zero context.
         """
+        if (  # the commonest call, computed the same way with less Python (fastcall.py)
+            need_weights is False
+            and mask is None
+            and key_value is None
+            and attn_bias is None
+            and positions is None
+        ):
+            fast = _fast.self_attention(self, x, key_padding_mask)
+            if fast is not None:
+                return fast
         if not isinstance(x, Tensor):
             raise ArgumentTypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
         unbatched = x.dim() == 2
