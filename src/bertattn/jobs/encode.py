@@ -204,6 +204,25 @@ def check_paths(options: EncodeOptions) -> tuple[Path | None, Corpus | None]:
     return out, corpus
 
 
+def _check_max_length(options: EncodeOptions) -> None:
+    """``--max-length`` within the model's ``max_position_embeddings``, read from its
+    ``config.json`` before the input is read or the weights are loaded (a folder that cannot
+    be read is left for the loading to report)."""
+    if options.max_length is None:
+        return
+    from ..bert import resolve_model
+
+    try:
+        limit = resolve_model(options.model).config.max_position_embeddings
+    except (OSError, ValueError):
+        return
+    if options.max_length > limit:
+        raise UsageError(
+            f"--max-length {options.max_length} exceeds what the model takes "
+            f"(max_position_embeddings {limit}); use --max-length {limit} or less."
+        )
+
+
 def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
     """The model on ``device`` (a torch.device; None: the CPU)."""
     from ..bert import Bert
@@ -267,6 +286,8 @@ def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> Enco
         )
     if sparse:  # a SPLADE model: sparse rows (bertattn.jobs.heads), one process, JSON lines
         check_sparse_options(options)
+    else:
+        _check_max_length(options)
     out, corpus = check_paths(options)
     if sparse:
         return run_sparse_encode(options, out, *_read_input(options, corpus))

@@ -110,6 +110,51 @@ def _max_length(bert: Any, options: RerankOptions | PredictOptions) -> None:
         bert.max_seq_length = options.max_length
 
 
+def _record_line(source: str, index: int, field: str | None) -> str:
+    """Where record ``index`` (0-based, in input order) of ``source`` is: ``FILE: line N``
+    (read again: only an error asks), or ``<stdin>: record N`` for a stream read once."""
+    if is_stream(source):
+        name = "<stdin>" if str(source) == "-" else str(source)
+        return f"{name}: record {index + 1}"
+    from ..corpus import open_corpus
+
+    seen = 0
+    for src in open_corpus(source).files:
+        records = bool(src.jsonl or field is not None)  # JSON lines: blank lines are no record
+        with src.open_stream() as f:
+            for n_line, raw in enumerate(f, start=1):
+                if records and not raw.strip():
+                    continue
+                if seen == index:
+                    return f"{src.name}: line {n_line}"
+                seen += 1
+    return f"{source}: record {index + 1}"
+
+
+def _text_key(options: RerankOptions | PredictOptions) -> str:
+    """The JSON field the texts come from ("" for plain text lines)."""
+    return (options.field or "text") if _is_jsonl(str(options.input), options.field) else ""
+
+
+def _check_unicode(
+    options: RerankOptions | PredictOptions, texts: Sequence[str], what: str, key: str = ""
+) -> None:
+    """Refuse a text holding a lone surrogate (a ``\\ud800`` escape in a JSON line) before the
+    model loads, naming the file and line it came from (``ValueError``: exit 1)."""
+    from ..bert.tokenizer import InvalidTextError, check_unicode
+
+    try:
+        check_unicode(texts, what)
+    except InvalidTextError as exc:
+        where = _record_line(str(options.input), exc.index, options.field)
+        field = f"field {key!r}" if key else "the text"
+        raise ValueError(
+            f"{where}: {field} holds a lone surrogate (U+{ord(exc.char):04X}) at character "
+            f"{exc.position}: it is not valid Unicode (half of a UTF-16 pair, such as a lone "
+            f"\\u{ord(exc.char):04x} escape); fix that line where it was made, or drop it."
+        ) from None
+
+
 # ---------------------------------------------------------------------- output
 def jsonl_payload(rows: Iterable[object]) -> Callable[[BinaryIO], None]:
     """A writer of one JSON value a line (floats as Python's shortest repr: they read back
@@ -155,6 +200,8 @@ def run_rerank(options: RerankOptions) -> EncodeSummary:
     docs, ids = read_records(options.input, field=options.field, id_field=options.id_field)
     if not docs:
         raise _empty(options, "documents")
+    _check_query(options.query)
+    _check_unicode(options, docs, "documents", _text_key(options))
     from ..heads import CrossEncoder
 
     start = time.perf_counter()
@@ -175,6 +222,19 @@ def run_rerank(options: RerankOptions) -> EncodeSummary:
     return EncodeSummary(
         where, f"{len(docs)} documents ranked, {len(ranked)} written, in {seconds:.1f}s"
     )
+
+
+def _check_query(query: str) -> None:
+    """Refuse a query holding a lone surrogate (``UsageError``: it is an argument)."""
+    from ..bert.tokenizer import InvalidTextError, check_unicode
+
+    try:
+        check_unicode([query], "query")
+    except InvalidTextError as exc:
+        raise UsageError(
+            f"QUERY holds a lone surrogate (U+{ord(exc.char):04X}) at character {exc.position}: "
+            f"it is not valid Unicode; pass the query as UTF-8 text."
+        ) from None
 
 
 # ---------------------------------------------------------------------- predict
@@ -318,6 +378,10 @@ def run_predict(options: PredictOptions) -> EncodeSummary:
     items = read_pairs(options.input, field=options.field, task=task)
     if not items:
         raise _empty(options, "inputs")
+    texts = [x if isinstance(x, str) else x["text"] for x in items]
+    _check_unicode(options, texts, "inputs", _text_key(options))
+    pairs = [(x.get("text_pair") or "") if isinstance(x, dict) else "" for x in items]
+    _check_unicode(options, pairs, "inputs", "text_pair")
     from ..heads import pipeline
 
     start = time.perf_counter()
@@ -376,6 +440,15 @@ def check_sparse_options(options: EncodeOptions) -> None:
             f"--model {name} is a SPLADE (sparse) model, encoded in one process with its own "
             f"pooling; {what} applies to dense embeddings only: drop it, or pass --no-sparse."
         )
+    if options.max_length is not None:  # from the folder's config: before the model loads
+        from ..heads.sparse_folder import read_sparse_folder
+
+        limit = read_sparse_folder(name)[0].config.max_position_embeddings
+        if options.max_length > limit:
+            raise UsageError(
+                f"--max-length {options.max_length} exceeds what the model takes "
+                f"(max_position_embeddings {limit}); use --max-length {limit} or less."
+            )
 
 
 #: texts encoded at a time by a sparse run: its dense (texts x vocabulary) float32 rows are
@@ -414,13 +487,7 @@ def run_sparse_encode(
     start = time.perf_counter()
     load = {"dtype": options.dtype, "threads": options.threads}
     model = SparseEncoder(options.model, device=job_device(options.device), **load)
-    limit = model.bert.model.config.max_position_embeddings
-    if options.max_length is not None:
-        if options.max_length > limit:
-            raise UsageError(
-                f"--max-length {options.max_length} exceeds what the model takes "
-                f"(max_position_embeddings {limit}); use --max-length {limit} or less."
-            )
+    if options.max_length is not None:  # checked by check_sparse_options, before the input
         model.bert.max_seq_length = options.max_length
     rows: list[tuple[np.ndarray, np.ndarray]] = []
     for at in range(0, len(texts), SPARSE_BLOCK):
