@@ -23,7 +23,7 @@ from .app import ServeState
 
 logger = logging.getLogger("bertattn.serve")
 
-__all__ = ["DrainingServer", "listen"]
+__all__ = ["AcceptErrors", "DrainingServer", "listen"]
 
 DRAIN_LINGER = 1.0  # seconds the drain lasts at least (answering 503 + Connection: close)
 
@@ -45,6 +45,49 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: the message asyncio's accept loop reports running out of files (EMFILE / ENFILE) or memory
+_ACCEPT_OUT = "socket.accept() out of system resource"
+#: at most one such log line per this many seconds (with how many were left out)
+ACCEPT_LOG_EVERY = 60.0
+
+
+class AcceptErrors:
+    """The event loop's exception handler, for one case: ``accept()`` out of files or memory.
+    asyncio pauses accepting for a second on it, but reports it (with a traceback) once per
+    connection waiting in the backlog, each retry again: thousands a second under a low open-file
+    limit. This logs one line (at most one per :data:`ACCEPT_LOG_EVERY` seconds, counting the
+    ones left out) and leaves the pause to asyncio; any other error goes to the handler that was
+    there before (asyncio's default: logged with its traceback)."""
+
+    def __init__(self, previous: Any = None) -> None:
+        self.previous = previous
+        self.count = 0  # accept errors seen
+        self._logged_at: float | None = None
+        self._left_out = 0
+
+    def __call__(self, loop: Any, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if context.get("message") != _ACCEPT_OUT or not isinstance(exc, OSError):
+            if self.previous is not None:
+                self.previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        self.count += 1
+        now = time.monotonic()
+        if self._logged_at is not None and now - self._logged_at < ACCEPT_LOG_EVERY:
+            self._left_out += 1
+            return
+        more = f" ({self._left_out} more since the last such line)" if self._left_out else ""
+        logger.warning(
+            "cannot accept connections: %s; accepting is paused and retried every second. Raise "
+            "the open-file limit (ulimit -n) or lower --max-connections below it%s",
+            exc.strerror or exc,
+            more,
+        )
+        self._logged_at, self._left_out = now, 0
+
+
 class DrainingServer(uvicorn.Server):
     """``uvicorn.Server`` whose first SIGTERM / SIGINT drains (see the module docstring)."""
 
@@ -55,6 +98,15 @@ class DrainingServer(uvicorn.Server):
         self.signal: int | None = None
         self._drain_start = 0.0
         self.drained = True  # False: the drain timed out with requests in flight
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        #: accept() out of files: one line, not a traceback per waiting connection
+        self.accept_errors = AcceptErrors(loop.get_exception_handler())
+        loop.set_exception_handler(self.accept_errors)
+        await super().startup(sockets=sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
