@@ -163,3 +163,21 @@ def test_bad_options_are_refused_by_name() -> None:
         r(torch.randn(1, 3, 16), key_value=torch.randn(1, 4, 16))
     with pytest.raises(ValueError, match="positions must be an integer tensor"):
         r(torch.randn(1, 3, 16), positions=torch.arange(4))
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_a_long_padded_window_matches_the_reference(backend: str) -> None:
+    """sdpa skips the keys out of reach on a long padded batch (math masks them): both equal
+    the reference on the real tokens, and padding rows are never NaN."""
+    torch.manual_seed(5)
+    m = MultiHeadAttention(32, 4, dropout=0.0, backend=backend, rotary_theta=500.0, window=4)
+    m.eval()
+    x = torch.randn(2, 290, 32)
+    keep = torch.ones(2, 290, dtype=torch.bool)
+    keep[1, 60:] = False
+    with dispatch.explain() as ex:
+        out, _ = m(x, key_padding_mask=keep, need_weights=False)
+    torch.testing.assert_close(out[keep].double(), _reference(m, x, keep)[keep], rtol=0, atol=2e-6)
+    assert not torch.isnan(out).any()
+    how = "exploited" if backend == "sdpa" else "masked"
+    assert f"window 4: {how}" in str(ex)

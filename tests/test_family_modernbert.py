@@ -98,6 +98,24 @@ def test_inputs_far_longer_than_the_window(modernbert) -> None:
     assert not torch.allclose(_theirs(glob, ids, mask)[keep], want[keep], atol=1e-3)
 
 
+@pytest.mark.parametrize("lengths", [[400, 170, 9], [300]])
+def test_padded_sdpa_skips_the_keys_out_of_reach(modernbert, lengths) -> None:
+    """The padded path (sdpa) on inputs far past the window: blocked local attention with the
+    padding as a per-key bias, equal to transformers; a padding query with no key in reach
+    gets zeros, never NaN."""
+    folder, hf = modernbert
+    ids, mask = _batch(lengths, seed=3)
+    want = _theirs(hf, ids, mask)
+    ours = BertModel.from_pretrained(folder, backend="sdpa")
+    ours.chunk_tokens = 0
+    with torch.no_grad(), dispatch.explain() as ex:
+        got = ours(input_ids=ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
+    assert not torch.isnan(got).any()
+    assert "window 3: exploited (query blocks see only the keys in reach" in str(ex)
+
+
 def test_attention_weights_show_the_window(modernbert) -> None:
     folder, _ = modernbert
     ids, mask = _batch([20])

@@ -31,7 +31,7 @@ from .rotary import (
     rotation_for_positions,
 )
 from .steps import recorder as steps_recorder
-from .window import band_bias, check_window, window_pays
+from .window import WindowedMask, check_window, local_attention, window_pays
 
 __all__ = ["MultiHeadAttention"]
 
@@ -387,9 +387,11 @@ class MultiHeadAttention(nn.Module):
         spec = get_backend(name)
         rotation = self._rotation(x, key_value, positions, packed=spec.layout == "packed",
                                   key_padding_mask=key_padding_mask)  # fmt: skip
-        if self.window is not None and spec.layout != "packed":  # the band, as a bias
-            band = band_bias(q_len, k_len, self.window, dtype=x.dtype, device=x.device)
-            attn_bias = band if attn_bias is None else attn_bias + band
+        if self.window is not None and key_value is not None:
+            raise ValueError(
+                "a local window is for self-attention: key_value= cannot be given to a module "
+                "built with window=."
+            )
         if mask is None and key_padding_mask is None and attn_bias is None:
             prepared = _NO_MASK
         else:
@@ -404,6 +406,9 @@ class MultiHeadAttention(nn.Module):
                 dtype=x.dtype,
                 device=x.device,
             )
+        if self.window is not None and spec.layout != "packed":  # masked or exploited
+            prepared = WindowedMask(prepared, self.window, q_len, heads=self.num_heads,
+                                    dtype=x.dtype)  # fmt: skip
         if spec.layout == "packed":
             out, weights = self._forward_packed(
                 x,
@@ -427,7 +432,6 @@ class MultiHeadAttention(nn.Module):
                 compiling=compiling,
                 spec=spec,
                 rotation=rotation,
-                window=self.window,
             )
         if unbatched:
             out = out.squeeze(0)
@@ -504,13 +508,12 @@ class MultiHeadAttention(nn.Module):
     def attend(
         self,
         x: Tensor,
-        prepared: PreparedMask,
+        prepared: PreparedMask | WindowedMask,
         *,
         key_value: Tensor | None = None,
         need_weights: bool = False,
         backend: str | None = None,
         rotation: Rotation | None = None,
-        window: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The core of :meth:`forward` for callers that prepared the mask once (an encoder).
 
@@ -518,9 +521,10 @@ class MultiHeadAttention(nn.Module):
         :func:`bertattn.attention.masks.prepare_mask`. ``backend`` overrides ``self.backend``.
         A packed backend cannot run here (it needs :meth:`attend_packed`). ``rotation``: the
         rotary tables for the queries and keys (:mod:`.rotary`; computed once per forward by
-        the caller). ``window``: the local window the caller put into ``prepared`` as a band
-        bias (:func:`bertattn.attention.window.band_bias`); given here so that ``explain()``
-        says the window was masked.
+        the caller). A local window comes as ``prepared``, a
+        :class:`~bertattn.attention.window.WindowedMask`: ``sdpa`` skips the keys out of reach
+        on a sequence long enough for it to pay (exploited), ``math`` and the other backends
+        add the band to the mask (masked); ``explain()`` says which.
         """
         requested = self.backend if backend is None else backend
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
@@ -547,7 +551,6 @@ class MultiHeadAttention(nn.Module):
             reason,
             dropout_p,
             rotation=rotation,
-            window=window,
         )
 
     def _record(
@@ -592,8 +595,20 @@ class MultiHeadAttention(nn.Module):
         compiling: bool | None = None,
         spec: BackendSpec | None = None,
         rotation: Rotation | None = None,
-        window: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        window = None
+        exploit = False
+        if isinstance(prepared, WindowedMask):  # a local window: skip the keys, or mask them
+            windowed, window = prepared, prepared.window
+            key_bias = windowed.key_bias()
+            exploit = (
+                name == "sdpa"
+                and not need_weights
+                and key_bias is not False
+                and key_value is None
+                and window_pays(x.shape[1], window)
+            )
+            prepared = windowed.base if exploit else windowed.banded()
         if compiling is None:
             compiling = torch.compiler.is_compiling()
         if spec is None:
@@ -612,15 +627,26 @@ class MultiHeadAttention(nn.Module):
             q, k = apply_rotation(q, k, rotation)
             reason = f"{reason}; {rotation.describe()}"
         if window is not None:
-            reason = f"{reason}; window {window}: masked (a band bias, no work skipped)"
+            how = (
+                "exploited (query blocks see only the keys in reach; the rest skipped)"
+                if exploit
+                else "masked (a band bias, no work skipped)"
+            )
+            reason = f"{reason}; window {window}: {how}"
         if dropout_p is None:
             dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
         out_linear = _fast.submodule(self, "out_linear")
         if rec is not None:  # attention.steps: the input and projection of the next record
             rec.note_module(x, out_linear.weight, out_linear.bias)
-        context, weights = spec.fn(
-            q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights
-        )  # (B, H, Lq, D), (B, H, Lq, Lk) | None
+        if exploit:
+            context = local_attention(
+                q, k, v, window, dropout_p=dropout_p, key_bias=prepared.bias
+            )  # (B, H, Lq, D); a query with no key in reach: zeros
+            weights = None
+        else:
+            context, weights = spec.fn(
+                q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights
+            )  # (B, H, Lq, D), (B, H, Lq, Lk) | None
         live = prepared.live_rows
         if live is not None:  # rows with no key at all: zero weights, zero context
             context = context.masked_fill(~live, 0.0)

@@ -86,17 +86,30 @@ def rotate_half(x: Tensor) -> Tensor:
 def apply_rotation(q: Tensor, k: Tensor, rotation: Rotation) -> tuple[Tensor, Tensor]:
     """Queries and keys rotated by ``rotation`` (the same shapes and dtype as given).
 
-    The steps, for one pair of dimensions ``(a, b)`` at angle ``t``::
+    The steps, for one pair of dimensions ``(a, b) = (x_i, x_{i + D/2})`` at angle ``t``::
 
         a' = a cos t - b sin t
         b' = b cos t + a sin t
 
-    written for all pairs at once as ``x * cos + rotate_half(x) * sin`` in float32.
+    which is ``x * cos + rotate_half(x) * sin`` for all pairs at once, computed here on the two
+    halves directly (no ``rotate_half`` copy), in float32.
     """
-    cos, sin = rotation.cos, rotation.sin
+    half = rotation.cos.shape[-1] // 2
     out = []
     for t in (q, k):
-        x = t.to(torch.float32)
-        turned = x * cos + rotate_half(x) * sin  # the rotation, every pair at once
+        work = torch.float64 if t.dtype == torch.float64 else torch.float32
+        cos = rotation.cos[..., :half].to(work)  # each pair's angle once
+        sin = rotation.sin[..., :half].to(work)
+        x = t if t.dtype == work else t.to(work)
+        a, b = x[..., :half], x[..., half:]
+        if torch.is_grad_enabled() and x.requires_grad:  # the same, differentiable
+            turned = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+        else:  # into one buffer, no intermediate tensors
+            turned = torch.empty(x.shape, dtype=work, device=x.device)
+            first, second = turned[..., :half], turned[..., half:]
+            torch.mul(a, cos, out=first)
+            first.addcmul_(b, sin, value=-1.0)  # a' = a cos t - b sin t
+            torch.mul(b, cos, out=second)
+            second.addcmul_(a, sin)  # b' = b cos t + a sin t
         out.append(turned if turned.dtype == t.dtype else turned.to(t.dtype))
     return out[0], out[1]

@@ -18,7 +18,15 @@ from torch import Tensor
 
 from .masks import PreparedMask, prepare_mask, score_dtype
 
-__all__ = ["LOCAL_BLOCK", "band_bias", "banded", "check_window", "local_attention", "window_pays"]
+__all__ = [
+    "LOCAL_BLOCK",
+    "WindowedMask",
+    "band_bias",
+    "banded",
+    "check_window",
+    "local_attention",
+    "window_pays",
+]
 
 #: queries per block of :func:`local_attention`
 LOCAL_BLOCK = 128
@@ -69,13 +77,16 @@ def local_attention(
     *,
     dropout_p: float = 0.0,
     block: int = LOCAL_BLOCK,
+    key_bias: Tensor | None = None,
 ) -> Tensor:
-    """Exact banded attention of one sequence, with the work outside the band skipped.
+    """Exact banded attention, with the work outside the band skipped.
 
-    ``q, k, v``: ``(1, H, L, D)`` (rotated already, if the model rotates); returns the context
-    ``(1, H, L, D)``. Queries ``[s, e)`` attend to keys ``[s - window, e + window)`` (clipped
+    ``q, k, v``: ``(B, H, L, D)`` (rotated already, if the model rotates); returns the context
+    ``(B, H, L, D)``. Queries ``[s, e)`` attend to keys ``[s - window, e + window)`` (clipped
     to the sequence) with the band inside that tile as a bias: ``L * (block + 2 window)``
-    scores instead of ``L^2``.
+    scores instead of ``L^2``. ``key_bias``: an additive bias per key, ``(B|1, 1, 1, L)``
+    (a padded batch's padding, ``-inf`` at padding), added in every tile; a query whose tile
+    holds no key it may see (a padding position far past its row's end) gets a zero context.
     """
     length = q.shape[-2]
     out = torch.empty_like(q)
@@ -85,10 +96,49 @@ def local_attention(
         bias = band_bias(
             e - s, ke - ks, window, dtype=q.dtype, device=q.device, q_start=s, k_start=ks
         )
-        out[..., s:e, :] = F.scaled_dot_product_attention(
+        if key_bias is not None:
+            bias = bias + key_bias[..., ks:ke].to(q.dtype)  # (B|1, 1, e - s, ke - ks)
+        tile = F.scaled_dot_product_attention(
             q[..., s:e, :], k[..., ks:ke, :], v[..., ks:ke, :], attn_mask=bias, dropout_p=dropout_p
-        )
+        )  # (B, H, e - s, D)
+        if key_bias is not None:
+            dead = torch.isinf(bias).all(dim=-1, keepdim=True)  # rows with no key at all
+            tile = tile.masked_fill(dead, 0.0)
+        out[..., s:e, :] = tile
     return out
+
+
+class WindowedMask:
+    """A padded batch's mask with a local window, for :meth:`MultiHeadAttention.attend`: the
+    plain mask (``base``) for a kernel that skips the keys out of reach
+    (:func:`local_attention`), or the mask with the band added (:meth:`banded`, made on first
+    use and kept: every layer of the same window shares it) for one that masks."""
+
+    def __init__(
+        self, base: PreparedMask, window: int, length: int, *, heads: int, dtype: torch.dtype
+    ) -> None:
+        self.base, self.window, self.length = base, window, length
+        self.heads, self.dtype = heads, dtype
+        self._banded: PreparedMask | None = None
+
+    def banded(self) -> PreparedMask:
+        if self._banded is None:
+            self._banded = banded(
+                self.base, self.window, self.length, heads=self.heads, dtype=self.dtype
+            )
+        return self._banded
+
+    def key_bias(self) -> Tensor | None | bool:
+        """The base mask as a bias per key ``(B|1, 1, 1, L)`` (None: nothing masked), or False
+        when it is not one (a mask per query too: only :meth:`banded` can carry it)."""
+        bias = self.base.bias
+        if bias is None:
+            return None if self.base.live_rows is None else False
+        if bias.dim() == 4 and bias.shape[1] == 1 and bias.shape[2] == 1:
+            return bias
+        if bias.dim() == 2 and bias.shape[0] == 1:
+            return bias.view(1, 1, 1, -1)
+        return False
 
 
 def banded(

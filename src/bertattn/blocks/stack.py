@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ..attention import PreparedMask, get_backend
 from ..attention.padding import PackedBatch
-from ..attention.window import banded
+from ..attention.window import WindowedMask
 from .block import EncoderBlock
 from .rotary import LayerKind, RotaryTables, packed_positions
 
@@ -60,14 +60,13 @@ class RotaryEncoder(nn.Module):
         the layers in ``output_attentions`` (None for the others)."""
         length = hidden.shape[1]
         rotations = self.tables.padded(self.kinds, length, hidden.device)
-        masks: dict[int | None, PreparedMask] = {None: mask}
+        masks: dict[int | None, PreparedMask | WindowedMask] = {None: mask}
         heads = self.layers[0].attn.num_heads if len(self.layers) else 1
         attentions: list[Tensor | None] = []
         for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
             if kind.window is not None and kind.window not in masks:  # once per window size
-                masks[kind.window] = banded(
-                    mask, kind.window, length, heads=heads, dtype=layer.attn.out_linear.weight.dtype
-                )
+                cd = layer.attn.out_linear.weight.dtype
+                masks[kind.window] = WindowedMask(mask, kind.window, length, heads=heads, dtype=cd)
             prepared = masks[kind.window]
             rotation = rotations.get(kind.theta)
             want = i in output_attentions
@@ -75,9 +74,7 @@ class RotaryEncoder(nn.Module):
 
             def attend(x: Tensor, layer=layer, prepared=prepared, rotation=rotation, want=want,
                        kind=kind, got=got) -> Tensor:  # fmt: skip
-                out, weights = layer.attn.attend(
-                    x, prepared, need_weights=want, rotation=rotation, window=kind.window
-                )
+                out, weights = layer.attn.attend(x, prepared, need_weights=want, rotation=rotation)
                 got[0] = weights
                 return out
 

@@ -1,0 +1,245 @@
+"""The modern encoders at base size: bertattn ``Bert.encode`` against transformers' native classes
+(sdpa) and OpenVINO f32 (the ONNX export of the same folder; optional: ``pip install -r
+requirements-bench.txt``), fp32, peers in the same run, interleaved, medians; and ModernBERT's
+long inputs layer kind by layer kind.
+
+    python -m benchmarks.modern [--family modernbert,gte,nomic_bert] [--short 128]
+                                [--passages 16] [--long 8192] [--lengths 1024,2048,4096,8192]
+                                [--repeats 3] [--no-openvino]
+
+No base-size checkpoint of these architectures is installable here, so each is random weights
+(seeded) at its released base size, saved by transformers (ModernBERT-base: 22 layers, 768 wide,
+12 heads, GeGLU 1152, a global layer every 3, window 128; GTE-base and NomicBERT: 12 layers,
+768, 3072), with all-MiniLM-L6-v2's WordPiece tokenizer (30,522 tokens; the work per token is
+the real models' but for the embedding lookup).
+
+Scenarios: short texts (standard-library docstring openings), passages (whole docstrings cut at
+512 tokens), and for ModernBERT one document of ``--long`` tokens. Targets (issue 42):
+ModernBERT >= 1.5x transformers and >= 1.2x OpenVINO f32 at every length; GTE and NomicBERT
+>= 1.3x transformers on short texts and passages.
+
+The long-input table: one sequence of L tokens through bertattn's encoder (packed: the local
+layers skip the keys out of their window) with each layer timed on its own, summed per layer
+kind (global / local), and the process's peak resident memory for that L (each L in a fresh
+child process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertattn import Bert
+from bertattn.bench import environment, interleaved_medians
+from bertattn.bert.pipeline import default_model_dir
+
+from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
+from .openvino_peer import openvino_encoders
+
+BASE = {
+    "modernbert": ("ModernBertModel", "ModernBertConfig", dict(
+        hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+        local_attention=128, global_attn_every_n_layers=3, max_position_embeddings=8192,
+        pad_token_id=0, cls_token_id=101, sep_token_id=102, bos_token_id=101, eos_token_id=102,
+    )),
+    "gte": ("GteModel", "GteConfig", dict(
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=8192, pad_token_id=0, type_vocab_size=2,
+    )),
+    "nomic_bert": ("NomicBertModel", "NomicBertConfig", dict(
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=8192, pad_token_id=0,
+    )),
+}  # fmt: skip
+TARGETS = {
+    "modernbert": {"transformers sdpa": 1.5, "openvino f32": 1.2},
+    "gte": {"transformers sdpa": 1.3},
+    "nomic_bert": {"transformers sdpa": 1.3},
+}
+
+
+def make_folder(family: str, root: Path) -> Path:
+    """A random base-size folder of ``family`` with MiniLM's tokenizer (seeded)."""
+    import transformers
+
+    model_name, config_name, sizes = BASE[family]
+    config = getattr(transformers, config_name)(vocab_size=30522, **sizes)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(config).eval()
+    folder = root / family
+    model.save_pretrained(folder)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(default_model_dir() / name, folder / name)
+    return folder
+
+
+def transformers_encoder(folder: Path, max_length: int) -> Callable[[list[str]], np.ndarray]:
+    """transformers' native class (sdpa), length-sorted batches of 32, mean pooling, L2."""
+    import transformers
+
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
+        with torch.inference_mode():
+            for s in range(0, len(order), 32):
+                idx = order[s : s + 32]
+                batch = tok([texts[i] for i in idx], padding=True, truncation=True,
+                            max_length=max_length, return_tensors="pt")  # fmt: skip
+                batch.pop("token_type_ids", None)
+                hidden = model(**batch).last_hidden_state
+                m = batch["attention_mask"][:, :, None].float()
+                emb = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                out[idx] = torch.nn.functional.normalize(emb, dim=-1).numpy()
+        return out
+
+    return encode
+
+
+def bertattn_encoder(folder: Path, max_length: int) -> Callable[[list[str]], np.ndarray]:
+    bert = Bert.load(folder)
+    return lambda texts: bert.encode(
+        texts, batch_size=32, pooling="mean", normalize=True, max_length=max_length
+    )
+
+
+def _speeds(encoders: dict, texts: list[str], repeats: int) -> dict[str, float]:
+    timer = interleaved_medians({k: (lambda f=f: f(texts)) for k, f in encoders.items()},
+                                repeats=repeats, warmup=1)  # fmt: skip
+    return {k: len(texts) / timer.median(k) for k in encoders}
+
+
+def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
+    """Texts/s of every peer per scenario, with bertattn's ratios and the cosine to
+    transformers."""
+    short = stdlib_docstring_corpus(args.short)
+    passages = stdlib_paragraph_corpus(args.passages)
+    scenarios = [("short texts", short, 256), ("512-token passages", passages, 512)]
+    if family == "modernbert" and args.long:
+        doc = " ".join(stdlib_paragraph_corpus(400))
+        scenarios.append((f"one {args.long}-token document", [doc], args.long))
+    rows = []
+    for name, texts, length in scenarios:
+        encoders = {
+            "bertattn": bertattn_encoder(folder, length),
+            "transformers sdpa": transformers_encoder(folder, length),
+        }
+        if args.openvino:
+            tok = Bert.load(folder).tokenizer
+            ov, _, why = openvino_encoders(folder, tok, ("f32",), max_length=length)
+            encoders.update(ov)
+            if why:
+                print(why)
+        want = encoders["transformers sdpa"](texts)
+        cos = {k: float((f(texts) * want).sum(1).min()) for k, f in encoders.items()}
+        speed = _speeds(encoders, texts, args.repeats if len(texts) > 1 else 1)
+        rows.append({"family": family, "scenario": name, "speed": speed, "min_cosine": cos})
+    return rows
+
+
+def layer_kinds(folder: Path, length: int) -> dict[str, object]:
+    """One sequence of ``length`` tokens: seconds per layer kind (each layer timed on its own,
+    packed) and this process's peak RSS."""
+    model = Bert.load(folder).model
+    kinds = model.encoder.kinds
+    spent = {"global": 0.0, "local": 0.0}
+    started: dict[int, float] = {}
+
+    def before(i: int) -> Callable[..., None]:
+        return lambda mod, inp: started.__setitem__(i, time.perf_counter())
+
+    def after(i: int) -> Callable[..., None]:
+        kind = "local" if kinds[i].window is not None else "global"
+        return lambda mod, inp, out: spent.__setitem__(
+            kind, spent[kind] + time.perf_counter() - started[i]
+        )
+
+    for i, layer in enumerate(model.encoder.layers):
+        layer.register_forward_pre_hook(before(i))
+        layer.register_forward_hook(after(i))
+    ids = torch.randint(1000, 30000, (1, length))
+    mask = torch.ones_like(ids)
+    with torch.inference_mode():
+        model(ids, mask)  # warm
+        spent["global"] = spent["local"] = 0.0
+        t0 = time.perf_counter()
+        model(ids, mask)
+        total = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
+    n_local = sum(1 for k in kinds if k.window is not None)
+    return {
+        "length": length, "total_s": total, "global_s": spent["global"], "local_s": spent["local"],
+        "global_layers": len(kinds) - n_local, "local_layers": n_local, "peak_rss_mib": peak,
+    }  # fmt: skip
+
+
+def _print_rows(rows: list[dict]) -> None:
+    for row in rows:
+        fam, targets = row["family"], TARGETS[row["family"]]
+        ours = row["speed"]["bertattn"]
+        print(f"\n{fam}, {row['scenario']} (texts/s, median; min cosine to transformers)")
+        for peer, speed in row["speed"].items():
+            ratio = "" if peer == "bertattn" else f"  bertattn {ours / speed:.2f}x"
+            target = targets.get(peer)
+            verdict = ""
+            if target is not None:
+                verdict = f"  target {target}x: {'met' if ours / speed >= target else 'NOT met'}"
+            print(f"  {peer:<20}{speed:>9.2f}  cos {row['min_cosine'][peer]:.6f}{ratio}{verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--family", default="modernbert,gte,nomic_bert")
+    p.add_argument("--short", type=int, default=128)
+    p.add_argument("--passages", type=int, default=16)
+    p.add_argument("--long", type=int, default=8192)
+    p.add_argument("--lengths", default="1024,2048,4096,8192")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-openvino", dest="openvino", action="store_false")
+    p.add_argument("--layer-kinds", type=int, default=0, help=argparse.SUPPRESS)  # child mode
+    p.add_argument("--folder", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.layer_kinds:  # a child: one length, its own peak memory
+        print(json.dumps(layer_kinds(Path(args.folder), args.layer_kinds)))
+        return 0
+    print(json.dumps(environment(), indent=1))
+    with tempfile.TemporaryDirectory(prefix="bertattn-modern-") as tmp:
+        rows = []
+        for family in args.family.split(","):
+            folder = make_folder(family, Path(tmp))
+            rows += compare(family, folder, args)
+            _print_rows(rows[-3:] if family == "modernbert" else rows[-2:])
+            if family == "modernbert" and args.lengths:
+                print("\nModernBERT, one sequence, packed: seconds per layer kind, peak RSS")
+                print(f"{'L':>6}{'total s':>9}{'global s':>10}{'local s':>9}{'global %':>10}"
+                      f"{'peak MiB':>10}")  # fmt: skip
+                for length in [int(x) for x in args.lengths.split(",")]:
+                    out = subprocess.run(
+                        [sys.executable, "-m", "benchmarks.modern", "--layer-kinds",
+                         str(length), "--folder", str(folder)],
+                        capture_output=True, text=True, check=True,
+                    )  # fmt: skip
+                    r = json.loads(out.stdout.strip().splitlines()[-1])
+                    share = r["global_s"] / max(r["global_s"] + r["local_s"], 1e-9)
+                    layers = f"({r['global_layers']} global, {r['local_layers']} local layers)"
+                    print(f"{length:>6}{r['total_s']:>9.2f}{r['global_s']:>10.2f}"
+                          f"{r['local_s']:>9.2f}{share:>10.0%}{r['peak_rss_mib']:>10.0f}"
+                          f"   {layers}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
