@@ -150,6 +150,15 @@ def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def _peak_mib() -> float:
+    """This process's peak resident memory in MiB: VmHWM (reset by exec, unlike ru_maxrss,
+    which a child started from a large parent inherits)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def layer_kinds(folder: Path, length: int) -> dict[str, object]:
     """One sequence of ``length`` tokens: seconds per layer kind (each layer timed on its own,
     packed) and this process's peak RSS."""
@@ -178,7 +187,7 @@ def layer_kinds(folder: Path, length: int) -> dict[str, object]:
         t0 = time.perf_counter()
         model(ids, mask)
         total = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
+    peak = _peak_mib()
     n_local = sum(1 for k in kinds if k.window is not None)
     return {
         "length": length, "total_s": total, "global_s": spent["global"], "local_s": spent["local"],
