@@ -305,3 +305,62 @@ def test_get_model_converts_into_dest_as_the_library_does(cli, tmp_path, e5_fold
     ours, session = snapshot(dest), snapshot(e5_folder)
     assert ours.keys() == session.keys()
     assert [k for k in ours if ours[k] != session[k]] == []  # the conversion is deterministic
+
+
+# ---------------------------------------------------------------------- killed runs, bad dests
+def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(
+    cli, tmp_path, tiny_checkpoint, stub_converter
+):
+    """SIGKILL leaves the temporary folder (hundreds of MB); the next run for the same
+    destination removes it once its process is gone, and says so; a live run's is kept."""
+    import subprocess
+    import sys
+
+    parent = tmp_path / "models"
+    parent.mkdir()
+    dest = parent / NAME
+    host = multilingual_e5._HOST
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = parent / f".{NAME}.{host}-{int(gone.stdout)}-0badc0de.tmp"
+    (dead / "out").mkdir(parents=True)
+    (dead / "out" / "model.safetensors").write_bytes(b"x" * 1000)
+    live = parent / f".{NAME}.{host}-{os.getpid()}-00c0ffee.tmp"  # this process: alive
+    live.mkdir()
+    other = parent / f".other-model.{host}-{int(gone.stdout)}-0badc0de.tmp"  # not this dest
+    other.mkdir()
+    r = cli("get-model", NAME, "--dest", dest)
+    assert r.code == 0, r
+    assert f"removed {dead}, left by a run that was killed" in r.err
+    assert not dead.exists() and live.exists() and other.exists() and is_complete(dest)
+    assert sorted(p.name for p in parent.iterdir()) == sorted([NAME, live.name, other.name])
+
+
+def test_a_dest_in_a_folder_that_cannot_be_written_names_dest_and_the_fix(cli, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    dest = blocker / NAME  # its parent is a file: nothing can be written there
+    r = cli("get-model", NAME, "--dest", dest)
+    assert r.code == 2, r
+    line = one_error_line(r.err)
+    assert f"--dest {dest}: cannot write into {blocker}" in line
+    assert "give a --dest in a folder you can write" in line and ".tmp" not in line
+    assert blocker.read_text() == "not a folder"
+
+
+def test_a_write_that_fails_midway_names_dest_not_the_temporary(
+    cli, tmp_path, stub_converter, monkeypatch
+):
+    import errno
+
+    def full(src, dest, *, origin):  # type: ignore[no-untyped-def]
+        dest.mkdir()
+        raise OSError(errno.ENOSPC, "No space left on device", str(dest / "model.safetensors"))
+
+    monkeypatch.setattr(e5_folder_module, "write_folder", full)
+    dest = tmp_path / "models" / NAME
+    r = cli("get-model", NAME, "--dest", dest, "-q")
+    assert r.code == 1, r
+    line = one_error_line(r.err)
+    assert f"--dest {dest}: the model folder could not be written (No space left on device)" in line
+    assert ".tmp" not in line and [p.name for p in dest.parent.iterdir()] == []

