@@ -5,11 +5,15 @@ A BERT model takes at most ``max_length`` tokens; tokenizing a 10 MB text (1.7 M
 cut cannot change the tokens that are kept:
 
 * it cuts only where the pipeline is understood: a WordPiece model, a ``BertNormalizer`` (or
-  none) and a ``BertPreTokenizer``, so that every word is tokenized on its own and the
-  normalizer works character by character; another pipeline is tokenized whole, as before;
+  none) and a ``BertPreTokenizer`` (BERT); a byte-level BPE with GPT-2's pre-tokenizer regex
+  (RoBERTa) or a SentencePiece Unigram split at spaces by ``Metaspace`` (XLM-RoBERTa), each
+  with a normalizer that works character by character; so that every word is tokenized on its
+  own. Another pipeline is tokenized whole, as before;
 * it cuts only *before* a character that always ends a word: ASCII whitespace (space, tab,
   newline, carriage return), ASCII punctuation, or a CJK ideograph when the normalizer splits
-  those. The words before the cut are then whole;
+  those (WordPiece); a space right after a non-space (byte-level BPE and SentencePiece, whose
+  pieces carry the space before them: no run of spaces is split). The words before the cut
+  are then whole;
 * the cut is verified, not assumed: the prefix is tokenized, and it is kept only if at least
   ``need`` of its tokens end ``guard`` characters before the cut (``guard``: longer than any
   added token, the only unit that can cross the cut, and whose absence can change the word
@@ -58,6 +62,49 @@ _CJK_RANGES = (
 )
 
 
+#: a cut point for byte-level BPE and SentencePiece: a space right after a non-space. The word
+#: before it ends there (GPT-2's pre-tokenizer regex starts a new piece at a space; Metaspace
+#: splits at it), and no whitespace run is split (its pieces would depend on its length)
+_SPACE_AFTER_WORD = r"(?<=\S) "
+
+#: normalizers that work character by character (or on runs of spaces only): a cut before a
+#: space changes nothing before it
+_LOCAL_NORMALIZERS = {
+    "NFC", "NFD", "NFKC", "NFKD", "Nmt", "Lowercase", "Precompiled", "StripAccents", "Strip",
+    "Prepend",
+}  # fmt: skip
+
+
+def _local_normalizer(spec: dict | None) -> bool:
+    """Whether the normalizer ``spec`` (tokenizer.json's) cannot change text before a cut
+    that lies before a space: character-wise ones, and ``Replace`` of runs of spaces."""
+    if spec is None:
+        return True
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return all(_local_normalizer(n) for n in spec.get("normalizers") or [])
+    if kind == "Replace":
+        pattern = spec.get("pattern") or {}
+        text = pattern.get("Regex", pattern.get("String"))
+        return isinstance(text, str) and re.fullmatch(r"[ {},0-9+*]+", text) is not None
+    return kind in _LOCAL_NORMALIZERS
+
+
+def _splits_at_spaces(spec: dict) -> bool:
+    """A byte-level BPE (GPT-2's regex pre-tokenizer: RoBERTa) or a SentencePiece Unigram
+    (Metaspace splitting at spaces: XLM-RoBERTa) pipeline with a local normalizer: each word is
+    tokenized on its own, and a space after a word ends it."""
+    model = (spec.get("model") or {}).get("type")
+    pre = spec.get("pre_tokenizer") or {}
+    if not _local_normalizer(spec.get("normalizer")):
+        return False
+    if model == "BPE":
+        return pre.get("type") == "ByteLevel" and pre.get("use_regex", True) is True
+    if model == "Unigram":
+        return pre.get("type") == "Metaspace" and pre.get("split", True) is True
+    return False
+
+
 class TextBudget:
     """Where a text may be cut for a tokenizer (see the module docstring).
 
@@ -68,26 +115,35 @@ class TextBudget:
     def __init__(self, tokenizer: Tokenizer) -> None:
         spec = json.loads(tokenizer.to_str())
         normalizer = spec.get("normalizer") or {"type": "BertNormalizer", "clean_text": False}
-        self.supported = (
+        wordpiece = (
             (spec.get("model") or {}).get("type") == "WordPiece"
             and normalizer.get("type") == "BertNormalizer"
             and (spec.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer"
         )
+        #: byte-level BPE (RoBERTa) or SentencePiece Unigram (XLM-RoBERTa): cut before a space
+        spaces = not wordpiece and _splits_at_spaces(spec)
+        self.supported = wordpiece or spaces
         ends = re.escape(_ASCII_WORD_ENDS)
         if normalizer.get("handle_chinese_chars"):
             ends += _CJK_RANGES
-        self._word_end = re.compile(f"[{ends}]")
+        self._word_end = re.compile(_SPACE_AFTER_WORD if spaces else f"[{ends}]")
         contents = [t.get("content", "") for t in spec.get("added_tokens") or []]
         added = [len(c) for c in contents]
-        #: chunk ends for counting: ASCII whitespace, where no added token holds any
+        #: chunk ends for counting: ASCII whitespace (a space after a word for byte-level BPE
+        #: and SentencePiece, whose tokens carry their space), where no added token holds any
         self._chunk_end = (
-            None if any(ch in c for c in contents for ch in " \t\n\r") else "[ \t\n\r]"
+            None
+            if any(ch in c for c in contents for ch in " \t\n\r")
+            else (_SPACE_AFTER_WORD if spaces else "[ \t\n\r]")
         )
         #: characters before a cut whose tokens are not trusted: an added token crossing the
         #: cut (at most this long, raw or normalized) can change the word before it
         self.guard = 4 * max(added, default=0) + 16
         if not self.supported:
-            logger.debug("texts are not cut before tokenizing: the tokenizer is not WordPiece")
+            logger.debug(
+                "texts are not cut before tokenizing: the tokenizer is not WordPiece, byte-level "
+                "BPE or SentencePiece Unigram with a pipeline that tokenizes each word alone"
+            )
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
