@@ -276,3 +276,27 @@ def test_article_steps_show_the_rotation_and_the_window(modernbert) -> None:
         torch.softmax(steps.scaled + steps.bias, -1), want, atol=1e-6, rtol=1e-5
     )
     assert "rotate    = q and k turned" in steps.formula() and "win" in steps.table()
+
+
+def test_every_job_runs_on_modernbert(modernbert, tmp_path, cli, cli_subprocess) -> None:
+    """encode (the CLI, resumable corpus output), serve (a real server on a free loopback
+    port, the OpenAI embeddings body) and the Python rows agree."""
+    import httpx
+    import numpy as np
+    from serve_server import running_server
+
+    folder, _ = modernbert
+    want = Bert.load(folder, threads=1).encode(TEXTS)
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    r = cli("encode", src, "-o", tmp_path / "out.npy", "--model", folder)
+    assert r.code == 0, r
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=1e-5, rtol=0)
+    with running_server(cli_subprocess, folder) as server:
+        body = {"input": TEXTS, "model": folder.name}
+        got = httpx.post(server.url + "/v1/embeddings", json=body, timeout=60)
+        assert got.status_code == 200, got.text
+        rows = np.array([d["embedding"] for d in got.json()["data"]], dtype=np.float32)
+        info = httpx.get(server.url + "/info", timeout=30).json()
+    np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
+    assert "modernbert" in json.dumps(info)
