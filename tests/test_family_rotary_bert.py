@@ -106,3 +106,46 @@ def test_bad_settings_are_refused_by_field(family, tmp_path, changes, message) -
     (bad / "config.json").write_text(json.dumps(data))
     with pytest.raises(ModelFolderError, match=message):
         BertModel.from_pretrained(bad)
+
+
+@pytest.mark.parametrize("name", ["Gte", "NomicBert"])
+def test_rerankers_equal_transformers_and_sentence_transformers(name, tmp_path, tiny_checkpoint):
+    """``GteForSequenceClassification`` / ``NomicBertForSequenceClassification`` (BERT's
+    head: the pooler, then a linear layer; saved under ``gte.`` / ``nomic_bert.``): logits
+    equal to transformers', scores to sentence-transformers' CrossEncoder."""
+    import transformers
+    from family_helpers import assert_reranker_equals_peers
+
+    config = getattr(transformers, f"{name}Config")(**SIZES, num_labels=1, type_vocab_size=2)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{name}ForSequenceClassification")(config).eval()
+    pairs = [("the attention head", "looks at every token"), ("hello", "a model and a layer")]
+    assert_reranker_equals_peers(model, tiny_checkpoint, 3, pairs, tmp_path)
+
+
+def test_a_gte_tagger_equals_transformers_pipeline(tmp_path, tiny_checkpoint) -> None:
+    import numpy as np
+    import transformers
+
+    import bertattn
+
+    labels = {0: "O", 1: "B-X", 2: "I-X"}
+    config = transformers.GteConfig(**SIZES, num_labels=3, id2label=labels,
+                                    label2id={v: k for k, v in labels.items()})  # fmt: skip
+    model = save_random(transformers.GteForTokenClassification, config, tmp_path / "t", 6)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # a classifier that tags something
+        for p in model.classifier.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    model.save_pretrained(tmp_path / "t")
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "t" / name).write_bytes((tiny_checkpoint / name).read_bytes())
+    texts = ["the attention head looks at every token", "hello world, a model"]
+    theirs = transformers.pipeline("token-classification", model=str(tmp_path / "t"))
+    ours = bertattn.pipeline("token-classification", tmp_path / "t")
+    got, want = ours(texts), theirs(texts)
+    assert sum(map(len, got)) > 2
+    for g_row, w_row in zip(got, want, strict=True):
+        assert [e["entity"] for e in g_row] == [e["entity"] for e in w_row]
+        np.testing.assert_allclose([e["score"] for e in g_row], [e["score"] for e in w_row],
+                                   atol=1e-5)  # fmt: skip

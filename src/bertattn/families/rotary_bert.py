@@ -60,6 +60,9 @@ class Variant:
     #: (``re.sub`` patterns on a name without its prefix); the fused ``self_attn.qkv`` and
     #: ``mlp.up_gate`` (up first, as GTE stores it) are split by :func:`rename`
     renames: tuple[tuple[str, str], ...] = ()
+    #: other prefixes the base model has in task checkpoints, read as ``prefix`` (GTE's own
+    #: ``new.``, where transformers writes ``gte.``)
+    other_prefixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,9 @@ def rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     halves: dict[str, dict[str, Tensor]] = {}  # "layers.N.mlp.gate_up.weight" -> up / gate
     for key, tensor in state.items():
+        for other in v.other_prefixes:
+            if key.startswith(other):
+                key = v.prefix + key[len(other) :]
         top = v.prefix if key.startswith(v.prefix) else ""
         name = _canonical(key[len(top) :], v.renames)
         if ".self_attn.qkv." in name:

@@ -31,7 +31,12 @@ HEAD_KINDS = {
     # dense + ReLU (DistilBERT's pre_classifier) / dense + GELU (ELECTRA's) on the first token
     "DistilBertForSequenceClassification": "sequence-classification",
     "ElectraForSequenceClassification": "sequence-classification",
+    # the rotary encoders with BERT's head: the pooler (dense + tanh) then a linear layer
+    "GteForSequenceClassification": "sequence-classification",
+    "NomicBertForSequenceClassification": "sequence-classification",
     "BertForTokenClassification": "token-classification",
+    "GteForTokenClassification": "token-classification",
+    "NomicBertForTokenClassification": "token-classification",
     "RobertaForTokenClassification": "token-classification",
     "XLMRobertaForTokenClassification": "token-classification",
     "ElectraForTokenClassification": "token-classification",
