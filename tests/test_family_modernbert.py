@@ -300,3 +300,23 @@ def test_every_job_runs_on_modernbert(modernbert, tmp_path, cli, cli_subprocess)
         info = httpx.get(server.url + "/info", timeout=30).json()
     np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
     assert "modernbert" in json.dumps(info)
+
+
+# ---------------------------------------------------------------------- heads
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_modernbert_classifier_is_a_cross_encoder(modernbert, tmp_path, pooling) -> None:
+    """``ModernBertForSequenceClassification`` (its own head: pooling, dense, GELU, LayerNorm,
+    then the classifier): CrossEncoder logits equal to transformers', scores to
+    sentence-transformers' CrossEncoder (the gte-reranker-modernbert-base kind)."""
+    import transformers
+    from family_helpers import assert_reranker_equals_peers
+
+    config = transformers.ModernBertConfig(**SIZES, num_labels=1, classifier_pooling=pooling)
+    torch.manual_seed(0)
+    model = transformers.ModernBertForSequenceClassification(config).eval()
+    pairs = [
+        ("the attention head", "looks at every token " * 6),  # past the window of +-3
+        ("hello", "a model and a layer"),
+        ("first second", "ok"),
+    ]
+    assert_reranker_equals_peers(model, modernbert[0], 7, pairs, tmp_path)

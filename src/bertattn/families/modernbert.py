@@ -33,7 +33,7 @@ from ..blocks import (
     make_norm,
 )
 from ..errors import ModelFolderError
-from .registry import Family, register
+from .registry import Family, HeadSpec, register
 
 __all__ = ["ModernBertArch", "ModernBertEmbeddings", "read_config"]
 
@@ -148,6 +148,7 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Mode
         classifier_bias=bool(data.get("classifier_bias", False)),
         decoder_bias=bool(data.get("decoder_bias", True)),
     )
+    _check_pooling(arch, source)
     sizes = {
         "model_type": "bert",
         "vocab_size": data.get("vocab_size", 50368),
@@ -227,6 +228,57 @@ def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module
     return ModernBertEmbeddings(config), RotaryEncoder(layers, kinds, final), None
 
 
+# ---------------------------------------------------------------------- heads
+class ModernBertSequenceHead(nn.Module):
+    """ModernBERT's sequence classifier: the tokens pooled (``classifier_pooling``: the first
+    token, or the mean over real tokens), its prediction head (dense, activation, LayerNorm),
+    then the classifier: ``(B, L, E)`` and the mask ``(B, L)`` -> ``(B, num_labels)``."""
+
+    def __init__(self, config: Any, num_labels: int) -> None:
+        super().__init__()
+        arch: ModernBertArch = config.arch
+        e = config.hidden_size
+        self.pooling = arch.classifier_pooling
+        self.dense = nn.Linear(e, e, bias=arch.classifier_bias)
+        self.act = activation(arch.classifier_activation, "classifier_activation")
+        self.norm = make_norm(e, arch.norm_eps, bias=arch.norm_bias)
+        self.classifier = nn.Linear(e, num_labels)
+
+    def forward(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        hidden = hidden.float()
+        if self.pooling == "mean":
+            m = mask.to(hidden.dtype).unsqueeze(-1)  # (B, L, 1)
+            pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1)  # (B, E)
+        else:
+            pooled = hidden[:, 0]  # (B, E): [CLS]
+        return self.classifier(self.norm(self.act(self.dense(pooled))))
+
+
+def _sequence_tensors(config: Any, num_labels: int) -> dict[str, tuple[int, ...]]:
+    arch: ModernBertArch = config.arch
+    e = config.hidden_size
+    out: dict[str, tuple[int, ...]] = {"head.dense.weight": (e, e), "head.norm.weight": (e,)}
+    if arch.classifier_bias:
+        out["head.dense.bias"] = (e,)
+    if arch.norm_bias:
+        out["head.norm.bias"] = (e,)
+    out.update({"classifier.weight": (num_labels, e), "classifier.bias": (num_labels,)})
+    return out
+
+
+def _sequence_head(config: Any, num_labels: int, tensors: dict[str, Tensor]) -> nn.Module:
+    head = ModernBertSequenceHead(config, num_labels)
+    state = {k.replace("head.", "", 1) if k.startswith("head.") else k: v
+             for k, v in tensors.items()}  # fmt: skip
+    head.load_state_dict(state, strict=True)
+    return head.eval()
+
+
+def _check_pooling(arch: ModernBertArch, source: str) -> None:
+    if arch.classifier_pooling not in ("cls", "mean"):
+        raise _refuse(source, "classifier_pooling", arch.classifier_pooling, "'cls' or 'mean'")
+
+
 # ---------------------------------------------------------------------- record
 _WQKV = re.compile(r"^((?:model\.)?layers\.\d+\.attn\.)Wqkv\.(weight|bias)$")
 
@@ -282,6 +334,7 @@ register(
         prefix="model.",
         head_prefixes=("head.", "decoder.", "classifier."),
         capabilities=frozenset({"onnx"}),
+        heads={"sequence-classification": HeadSpec(_sequence_tensors, _sequence_head)},
         missing={
             "steps": "ModernBERT's rotary positions and local windows",
             "int8": "ModernBERT's gated pre-norm layers",

@@ -29,7 +29,18 @@ from torch import Tensor, nn
 
 from ..errors import ModelFolderError
 
-__all__ = ["CAPABILITIES", "Family", "get", "inverse", "lookup", "names", "register", "require"]
+__all__ = [
+    "CAPABILITIES",
+    "Family",
+    "HeadSpec",
+    "base_prefixes",
+    "get",
+    "inverse",
+    "lookup",
+    "names",
+    "register",
+    "require",
+]
 
 #: the capability flags a record may hold, and what each lets a job do
 CAPABILITIES = {
@@ -39,6 +50,18 @@ CAPABILITIES = {
     "cuda_graphs": "CUDA graph capture",
     "token_types": "token type (segment) embeddings",
 }
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """A task head a family defines itself (ModernBERT's classifier: a prediction head on the
+    pooled tokens, then a linear layer): the tensors it reads, name -> shape, for a config and
+    a label count, and how to build it from them. The module maps the encoder's hidden states
+    ``(B, L, E)`` and the attention mask ``(B, L)`` to ``(B, num_labels)`` logits and holds
+    its last linear layer as ``classifier``."""
+
+    expected: Callable[[Any, int], dict[str, tuple[int, ...]]]
+    build: Callable[[Any, int, dict[str, Tensor]], nn.Module]
 
 
 @dataclass(frozen=True)
@@ -62,6 +85,11 @@ class Family:
     #: a tokenizer.json is required (vocab.txt alone would build another family's pipeline)
     needs_tokenizer_json: bool = False
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    #: heads of the family's own, by kind (``"sequence-classification"``); a kind missing
+    #: here runs BERT's (the pooler, then the classifier)
+    heads: dict[str, HeadSpec] = field(default_factory=dict)
+    #: the base model's other prefixes in task checkpoints (read as ``prefix``)
+    other_prefixes: tuple[str, ...] = ()
     #: why a capability is missing, where the reason is more than "not implemented"
     #: (``{"steps": "MPNet's relative position bias"}``: what the missing step would be)
     missing: dict[str, str] = field(default_factory=dict)
@@ -128,6 +156,15 @@ def require(name: str, capability: str, job: str) -> None:
             f"{job} is not available for {family.title} models ({name!r}): bertattn has no "
             f"{CAPABILITIES[capability]} for {family.why_not(capability)}."
         )
+
+
+def base_prefixes() -> tuple[str, ...]:
+    """Every family's base-model prefix in task checkpoints (``bert.``, ``roberta.``,
+    ``model.``, ...): a tensor under one is the encoder's, any other a head's."""
+    _load_all()
+    found = {f.prefix for f in _REGISTRY.values()}
+    found |= {p for f in _REGISTRY.values() for p in f.other_prefixes}
+    return tuple(sorted(found))
 
 
 def inverse(key_map: dict[str, str]) -> dict[str, str]:

@@ -275,6 +275,7 @@ def family(variant: Variant, heads: tuple[str, ...], **record: Any) -> Family:
         key_map,
         build,
         prefix=variant.prefix,
+        other_prefixes=variant.other_prefixes,
         head_prefixes=heads,
         capabilities=frozenset({"onnx", "token_types"}),
         missing={

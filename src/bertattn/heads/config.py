@@ -34,6 +34,8 @@ HEAD_KINDS = {
     # the rotary encoders with BERT's head: the pooler (dense + tanh) then a linear layer
     "GteForSequenceClassification": "sequence-classification",
     "NomicBertForSequenceClassification": "sequence-classification",
+    # ModernBERT's own head (pooling, dense, activation, LayerNorm): the family record's
+    "ModernBertForSequenceClassification": "sequence-classification",
     "BertForTokenClassification": "token-classification",
     "GteForTokenClassification": "token-classification",
     "NomicBertForTokenClassification": "token-classification",

@@ -25,11 +25,13 @@ from ..bert.jsonfile import read_json_object
 from ..bert.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
 from ..errors import ModelFolderError
+from ..families import registry as families
 from .config import HeadConfig
 from .layers import FIRST_TOKEN_LAYERS, FirstTokenHead, load_classifier
 from .loading import load_encoder
 from .model_card import EvaluationMetrics
 from .runner import head_step, run_head
+from .weights import read_head
 from .windows import pair_windows
 
 logger = logging.getLogger("bertattn.heads")
@@ -185,7 +187,8 @@ class CrossEncoder:
         load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
         bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
         family = bert.model.config.family
-        if family not in FIRST_TOKEN_LAYERS and bert.model.pooler is None:
+        own = families.get(family).heads.get("sequence-classification")
+        if own is None and family not in FIRST_TOKEN_LAYERS and bert.model.pooler is None:
             raise ModelFolderError(
                 f"{folder.weight_file()}: no pooler weights (bert.pooler.dense.*), which a "
                 f"sequence classifier runs on [CLS]; the checkpoint is incomplete."
@@ -200,7 +203,16 @@ class CrossEncoder:
         #: the family's own first-token layer and classifier (DistilBERT, ELECTRA), else None:
         #: the encoder's pooler, then :attr:`classifier`
         self.first_token: FirstTokenHead | None = None
-        if family in FIRST_TOKEN_LAYERS:
+        #: the family's own head (ModernBERT's: pooling and a prediction head), else None
+        self.family_head: torch.nn.Module | None = None
+        if own is not None:
+            tensors = read_head(
+                weights, own.expected(bert.model.config, n), f"sequence-classification head "
+                f"({n} labels)"
+            )  # fmt: skip
+            self.family_head = own.build(bert.model.config, n, tensors).to(bert.device)
+            classifier = self.family_head.classifier  # type: ignore[assignment]
+        elif family in FIRST_TOKEN_LAYERS:
             self.first_token = FirstTokenHead.load(weights, family, width, n).to(bert.device)
             classifier = self.first_token.classifier
         else:
@@ -310,6 +322,8 @@ class CrossEncoder:
     def _head(self, hidden: Tensor, mask: Tensor) -> Tensor:
         """``(B, L, E)`` hidden states -> ``(B, num_labels)`` logits: the pooler (dense + tanh
         on [CLS]), then the classifier; or the family's own first-token head."""
+        if self.family_head is not None:
+            return self.family_head(hidden, mask)
         if self.first_token is not None:
             return self.first_token(hidden)
         return self.classifier(self.bert.model.pooler(hidden).float())

@@ -15,8 +15,12 @@ __all__ = ["read_head"]
 
 
 def _head_keys(keys: list[str]) -> list[str]:
-    """The names of ``keys`` that are not the encoder's (``bert.`` prefixed, or bare)."""
-    for family in ("bert.", "roberta.", "electra.", "distilbert.", "mpnet."):
+    """The names of ``keys`` that are not the encoder's (under a family's base prefix,
+    ``bert.``, ``model.``, ...: :func:`bertattn.families.registry.base_prefixes`; or bare)."""
+    from ..families import registry
+
+    prefixes = ("bert.", "roberta.", "electra.", "distilbert.", "mpnet.", *registry.base_prefixes())
+    for family in prefixes:
         if any(k.startswith(family) for k in keys):
             return [k for k in keys if not k.startswith(family)]
     return [k for k in keys if k.startswith(HEAD_PREFIXES)]
