@@ -36,10 +36,15 @@ logger = logging.getLogger("bertattn.bert")
 
 __all__ = [
     "TokenWindows",
+    "WindowPlan",
     "check_spans",
     "encode_late_chunks",
     "first_characters",
+    "gather_states",
+    "late_options",
+    "plan_text",
     "plan_windows",
+    "pool_spans",
 ]
 
 #: far more tokens than any text: the whole text in one encoding (no truncation)
@@ -135,11 +140,27 @@ class TokenWindows:
     starts: list[int]
 
 
-def token_states(
-    bert: Bert, text: str, *, max_length: int | None, overlap: int | None, batch_size: int
-) -> TokenWindows:
-    """Every token of ``text`` through ``bert``: one forward when it fits ``max_length``
-    (default ``bert.max_length``), else overlapping windows (see the module's docstring)."""
+@dataclass
+class WindowPlan:
+    """A text's windows, tokenized and not yet run: ``rows`` ``(W, L)`` token ids and
+    ``kinds`` ``(W, L)`` token type ids (each window with the text's leading and trailing
+    special tokens), ``head``: how many leading special tokens, ``width``: the text's tokens
+    per window, ``n``: the text's tokens, ``offsets`` ``(n, 2)``, ``starts``: each window's
+    first token of the text."""
+
+    rows: np.ndarray
+    kinds: np.ndarray
+    head: int
+    width: int
+    n: int
+    offsets: np.ndarray
+    starts: list[int]
+
+
+def plan_text(bert: Bert, text: str, *, max_length: int | None, overlap: int | None) -> WindowPlan:
+    """Tokenize ``text`` whole and lay out its windows of ``max_length`` tokens (default
+    ``bert.max_length``) sharing ``overlap`` tokens (default half a window); one window when
+    it fits. Raises ``ValueError`` for a text with no tokens or options that cannot work."""
     with warnings.catch_warnings():  # the whole text: nothing is truncated, say nothing of it
         warnings.simplefilter("ignore")
         whole = bert.tokenizer.encode_windows(text, max_length=_WHOLE, stride=0)[0]
@@ -185,22 +206,92 @@ def token_states(
     kinds = np.zeros_like(rows)
     kinds[:, : len(head)] = types[:first]
     kinds[:, len(head) + w :] = types[last + 1 :]
+    return WindowPlan(rows, kinds, len(head), w, n, offsets, starts)
+
+
+def gather_states(plan: WindowPlan, windows: Tensor) -> TokenWindows:
+    """``windows`` ``(W, L, E)``: the windows' last hidden states (special tokens included)
+    -> each token's state from the window where it has the most context."""
+    inner = windows[:, plan.head : plan.head + plan.width].float()  # (W, w, E)
+    pick = torch.from_numpy(best_window(plan.starts, plan.width, plan.n))  # (n,)
+    where = torch.arange(plan.n) - torch.tensor(plan.starts)[pick]  # (n,) place in its window
+    states = inner[pick, where]  # (n, E)
+    if len(plan.starts) > 1:
+        logger.info(
+            "late chunks: %d tokens in %d windows of %d", plan.n, len(plan.starts), plan.width
+        )
+    return TokenWindows(states, plan.offsets, plan.starts)
+
+
+def token_states(
+    bert: Bert, text: str, *, max_length: int | None, overlap: int | None, batch_size: int
+) -> TokenWindows:
+    """Every token of ``text`` through ``bert``: one forward when it fits ``max_length``
+    (default ``bert.max_length``), else overlapping windows (see the module's docstring)."""
+    plan = plan_text(bert, text, max_length=max_length, overlap=overlap)
     device = bert.model.device
     parts = []
     with torch.inference_mode():
-        for i in range(0, len(starts), batch_size):
-            ids_t = torch.from_numpy(rows[i : i + batch_size]).to(device)  # (b, L)
+        for i in range(0, len(plan.starts), batch_size):
+            ids_t = torch.from_numpy(plan.rows[i : i + batch_size]).to(device)  # (b, L)
             mask = torch.ones_like(ids_t)
-            kinds_t = torch.from_numpy(kinds[i : i + batch_size]).to(device)  # (b, L)
-            hidden = bert._last_hidden(ids_t, mask, kinds_t)  # (b, L, E)
-            parts.append(hidden[:, len(head) : len(head) + w].float().cpu())  # (b, w, E)
-    windows = torch.cat(parts)  # (W, w, E)
-    pick = torch.from_numpy(best_window(starts, w, n))  # (n,)
-    where = torch.arange(n) - torch.tensor(starts)[pick]  # (n,) the token's place in its window
-    states = windows[pick, where]  # (n, E)
-    if len(starts) > 1:
-        logger.info("late chunks: %d tokens in %d windows of %d", n, len(starts), w)
-    return TokenWindows(states, offsets, starts)
+            kinds_t = torch.from_numpy(plan.kinds[i : i + batch_size]).to(device)  # (b, L)
+            parts.append(bert._last_hidden(ids_t, mask, kinds_t).float().cpu())  # (b, L, E)
+    return gather_states(plan, torch.cat(parts))
+
+
+def late_options(
+    bert: Bert,
+    pooling: str | None,
+    normalize: bool | None,
+    truncate_dim: int | None,
+) -> tuple[str, bool, int | None]:
+    """``(pooling, normalize, truncate_dim)`` checked, the folder's where None; ``"cls"``
+    refused (one [CLS] state for the whole text says nothing per span)."""
+    pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or bert.pooling
+    if pooling == "cls":
+        raise ValueError(
+            "pooling 'cls' has one [CLS] state for the whole text, not one per span: late "
+            "chunking pools each span's own tokens; pass pooling='mean' (or 'max')."
+        )
+    normalize = check_bool(normalize, "normalize", optional=True)
+    normalize = bert.normalize if normalize is None else normalize
+    truncate_dim = bert.truncate_dim if truncate_dim is None else truncate_dim
+    truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
+    return str(pooling), bool(normalize), truncate_dim
+
+
+def pool_spans(
+    text: str,
+    tokens: TokenWindows,
+    spans: list[tuple[int, int]],
+    *,
+    pooling: str,
+    normalize: bool,
+    truncate_dim: int | None,
+) -> Tensor:
+    """``(S, E)`` float32: each checked span's pooling over the tokens whose first character
+    lies in it; ``ValueError`` naming the first span that holds none."""
+    starts = first_characters(text, tokens.offsets)  # (n,)
+    member = np.stack([(starts >= a) & (starts < b) for a, b in spans])  # (S, n)
+    empty = np.flatnonzero(~member.any(1))
+    if len(empty):
+        i = int(empty[0])
+        a, b = spans[i]
+        raise ValueError(
+            f"spans[{i}] = ({a}, {b}) holds no token's first character (text {text[a:b]!r}): "
+            f"{len(empty)} of {len(spans)} spans have no tokens; widen or drop them."
+        )
+    if pooling == "mean":
+        weights = torch.from_numpy(member.astype(np.float32))  # (S, n)
+        emb = (weights @ tokens.states) / weights.sum(1, keepdim=True)  # (S, E)
+    else:  # max: each span's element-wise maximum
+        emb = torch.stack([tokens.states[torch.from_numpy(m)].amax(0) for m in member])  # (S, E)
+    if normalize:
+        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+    if truncate_dim is not None:
+        emb = emb[:, :truncate_dim]
+    return emb
 
 
 def encode_late_chunks(
@@ -218,37 +309,12 @@ def encode_late_chunks(
 ) -> Any:
     """See :meth:`bertattn.Bert.encode_late_chunks`."""
     check_str(text, "text")
-    pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or bert.pooling
-    if pooling == "cls":
-        raise ValueError(
-            "pooling 'cls' has one [CLS] state for the whole text, not one per span: late "
-            "chunking pools each span's own tokens; pass pooling='mean' (or 'max')."
-        )
-    normalize = check_bool(normalize, "normalize", optional=True)
-    normalize = bert.normalize if normalize is None else normalize
-    truncate_dim = bert.truncate_dim if truncate_dim is None else truncate_dim
-    truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
+    pooling, normalize, truncate_dim = late_options(bert, pooling, normalize, truncate_dim)
     batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
     check_bool(convert_to_tensor, "convert_to_tensor")
     checked = check_spans(spans, text)
     tokens = token_states(bert, text, max_length=max_length, overlap=overlap, batch_size=batch_size)
-    starts = first_characters(text, tokens.offsets)  # (n,)
-    member = np.stack([(starts >= a) & (starts < b) for a, b in checked])  # (S, n)
-    empty = np.flatnonzero(~member.any(1))
-    if len(empty):
-        i = int(empty[0])
-        a, b = checked[i]
-        raise ValueError(
-            f"spans[{i}] = ({a}, {b}) holds no token's first character (text {text[a:b]!r}): "
-            f"{len(empty)} of {len(checked)} spans have no tokens; widen or drop them."
-        )
-    if pooling == "mean":
-        weights = torch.from_numpy(member.astype(np.float32))  # (S, n)
-        emb = (weights @ tokens.states) / weights.sum(1, keepdim=True)  # (S, E)
-    else:  # max: each span's element-wise maximum
-        emb = torch.stack([tokens.states[torch.from_numpy(m)].amax(0) for m in member])  # (S, E)
-    if normalize:
-        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-    if truncate_dim is not None:
-        emb = emb[:, :truncate_dim]
+    emb = pool_spans(
+        text, tokens, checked, pooling=pooling, normalize=normalize, truncate_dim=truncate_dim
+    )
     return emb if convert_to_tensor else emb.numpy()
