@@ -320,3 +320,23 @@ def test_a_modernbert_classifier_is_a_cross_encoder(modernbert, tmp_path, poolin
         ("first second", "ok"),
     ]
     assert_reranker_equals_peers(model, modernbert[0], 7, pairs, tmp_path)
+
+
+def test_a_modernbert_masked_lm_fills_masks_as_transformers(modernbert, tmp_path) -> None:
+    """``ModernBertForMaskedLM`` (its prediction head, the decoder tied to the embeddings, a
+    decoder bias): the fill-mask pipeline's tokens and scores equal transformers'."""
+    import numpy as np
+    import transformers
+
+    import bertattn
+
+    folder, _ = modernbert
+    config = transformers.ModernBertConfig(**SIZES)
+    save_random(transformers.ModernBertForMaskedLM, config, tmp_path / "mlm", 8, folder)
+    texts = ["the attention [MASK] looks at every token", "hello [MASK], a model"]
+    theirs = transformers.pipeline("fill-mask", model=str(tmp_path / "mlm"), top_k=5)
+    ours = bertattn.pipeline("fill-mask", tmp_path / "mlm", top_k=5)
+    for text in texts:
+        got, want = ours(text), theirs(text)
+        assert [g["token"] for g in got] == [w["token"] for w in want]
+        np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-5)

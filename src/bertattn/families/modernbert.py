@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
@@ -274,6 +275,56 @@ def _sequence_head(config: Any, num_labels: int, tensors: dict[str, Tensor]) -> 
     return head.eval()
 
 
+class ModernBertMaskedLMHead(nn.Module):
+    """ModernBERT's masked-LM head: its prediction head (dense, activation, LayerNorm), then
+    the decoder to the vocabulary, tied to the word embeddings, plus a bias:
+    ``(..., E) -> (..., V)`` logits."""
+
+    def __init__(self, config: Any, decoder: Tensor) -> None:
+        super().__init__()
+        arch: ModernBertArch = config.arch
+        e = config.hidden_size
+        self.dense = nn.Linear(e, e, bias=arch.classifier_bias)
+        self.act = activation(arch.classifier_activation, "classifier_activation")
+        self.norm = make_norm(e, arch.norm_eps, bias=arch.norm_bias)
+        self.decoder = decoder  # (V, E)
+        self.bias = nn.Parameter(torch.zeros(decoder.shape[0])) if arch.decoder_bias else None
+
+    def transform(self, hidden: Tensor) -> Tensor:
+        """``(..., E) -> (..., E)``: the layers before the decoder."""
+        return self.norm(self.act(self.dense(hidden)))
+
+    def decode(self, transformed: Tensor) -> Tensor:
+        """``(..., E) -> (..., V)`` logits of transformed states."""
+        return torch.nn.functional.linear(transformed, self.decoder, self.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.decode(self.transform(hidden.float()))
+
+
+def _mlm_tensors(config: Any, vocab: int) -> dict[str, tuple[int, ...]]:
+    arch: ModernBertArch = config.arch
+    e = config.hidden_size
+    out: dict[str, tuple[int, ...]] = {"head.dense.weight": (e, e), "head.norm.weight": (e,)}
+    if arch.classifier_bias:
+        out["head.dense.bias"] = (e,)
+    if arch.norm_bias:
+        out["head.norm.bias"] = (e,)
+    if arch.decoder_bias:
+        out["decoder.bias"] = (vocab,)
+    return out
+
+
+def _mlm_head(config: Any, vocab: int, tensors: dict[str, Tensor]) -> nn.Module:
+    decoder = tensors.get("decoder.weight", tensors["@word_embeddings"])
+    head = ModernBertMaskedLMHead(config, decoder.float())
+    state = {k.replace("head.", "", 1): v for k, v in tensors.items() if k.startswith("head.")}
+    if "decoder.bias" in tensors:
+        state["bias"] = tensors["decoder.bias"]
+    head.load_state_dict(state, strict=True)
+    return head.eval()
+
+
 def _check_pooling(arch: ModernBertArch, source: str) -> None:
     if arch.classifier_pooling not in ("cls", "mean"):
         raise _refuse(source, "classifier_pooling", arch.classifier_pooling, "'cls' or 'mean'")
@@ -334,7 +385,14 @@ register(
         prefix="model.",
         head_prefixes=("head.", "decoder.", "classifier."),
         capabilities=frozenset({"onnx"}),
-        heads={"sequence-classification": HeadSpec(_sequence_tensors, _sequence_head)},
+        heads={
+            "sequence-classification": HeadSpec(_sequence_tensors, _sequence_head),
+            "masked-lm": HeadSpec(
+                _mlm_tensors,
+                _mlm_head,
+                optional=lambda c, v: {"decoder.weight": (v, c.hidden_size)},
+            ),
+        },
         missing={
             "steps": "ModernBERT's rotary positions and local windows",
             "int8": "ModernBERT's gated pre-norm layers",

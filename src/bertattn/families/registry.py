@@ -58,10 +58,15 @@ class HeadSpec:
     pooled tokens, then a linear layer): the tensors it reads, name -> shape, for a config and
     a label count, and how to build it from them. The module maps the encoder's hidden states
     ``(B, L, E)`` and the attention mask ``(B, L)`` to ``(B, num_labels)`` logits and holds
-    its last linear layer as ``classifier``."""
+    its last linear layer as ``classifier``. A ``"masked-lm"`` head instead maps ``(..., E)``
+    states to ``(..., V)`` logits, in two steps, ``transform`` then ``decode`` (what fill-mask
+    and SPLADE call); its ``build`` is given the encoder's word embeddings ``(V, E)`` as the
+    tensor ``"@word_embeddings"``."""
 
     expected: Callable[[Any, int], dict[str, tuple[int, ...]]]
     build: Callable[[Any, int, dict[str, Tensor]], nn.Module]
+    #: tensors the head reads when the file has them (a decoder tied to the embeddings)
+    optional: Callable[[Any, int], dict[str, tuple[int, ...]]] = lambda config, n: {}
 
 
 @dataclass(frozen=True)

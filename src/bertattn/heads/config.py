@@ -44,6 +44,7 @@ HEAD_KINDS = {
     "ElectraForTokenClassification": "token-classification",
     "DistilBertForTokenClassification": "token-classification",
     "BertForMaskedLM": "masked-lm",
+    "ModernBertForMaskedLM": "masked-lm",  # the family record's own head
 }
 
 #: activation names sentence-transformers writes (its class paths) -> the ``torch.nn`` module

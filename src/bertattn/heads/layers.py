@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ..bert.model import activation
 from ..errors import ModelFolderError
+from ..families import registry as families
 from .weights import read_head
 
 __all__ = ["FirstTokenHead", "MaskedLMHead", "load_classifier", "load_masked_lm_head"]
@@ -118,6 +119,13 @@ def load_masked_lm_head(model_dir: Path, weights: Path, bert: object) -> MaskedL
     used)."""
     cfg = bert.model.config  # type: ignore[attr-defined]
     width, vocab = cfg.hidden_size, cfg.vocab_size
+    own = families.get(cfg.family).heads.get("masked-lm")
+    if own is not None:  # the family's own head (ModernBERT's), on the same two steps
+        tensors = read_head(
+            weights, own.expected(cfg, vocab), "masked-LM head", optional=own.optional(cfg, vocab)
+        )
+        words = bert.model.embeddings.word.weight.detach().float()  # type: ignore[attr-defined]
+        return own.build(cfg, vocab, {**tensors, "@word_embeddings": words})  # type: ignore[return-value]
     raw = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     tied = raw.get("tie_word_embeddings", True) is not False
     tensors = read_head(
