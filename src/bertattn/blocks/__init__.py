@@ -3,6 +3,7 @@ tested against a plain reference: norms, feed-forwards (plain and gated), a pre-
 block, rotary tables per layer kind, and the encoder stack that runs them padded or packed."""
 
 from .block import EncoderBlock
+from .embeddings import TokenEmbeddings
 from .feedforward import FeedForward, GatedFeedForward, activation
 from .norms import make_norm
 from .rotary import LayerKind, RotaryTables
@@ -15,6 +16,7 @@ __all__ = [
     "LayerKind",
     "RotaryEncoder",
     "RotaryTables",
+    "TokenEmbeddings",
     "activation",
     "make_norm",
 ]

@@ -30,13 +30,14 @@ from ..blocks import (
     GatedFeedForward,
     LayerKind,
     RotaryEncoder,
+    TokenEmbeddings,
     activation,
     make_norm,
 )
 from ..errors import ModelFolderError
 from .registry import Family, HeadSpec, register
 
-__all__ = ["ModernBertArch", "ModernBertEmbeddings", "read_config"]
+__all__ = ["ModernBertArch", "ModernBertMaskedLMHead", "ModernBertSequenceHead", "read_config"]
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 #: transformers' bases when a config names none
@@ -169,27 +170,18 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Mode
 
 
 # ---------------------------------------------------------------------- embeddings
-class ModernBertEmbeddings(nn.Module):
-    """Word embeddings, a LayerNorm and dropout: no positions (the layers rotate), no token
-    types. ``(B, L)`` ids -> ``(B, L, E)``, or packed ``(T,)`` -> ``(T, E)``."""
-
-    def __init__(self, config: Any) -> None:
-        super().__init__()
-        arch: ModernBertArch = config.arch
-        e = config.hidden_size
-        self.word = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
-        self.norm = make_norm(e, arch.norm_eps, bias=arch.norm_bias)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(
-        self,
-        input_ids: Tensor | None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        inputs_embeds: Tensor | None = None,
-    ) -> Tensor:
-        words = self.word(input_ids) if inputs_embeds is None else inputs_embeds
-        return self.dropout(self.norm(words.to(self.word.weight.dtype)))
+def embeddings(config: Any) -> TokenEmbeddings:
+    """Word embeddings, a LayerNorm (without bias unless ``norm_bias``) and dropout: no
+    positions (the layers rotate), no token types."""
+    arch: ModernBertArch = config.arch
+    norm = make_norm(config.hidden_size, arch.norm_eps, bias=arch.norm_bias)
+    return TokenEmbeddings(
+        config.vocab_size,
+        config.hidden_size,
+        norm,
+        padding_idx=config.pad_token_id,
+        dropout=config.hidden_dropout_prob,
+    )
 
 
 # ---------------------------------------------------------------------- layer
@@ -226,24 +218,36 @@ def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module
     kinds = arch.kinds()
     layers = [_layer(config, i, kind, backend) for i, kind in enumerate(kinds)]
     final = make_norm(config.hidden_size, arch.norm_eps, bias=arch.norm_bias)
-    return ModernBertEmbeddings(config), RotaryEncoder(layers, kinds, final), None
+    return embeddings(config), RotaryEncoder(layers, kinds, final), None
 
 
 # ---------------------------------------------------------------------- heads
-class ModernBertSequenceHead(nn.Module):
-    """ModernBERT's sequence classifier: the tokens pooled (``classifier_pooling``: the first
-    token, or the mean over real tokens), its prediction head (dense, activation, LayerNorm),
-    then the classifier: ``(B, L, E)`` and the mask ``(B, L)`` -> ``(B, num_labels)``."""
+class _PredictionHead(nn.Module):
+    """ModernBERT's prediction head, before its classifier or decoder: dense (a bias when
+    ``classifier_bias``), ``classifier_activation``, LayerNorm: ``(..., E) -> (..., E)``."""
 
-    def __init__(self, config: Any, num_labels: int) -> None:
+    def __init__(self, config: Any) -> None:
         super().__init__()
         arch: ModernBertArch = config.arch
         e = config.hidden_size
-        self.pooling = arch.classifier_pooling
         self.dense = nn.Linear(e, e, bias=arch.classifier_bias)
         self.act = activation(arch.classifier_activation, "classifier_activation")
         self.norm = make_norm(e, arch.norm_eps, bias=arch.norm_bias)
-        self.classifier = nn.Linear(e, num_labels)
+
+    def transform(self, hidden: Tensor) -> Tensor:
+        """``(..., E) -> (..., E)``: the layers before the classifier or the decoder."""
+        return self.norm(self.act(self.dense(hidden)))
+
+
+class ModernBertSequenceHead(_PredictionHead):
+    """ModernBERT's sequence classifier: the tokens pooled (``classifier_pooling``: the first
+    token, or the mean over real tokens), the prediction head, then the classifier:
+    ``(B, L, E)`` and the mask ``(B, L)`` -> ``(B, num_labels)``."""
+
+    def __init__(self, config: Any, num_labels: int) -> None:
+        super().__init__(config)
+        self.pooling = config.arch.classifier_pooling
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
 
     def forward(self, hidden: Tensor, mask: Tensor) -> Tensor:
         hidden = hidden.float()
@@ -252,7 +256,7 @@ class ModernBertSequenceHead(nn.Module):
             pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1)  # (B, E)
         else:
             pooled = hidden[:, 0]  # (B, E): [CLS]
-        return self.classifier(self.norm(self.act(self.dense(pooled))))
+        return self.classifier(self.transform(pooled))
 
 
 def _sequence_tensors(config: Any, num_labels: int) -> dict[str, tuple[int, ...]]:
@@ -275,24 +279,15 @@ def _sequence_head(config: Any, num_labels: int, tensors: dict[str, Tensor]) -> 
     return head.eval()
 
 
-class ModernBertMaskedLMHead(nn.Module):
-    """ModernBERT's masked-LM head: its prediction head (dense, activation, LayerNorm), then
-    the decoder to the vocabulary, tied to the word embeddings, plus a bias:
-    ``(..., E) -> (..., V)`` logits."""
+class ModernBertMaskedLMHead(_PredictionHead):
+    """ModernBERT's masked-LM head: the prediction head, then the decoder to the vocabulary,
+    tied to the word embeddings, plus a bias: ``(..., E) -> (..., V)`` logits."""
 
     def __init__(self, config: Any, decoder: Tensor) -> None:
-        super().__init__()
-        arch: ModernBertArch = config.arch
-        e = config.hidden_size
-        self.dense = nn.Linear(e, e, bias=arch.classifier_bias)
-        self.act = activation(arch.classifier_activation, "classifier_activation")
-        self.norm = make_norm(e, arch.norm_eps, bias=arch.norm_bias)
+        super().__init__(config)
         self.decoder = decoder  # (V, E)
-        self.bias = nn.Parameter(torch.zeros(decoder.shape[0])) if arch.decoder_bias else None
-
-    def transform(self, hidden: Tensor) -> Tensor:
-        """``(..., E) -> (..., E)``: the layers before the decoder."""
-        return self.norm(self.act(self.dense(hidden)))
+        bias = config.arch.decoder_bias
+        self.bias = nn.Parameter(torch.zeros(decoder.shape[0])) if bias else None
 
     def decode(self, transformed: Tensor) -> Tensor:
         """``(..., E) -> (..., V)`` logits of transformed states."""

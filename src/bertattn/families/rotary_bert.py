@@ -31,13 +31,14 @@ from ..blocks import (
     GatedFeedForward,
     LayerKind,
     RotaryEncoder,
+    TokenEmbeddings,
     activation,
     make_norm,
 )
 from ..errors import ModelFolderError
 from .registry import Family
 
-__all__ = ["RotaryArch", "RotaryBertEmbeddings", "Variant", "family"]
+__all__ = ["RotaryArch", "Variant", "embeddings", "family"]
 
 
 # ---------------------------------------------------------------------- config
@@ -117,34 +118,15 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
 
 
 # ---------------------------------------------------------------------- embeddings
-class RotaryBertEmbeddings(nn.Module):
+def embeddings(config: Any) -> TokenEmbeddings:
     """Word (+ token type) embeddings, LayerNorm and dropout: no positions (the layers
-    rotate). ``(B, L)`` ids -> ``(B, L, E)``, or packed ``(T,)`` -> ``(T, E)``."""
-
-    def __init__(self, config: Any) -> None:
-        super().__init__()
-        arch: RotaryArch = config.arch
-        e = config.hidden_size
-        self.word = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
-        self.token_type = nn.Embedding(config.type_vocab_size, e) if arch.type_rows else None
-        self.norm = make_norm(e, config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(
-        self,
-        input_ids: Tensor | None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        inputs_embeds: Tensor | None = None,
-    ) -> Tensor:
-        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
-        x = x.to(self.word.weight.dtype)
-        if self.token_type is not None:
-            if token_type_ids is None:
-                x = x + self.token_type.weight[0]
-            else:
-                x = x + self.token_type(token_type_ids)
-        return self.dropout(self.norm(x))
+    rotate)."""
+    arch: RotaryArch = config.arch
+    norm = make_norm(config.hidden_size, config.layer_norm_eps)
+    types = config.type_vocab_size if arch.type_rows else 0
+    return TokenEmbeddings(config.vocab_size, config.hidden_size, norm,
+                           padding_idx=config.pad_token_id, token_types=types,
+                           dropout=config.hidden_dropout_prob)  # fmt: skip
 
 
 # ---------------------------------------------------------------------- layer
@@ -184,7 +166,7 @@ def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module
     kinds = [LayerKind(arch.theta)] * n
     layers = [_layer(config, backend) for _ in range(n)]
     head = BertPooler(config) if pooler else None
-    return RotaryBertEmbeddings(config), RotaryEncoder(layers, kinds, None), head
+    return embeddings(config), RotaryEncoder(layers, kinds, None), head
 
 
 # ---------------------------------------------------------------------- names

@@ -1,0 +1,44 @@
+"""Embeddings without positions, for the rotary encoders (their layers rotate instead): word
+embeddings, token-type embeddings when the model has them, a norm and dropout."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+__all__ = ["TokenEmbeddings"]
+
+
+class TokenEmbeddings(nn.Module):
+    """``(B, L)`` ids -> ``(B, L, E)``, or packed ``(T,)`` -> ``(T, E)``: ``word`` (+
+    ``token_type``, None without token types), then ``norm`` and dropout. The signature of
+    :class:`bertattn.bert.model.BertEmbeddings` (positions are read past)."""
+
+    def __init__(
+        self,
+        vocab: int,
+        width: int,
+        norm: nn.Module,
+        *,
+        padding_idx: int | None,
+        token_types: int = 0,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.word = nn.Embedding(vocab, width, padding_idx=padding_idx)
+        self.token_type = nn.Embedding(token_types, width) if token_types else None
+        self.norm = norm
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        input_ids: Tensor | None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
+        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
+        x = x.to(self.word.weight.dtype)
+        if self.token_type is not None:  # no ids: every token is segment 0
+            types = self.token_type.weight
+            x = x + (types[0] if token_type_ids is None else self.token_type(token_type_ids))
+        return self.dropout(self.norm(x))
