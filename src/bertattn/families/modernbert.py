@@ -259,7 +259,8 @@ class ModernBertSequenceHead(_PredictionHead):
         return self.classifier(self.transform(pooled))
 
 
-def _sequence_tensors(config: Any, num_labels: int) -> dict[str, tuple[int, ...]]:
+def _prediction_tensors(config: Any) -> dict[str, tuple[int, ...]]:
+    """The prediction head's tensors (``head.``), name -> shape."""
     arch: ModernBertArch = config.arch
     e = config.hidden_size
     out: dict[str, tuple[int, ...]] = {"head.dense.weight": (e, e), "head.norm.weight": (e,)}
@@ -267,6 +268,12 @@ def _sequence_tensors(config: Any, num_labels: int) -> dict[str, tuple[int, ...]
         out["head.dense.bias"] = (e,)
     if arch.norm_bias:
         out["head.norm.bias"] = (e,)
+    return out
+
+
+def _sequence_tensors(config: Any, num_labels: int) -> dict[str, tuple[int, ...]]:
+    e = config.hidden_size
+    out = _prediction_tensors(config)
     out.update({"classifier.weight": (num_labels, e), "classifier.bias": (num_labels,)})
     return out
 
@@ -298,14 +305,8 @@ class ModernBertMaskedLMHead(_PredictionHead):
 
 
 def _mlm_tensors(config: Any, vocab: int) -> dict[str, tuple[int, ...]]:
-    arch: ModernBertArch = config.arch
-    e = config.hidden_size
-    out: dict[str, tuple[int, ...]] = {"head.dense.weight": (e, e), "head.norm.weight": (e,)}
-    if arch.classifier_bias:
-        out["head.dense.bias"] = (e,)
-    if arch.norm_bias:
-        out["head.norm.bias"] = (e,)
-    if arch.decoder_bias:
+    out = _prediction_tensors(config)
+    if config.arch.decoder_bias:
         out["decoder.bias"] = (vocab,)
     return out
 
