@@ -45,6 +45,7 @@ __all__ = [
     "plan_text",
     "plan_windows",
     "pool_spans",
+    "span_members",
 ]
 
 #: far more tokens than any text: the whole text in one encoding (no truncation)
@@ -261,6 +262,22 @@ def late_options(
     return str(pooling), bool(normalize), truncate_dim
 
 
+def span_members(text: str, offsets: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+    """``(S, n)`` bool: the tokens whose first character lies in each checked span;
+    ``ValueError`` naming the first span that holds none."""
+    starts = first_characters(text, offsets)  # (n,)
+    member = np.stack([(starts >= a) & (starts < b) for a, b in spans])  # (S, n)
+    empty = np.flatnonzero(~member.any(1))
+    if len(empty):
+        i = int(empty[0])
+        a, b = spans[i]
+        raise ValueError(
+            f"spans[{i}] = ({a}, {b}) holds no token's first character (text {text[a:b]!r}): "
+            f"{len(empty)} of {len(spans)} spans have no tokens; widen or drop them."
+        )
+    return member
+
+
 def pool_spans(
     text: str,
     tokens: TokenWindows,
@@ -272,16 +289,7 @@ def pool_spans(
 ) -> Tensor:
     """``(S, E)`` float32: each checked span's pooling over the tokens whose first character
     lies in it; ``ValueError`` naming the first span that holds none."""
-    starts = first_characters(text, tokens.offsets)  # (n,)
-    member = np.stack([(starts >= a) & (starts < b) for a, b in spans])  # (S, n)
-    empty = np.flatnonzero(~member.any(1))
-    if len(empty):
-        i = int(empty[0])
-        a, b = spans[i]
-        raise ValueError(
-            f"spans[{i}] = ({a}, {b}) holds no token's first character (text {text[a:b]!r}): "
-            f"{len(empty)} of {len(spans)} spans have no tokens; widen or drop them."
-        )
+    member = span_members(text, tokens.offsets, spans)  # (S, n)
     if pooling == "mean":
         weights = torch.from_numpy(member.astype(np.float32))  # (S, n)
         emb = (weights @ tokens.states) / weights.sum(1, keepdim=True)  # (S, E)

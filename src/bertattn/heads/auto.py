@@ -1,7 +1,10 @@
 """Which class runs a folder, by what it holds: ``config.json``'s ``architectures`` (a
 sequence classifier: :class:`CrossEncoder`), a sentence-transformers ``modules.json`` with
-``SpladePooling`` (:class:`SparseEncoder`; a plain masked LM only when asked: ``sparse``);
-anything else is an encoder (:class:`bertattn.Bert`). The server loads its ``--model`` so."""
+``SpladePooling`` (:class:`SparseEncoder`; a plain masked LM only when asked: ``sparse``),
+one with ``MultiVectorMask`` or ``model_type`` ``MultiVectorEncoder``
+(:class:`MultiVectorEncoder`), an encoder with ``colbert_linear.pt`` and ``sparse_linear.pt``
+beside it (bge-m3: :class:`M3Encoder`); anything else is an encoder (:class:`bertattn.Bert`).
+The server loads its ``--model`` so."""
 
 from __future__ import annotations
 
@@ -13,7 +16,14 @@ from ..bert.folder import locate_model
 from .config import read_head_config
 from .sparse_folder import read_sparse_folder
 
-__all__ = ["is_masked_lm", "is_splade_folder", "load_auto", "resolve_auto"]
+__all__ = [
+    "is_m3_folder",
+    "is_masked_lm",
+    "is_multi_vector_folder",
+    "is_splade_folder",
+    "load_auto",
+    "resolve_auto",
+]
 
 
 def is_splade_folder(path: str | Path | None) -> bool:
@@ -29,6 +39,27 @@ def is_splade_folder(path: str | Path | None) -> bool:
         return False
 
 
+def is_multi_vector_folder(path: str | Path | None) -> bool:
+    """A sentence-transformers ``MultiVectorEncoder`` folder: ``modules.json`` with a
+    ``MultiVectorMask``, or ``config_sentence_transformers.json`` saying so."""
+    if path is None:
+        return False
+    try:
+        root = locate_model(path)
+        modules = root / "modules.json"
+        if modules.is_file() and "MultiVectorMask" in modules.read_text(encoding="utf-8"):
+            return True
+        st = root / "config_sentence_transformers.json"
+        return st.is_file() and '"MultiVectorEncoder"' in st.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return False
+
+
+def is_m3_folder(folder: ModelFolder) -> bool:
+    """bge-m3: ``colbert_linear.pt`` and ``sparse_linear.pt`` beside the encoder's weights."""
+    return all((folder.model_dir / f).is_file() for f in ("colbert_linear.pt", "sparse_linear.pt"))
+
+
 def is_masked_lm(path: str | Path | None) -> bool:
     """A folder that can run as SPLADE: a SpladePooling folder, or a ``BertForMaskedLM``."""
     if is_splade_folder(path):
@@ -42,11 +73,18 @@ def is_masked_lm(path: str | Path | None) -> bool:
 
 def resolve_auto(path: str | Path | None, *, sparse: bool = False) -> tuple[ModelFolder, str]:
     """``(the encoder's folder, kind)``, kind ``"embedding"`` / ``"sequence-classification"`` /
-    ``"masked-lm"``, read and checked without loading weights. A masked LM is run as SPLADE
-    when its folder says so (SpladePooling) or ``sparse``; else as an encoder, as before."""
+    ``"masked-lm"`` / ``"multi-vector"`` / ``"m3"``, read and checked without loading weights.
+    A masked LM is run as SPLADE when its folder says so (SpladePooling) or ``sparse``; else
+    as an encoder, as before."""
     if is_splade_folder(path):
         return read_sparse_folder(path)[0], "masked-lm"
+    if is_multi_vector_folder(path) and not sparse:
+        from .multi_vector import read_multi_vector_folder
+
+        return read_multi_vector_folder(path)[0], "multi-vector"  # type: ignore[arg-type]
     folder = resolve_model(path)
+    if is_m3_folder(folder) and not sparse:
+        return folder, "m3"
     kind = read_head_config(folder.model_dir, folder.root).kind
     if kind == "sequence-classification" or (kind == "masked-lm" and sparse):
         return folder, kind
@@ -71,4 +109,12 @@ def load_auto(path: str | Path | None, *, sparse: bool = False, **load: Any) -> 
         return CrossEncoder(folder, **load)
     if kind == "masked-lm":
         return SparseEncoder(folder.root if path is None else path, **load)
+    if kind == "multi-vector":
+        from .multi_vector import MultiVectorEncoder
+
+        return MultiVectorEncoder(path, **load)  # type: ignore[arg-type]
+    if kind == "m3":
+        from .m3 import M3Encoder
+
+        return M3Encoder(folder.root if path is None else path, **load)
     return Bert.load(folder, **load)

@@ -47,6 +47,7 @@ from .head_routes import HEAD_ROUTES
 from .limits import Limits
 from .served import ROUTES, model_names, serve_model
 from .telemetry import ServeMetrics
+from .token_routes import token_routes
 from .tokens import from_ids, token_pieces, tokenize
 
 logger = logging.getLogger("bertattn.serve")
@@ -573,7 +574,10 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
         _route("/embeddings", "embeddings", _openai, data=True, method="POST"),
         _route("/embed", "embed", _tei, data=True, method="POST"),
         _route("/tokenize", "tokenize", _tokenize, data=True, method="POST"),
-        *(_route(path, name, fn, data=True, method="POST") for path, name, fn in HEAD_ROUTES),
+        *(
+            _route(path, name, fn, data=True, method="POST")
+            for path, name, fn in token_routes(HEAD_ROUTES)  # + /embed_all, /decode, ...
+        ),
         _route("/v1/models", "models", _models, data=True),
         _route("/info", "info", _info, data=False, key=True),
         _route("/live", "live", _live, data=False),

@@ -136,7 +136,11 @@ class ServeGroup:
             if path not in _NAMED:
                 del body["model"]  # it chose the model; the route's own body has no such field
             return self.by_name(name)
-        answering = [s for s in self.states if path == "/tokenize" or path in ROUTES[s.served.kind]]
+        answering = [
+            s
+            for s in self.states
+            if path in ("/tokenize", "/decode") or path in ROUTES[s.served.kind]
+        ]
         if len(answering) == 1:
             return answering[0]
         models = ", ".join(f"{s.names[0]!r} ({s.served.describe()})" for s in self.states)

@@ -119,11 +119,18 @@ async def disconnected(request: Request) -> None:
 
 
 async def run_model(
-    state: ServeState, request: Request, encodings: list[Any], counts: list[int], param: str
-) -> np.ndarray:
+    state: ServeState,
+    request: Request,
+    encodings: list[Any],
+    counts: list[int],
+    param: str,
+    *,
+    stack: bool = True,
+) -> Any:
     """The model step's ``(N, ...)`` float32 rows of tokenized inputs, in input order: admitted
     to the queue (429 / 413), waited for within ``X-Request-Timeout`` (504), dropped when the
-    client goes away (499)."""
+    client goes away (499). ``stack=False``: the list of each input's row as the step gave it
+    (token vectors: one ``(n_i, d)`` array per input)."""
     timeout = request_timeout(request.headers.get("x-request-timeout"))
     deadline = None if timeout is None else time.monotonic() + timeout
     batcher = state.batcher
@@ -175,7 +182,7 @@ async def run_model(
         raise unavailable() from None
     finally:
         gone.cancel()
-    return np.stack(rows)  # (N, ...)
+    return np.stack(rows) if stack else list(rows)  # (N, ...)
 
 
 def unavailable() -> ApiError:
