@@ -193,6 +193,11 @@ for _name, _title in (("roberta", "RoBERTa"), ("xlm-roberta", "XLM-RoBERTa")):
     )
 register(
     Family(
-        "electra", "ELECTRA", _read_electra, lambda s, c: _renamed_prefix(s, "electra."), **_COMMON
-    )  # type: ignore[arg-type]
+        "electra",
+        "ELECTRA",
+        _read_electra,
+        lambda s, c: _renamed_prefix(s, "electra."),
+        first_token_layer=("pooler.dense.", "gelu"),  # its classifier.dense, as BERT's name
+        **_COMMON,  # type: ignore[arg-type]
+    )
 )

@@ -78,5 +78,6 @@ register(
         build_bert,
         head_prefixes=BERT_HEADS,
         capabilities=BERT_CAPABILITIES,
+        first_token_layer=("pre_classifier.", "relu"),
     )
 )

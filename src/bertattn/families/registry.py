@@ -93,6 +93,11 @@ class Family:
     #: heads of the family's own, by kind (``"sequence-classification"``); a kind missing
     #: here runs BERT's (the pooler, then the classifier)
     heads: dict[str, HeadSpec] = field(default_factory=dict)
+    #: a sequence classifier's own first-token layer (its tensors' prefix after the family's
+    #: renaming, and its activation), run before the classifier instead of the pooler:
+    #: DistilBERT's ``pre_classifier`` + ReLU, ELECTRA's ``classifier.dense`` + GELU; None:
+    #: the encoder's pooler (BERT's dense + tanh), or the family's own head in :attr:`heads`
+    first_token_layer: tuple[str, str] | None = None
     #: the base model's other prefixes in task checkpoints (read as ``prefix``)
     other_prefixes: tuple[str, ...] = ()
     #: why a capability is missing, where the reason is more than "not implemented"

@@ -27,7 +27,7 @@ from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
 from .config import HeadConfig
-from .layers import FIRST_TOKEN_LAYERS, FirstTokenHead, load_classifier
+from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
 from .model_card import EvaluationMetrics
 from .runner import head_step, run_head
@@ -187,8 +187,10 @@ class CrossEncoder:
         load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
         bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
         family = bert.model.config.family
-        own = families.get(family).heads.get("sequence-classification")
-        if own is None and family not in FIRST_TOKEN_LAYERS and bert.model.pooler is None:
+        record = families.get(family)
+        own = record.heads.get("sequence-classification")
+        first = record.first_token_layer
+        if own is None and first is None and bert.model.pooler is None:
             raise ModelFolderError(
                 f"{folder.weight_file()}: no pooler weights (bert.pooler.dense.*), which a "
                 f"sequence classifier runs on [CLS]; the checkpoint is incomplete."
@@ -212,8 +214,8 @@ class CrossEncoder:
             )  # fmt: skip
             self.family_head = own.build(bert.model.config, n, tensors).to(bert.device)
             classifier = self.family_head.classifier  # type: ignore[assignment]
-        elif family in FIRST_TOKEN_LAYERS:
-            self.first_token = FirstTokenHead.load(weights, family, width, n).to(bert.device)
+        elif first is not None:
+            self.first_token = FirstTokenHead.load(weights, first, width, n).to(bert.device)
             classifier = self.first_token.classifier
         else:
             classifier = load_classifier(weights, width, n, "sequence-classification")

@@ -19,14 +19,6 @@ __all__ = ["FirstTokenHead", "MaskedLMHead", "load_classifier", "load_masked_lm_
 _MLM = "cls.predictions."
 
 
-#: a sequence classifier's own first-token layer, by family (BERT's, RoBERTa's and
-#: XLM-RoBERTa's is the encoder's pooler, dense + tanh): its tensors' prefix and activation
-FIRST_TOKEN_LAYERS = {
-    "distilbert": ("pre_classifier.", "relu"),
-    "electra": ("pooler.dense.", "gelu"),  # its classifier.dense, read under BERT's name
-}
-
-
 def _linear(tensors: dict[str, Tensor], prefix: str) -> nn.Linear:
     out, width = tensors[f"{prefix}weight"].shape
     layer = nn.Linear(width, out)
@@ -63,9 +55,12 @@ class FirstTokenHead(nn.Module):
         return self.classifier(self.act(self.dense(hidden[:, 0].float())))
 
     @classmethod
-    def load(cls, weights: Path, family: str, width: int, num_labels: int) -> FirstTokenHead:
-        """The head of a ``family`` checkpoint (a key of :data:`FIRST_TOKEN_LAYERS`)."""
-        prefix, act = FIRST_TOKEN_LAYERS[family]
+    def load(
+        cls, weights: Path, layer: tuple[str, str], width: int, num_labels: int
+    ) -> FirstTokenHead:
+        """The head of a checkpoint whose family record names its first-token ``layer``
+        (:attr:`bertattn.families.registry.Family.first_token_layer`: prefix, activation)."""
+        prefix, act = layer
         try:
             tensors = read_head(
                 weights,
