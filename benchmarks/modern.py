@@ -132,6 +132,14 @@ def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
         doc = " ".join(stdlib_paragraph_corpus(400))
         scenarios.append((f"one {args.long}-token document", [doc], args.long))
     rows = []
+    onnx = None
+    if args.openvino:  # one export per family, compiled for every scenario
+        try:
+            from bertattn.deploy.onnx_export import export_onnx
+
+            onnx = export_onnx(str(folder), folder.parent / f"{family}.onnx")
+        except ImportError as exc:
+            print(f"openvino peer missing: cannot export ONNX: {exc}")
     for name, texts, length in scenarios:
         encoders = {
             "bertattn": bertattn_encoder(folder, length),
@@ -139,7 +147,7 @@ def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
         }
         if args.openvino:
             tok = Bert.load(folder).tokenizer
-            ov, _, why = openvino_encoders(folder, tok, ("f32",), max_length=length)
+            ov, _, why = openvino_encoders(folder, tok, ("f32",), onnx=onnx, max_length=length)
             encoders.update(ov)
             if why:
                 print(why)
