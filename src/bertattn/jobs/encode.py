@@ -277,6 +277,13 @@ def _run_encode(options: EncodeOptions, progress: Progress | None, info) -> Enco
     from .heads import can_be_sparse, check_sparse_options, is_sparse_model, run_sparse_encode
 
     _check_machine(options, info.world_size)
+    if options.late_chunks:  # one row per span (bertattn.jobs.late_chunks), one process
+        from .late_chunks import run_late_chunks
+
+        _check_max_length(options)
+        out, corpus = check_paths(options)
+        device = job_device(options.device)
+        return run_late_chunks(options, out, corpus, lambda: _load(options, device))
     sparse = is_sparse_model(options.model) if options.sparse is None else options.sparse
     if sparse and not can_be_sparse(options.model):
         raise UsageError(

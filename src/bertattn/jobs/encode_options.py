@@ -101,6 +101,13 @@ class EncodeOptions:
         "(SPLADE, or a plain BERT) needs --sparse; --no-sparse: dense embeddings of its encoder",
         output=False,  # a chunked run is always dense: its manifests need not record it
     )
+    late_chunks: bool = option(
+        False,
+        'late chunking: JSON lines {"text", "spans": [[start, end], ...]} (character offsets), '
+        "one row per span pooled from one forward of the whole text (overlapping windows past "
+        '--max-length); .jsonl rows carry "record" and "span" (and "id" with --id-field)',
+        output=False,
+    )
     quiet: bool = option(
         False,
         "no progress bar and no summary line (warnings and errors still appear)",
@@ -188,6 +195,8 @@ class EncodeOptions:
             or self.timeout <= 0
         ):
             raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}.")
+        if self.late_chunks is not False:
+            self._check_late_chunks()
         if self.onnx is not None and self.dtype not in ("float32", "auto"):
             raise UsageError(
                 f"--dtype {self.dtype} applies to the PyTorch model; an --onnx model runs in the "
@@ -225,6 +234,31 @@ class EncodeOptions:
                     f"{' and '.join(given)} {verb} only to a chunked run; add --resumable (or "
                     f"--workers N), or drop {' and '.join(given)}."
                 )
+
+    def _check_late_chunks(self) -> None:
+        """``--late-chunks`` runs in one process, on the PyTorch model, dense."""
+        if not isinstance(self.late_chunks, bool):
+            raise UsageError(f"late_chunks must be True or False, got {self.late_chunks!r}.")
+        clash = [
+            name
+            for name, on in (
+                ("--sparse", self.sparse is True),
+                ("--onnx", self.onnx is not None),
+                (self._chunked_by() if self.chunked or self.workers is not None else "", True),
+            )
+            if on and name
+        ]
+        if clash:
+            raise UsageError(
+                f"--late-chunks runs in one process on the PyTorch model and writes one file; "
+                f"it cannot go with {', '.join(clash)}: drop "
+                f"{'it' if len(clash) == 1 else 'them'}, or drop --late-chunks."
+            )
+        if self.id_field == "spans":
+            raise UsageError(
+                "--id-field spans names the field --late-chunks reads the spans from; give the "
+                "records an id field of their own."
+            )
 
     def _chunking_flags(self) -> list[str]:
         """The flags given that make this run chunked (or several ranks)."""
