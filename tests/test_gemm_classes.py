@@ -60,7 +60,7 @@ def test_injected_timings_decide_each_class_and_are_kept(timed):
     assert "tiny 0.50x, small 2.00x, large 1.00x; oneDNN from 1.15x" in line, line
     assert "tiny mkl, small onednn, large mkl" in line, line
     assert timed.calls == 1
-    entries = json.loads(probe.cache_path().read_text())["entries"]
+    entries = json.loads(gemm.cache_path().read_text())["entries"]
     (key,) = [k for k in entries if k.startswith("cpu-gemm")]
     assert f"| {torch.get_num_threads()} threads |" in key
     # another process (here: the choice forgotten) reads the cache and does not time again,
@@ -110,7 +110,31 @@ def test_a_disturbed_timing_is_not_kept_and_the_rule_decides(timed, monkeypatch)
     monkeypatch.setattr(gemm, "cpu_flags", lambda: {"avx512f"})
     assert gemm.choices() == {"tiny": "mkl", "small": "onednn", "large": "onednn"}
     assert "not timed: the timing waited 60%" in gemm.describe()
-    assert not probe.cache_path().exists() or "cpu-gemm" not in probe.cache_path().read_text()
+    assert not gemm.cache_path().exists() or "cpu-gemm" not in gemm.cache_path().read_text()
+
+
+def test_decided_inside_the_dtype_probe_without_deadlock(monkeypatch, tmp_path):
+    """The dtype probe times float32 products through gemm.linear while it holds the probe
+    cache's locks: the first of them decides the library, with a cache of its own."""
+    from bertattn.bert import auto_dtype
+
+    monkeypatch.delenv(gemm.ENV, raising=False)
+    monkeypatch.setenv(probe.PROBE_ENV, "1")
+    monkeypatch.setenv("BERTATTN_CACHE", str(tmp_path))
+    monkeypatch.setattr(
+        gemm, "_time_classes", lambda: {"ratios": dict.fromkeys(gemm.CLASSES, 1.0), "date": "d"}
+    )
+    monkeypatch.setattr(auto_dtype, "PROBE_BUDGET_S", 0.0)
+    gemm.reset()
+    auto_dtype.reset()
+    try:
+        choice = auto_dtype.probe_dtype(widths=(16, 32), rows=8)
+    finally:
+        gemm.reset()
+        auto_dtype.reset()
+    assert choice.dtype in (torch.float32, torch.bfloat16)
+    assert gemm.cache_path().exists() and probe.cache_path().exists()
+    assert gemm.cache_path() != probe.cache_path()
 
 
 def test_the_wait_share_is_measured(monkeypatch):
@@ -154,7 +178,7 @@ def test_rule_and_forced_settings_do_not_time(timed, monkeypatch):
 @needs_onednn
 def test_a_bad_cache_entry_is_named(timed):
     gemm.choices()
-    path = probe.cache_path()
+    path = gemm.cache_path()
     data = json.loads(path.read_text())
     for key in data["entries"]:
         data["entries"][key] = {"ratios": "?"}

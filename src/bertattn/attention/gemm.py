@@ -19,8 +19,9 @@ compiling) decides every class at once:
 
 * ``BERTATTN_CPU_GEMM`` unset or ``auto``: **timed on this machine** (:func:`_time_classes`:
   one product of each class's shape, MKL and oneDNN interleaved, medians; about 0.1 s) and
-  kept in bertattn's probe cache (:mod:`bertattn.bert.probe`: per CPU model, torch version and
-  thread count, file-locked and atomic), so every later process on the machine, and every
+  kept in bertattn's cache folder (:func:`cache_path`, ``gemm-probes.json`` beside the dtype
+  probe's file, :mod:`bertattn.bert.probe`: per CPU model, torch version and thread count,
+  file-locked and atomic), so every later process on the machine, and every
   process of a job started together, reads the same choice and computes the same bits. oneDNN
   is taken for a class only from :data:`MARGIN` times as fast as MKL (closer is noise: MKL, as
   torch does, is kept), and only after its result was checked against ``F.linear`` on a small
@@ -92,6 +93,8 @@ CLASS_SHAPES: dict[str, tuple[int, int, int]] = {
     "small": (9, 384, 1536),
     "large": (256, 384, 1536),
 }
+#: the file in bertattn's cache folder the class timings are kept in (:func:`cache_path`)
+CACHE_FILE = "gemm-probes.json"
 #: rounds of the class timing (each a loop of calls of about :data:`_LOOP_S` seconds)
 _ROUNDS = 7
 _LOOP_S = 0.002
@@ -336,14 +339,14 @@ def _cached_timing() -> tuple[dict[str, str], str]:
     threads = torch.get_num_threads()
     shapes = " ".join(f"{c}={'x'.join(map(str, CLASS_SHAPES[c]))}" for c in CLASSES)
     key = _probe.machine_key("cpu-gemm", threads, shapes=shapes.replace(" ", ","))
-    entry, fresh = _probe.cached(key, _time_classes)
+    entry, fresh = _cached(key)
     try:
         ratios = {c: float(entry["ratios"][c]) for c in CLASSES}
         date = str(entry["date"])
     except (KeyError, TypeError, ValueError):
         raise ValueError(
-            f"the probe cache {_probe.cache_path()} holds a bad entry for {key!r}; delete the "
-            f"file to measure again."
+            f"the probe cache {cache_path()} holds a bad entry for {key!r}; delete the file "
+            f"to measure again."
         ) from None
     by_class = {c: "onednn" if ratios[c] >= MARGIN else "mkl" for c in CLASSES}
     per = ", ".join(f"{c} {ratios[c]:.2f}x" for c in CLASSES)
@@ -353,6 +356,47 @@ def _cached_timing() -> tuple[dict[str, str], str]:
         f"over MKL's: {per}; oneDNN from {MARGIN}x"
     )
     return by_class, why
+
+
+def cache_path():  # type: ignore[no-untyped-def]
+    """Where the class timings are kept: :data:`CACHE_FILE` beside the dtype probe's file in
+    bertattn's cache folder (:func:`bertattn.bert.probe.cache_path`)."""
+    from ..bert import probe as _probe
+
+    return _probe.cache_path().with_name(CACHE_FILE)
+
+
+def _cached(key: str) -> tuple[dict, bool]:
+    """The entry ``key`` of :func:`cache_path`, timed now (:func:`_time_classes`) and written
+    there when missing; whether it was timed now. The file has the probe cache's format and
+    safety (read, then under its file lock read again, time only if still missing, written
+    atomically), but a file and lock of its own: the dtype probe times its float32 products
+    through :func:`linear`, so this choice can be made inside the dtype probe's measurement,
+    which holds that cache's locks."""
+    from ..bert import probe as _probe
+
+    path = cache_path()
+    entry = _probe._read(path).get(key)
+    if entry is not None:
+        return entry, False
+    with _probe._file_lock(path) as locked:
+        entries = _probe._read(path)
+        if key in entries:
+            return entries[key], False
+        entry = _time_classes()
+        if not locked:
+            log.info("timing %s without the lock on %s.lock", key, path)
+        entries[key] = entry
+        try:
+            _probe._write(path, entries)
+        except OSError as exc:
+            log.info(
+                "cannot write %s (%s: %s): the timing holds for this process only",
+                path,
+                type(exc).__name__,
+                exc,
+            )
+        return entry, True
 
 
 def _time_classes() -> dict:
