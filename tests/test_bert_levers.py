@@ -133,3 +133,12 @@ def test_a_hooked_block_runs_the_plain_ops(folds):
     assert seen and folds["n"] == model.config.num_hidden_layers - 1  # the other layer folds
     # what the hook saw is fc_in's output before the GELU (not overwritten in place)
     assert (seen[0] < 0).any()
+
+
+def test_not_under_autocast(folds):
+    """Under ``torch.autocast`` the products run in bfloat16: the plain ops, as before."""
+    model = _model(64, 2)
+    ids, mask = _batch(True)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(ids, mask).last_hidden_state
+    assert folds["n"] == 0 and torch.isfinite(got).all()

@@ -33,7 +33,15 @@ from torch import Tensor, nn
 
 from . import gemm as _gemm
 
-__all__ = ["available", "prepack", "packed_counts", "is_packed", "linear", "MAX_COUNTS"]
+__all__ = [
+    "available",
+    "prepack",
+    "packed_counts",
+    "is_packed",
+    "uses_pack",
+    "linear",
+    "MAX_COUNTS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +109,17 @@ def _packs_of(weight: Tensor) -> _Packs | None:
 def is_packed(weight: Tensor) -> bool:
     """``weight`` has packs (for some row counts): its products go through :func:`linear`."""
     return bool(_PACKS) and _packs_of(weight) is not None
+
+
+def uses_pack(x: Tensor, weight: Tensor) -> bool:
+    """``weight`` has a pack for ``x``'s row count (``x``: ``(..., K)``), so that
+    :func:`linear` would use MKL's packed product for it (without autograd or tracing)."""
+    if not _PACKS:
+        return False
+    packs = _packs_of(weight)
+    if packs is None or not _packable(weight) or not _packable(x) or not x.shape[-1]:
+        return False
+    return x.numel() // x.shape[-1] in packs.by_rows
 
 
 def _drop(key: int) -> None:

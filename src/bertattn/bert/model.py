@@ -324,6 +324,7 @@ class BertMLP(nn.Module):
             not FOLD_RESIDUAL
             or torch.is_grad_enabled()
             or x.device.type != "cpu"
+            or torch.is_autocast_enabled("cpu")  # the products' dtype is autocast's there
             or x.dtype not in (torch.float32, torch.float64)
             or w_in.dtype != x.dtype  # type: ignore[union-attr]
             or w_out.dtype != x.dtype  # type: ignore[union-attr]
@@ -339,7 +340,7 @@ class BertMLP(nn.Module):
             h = _fast.linear(fc_in, x, checked=True)  # (..., I)
             h = torch.ops.aten.gelu_(h) if self.act is F.gelu else self.act(h)
         e, i = x.shape[-1], h.shape[-1]
-        if _prepack.is_packed(w_out) or _gemm.uses_onednn(h, w_out, b_out):  # type: ignore[arg-type]
+        if h.dtype != x.dtype or _prepack.uses_pack(h, w_out) or _gemm.uses_onednn(h, w_out, b_out):  # type: ignore[arg-type]
             return residual_add(x, _fast.linear(fc_out, h, checked=True))
         out = x + b_out  # (..., E), fresh and contiguous: the product accumulates onto it
         out.view(-1, e).addmm_(h.reshape(-1, i), w_out.t())  # type: ignore[union-attr]
