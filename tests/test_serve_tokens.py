@@ -76,7 +76,8 @@ def test_embedding_model_token_routes(cli_subprocess, tiny_checkpoint):
     late_long = bert.encode_late_chunks(LONG, SPANS_LONG, pooling="mean")
     late_max = bert.encode_late_chunks(DOC, SPANS, pooling="max", normalize=False)
     ids = [hf(t)["input_ids"] for t in TEXTS]
-    args = ("--threads", "1", "--max-body-size", "64K")
+    args = ("--threads", "1", "--max-body-size", "64K", "--max-batch-tokens", "1024")
+    args += ("--max-queue-tokens", "2048")
     with running_server(cli_subprocess, tiny_checkpoint, *args) as server:
         r = post(server, "/embed_all", {"inputs": TEXTS})
         assert r.status_code == 200, r.text
@@ -153,6 +154,13 @@ def test_embedding_model_token_routes(cli_subprocess, tiny_checkpoint):
             400, "spans[0]", "holds no token",
         )  # fmt: skip
         refused(post(server, "/embed_late_chunks", {"spans": SPANS}), 400, "text", "missing")
+        huge = {"text": "word " * 3000, "spans": [[0, 10]], **MEAN}  # 3,000 tokens > the queue
+        refused(
+            post(server, "/embed_late_chunks", huge),
+            413, "text", "more than 2048 tokens", "--max-queue-tokens",
+        )  # fmt: skip
+        wide = {"text": LONG, "spans": SPANS, **MEAN, "overlap": 500}  # a window holds 126
+        refused(post(server, "/embed_late_chunks", wide), 400, "overlap", "overlap")
         refused(
             post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS}),
             400, "pooling", "pooling 'cls'", "'mean'",
