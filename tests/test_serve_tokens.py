@@ -161,10 +161,11 @@ def test_embedding_model_token_routes(cli_subprocess, tiny_checkpoint):
         )  # fmt: skip
         wide = {"text": LONG, "spans": SPANS, **MEAN, "overlap": 500}  # a window holds 126
         refused(post(server, "/embed_late_chunks", wide), 400, "overlap", "overlap")
+        # the folder pools [CLS]: one state for the whole text, refused for spans
         refused(
             post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS}),
             400, "pooling", "pooling 'cls'", "'mean'",
-        )  # fmt: skip  (the folder pools [CLS]: one state for the whole text)
+        )  # fmt: skip
         refused(
             post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS, "pooling": "cls"}),
             400, "pooling", "'mean' or 'max'",
