@@ -213,8 +213,9 @@ class Bert(SentenceTransformerSurface):
         per CPU model, torch version, thread count and widths (:mod:`bertattn.bert.probe`),
         with the CPU's flag rule (bfloat16 with AMX, else float32) as the fallback when
         ``BERTATTN_DTYPE_PROBE=0`` or the timing fails; on a GPU bfloat16 where it has bf16, else
-        float16. Logged at INFO with its reason and kept in :attr:`dtype_reason`. Unlike ``BertModel.from_pretrained(dtype="auto")``, which takes the
-        checkpoint's dtype as transformers does, this looks at the machine, not the file. Or
+        float16. Logged at INFO with its reason and kept in :attr:`dtype_reason`. Unlike
+        ``BertModel.from_pretrained(dtype="auto")``, which takes the checkpoint's dtype as
+        transformers does, this looks at the machine, not the file. Or
         ``"int8"`` (CPU only, opt-in): the encoder's matrix products in int8, verified against
         float32 as it loads and refused (``ValueError`` naming the measured cosines) when it
         falls short; see :mod:`bertattn.bert.int8`. A wrong argument raises ``TypeError`` (a
