@@ -128,3 +128,12 @@ def test_settings_read_as_sentence_transformers_names_them(pair):
         assert ours.max_length == 16
     finally:
         ours.max_seq_length = before
+
+
+def test_default_activation_function_is_deprecated_as_in_sentence_transformers(pair):  # type: ignore[no-untyped-def]
+    ours, theirs = pair
+    with pytest.warns(DeprecationWarning, match="default_activation_function` property was"):
+        fn = ours.default_activation_function
+    assert type(fn) is type(ours.get_default_activation_fn()) is torch.nn.Sigmoid
+    with pytest.warns(DeprecationWarning):
+        assert type(theirs.default_activation_function) is torch.nn.Sigmoid

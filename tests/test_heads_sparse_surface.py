@@ -203,3 +203,23 @@ def test_sparse_architectures_that_are_not_splade_are_refused_by_name(tmp_path, 
     with pytest.raises(ModelFolderError, match=named) as info:
         SparseEncoder(tmp_path)
     assert "load it with sentence-transformers' SparseEncoder" in str(info.value)
+
+
+def test_encode_takes_inputs_by_sentence_transformers_6_name(pair) -> None:  # type: ignore[no-untyped-def]
+    """``encode(inputs=...)`` (sentence-transformers 6's name) and ``sentences=`` (its older
+    one) give the same rows; both, or neither, is a TypeError naming them."""
+    model, theirs = pair
+    texts = ["the attention head", "a model"]
+    a = model.encode(inputs=texts, convert_to_sparse_tensor=False)
+    b = model.encode(sentences=texts, convert_to_sparse_tensor=False)
+    torch.testing.assert_close(a, b)
+    want = theirs.encode(inputs=texts, convert_to_sparse_tensor=False)
+    torch.testing.assert_close(a, want.to(a.dtype), atol=1e-5, rtol=0)
+    q = model.encode_query(inputs=texts, convert_to_sparse_tensor=False)
+    torch.testing.assert_close(q, model.encode_query(texts, convert_to_sparse_tensor=False))
+    with pytest.raises(TypeError, match="not both"):
+        model.encode(texts, sentences=texts)
+    with pytest.raises(TypeError, match="got neither"):
+        model.encode()
+    with pytest.raises(ValueError, match="MultiVectorEncoder"):
+        model.similarity_fn_name = "maxsim"

@@ -281,6 +281,18 @@ class CrossEncoder:
         """The encoder's compute dtype."""
         return self.bert.model.dtype
 
+    @property
+    def default_activation_function(self) -> torch.nn.Module:
+        """:meth:`get_default_activation_fn` under its old name (deprecated, as in
+        sentence-transformers)."""
+        warnings.warn(
+            "The `default_activation_function` property was renamed and is now deprecated; use "
+            "`get_default_activation_fn()` (or `activation_fn`, the one predict uses).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.get_default_activation_fn()
+
     def get_default_activation_fn(self) -> torch.nn.Module:
         """The activation the folder names, else ``nn.Sigmoid()`` for one label and
         ``nn.Identity()`` for several (a new module; :attr:`activation_fn` is the one used)."""

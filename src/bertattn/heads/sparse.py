@@ -161,7 +161,7 @@ class SparseEncoder:
         if value is not None and value not in SIMILARITY_FN_NAMES:
             late = (
                 " (MaxSim is late interaction over token vectors: a SparseEncoder has one "
-                "row per text)"
+                "row per text; load a multi-vector model with bertattn.MultiVectorEncoder)"
                 if isinstance(value, str) and "maxsim" in value
                 else ""
             )
@@ -223,10 +223,11 @@ class SparseEncoder:
 
     def encode(
         self,
-        sentences: str | Sequence[str],
+        inputs: str | Sequence[str] | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
         *,
+        sentences: str | Sequence[str] | None = None,
         batch_size: int = 32,
         show_progress_bar: bool | None = None,
         convert_to_tensor: bool = True,
@@ -240,7 +241,14 @@ class SparseEncoder:
         before each sentence (the folder's prompts by name). ``max_active_dims``: keep the
         largest that many weights per row (default: the model's setting). Rows are always
         computed on the model's device and returned on the CPU (``save_to_cpu`` is accepted
-        for compatibility)."""
+        for compatibility). The texts are ``inputs`` (sentence-transformers 6's name) or
+        ``sentences`` (its older one), not both."""
+        if (inputs is None) == (sentences is None):
+            raise TypeError(
+                "SparseEncoder.encode() takes the texts once: as inputs (the first argument) or "
+                "as sentences=, " + ("not both." if inputs is not None else "got neither.")
+            )
+        sentences = inputs if sentences is None else sentences
         batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         check_bool(show_progress_bar, "show_progress_bar", optional=True)
         check_bool(convert_to_tensor, "convert_to_tensor")
@@ -282,18 +290,20 @@ class SparseEncoder:
         out = _stack_sparse(rows, vocab)
         return out[0] if single else out
 
-    def encode_query(self, sentences: str | Sequence[str], **kwargs: Any) -> Tensor | list[Tensor]:
+    def encode_query(
+        self, inputs: str | Sequence[str] | None = None, **kwargs: Any
+    ) -> Tensor | list[Tensor]:
         """:meth:`encode` with the folder's ``"query"`` prompt when it has one."""
-        return self._encode_as("query", sentences, kwargs)
+        return self._encode_as("query", inputs, kwargs)
 
     def encode_document(
-        self, sentences: str | Sequence[str], **kwargs: Any
+        self, inputs: str | Sequence[str] | None = None, **kwargs: Any
     ) -> Tensor | list[Tensor]:
         """:meth:`encode` with the first of the ``"document"`` / ``"passage"`` / ``"corpus"``
         prompts the model has (sentence-transformers' rule)."""
-        return self._encode_as("document", sentences, kwargs)
+        return self._encode_as("document", inputs, kwargs)
 
-    def _encode_as(self, name: str, sentences: Any, kwargs: dict) -> Tensor | list[Tensor]:
+    def _encode_as(self, name: str, inputs: Any, kwargs: dict) -> Tensor | list[Tensor]:
         """sentence-transformers' rule: neither ``prompt`` nor ``prompt_name`` given (or
         given as None) and the model has the task's prompt -> that prompt."""
         if kwargs.get("prompt") is None and kwargs.get("prompt_name") is None:
@@ -301,7 +311,7 @@ class SparseEncoder:
             found = next((n for n in names if n in self.prompts), None)
             if found is not None:
                 kwargs["prompt_name"] = found
-        return self.encode(sentences, **kwargs)
+        return self.encode(inputs, **kwargs)
 
     # ------------------------------------------------------------------ reading rows
     def decode(
