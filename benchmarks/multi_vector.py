@@ -198,7 +198,7 @@ def table(result: dict) -> str:
         r = result[key]
         verdict = "met" if r["ratio"] >= TARGET else "not met"
         lines.append(
-            f"| {label} | {r['texts']} | {r['bertattn_per_s']:.1f} | {r['reference_per_s']:.1f} "
+            f"| {label} | {r['texts']} | {r['bertattn_per_s']:.3g} | {r['reference_per_s']:.3g} "
             f"| {r['ratio']:.2f}x: {verdict} |"
         )
     return "\n".join(lines)
