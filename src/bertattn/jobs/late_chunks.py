@@ -80,7 +80,7 @@ def _payload(
     output: str, rows: np.ndarray, record: list[int], spans: list[tuple[int, int]], ids
 ) -> Callable[[BinaryIO], None]:  # type: ignore[no-untyped-def]
     """The rows as ``.npy``, or JSON lines with each row's source."""
-    from .encode import embeddings_payload
+    from .outputs import embeddings_payload
 
     if output != "-" and Path(output).suffix.lower() == ".npy":
         return embeddings_payload(output, rows)
@@ -140,9 +140,9 @@ def run_late_chunks(
         flat += these
     width = int(bert.get_embedding_dimension())  # type: ignore[attr-defined]
     rows = np.concatenate(parts) if parts else np.zeros((0, width), np.float32)
-    from .encode import _write
+    from .outputs import write_output
 
-    _write(out, _payload(str(options.output), rows, record, flat, ids))
+    write_output(out, _payload(str(options.output), rows, record, flat, ids))
     seconds = time.perf_counter() - start
     return EncodeSummary(
         Path("<stdout>") if out is None else out,
