@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..files import check_output
 from ..maps import AttentionMaps
+from . import attend_maxsim
 from .attend_options import AttendOptions
 from .fields import flag, job_device
 from .inputs import check_input, stdin_buffer
@@ -36,8 +37,11 @@ class AttendResult:
     stdout: bytes | None = None  # the output asked for as ``-`` (JSON or HTML), for stdout
     notes: list[str] = field(default_factory=list)
     #: what a classifier or reranker decided on the text (pair), e.g. "positive 0.912"; also in
-    #: the titles of the PNG and the page. None: the model has no such head
+    #: the titles of the PNG and the page. None: the model has no such head. For a
+    #: multi-vector model: the MaxSim summary (score, then each query token's match)
     prediction: str | None = None
+    #: a multi-vector model's MaxSim of TEXT (the query) against --pair (the document)
+    maxsim: attend_maxsim.MaxSimView | None = None
 
 
 #: the suffixes each output takes (lower case); the format comes from the option, not the name
@@ -159,9 +163,10 @@ def read_text(options: AttendOptions) -> str:
 
 
 def _load(model: str | None, device: object) -> tuple[Bert, object | None]:
-    """The encoder to show, and the classifier / reranker head over it (None for a model
-    without one): a ``BertForSequenceClassification`` is loaded as a
-    :class:`bertattn.CrossEncoder`, so the page can say what it decided."""
+    """The encoder to show, and the head over it (None for a model without one): a
+    ``BertForSequenceClassification`` is loaded as a :class:`bertattn.CrossEncoder`, so the
+    page can say what it decided; a multi-vector folder as a
+    :class:`bertattn.MultiVectorEncoder`, so the page can show what each query token matched."""
     from ..bert import Bert
     from ..heads import CrossEncoder
     from ..heads.auto import resolve_auto
@@ -170,7 +175,18 @@ def _load(model: str | None, device: object) -> tuple[Bert, object | None]:
     if kind == "sequence-classification":
         head = CrossEncoder(folder, device=device)  # type: ignore[arg-type]
         return head.bert, head
+    if kind == "multi-vector":
+        from ..heads.multi_vector import MultiVectorEncoder
+
+        mve = MultiVectorEncoder(model, device=device)  # type: ignore[arg-type]
+        return mve.bert, mve
     return Bert.load(folder, device=device), None  # type: ignore[arg-type]
+
+
+def _is_multi_vector(head: object) -> bool:
+    from ..heads.multi_vector import MultiVectorEncoder
+
+    return isinstance(head, MultiVectorEncoder)
 
 
 def _decision(head: object, text: str, pair: str | None, max_length: int | None) -> str:
@@ -206,9 +222,17 @@ def run_attend(options: AttendOptions) -> AttendResult:
     for path, kind in options.outputs:
         if path != "-":
             check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
+    from ..heads.auto import is_multi_vector_folder
+
+    if options.pair is None and is_multi_vector_folder(options.model):
+        raise attend_maxsim.need_pair()
     device = job_device(options.device)
     text = read_text(options)
     bert, decider = _load(options.model, device)
+    query, pair = text, options.pair
+    multi_vector = options.pair is not None and _is_multi_vector(decider)
+    if multi_vector:  # the attention of the pair each with its task's prompt
+        text, pair = attend_maxsim.attention_texts(decider, query, options.pair)  # type: ignore[arg-type]
     cfg = bert.model.config
     _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
     _check_range("head", options.head or 0, cfg.num_attention_heads)
@@ -242,17 +266,23 @@ def run_attend(options: AttendOptions) -> AttendResult:
     _check_known_tokens(bert, options, text)
     notes = [steps_note] if steps_note else []
     if options.explain is not None:
-        tokens = _tokens(bert, text, options.pair, options.max_length)
+        tokens = _tokens(bert, text, pair, options.max_length)
         query, note = _explain_query(options.explain, token, tokens)
         target = (layer, head, query)
         notes += [note] if note else []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        maps = bert.attention_maps(
-            text, options.pair, max_length=options.max_length, qkv_layers=qkv_layers
-        )
+        maps = bert.attention_maps(text, pair, max_length=options.max_length, qkv_layers=qkv_layers)
     result = AttendResult(maps, warnings=[str(w.message) for w in caught], notes=notes)
-    if decider is not None:
+    if multi_vector:
+        try:
+            result.maxsim = attend_maxsim.compute_maxsim(decider, query, options.pair)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        result.prediction = result.maxsim.summary()
+        name = "mean-MaxSim" if result.maxsim.similarity_fn_name == "meanmaxsim" else "MaxSim"
+        maps.model_name = f"{maps.model_name} · {name} {result.maxsim.total:.3f}"
+    elif decider is not None:
         result.prediction = _decision(decider, text, options.pair, options.max_length)
         maps.model_name = f"{maps.model_name} · {result.prediction}"
     if target is not None:
@@ -264,7 +294,7 @@ def run_attend(options: AttendOptions) -> AttendResult:
                     layer=target[0],
                     head=target[1],
                     query=target[2],
-                    pair=options.pair,
+                    pair=pair,
                     max_length=options.max_length,
                 )
             except ValueError as exc:
@@ -272,6 +302,21 @@ def run_attend(options: AttendOptions) -> AttendResult:
     files = {
         k: (None if p == "-" else p) for k, p in (("html", options.html), ("json", options.json))
     }
+    if result.maxsim is not None:
+        if options.png or any(files.values()) or "-" in (options.html, options.json):
+            dash = "JSON" if options.json == "-" else "HTML" if options.html == "-" else None
+            result.written, result.stdout = attend_maxsim.render_outputs(
+                maps,
+                result.maxsim,
+                png=options.png,
+                html=files["html"],
+                json_path=files["json"],
+                layer=options.layer,
+                head=options.head,
+                rollout=options.rollout,
+                stdout=dash,
+            )
+        return result
     if options.png or any(files.values()):
         result.written = viz.render_all(
             maps,

@@ -1,8 +1,10 @@
-"""One self-contained HTML page of the attention: head view, model view, rollout, steps.
+"""One self-contained HTML page of the attention: head view, model view, rollout, steps, and
+for a multi-vector model the MaxSim view (which document token each query token matched).
 
-The page needs no network: its CSS and JS (``attention.css``, ``attention.js``, package data)
-and the data are inlined. Every label of the page is in ``attention.js`` (English and Chinese);
-this module only writes numbers. Weights are stored compactly:
+The page needs no network: its CSS and JS (``attention.css``, ``attention.js``, ``maxsim.js``,
+package data) and the data are inlined. Every label of the page is in ``attention.js`` (the
+MaxSim view's in ``maxsim.js``), in English and Chinese; this module only writes numbers.
+Weights are stored compactly:
 
 * quantized: ``round(w * 255)`` as uint8 (w clipped to [0, 1]); the error is at most 1/510;
 * pruned: per query row only the ``top_k`` largest weights are kept, as (key index uint16,
@@ -170,9 +172,12 @@ def render_html(
     top_k: int = DEFAULT_TOP_K,
     layer: int | None = None,
     head: int | None = None,
+    maxsim: dict | None = None,
 ) -> str:
     """The page as a string (see ``save_html``)."""
     n = len(maps.tokens)
+    if maxsim is not None:
+        _check_maxsim(maxsim)
     if n > 65535:
         raise ValueError(f"{n} tokens: the page stores key indices as uint16 (at most 65535)")
     if top_k < 1:
@@ -202,6 +207,7 @@ def render_html(
         "rollout": None,
         "qkv": _qkv_data(maps),
         "initial": initial,
+        "maxsim": maxsim,
     }
     if rollout is not None:
         rollout = np.asarray(rollout, dtype=np.float32)
@@ -216,10 +222,34 @@ def render_html(
     parts = {
         "TITLE": html.escape(title),
         "CSS": _asset("attention.css"),
-        "JS": _asset("attention.js"),
+        "JS": _asset("attention.js") + "\n" + _asset("maxsim.js"),
         "DATA": payload,
     }
     return _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("template.html"))
+
+
+def _check_maxsim(data: dict) -> None:
+    """Refuse a MaxSim view whose parts do not fit together (see
+    :meth:`bertattn.jobs.attend_maxsim.MaxSimView.to_dict`)."""
+    try:
+        nq, nd = len(data["query_tokens"]), len(data["document_tokens"])
+        rows, matches = data["matrix"], data["matches"]
+        float(data["total"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"maxsim must be MaxSimView.to_dict()'s object (query_tokens, document_tokens, "
+            f"matrix, matches, total); it lacks or mistypes {exc}."
+        ) from None
+    if len(rows) != nq or any(len(r) != nd for r in rows):
+        raise ValueError(
+            f"maxsim's matrix must be ({nq}, {nd}) (query tokens x document tokens), got "
+            f"{len(rows)} rows of {sorted({len(r) for r in rows})}."
+        )
+    for m in matches:
+        if not (0 <= m["query_index"] < nq and 0 <= m["document_index"] < nd):
+            raise ValueError(
+                f"maxsim match {m} points outside {nq} query and {nd} document tokens."
+            )
 
 
 def save_html(
@@ -231,6 +261,7 @@ def save_html(
     top_k: int = DEFAULT_TOP_K,
     layer: int | None = None,
     head: int | None = None,
+    maxsim: dict | None = None,
 ) -> Path:
     """Write one self-contained HTML page (no network) showing ``maps``; returns the path.
 
@@ -243,14 +274,19 @@ def save_html(
         top_k: keys kept per query row (see the module docstring); ``>= L`` keeps all.
         layer: the model layer id the page opens on (default the first).
         head: the only head selected when the page opens (default all of them).
+        maxsim: a multi-vector model's MaxSim of a query against a document
+            (:meth:`bertattn.jobs.attend_maxsim.MaxSimView.to_dict`): the page's MaxSim view.
 
     Raises:
         ValueError: a rollout of the wrong shape, more than 65535 tokens, ``top_k < 1``, a
-            ``layer`` or ``head`` out of range, non-finite q/k/v.
+            ``layer`` or ``head`` out of range, non-finite q/k/v, a ``maxsim`` whose parts do
+            not fit together.
         TypeError: ``layer`` or ``head`` not an int.
         UsageError: ``path`` cannot be an output (a folder, a missing or unwritable folder).
         OSError: the file cannot be written (the message names the path and the reason).
     """
     check_output(path, what="HTML page")
-    page = render_html(maps, rollout=rollout, title=title, top_k=top_k, layer=layer, head=head)
+    page = render_html(
+        maps, rollout=rollout, title=title, top_k=top_k, layer=layer, head=head, maxsim=maxsim
+    )
     return write_atomic(path, page.encode("utf-8"))
