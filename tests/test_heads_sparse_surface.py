@@ -35,8 +35,11 @@ def test_a_numpy_array_of_strings_is_a_batch(pair):
     same_rows(got, theirs.encode(array))
     same_rows(ours.encode(np.array(TEXTS, dtype=object)), ours.encode(TEXTS))
     assert ours.encode(np.array([], dtype=str)).shape == (0, ours.vocab_size)
-    with pytest.raises(ValueError, match=r"2-D NumPy array of shape \(2, 2\); pass a 1-D"):
-        ours.encode(np.array([TEXTS[:2], TEXTS[2:]]))
+    # an (N, 2) array is N text pairs (tests/test_heads_st_promises_r5.py); other widths are refused
+    with pytest.raises(ValueError, match=r"2-D NumPy array of shape \(2, 3\); pass a 1-D"):
+        ours.encode(np.array([TEXTS[:3], TEXTS[1:]]))
+    with pytest.raises(ValueError, match=r"3-D NumPy array"):
+        ours.encode(np.array([[TEXTS[:2]]]))
     with pytest.raises(TypeError, match=r"sentences\[1\] must be a string"):
         ours.encode(["ok", 3])
 

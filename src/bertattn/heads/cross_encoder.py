@@ -31,6 +31,7 @@ from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
 from .model_card import EvaluationMetrics
 from .runner import head_step, run_head
+from .text_inputs import call_max_length, encode_inputs
 from .weights import read_head
 from .windows import pair_windows
 
@@ -42,15 +43,24 @@ __all__ = ["CrossEncoder"]
 Input = str | Sequence[str]
 
 
-def _is_single(inputs: object) -> bool:
-    """sentence-transformers' rule: a string, or a list / tuple whose first element is not a
-    list / tuple, is one input; a NumPy array of strings is one pair when 1-D, a batch when
-    2-D or empty; anything else a batch."""
+def _is_singular(inputs: object) -> bool:
+    """sentence-transformers' ``CrossEncoder.is_singular_input``: a list / tuple is one input
+    when its first element is not a list / tuple (an empty one is an empty batch); a NumPy
+    array of strings (or objects) is one pair when 1-D, a batch when 2-D or more, an empty batch
+    when empty; anything else (a string) is one input."""
     if isinstance(inputs, (list, tuple)):
         return len(inputs) > 0 and not isinstance(inputs[0], (list, tuple))
-    if isinstance(inputs, np.ndarray) and (inputs.dtype.kind in ("U", "O") or inputs.size == 0):
+    if isinstance(inputs, np.ndarray) and inputs.dtype.kind in ("U", "O"):
         return inputs.size > 0 and inputs.ndim < 2
     return True
+
+
+def _is_single(inputs: object) -> bool:
+    """:func:`_is_singular`, except that an empty NumPy array of any dtype is an empty batch
+    (predict's empty answer, where sentence-transformers would score one empty input)."""
+    if isinstance(inputs, np.ndarray) and inputs.size == 0:
+        return False
+    return _is_singular(inputs)
 
 
 def _folder_prompts(folder: ModelFolder) -> tuple[dict[str, str], str | None]:
@@ -78,18 +88,24 @@ def _folder_prompts(folder: ModelFolder) -> tuple[dict[str, str], str | None]:
 def _deprecated_rank_keywords(kwargs: dict[str, Any]) -> None:
     """``rank()``'s keywords sentence-transformers dropped and still takes with a warning:
     ``convert_to_numpy`` / ``convert_to_tensor`` (rank returns Python floats) and
-    ``apply_softmax`` (rank takes one-label models); anything else is a TypeError."""
+    ``apply_softmax`` (rank takes one-label models); anything else is a TypeError. The warning
+    goes to the ``bertattn.heads`` logger (sentence-transformers' words, which its logger gives)
+    and, as a ``FutureWarning``, to ``warnings``."""
     for name in ("convert_to_numpy", "convert_to_tensor", "apply_softmax"):
         if name in kwargs:
             kwargs.pop(name)
             why = (
-                "rank only takes one-label models"
+                "`rank` only supports models with `num_labels=1`"
                 if name == "apply_softmax"
-                else "rank always returns Python floats"
+                else "`rank` always returns Python floats"
             )
+            logger.warning(
+                "The CrossEncoder.rank `%s` argument is deprecated and has no effect, as %s. It "
+                "will be removed in a future version.", name, why,
+            )  # fmt: skip
             warnings.warn(
-                f"CrossEncoder.rank's {name} argument is deprecated and has no effect, as {why} "
-                f"(as in sentence-transformers); drop it.",
+                f"CrossEncoder.rank's {name} argument is deprecated and has no effect, as "
+                f"{why.replace('`', '')} (as in sentence-transformers); drop it.",
                 FutureWarning,
                 stacklevel=3,
             )
@@ -252,6 +268,14 @@ class CrossEncoder:
             return self.prompts.get(self.default_prompt_name)
         return None
 
+    @staticmethod
+    def is_singular_input(inputs: object) -> bool:
+        """Whether ``inputs`` is one input (a text, one pair) rather than a batch, as
+        sentence-transformers' ``CrossEncoder.is_singular_input`` decides: a list / tuple whose
+        first element is not a list / tuple is one; a 1-D NumPy array of strings is one pair, a
+        2-D one a batch of pairs, an empty one an empty batch; a string is one."""
+        return _is_singular(inputs)
+
     # ------------------------------------------------------------------ settings
     @property
     def max_length(self) -> int:
@@ -306,26 +330,21 @@ class CrossEncoder:
 
     # ------------------------------------------------------------------ scoring
     def logits(
-        self, inputs: Sequence[Input], *, batch_size: int = 32, prompt: str | None = None
+        self,
+        inputs: Sequence[Input],
+        *,
+        batch_size: int = 32,
+        prompt: str | None = None,
+        max_length: int | None = None,
     ) -> Tensor:
         """``(N, num_labels)`` float32 logits of the inputs (texts or pairs), as transformers'
         ``BertForSequenceClassification`` gives them; ``prompt``: put before each input's
-        first text."""
+        first text; ``max_length``: tokens per input (default :attr:`max_length`)."""
         firsts, seconds = _split(inputs)
         if prompt:
             firsts = [prompt + t for t in firsts]
-        encodings: list[Any] = [None] * len(firsts)
-        singles = [i for i, s in enumerate(seconds) if s is None]
-        pairs = [i for i, s in enumerate(seconds) if s is not None]
-        tok = self.bert.tokenizer
-        for group, second in ((singles, None), (pairs, [seconds[i] for i in pairs])):
-            if group:
-                done = tok.encode_batch(
-                    [firsts[i] for i in group], second, max_length=self.max_length
-                )
-                for i, enc in zip(group, done, strict=True):
-                    encodings[i] = enc
-        return self._logits(encodings, batch_size)
+        limit = self.max_length if max_length is None else max_length
+        return self._logits(encode_inputs(self.bert, firsts, seconds, limit), batch_size)
 
     def _logits(self, encodings: Sequence[Any], batch_size: int) -> Tensor:
         """``(N, num_labels)`` float32 logits of tokenized inputs."""
@@ -359,6 +378,8 @@ class CrossEncoder:
         apply_softmax: bool | None = False,
         convert_to_numpy: bool = True,
         convert_to_tensor: bool = False,
+        *,
+        processing_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> np.ndarray | Tensor | list[Tensor]:
         """Scores, as sentence-transformers' ``CrossEncoder.predict``: ``(N,)`` for one label,
         ``(N, num_labels)`` for several; a single input (a text, or one pair) gives one score
@@ -367,7 +388,10 @@ class CrossEncoder:
         one tensor (``convert_to_tensor``), or a list of tensors (neither). ``prompt`` /
         ``prompt_name``: text put before each pair's first text (the model's prompts by name;
         neither: its ``default_prompt_name``'s, if set). A NumPy array of strings: 1-D is one
-        pair, 2-D a batch of pairs (as sentence-transformers reads them)."""
+        pair, 2-D a batch of pairs (as sentence-transformers reads them).
+        ``processing_kwargs={"text": {"max_length": N, "truncation": True}}``: this call's token
+        limit per input (sentence-transformers' per-call tokenizer settings; other keys are
+        refused by name)."""
         batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         check_bool(show_progress_bar, "show_progress_bar", optional=True)
         apply_softmax = check_bool(apply_softmax, "apply_softmax", optional=True)
@@ -375,6 +399,7 @@ class CrossEncoder:
         check_bool(convert_to_tensor, "convert_to_tensor")
         if activation_fn is not None and not callable(activation_fn):
             raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
+        limit = call_max_length(self.bert, processing_kwargs)
         single = _is_single(inputs)
         if isinstance(inputs, np.ndarray):
             inputs = inputs.tolist()
@@ -383,7 +408,7 @@ class CrossEncoder:
         if not batch:  # sentence-transformers' empty answer
             empty = torch.tensor([])
             return empty if convert_to_tensor else (empty.numpy() if convert_to_numpy else [])
-        scores = self.logits(batch, batch_size=batch_size, prompt=text)  # (N, num_labels)
+        scores = self.logits(batch, batch_size=batch_size, prompt=text, max_length=limit)
         fn = self.activation_fn if activation_fn is None else activation_fn
         scores = fn(scores)
         if self.num_labels == 1 and scores.ndim > 1:
@@ -428,8 +453,10 @@ class CrossEncoder:
         _deprecated_rank_keywords(deprecated)
         if self.num_labels != 1:
             raise ValueError(
-                f"rank() needs a model with one label (a reranker); this one has "
-                f"{self.num_labels} ({', '.join(self.id2label.values())}): use predict()."
+                f"CrossEncoder.rank() only works for models with num_labels=1. Consider using "
+                f"CrossEncoder.predict() with input pairs instead. (rank() needs a model with one "
+                f"label, a reranker; this one has {self.num_labels}: "
+                f"{', '.join(self.id2label.values())}.)"
             )
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, got {describe(query)}.")

@@ -23,15 +23,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import check_bool, check_int, describe
+from ..arguments import check_bool, check_choice, check_int, describe
 from ..bert.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
 from .runner import head_step, run_head
 from .sparse_folder import SparseSettings, read_sparse_folder
+from .text_inputs import call_max_length, encode_inputs
 
 __all__ = ["SparseEncoder"]
+
+#: the tasks ``encode(task=...)`` takes (sentence-transformers' Router task types)
+TASKS = ("query", "document")
 
 
 class SparseEncoder:
@@ -223,17 +227,19 @@ class SparseEncoder:
 
     def encode(
         self,
-        inputs: str | Sequence[str] | None = None,
+        inputs: str | Sequence[str] | Sequence[Sequence[str]] | np.ndarray | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
         *,
-        sentences: str | Sequence[str] | None = None,
+        sentences: str | Sequence[str] | Sequence[Sequence[str]] | np.ndarray | None = None,
         batch_size: int = 32,
         show_progress_bar: bool | None = None,
         convert_to_tensor: bool = True,
         convert_to_sparse_tensor: bool = True,
         save_to_cpu: bool = False,
         max_active_dims: int | None = None,
+        task: str | None = None,
+        processing_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> Tensor | list[Tensor]:
         """Sparse rows, as sentence-transformers' ``SparseEncoder.encode``: a ``(N, V)`` sparse
         COO tensor (``convert_to_sparse_tensor=False``: dense), a ``(V,)`` row for one string,
@@ -242,7 +248,17 @@ class SparseEncoder:
         largest that many weights per row (default: the model's setting). Rows are always
         computed on the model's device and returned on the CPU (``save_to_cpu`` is accepted
         for compatibility). The texts are ``inputs`` (sentence-transformers 6's name) or
-        ``sentences`` (its older one), not both."""
+        ``sentences`` (its older one), not both.
+
+        Text pairs, as sentence-transformers' ``Transformer`` module takes them: a list of
+        ``[text, pair]`` lists (or tuples), or an ``(N, 2)`` NumPy array of strings, each
+        tokenized as ``[CLS] text [SEP] pair [SEP]`` (cut longest-first; a prompt goes before
+        the first text). ``task``: ``"query"``, ``"document"`` or None, sentence-transformers'
+        Router task; a SPLADE model here has no Router, so it changes nothing (the task's
+        prompt is :meth:`encode_query` / :meth:`encode_document`'s doing).
+        ``processing_kwargs={"text": {"max_length": N, "truncation": True}}``: this call's
+        token limit per input (sentence-transformers' per-call tokenizer settings; other keys
+        are refused by name)."""
         if (inputs is None) == (sentences is None):
             raise TypeError(
                 "SparseEncoder.encode() takes the texts once: as inputs (the first argument) or "
@@ -256,9 +272,13 @@ class SparseEncoder:
         check_bool(save_to_cpu, "save_to_cpu")
         keep = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         keep = self.max_active_dims if keep is None else keep
-        texts, single = _texts(sentences)
-        text = self.bert._resolve_prompt(prompt, prompt_name)
-        inputs = [text + t for t in texts] if text else texts
+        check_choice(task, "task", TASKS, optional=True)
+        limit = call_max_length(self.bert, processing_kwargs)
+        texts, seconds, single = _inputs(sentences)
+        if any(second is not None for second in seconds):
+            self.bert._check_pairs()  # a model with one token type takes no pairs
+        text = self._resolve_prompt(prompt, prompt_name)
+        firsts = [text + t for t in texts] if text else texts
         vocab = self.vocab_size
 
         def finish(rows: Tensor) -> list[Any]:
@@ -271,8 +291,8 @@ class SparseEncoder:
                 return list(rows)
             return _row_nonzeros(rows.numpy())
 
-        if inputs:
-            encodings = self.bert.tokenizer.encode_batch(inputs, max_length=self.bert.max_length)
+        if firsts:
+            encodings = encode_inputs(self.bert, firsts, seconds, limit)
             rows = run_head(
                 self.bert, encodings, self._pool, batch_size=batch_size,
                 show_progress_bar=bool(show_progress_bar), each=finish,
@@ -290,28 +310,73 @@ class SparseEncoder:
         out = _stack_sparse(rows, vocab)
         return out[0] if single else out
 
+    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
+        """sentence-transformers' rule (``prompt`` wins, with a warning when ``prompt_name`` is
+        given too; else the prompt named ``prompt_name``; else the default prompt), and its
+        words for a name the model has no prompt by."""
+        if prompt is None and isinstance(prompt_name, str) and prompt_name not in self.prompts:
+            raise ValueError(
+                f"Prompt name {prompt_name!r} not found in the configured prompts dictionary "
+                f"with keys {list(self.prompts)!r}. Pass one of them as prompt_name, or the "
+                f"prompt's text as prompt=."
+            )
+        return self.bert._resolve_prompt(prompt, prompt_name)
+
     def encode_query(
-        self, inputs: str | Sequence[str] | None = None, **kwargs: Any
+        self,
+        inputs: str | Sequence[str] | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        **kwargs: Any,
     ) -> Tensor | list[Tensor]:
-        """:meth:`encode` with the folder's ``"query"`` prompt when it has one."""
-        return self._encode_as("query", inputs, kwargs)
+        """:meth:`encode` with ``task="query"`` and, when neither ``prompt`` nor
+        ``prompt_name`` is given, the model's ``"query"`` prompt if it has one (as
+        sentence-transformers' ``encode_query``; the other keywords go to :meth:`encode`)."""
+        return self._encode_as("query", inputs, prompt_name, prompt, kwargs)
 
     def encode_document(
-        self, inputs: str | Sequence[str] | None = None, **kwargs: Any
+        self,
+        inputs: str | Sequence[str] | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        **kwargs: Any,
     ) -> Tensor | list[Tensor]:
-        """:meth:`encode` with the first of the ``"document"`` / ``"passage"`` / ``"corpus"``
-        prompts the model has (sentence-transformers' rule)."""
-        return self._encode_as("document", inputs, kwargs)
+        """:meth:`encode` with ``task="document"`` and, when neither ``prompt`` nor
+        ``prompt_name`` is given, the first of the ``"document"`` / ``"passage"`` /
+        ``"corpus"`` prompts the model has (sentence-transformers' ``encode_document``)."""
+        return self._encode_as("document", inputs, prompt_name, prompt, kwargs)
 
-    def _encode_as(self, name: str, inputs: Any, kwargs: dict) -> Tensor | list[Tensor]:
-        """sentence-transformers' rule: neither ``prompt`` nor ``prompt_name`` given (or
-        given as None) and the model has the task's prompt -> that prompt."""
-        if kwargs.get("prompt") is None and kwargs.get("prompt_name") is None:
-            names = ("query",) if name == "query" else ("document", "passage", "corpus")
-            found = next((n for n in names if n in self.prompts), None)
-            if found is not None:
-                kwargs["prompt_name"] = found
-        return self.encode(inputs, **kwargs)
+    def _encode_as(
+        self,
+        task: str,
+        inputs: Any,
+        prompt_name: str | None,
+        prompt: str | None,
+        kwargs: dict[str, Any],
+    ) -> Tensor | list[Tensor]:
+        """sentence-transformers' rule: neither ``prompt`` nor ``prompt_name`` (or both None)
+        and the model has the task's prompt -> that prompt's name; then :meth:`encode` with
+        every argument by keyword (``inputs``, ``prompt_name``, ``prompt``, ``task``, the
+        rest as given)."""
+        method = f"encode_{task}"
+        if "task" in kwargs:
+            raise TypeError(
+                f"SparseEncoder.{method}() sets task={task!r} itself; call encode(task=...) for "
+                f"another task."
+            )
+        if "sentences" in kwargs:  # sentence-transformers' older name for the texts
+            if inputs is not None:
+                raise TypeError(
+                    f"SparseEncoder.{method}() takes the texts once: as inputs (the first "
+                    f"argument) or as sentences=, not both."
+                )
+            inputs = kwargs.pop("sentences")
+        if prompt is None and prompt_name is None:
+            names = ("query",) if task == "query" else ("document", "passage", "corpus")
+            prompt_name = next((n for n in names if n in self.prompts), None)
+        return self.encode(
+            inputs=inputs, prompt_name=prompt_name, prompt=prompt, task=task, **kwargs
+        )
 
     # ------------------------------------------------------------------ reading rows
     def decode(
@@ -319,7 +384,11 @@ class SparseEncoder:
     ) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
         """``(token, weight)`` pairs of each row's non-zero weights, largest first (at most
         ``top_k``); one list for a ``(V,)`` row, a list of lists for ``(N, V)``."""
-        top_k = check_int(top_k, "top_k", low=1, optional=True)
+        whole = isinstance(top_k, int) and not isinstance(top_k, bool)
+        if top_k is not None and not (whole and top_k > 0):
+            raise (ValueError if whole else TypeError)(
+                f"top_k must be a positive integer, got {top_k!r} (None: every non-zero weight)."
+            )
         rows = _as_rows(embeddings, "embeddings")
         one = embeddings.ndim == 1
         tok = self.bert.tokenizer
@@ -402,9 +471,15 @@ class SparseEncoder:
 def _as_rows(embeddings: object, name: str) -> Tensor:
     """``(N, V)`` dense float32 rows of a 1-D or 2-D, sparse or dense tensor."""
     if not isinstance(embeddings, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor (from encode), got {describe(embeddings)}.")
+        raise TypeError(
+            f"Expected torch.Tensor, got {describe(embeddings)}: {name} must be a torch.Tensor "
+            f"(from encode)."
+        )
     if embeddings.ndim not in (1, 2):
-        raise ValueError(f"{name} must be 1-D or 2-D, got shape {tuple(embeddings.shape)}.")
+        raise ValueError(
+            f"Input tensor must be 1D or 2D, got {embeddings.ndim}D: {name} must be one (V,) "
+            f"row or (N, V) rows (1-D or 2-D), got shape {tuple(embeddings.shape)}."
+        )
     dense = embeddings.to_dense() if embeddings.is_sparse else embeddings
     return dense.float().reshape(-1, dense.shape[-1])
 
@@ -414,30 +489,43 @@ def _same_width(a: Tensor, b: Tensor) -> None:
         raise ValueError(f"rows of width {a.shape[1]} and {b.shape[1]}; give rows of one model.")
 
 
-def _texts(sentences: object) -> tuple[list[str], bool]:
-    """``(texts, single)``: a string is one text; a list, tuple, 1-D NumPy array of strings
-    (as sentence-transformers takes them) or another iterable of strings is a batch."""
+def _inputs(sentences: object) -> tuple[list[str], list[str | None], bool]:
+    """``(texts, pairs, single)``: each input's text and its pair's second text (None for a
+    single text). A string is one text; a list, tuple, 1-D NumPy array of strings (as
+    sentence-transformers takes them) or another iterable is a batch of texts and
+    ``[text, pair]`` lists / tuples; an ``(N, 2)`` NumPy array of strings is ``N`` pairs."""
     if isinstance(sentences, str):
-        return [sentences], True
+        return [sentences], [None], True
     if isinstance(sentences, np.ndarray):
         if sentences.ndim == 0 and isinstance(sentences.item(), str):
-            return [sentences.item()], True
-        if sentences.ndim != 1:
+            return [sentences.item()], [None], True
+        if sentences.ndim not in (1, 2) or (sentences.ndim == 2 and sentences.shape[1] != 2):
             raise ValueError(
                 f"sentences is a {sentences.ndim}-D NumPy array of shape {sentences.shape}; "
-                f"pass a 1-D array (or a list) of strings."
+                f"pass a 1-D array (or a list) of strings, or an (N, 2) array of text pairs."
             )
-        texts = sentences.tolist()
+        items = sentences.tolist()
     elif isinstance(sentences, (bytes, bytearray, Mapping)) or not isinstance(sentences, Iterable):
         raise TypeError(
             f"sentences must be a string or a list of strings, got {describe(sentences)}."
         )
     else:
-        texts = list(sentences)
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError(f"sentences[{i}] must be a string, got {describe(t)}.")
-    return texts, False
+        items = list(sentences)
+    texts: list[str] = []
+    seconds: list[str | None] = []
+    for i, t in enumerate(items):
+        if isinstance(t, str):
+            texts.append(t)
+            seconds.append(None)
+        elif isinstance(t, (list, tuple)) and len(t) == 2 and all(isinstance(x, str) for x in t):
+            texts.append(t[0])
+            seconds.append(t[1])
+        else:
+            raise TypeError(
+                f"sentences[{i}] must be a string or a [text, pair] list of two strings, got "
+                f"{describe(t)}."
+            )
+    return texts, seconds, False
 
 
 def _row_nonzeros(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
