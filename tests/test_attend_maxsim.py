@@ -129,9 +129,7 @@ def test_summary_names_the_score_and_each_match(cli, folder):  # noqa: F811
     assert f"MaxSim {want.total:.4f} of the query (TEXT) against the document (--pair)" in r.out
     lines = r.out.splitlines()
     for q, d, s in want.matches:
-        line = (
-            f"  {q:>4} {want.query_tokens[q]:<16} -> {d:>4} {want.document_tokens[d]} ({s:.4f})"
-        )
+        line = f"  {q:>4} {want.query_tokens[q]:<16} -> {d:>4} {want.document_tokens[d]} ({s:.4f})"
         assert line in lines, (line, r.out)
     assert "document tokens skipped (skip-list): " in r.out
     assert "one pair, one forward" in r.out  # which input the attention is over
@@ -197,7 +195,8 @@ def test_the_page_shows_each_match(cli, folder, driver, tmp_path, mkl_products):
         assert row["shown"] == f"{row['score']:.3f}"
     docs = driver.find_elements(By.CSS_SELECTOR, "#maxsim-doc .token")
     assert [e.find_element(By.CSS_SELECTOR, ".t").text for e in docs] == want.document_tokens
-    skipped = [int(e.get_attribute("data-i")) for e in docs if "skipped" in e.get_attribute("class")]
+    classes = [e.get_attribute("class") for e in docs]
+    skipped = [j for j, c in enumerate(classes) if "skipped" in c]
     assert skipped == [j for j in range(len(docs)) if j not in want.document_kept]
     # one line per query token; hovering one leaves its line and marks its document token
     assert driver.execute_script("return bertattn.maxsim.drawn") == len(want.matches)
@@ -225,7 +224,7 @@ def test_the_page_shows_each_match(cli, folder, driver, tmp_path, mkl_products):
 
 
 @pytest.mark.browser
-def test_the_page_shows_skipped_query_tokens(cli, both_skipped, driver, tmp_path):
+def test_the_page_shows_skipped_query_tokens(cli, both_skipped, driver, tmp_path):  # noqa: F811
     from selenium.webdriver.common.by import By
 
     query = "capital, of France?"
