@@ -720,6 +720,26 @@ class MultiVectorEncoder:
                     out[i] = r.numpy(force=True) if convert_to_numpy else r
         return out[0] if single else out
 
+    def scored_tokens(self, text: str, task: str) -> tuple[list[str], list[bool]]:
+        """The tokens :meth:`encode_query` (``task="query"``) or :meth:`encode_document`
+        (``"document"``) encodes ``text`` as (its default prompt, specials, cut at the task's
+        length), and for each whether it gets a row (False: the skip-list drops it); the rows
+        those methods return are those of the ``True`` tokens, in order."""
+        check_str(text, "text")
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}.")
+        prompt = self._prompt(None, task if task in self.prompts else None) or ""
+        length = self.settings.query_length if task == "query" else self.settings.document_length
+        top = self.bert.model.config.max_position_embeddings
+        with warnings.catch_warnings():  # cut at the task's length, as encode does
+            warnings.filterwarnings("ignore", message=r".* were truncated")
+            enc = self.bert.tokenizer.encode_batch(
+                [prompt + text], max_length=min(length or self.bert.max_length, top)
+            )[0]
+        keep = self._scored(torch.tensor(enc.ids, device=self.bert.device), task)
+        kept = [True] * len(enc.ids) if keep is None else [bool(k) for k in keep.tolist()]
+        return list(enc.tokens), kept
+
     def _to(self, device: torch.device) -> None:
         self._steps = [
             s

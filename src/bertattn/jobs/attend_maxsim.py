@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,32 +110,17 @@ def need_pair() -> UsageError:
     )
 
 
-def _prompt(model: MultiVectorEncoder, task: str) -> str:
-    """The prompt ``encode_query`` / ``encode_document`` put before a text of ``task``."""
-    name = task if task in model.prompts else None
-    return model._prompt(None, name) or ""
-
-
 def attention_texts(model: MultiVectorEncoder, query: str, document: str) -> tuple[str, str]:
-    """The pair whose attention is shown: each text with the prompt its task gets."""
-    return _prompt(model, "query") + query, _prompt(model, "document") + document
+    """The pair whose attention is shown: each text with the prompt its task gets from
+    ``encode_query`` / ``encode_document``."""
 
+    def prompt(task: str) -> str:  # the task's own prompt, else the folder's default one
+        if task in model.prompts:
+            return model.prompts[task] or ""
+        name = model.default_prompt_name
+        return (model.prompts.get(name) if name else None) or ""
 
-def _encoded(model: MultiVectorEncoder, text: str, task: str) -> tuple[list[str], list[int]]:
-    """The tokens ``text`` is encoded as for ``task`` (prompt, the task's length), and the
-    indices of those the model's skip-list drops."""
-    import torch
-
-    settings = model.settings
-    length = settings.query_length if task == "query" else settings.document_length
-    top = model.bert.model.config.max_position_embeddings
-    limit = min(length or model.bert.max_length, top)
-    with warnings.catch_warnings():  # cut at the task's length, as the model does
-        warnings.simplefilter("ignore")
-        enc = model.bert.tokenizer.encode_batch([_prompt(model, task) + text], max_length=limit)[0]
-    keep = model._scored(torch.tensor(enc.ids, device=model.device), task)
-    skipped = [] if keep is None else [i for i, k in enumerate(keep.tolist()) if not k]
-    return list(enc.tokens), skipped
+    return prompt("query") + query, prompt("document") + document
 
 
 def compute_maxsim(model: MultiVectorEncoder, query: str, document: str) -> MaxSimView:
@@ -146,8 +130,10 @@ def compute_maxsim(model: MultiVectorEncoder, query: str, document: str) -> MaxS
     (a text of skip-list tokens only)."""
     import torch
 
-    q_tokens, q_skip = _encoded(model, query, "query")
-    d_tokens, d_skip = _encoded(model, document, "document")
+    q_tokens, q_scored = model.scored_tokens(query, "query")
+    d_tokens, d_scored = model.scored_tokens(document, "document")
+    q_skip = [i for i, k in enumerate(q_scored) if not k]
+    d_skip = [j for j, k in enumerate(d_scored) if not k]
     q_rows = model.encode_query(query)  # (scored query tokens, dim)
     d_rows = model.encode_document(document)
     q_kept = [i for i in range(len(q_tokens)) if i not in set(q_skip)]
