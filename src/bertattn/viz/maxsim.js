@@ -18,26 +18,28 @@
         "Each line joins a query token to the document token whose row matched it best " +
         "(the MaxSim argmax), with that score; {name} = {how}. Hover a token to isolate it.",
       howSum: "the sum of the {n} scores", howMean: "the mean of the {n} scores",
-      info: "The attention views below are the encoder's on the query (with its prompt) and " +
-        "the document (with its prompt) as one pair, one forward; the rows scored here come " +
-        "from encoding each alone (encode_query / encode_document).",
+      info: "The attention views (head view, model view) are the encoder's on the query (with " +
+        "its prompt) and the document (with its prompt) as one pair, one forward; the rows " +
+        "scored here come from encoding each alone (encode_query / encode_document).",
       skipped: "skipped", skippedTitle: "on the skip-list: no row, not matched",
       matrix: "Similarity matrix", matrixHint: "rows: query tokens, columns: document " +
         "tokens; color: q · d from −{s} (blue) to +{s} (orange), grey: skipped; the marked " +
         "cell of each row is its match.",
       matchTitle: "{i} “{q}” → {j} “{d}”: {s}",
+      cellTitle: "query {i} “{q}” · document {j} “{d}”: {s}",
     },
     zh: {
       title: "MaxSim 视图", total: "{name} {total}（这对文本的相似度）",
       hint: "左边是模型编码的查询（TEXT），右边是文档（--pair）。每条线把一个查询词元连到与它最" +
         "相似的文档词元（MaxSim 的 argmax），并标出分数；{name} = {how}。悬停在词元上只看它。",
       howSum: "{n} 个分数之和", howMean: "{n} 个分数的平均",
-      info: "下面的注意力视图是编码器对查询（带提示词）和文档（带提示词）作为一对文本的一次" +
+      info: "注意力视图（头视图、模型视图）是编码器对查询（带提示词）和文档（带提示词）作为一对文本的一次" +
         "前向计算；这里打分的向量来自分别编码两者（encode_query / encode_document）。",
       skipped: "跳过", skippedTitle: "在跳过列表中：没有向量，不参与匹配",
       matrix: "相似度矩阵", matrixHint: "行：查询词元，列：文档词元；颜色：q · d，从 −{s}（蓝）" +
         "到 +{s}（橙），灰色：跳过；每行标出的格子是它的匹配。",
       matchTitle: "{i}「{q}」→ {j}「{d}」：{s}",
+      cellTitle: "查询 {i}「{q}」· 文档 {j}「{d}」：{s}",
     },
   };
   var ROW = 18, CW = 220;
@@ -154,6 +156,17 @@
       }
     }
     g.putImageData(img, 0, 0);
+    cv.addEventListener("mousemove", function (e) {  // the cell under the pointer, in words
+      var box = cv.getBoundingClientRect();
+      var i = Math.floor(((e.clientY - box.top) / box.height) * NQ);
+      var j = Math.floor(((e.clientX - box.left) / box.width) * ND);
+      if (i < 0 || j < 0 || i >= NQ || j >= ND) return;
+      var x = M.matrix[i][j];
+      cv.title = t("cellTitle", {
+        i: i, q: M.query_tokens[i], j: j, d: M.document_tokens[j],
+        s: x === null ? t("skipped") : x.toFixed(4),
+      });
+    });
   }
 
   function labels() {
