@@ -158,6 +158,19 @@ def test_json_to_stdout_has_the_maxsim_object(cli, folder):  # noqa: F811
     assert_matches_oracle(json.loads(r.out)["maxsim"], oracle(folder, QUERY, DOCUMENT))
 
 
+def test_explain_indexes_the_pair_with_prompts(cli, folder, tmp_path):  # noqa: F811
+    """--explain's token is one of the attention's input (the pair, each with its prompt),
+    and the MaxSim view is still the query's and the document's."""
+    want = oracle(folder, QUERY, DOCUMENT)
+    data = _attend(cli, folder, tmp_path, QUERY, "--explain", "0:0:paris")
+    paris = data["tokens"].index("paris")
+    assert paris == len(want.query_tokens) + want.document_tokens.index("paris") - 1
+    assert_matches_oracle(data["maxsim"], want)
+    r = cli("attend", QUERY, "--pair", DOCUMENT, "--model", folder, "--explain", "0:0:paris")
+    assert r.code == 0, r
+    assert f"layer 0, head 0, query {paris} 'paris'" in r.out, r
+
+
 def test_no_pair_is_refused_and_writes_nothing(cli, folder, tmp_path):  # noqa: F811
     outs = [tmp_path / "a.json", tmp_path / "a.html", tmp_path / "a.png"]
     r = cli(

@@ -229,10 +229,10 @@ def run_attend(options: AttendOptions) -> AttendResult:
     device = job_device(options.device)
     text = read_text(options)
     bert, decider = _load(options.model, device)
-    query, pair = text, options.pair
+    the_query, pair = text, options.pair  # a multi-vector model's query: TEXT as given
     multi_vector = options.pair is not None and _is_multi_vector(decider)
     if multi_vector:  # the attention of the pair each with its task's prompt
-        text, pair = attend_maxsim.attention_texts(decider, query, options.pair)  # type: ignore[arg-type]
+        text, pair = attend_maxsim.attention_texts(decider, the_query, options.pair)  # type: ignore[arg-type]
     cfg = bert.model.config
     _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
     _check_range("head", options.head or 0, cfg.num_attention_heads)
@@ -276,7 +276,7 @@ def run_attend(options: AttendOptions) -> AttendResult:
     result = AttendResult(maps, warnings=[str(w.message) for w in caught], notes=notes)
     if multi_vector:
         try:
-            result.maxsim = attend_maxsim.compute_maxsim(decider, query, options.pair)  # type: ignore[arg-type]
+            result.maxsim = attend_maxsim.compute_maxsim(decider, the_query, options.pair)  # type: ignore[arg-type]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         result.prediction = result.maxsim.summary()
