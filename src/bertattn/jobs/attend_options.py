@@ -32,7 +32,9 @@ class AttendOptions:
         nargs="?",
     )
     file: str | None = option(None, "read the text from this UTF-8 file instead", metavar="PATH")
-    pair: str | None = option(None, "a second text (segment B of a pair)")
+    pair: str | None = option(
+        None, "a second text (segment B of a pair); for a multi-vector model, the document"
+    )
     model: str | None = option(
         None, "model folder, hub name, or a name bertattn get-model made (default MiniLM)"
     )
