@@ -5,6 +5,7 @@ token limit; and the per-call limit sentence-transformers' ``processing_kwargs=`
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,4 +73,12 @@ def _short_pairs(bert: Bert, texts: list[str], pairs: list[str], max_length: int
     copy = Tokenizer.from_str(bert.tokenizer._tok.to_str())
     copy.no_padding()
     copy.enable_truncation(max_length, strategy="longest_first")
-    return copy.encode_batch(list(zip(texts, pairs, strict=True)))
+    encodings = copy.encode_batch(list(zip(texts, pairs, strict=True)))
+    cut = sum(1 for e in encodings if e.overflowing)
+    if cut:  # as bertattn's tokenizer reports a cut
+        warnings.warn(
+            f"{cut} of {len(encodings)} inputs were longer than max_length={max_length} tokens "
+            f"and were truncated",
+            stacklevel=4,
+        )
+    return encodings
