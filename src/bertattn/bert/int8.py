@@ -59,6 +59,7 @@ from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch
 from ..cpu import cpu_flags, cpu_name
+from .compile_errors import explain_failure
 from .model import BertLayer, BertModel
 
 if TYPE_CHECKING:
@@ -867,58 +868,16 @@ def compare(reference: Tensor, embeddings: Tensor, neighbours: int = NEIGHBOURS)
     )
 
 
-#: the names a C++ compiler's program goes by (a missing one is a FileNotFoundError on it)
-_COMPILERS = ("c++", "cc", "g++", "gcc", "clang", "clang++", "cl", "cl.exe", "icpx", "icx")
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and what it wraps: torch.compile's ``inner_exception``, ``__cause__`` and
-    ``__context__``, outermost first (each once)."""
-    seen: list[BaseException] = []
-    todo: list[BaseException] = [exc]
-    while todo and len(seen) < 16:
-        e = todo.pop(0)
-        if any(e is s for s in seen):
-            continue
-        seen.append(e)
-        for nxt in (getattr(e, "inner_exception", None), e.__cause__, e.__context__):
-            if isinstance(nxt, BaseException):
-                todo.append(nxt)
-    return seen
-
-
 def failure_message(exc: BaseException) -> str:
-    """What :func:`verify` says when the first int8 forward raised ``exc``: that a C++
-    compiler is missing only when that is the cause (torch's ``InvalidCxxCompiler``, or a
-    compiler program not found), that it failed when it ran (``CppCompileError``); otherwise
-    the real cause's type and message, unwrapped from torch.compile's
-    ``BackendCompilerFailed``."""
-    causes = _causes(exc)
-    for e in causes:
-        name = type(e).__name__
-        missing = name == "InvalidCxxCompiler" or (
-            isinstance(e, FileNotFoundError)
-            and str(e.filename or "").rsplit("/", 1)[-1] in _COMPILERS
-        )
-        if missing:
-            return (
-                f"int8 could not run here: its fused kernels are compiled by torch.compile's "
-                f"C++ backend, and no working C++ compiler was found ({name}: {e}). Install "
-                f"one (g++ or clang++), or load the model in float32."
-            )
-        if name == "CppCompileError":
-            text = str(e).strip()
-            if len(text) > 2000:
-                text = text[:2000] + " ..."
-            return (
-                f"int8 could not run here: torch.compile's C++ backend failed to compile its "
-                f"fused kernels ({name}: {text}). The compiler ran, and its output says why "
-                f"it failed; load the model in float32 meanwhile."
-            )
-    inner = next((e for e in causes if type(e).__name__ != "BackendCompilerFailed"), exc)
-    return (
-        f"int8 could not run here: its first int8 forward raised {type(inner).__name__}: "
-        f"{inner}. Load the model in float32."
+    """What :func:`verify` says when the first int8 forward raised ``exc`` (see
+    :func:`bertattn.bert.compile_errors.explain_failure`): a missing C++ compiler only when
+    that is the cause, a compiler that failed with its output, else the real cause."""
+    return explain_failure(
+        exc,
+        what="int8",
+        kernels="its fused kernels",
+        call="its first int8 forward",
+        instead="load the model in float32",
     )
 
 

@@ -817,7 +817,10 @@ class BertModel(nn.Module):
                 )
             position_ids = position_ids.expand(b, seq_len)
         self._check_id_values(input_ids, token_type_ids, position_ids)
-        if _dispatch.explaining() and device.type == "cpu" and self.dtype is torch.float32:
+        tracing = torch.compiler.is_compiling()  # a graph records no per-call choice
+        if not tracing and _dispatch.explaining() and device.type == "cpu" and (
+            self.dtype is torch.float32
+        ):
             _gemm.choice()  # decided now if no product has run yet
             _dispatch.note(_gemm.describe(), once=True)
         want = self._layers_for_weights(False if output_attentions is None else output_attentions)

@@ -45,6 +45,7 @@ from ..threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..threads import apply as apply_threads
 from .auto_dtype import DtypeChoice, choose_dtype
 from .checkpoint import LOAD_DTYPES
+from .compiled import CompileChoice
 from .device import resolve_device
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
@@ -188,6 +189,8 @@ class Bert(SentenceTransformerSurface):
         self.threads: ThreadChoice | None = None
         self.governor: ThreadGovernor | None = None
         self.dtype_choice: DtypeChoice | None = None
+        self.compiled: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
+        self.compile_choice: CompileChoice | None = None
 
     @classmethod
     def load(
@@ -198,6 +201,7 @@ class Bert(SentenceTransformerSurface):
         backend: str = "auto",
         device: str | int | torch.device | None = None,
         threads: int | None = None,
+        compile: bool = False,
     ) -> Bert:
         """Load a model folder (default: all-MiniLM-L6-v2), a cached hub name, or a resolved
         :class:`ModelFolder` (see :func:`bertattn.bert.folder.resolve_model`); the tokenizer
@@ -218,7 +222,11 @@ class Bert(SentenceTransformerSurface):
         transformers does, this looks at the machine, not the file. Or
         ``"int8"`` (CPU only, opt-in): the encoder's matrix products in int8, verified against
         float32 as it loads and refused (``ValueError`` naming the measured cosines) when it
-        falls short; see :mod:`bertattn.bert.int8`. A wrong argument raises ``TypeError`` (a
+        falls short; see :mod:`bertattn.bert.int8`. ``compile=True`` (opt-in, never a
+        default): the encoder's forward through ``torch.compile`` (inductor, frozen weights,
+        dynamic shapes), compiled and checked against the eager forward as it loads; where it
+        cannot run, a warning says why and the model stays eager (:attr:`compile_choice`, see
+        :mod:`bertattn.bert.compiled`). A wrong argument raises ``TypeError`` (a
         wrong type) or ``ValueError`` naming it, before anything is read."""
         int8 = dtype is torch.int8 or (isinstance(dtype, str) and dtype.strip() == "int8")
         if int8:
@@ -231,6 +239,7 @@ class Bert(SentenceTransformerSurface):
         if int8 and target is not None and target.type != "cpu":
             raise ValueError(f"dtype='int8' runs on the CPU only; device={device!r} is {target}.")
         threads = check_int(threads, "threads", low=1, optional=True)
+        check_bool(compile, "compile")
         choice = choose_threads(threads)
         folder = resolve_model(path)
         tokenizer = folder.load_tokenizer()
@@ -264,6 +273,10 @@ class Bert(SentenceTransformerSurface):
 
             families.require(model.config.family, "int8", "dtype='int8'")
             _int8.verify(_int8.quantize_model(bert))
+        if compile:
+            from .compiled import compile_bert
+
+            bert.compile_choice = compile_bert(bert)
         cfg = model.config
         logger.info(
             "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
@@ -295,6 +308,9 @@ class Bert(SentenceTransformerSurface):
         if target == self.model.device:
             return self  # (a move repacks every layer's q/k/v storage: not for nothing)
         if isinstance(self.model, torch.nn.Module):
+            if self.compiled is not None:  # its graph holds the weights where they were
+                logger.info("compiled forward dropped on the move to %s: eager there", target)
+                self.compiled = None
             self.model.to(target)
         else:  # e.g. the ONNX Runtime stand-in
             raise ValueError(
@@ -771,6 +787,8 @@ class Bert(SentenceTransformerSurface):
             explain_note(f"encode: {self.threads.describe()}{state}")
         if self.dtype_choice is not None and explaining():
             explain_note(f"encode: dtype auto: {self.dtype_choice}")
+        if self.compile_choice is not None and explaining():
+            explain_note(f"encode: compile: {self.compile_choice}", once=True)
         return out, stats
 
     def embed_encodings(
@@ -842,6 +860,8 @@ class Bert(SentenceTransformerSurface):
             hidden = runner(ids, mask, types)
             logger.debug("batch %s: %s", tuple(ids.shape), runner.last_run)
             return hidden
+        if self.compiled is not None:  # one graph: no per-call kernel choice to record
+            return self.compiled(ids, mask, types)
         return self.model(ids, mask, types).last_hidden_state
 
     # ------------------------------------------------------------------ attention

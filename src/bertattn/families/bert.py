@@ -49,7 +49,9 @@ BERT_HEADS = (
     "generator_lm_head.",
 )
 #: what every family on BERT's layer can do
-BERT_CAPABILITIES = frozenset({"int8", "onnx", "steps", "cuda_graphs", "token_types"})
+BERT_CAPABILITIES = frozenset(
+    {"int8", "onnx", "steps", "cuda_graphs", "token_types", "compile"}
+)
 
 _GLOBAL = {
     "embeddings.word_embeddings.weight": "embeddings.word.weight",

@@ -48,6 +48,7 @@ CAPABILITIES = {
     "onnx": "ONNX export (bertattn export-onnx)",
     "steps": "the article's recomputed steps (the page's steps view, attention_steps)",
     "cuda_graphs": "CUDA graph capture",
+    "compile": "torch.compile of the encoder (compile=True)",
     "token_types": "token type (segment) embeddings",
 }
 
