@@ -133,3 +133,30 @@ def test_a_family_without_compile_is_refused_by_name(tiny_checkpoint, monkeypatc
         registry, "get", lambda name: without if name == "bert" else real_get(name)
     )
     _loaded_eagerly(tiny_checkpoint, f"{bert.title}: torch.compile of the encoder")
+
+
+def test_cli_compile_with_onnx_is_a_usage_error(cli, tiny_checkpoint, tmp_path):
+    src = tmp_path / "t.txt"
+    src.write_text("hello\n")
+    out = tmp_path / "e.npy"
+    r = cli("encode", src, "-o", out, "--model", tiny_checkpoint, "--onnx", tmp_path / "m.onnx",
+            "--compile")  # fmt: skip
+    assert r.code == 2, r
+    assert "--compile compiles the PyTorch model" in r.err and "drop --compile" in r.err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_cli_encode_compile_writes_the_eager_embeddings(cli, tiny_checkpoint, tmp_path):
+    import numpy as np
+
+    src = tmp_path / "t.txt"
+    src.write_text("\n".join(TEXTS) + "\n")
+    paths = {}
+    for name, extra in (("eager", ()), ("compiled", ("--compile", "-v"))):
+        paths[name] = tmp_path / f"{name}.npy"
+        r = cli("encode", src, "-o", paths[name], "--model", tiny_checkpoint, *extra)
+        assert r.code == 0, r
+    assert "compiled with torch.compile" in r.err  # -v names the compiled forward
+    got, want = np.load(paths["compiled"]), np.load(paths["eager"])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)

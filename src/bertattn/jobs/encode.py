@@ -175,7 +175,13 @@ def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
         if options.dtype == "auto":
             logger.info("dtype auto: float32, the precision the --onnx model was exported in")
     else:
-        bert = Bert.load(options.model, dtype=options.dtype, device=device, threads=options.threads)
+        bert = Bert.load(
+            options.model,
+            dtype=options.dtype,
+            device=device,
+            threads=options.threads,
+            compile=options.compile,
+        )
         bert.cuda_graphs = options.cuda_graphs is not False
     limit = bert.model.config.max_position_embeddings
     if options.max_length is not None and options.max_length > limit:

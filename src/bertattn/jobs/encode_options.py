@@ -87,6 +87,13 @@ class EncodeOptions:
         "every kernel (default: on with CUDA; --no-cuda-graphs runs every batch eagerly)",
         output=False,
     )
+    compile: bool = option(
+        False,
+        "compile the encoder with torch.compile (inductor, frozen weights) as it loads: opt-in, "
+        "a minute or more of compiling; where it cannot run a warning says why and it encodes "
+        "eagerly",
+        output=False,
+    )
     onnx: str | None = option(
         None,
         "run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "
@@ -197,6 +204,11 @@ class EncodeOptions:
             raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}.")
         if self.late_chunks is not False:
             self._check_late_chunks()
+        if self.onnx is not None and self.compile:
+            raise UsageError(
+                "--compile compiles the PyTorch model; an --onnx model runs in ONNX Runtime: "
+                "drop --compile, or drop --onnx."
+            )
         if self.onnx is not None and self.dtype not in ("float32", "auto"):
             raise UsageError(
                 f"--dtype {self.dtype} applies to the PyTorch model; an --onnx model runs in the "

@@ -428,6 +428,7 @@ def check_sparse_options(options: EncodeOptions) -> None:
             ("--normalize/--no-normalize", options.normalize is not None),
             ("--onnx", options.onnx is not None),
             ("--cuda-graphs", options.cuda_graphs is not None),
+            ("--compile", options.compile),
             ("--workers", options.workers is not None),
             ("--resumable/--restart", options.resumable or options.restart),
             ("a folder output", options.sharded),
