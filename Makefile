@@ -44,8 +44,9 @@ test-fast: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
-# the server's soak for ten minutes (`make test` runs it for two): mixed traffic, floods,
-# deadlines and clients that leave, then the queue, the counters and the memory are checked
+# the server's soak for ten minutes (`make test` runs it for 45 s, the test's default): mixed
+# traffic, floods, deadlines and clients that leave, then the queue, the counters and the
+# memory are checked
 soak: $(STAMP)
 	BERTATTN_SOAK_SECONDS=600 $(PY) -m pytest -q tests/test_serve_soak.py
 
