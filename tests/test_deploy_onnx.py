@@ -153,10 +153,11 @@ def test_attention_onnx_matches_pytorch(tmp_path, backend):
 
 # ---------------------------------------------------------------------- the real checkpoint
 @pytest.fixture(scope="module")
-def minilm_export(minilm_dir, tmp_path_factory):
-    path = export_onnx(minilm_dir, tmp_path_factory.mktemp("minilm") / "minilm.onnx")
+def minilm_export(minilm_dir, minilm_onnx):
+    """The run's one export of MiniLM (conftest's ``minilm_onnx``: ``export_onnx(minilm_dir)``,
+    about 50 s, shared with the docs' ``bertattn export-onnx`` block), read only here."""
     bert = Bert.load(minilm_dir, backend="math")  # the exported backend (see tiny_export)
-    return bert, path
+    return bert, minilm_onnx
 
 
 SENTENCES = [

