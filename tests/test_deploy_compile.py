@@ -20,6 +20,13 @@ TINY = BertConfig(**TINY_BERT)
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    # the process's library for float32 products (bertattn.attention.gemm), decided now if no
+    # product ran before in this process: a graph guards on that decision, so one made by the
+    # first eager call in a test would recompile what the test counts (the file run first, or
+    # alone, saw 2 compilations for 1)
+    from bertattn.attention import gemm
+
+    gemm.choices()
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
