@@ -34,15 +34,19 @@ demo: $(STAMP)
 # the suite on every CPU this process may use (at most 4; none on one CPU): pytest-xdist workers
 TEST_WORKERS ?= $(shell python3 -c "import os; a = getattr(os, 'sched_getaffinity', None); n = min(4, len(a(0)) if a else os.cpu_count() or 1); print(n if n > 1 else 0)")
 
+# worksteal: each worker starts on a contiguous run of the tests (a file's module fixtures made
+# once, not once per worker) and an idle one takes the not yet started end of another's; the
+# costly files go first (tests/conftest.py's _COSTLY_FILES), so no long one starts last.
+# --durations=15: the slowest 15 tests in the output, to see what the time goes to.
 test: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 # the fast tier: everything but the tests marked slow (real checkpoint end to end, subprocess
 # and multi-process runs, compilation); about a minute on 2 cores. `make test` still runs all.
 test-fast: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
 # the server's soak for ten minutes (`make test` runs it for 45 s, the test's default): mixed
 # traffic, floods, deadlines and clients that leave, then the queue, the counters and the
