@@ -33,17 +33,18 @@ PAIRS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
+def save_m3(path: Path, colbert_dim: int = 24) -> Path:
+    """A random-weight XLM-RoBERTa folder (hidden 32) at ``path`` with seeded
+    ``colbert_linear.pt`` (``colbert_dim`` outputs) and ``sparse_linear.pt``."""
     from test_family_roberta import save_family
 
-    out = save_family("xlm-roberta", tmp_path_factory.mktemp("m3") / "m3", seed=2)
+    out = save_family("xlm-roberta", path, seed=2)
     g = torch.Generator().manual_seed(7)
     hidden = 32
     torch.save(
         {
-            "weight": torch.randn(24, hidden, generator=g) * 0.3,
-            "bias": torch.randn(24, generator=g),
+            "weight": torch.randn(colbert_dim, hidden, generator=g) * 0.3,
+            "bias": torch.randn(colbert_dim, generator=g),
         },
         out / "colbert_linear.pt",
     )
@@ -52,6 +53,11 @@ def folder(tmp_path_factory) -> Path:
         out / "sparse_linear.pt",
     )
     return out
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return save_m3(tmp_path_factory.mktemp("m3") / "m3")
 
 
 @pytest.fixture(scope="module")

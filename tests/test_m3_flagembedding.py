@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from test_m3 import PAIRS, TEXTS
+from test_m3 import PAIRS, TEXTS, save_m3
 
 from bertattn import M3Encoder
 
@@ -22,19 +21,7 @@ FlagEmbedding = pytest.importorskip(
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    from test_family_roberta import save_family
-
-    out = save_family("xlm-roberta", tmp_path_factory.mktemp("m3fe") / "m3", seed=2)
-    g = torch.Generator().manual_seed(7)
-    torch.save(
-        {"weight": torch.randn(32, 32, generator=g) * 0.3, "bias": torch.randn(32, generator=g)},
-        out / "colbert_linear.pt",
-    )
-    torch.save(
-        {"weight": torch.randn(1, 32, generator=g) * 0.3, "bias": torch.zeros(1) + 0.05},
-        out / "sparse_linear.pt",
-    )
-    return out
+    return save_m3(tmp_path_factory.mktemp("m3fe") / "m3", colbert_dim=32)
 
 
 def test_three_outputs_and_scores_equal_flagembedding(folder):
