@@ -63,7 +63,8 @@ class _Call:
         self.results: list[tuple[bool, Any] | None] = [None] * len(fns)
         self.next = 0
         self.lock = threading.Lock()
-        self.finished = threading.Semaphore(0)
+        self.ended = threading.Condition(self.lock)
+        self.runners_done = 0  # a count, not a token: an interruption cannot lose one
 
     def cancel(self) -> None:
         """No runner starts another callable (those running finish theirs)."""
@@ -81,7 +82,15 @@ class _Call:
                 self.results[i] = (True, self.fns[i]())
             except BaseException as exc:  # handed to the caller, which raises it
                 self.results[i] = (False, exc)
-        self.finished.release()
+        with self.lock:
+            self.runners_done += 1
+            self.ended.notify_all()
+
+    def wait(self, runners: int) -> None:
+        """Until ``runners`` runners have ended."""
+        with self.lock:
+            while self.runners_done < runners:
+                self.ended.wait()
 
 
 def _pool(workers: int, threads_each: int) -> queue.SimpleQueue:
@@ -123,16 +132,12 @@ def run_all(fns: Sequence[Callable[[], T]], workers: int, threads_each: int = 1)
     call = _Call([_as_caller(fn) for fn in fns])
     for _ in range(workers):
         tasks.put(call)
-    waiting = workers
     try:
-        while waiting:
-            call.finished.acquire()
-            waiting -= 1
+        call.wait(workers)
     except BaseException:  # the caller interrupted (Ctrl-C, a signal's handler): stop handing
         call.cancel()  # out chunks and let the running ones end before the exception goes on,
-        for _ in range(waiting):  # so no worker is inside a kernel when the process exits
-            call.finished.acquire()  # (a thread torn down there aborts the whole process)
-        raise
+        call.wait(workers)  # so no worker is inside a kernel when the process exits (a thread
+        raise  # torn down there aborts the whole process)
     for ok, value in call.results:  # type: ignore[misc]
         if not ok:
             raise value
