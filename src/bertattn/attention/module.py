@@ -74,6 +74,16 @@ _NO_MASK = PreparedMask()
 _CASES_TABLE: list[object] = [None]
 
 
+def _cat(parts: list[Tensor]) -> Tensor:
+    """``torch.cat(parts)``; on the ``meta`` device (a checkpoint's model is built there before
+    its tensors are assigned) an empty tensor of the same shape: ``cat``'s meta kernel is Python
+    whose first call imports ``torch._dynamo``, about 1.3 s of a process's start."""
+    if parts[0].device.type == "meta":
+        shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+        return torch.empty(shape, dtype=parts[0].dtype, device="meta")
+    return torch.cat(parts)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the article's API: ``forward(x, mask) -> (output, attention)``.
 
@@ -136,8 +146,9 @@ class MultiHeadAttention(nn.Module):
         self.backend = backend
         self.window = check_window(window)
         self.rotary_theta = None if rotary_theta is None else float(rotary_theta)
-        if self.rotary_theta is not None:  # checked now: an odd head size cannot rotate
-            inverse_frequencies(self.head_dim, self.rotary_theta)
+        if self.rotary_theta is not None:  # checked now: an odd head size cannot rotate (on
+            inverse_frequencies(self.head_dim, self.rotary_theta, device="cpu")  # the CPU: meta's
+            # arange would import torch._dynamo, see _cat)
         factory = {"device": device, "dtype": dtype}
         self.q_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.k_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
@@ -159,13 +170,13 @@ class MultiHeadAttention(nn.Module):
     def _pack_qkv(self) -> None:
         """Move the q/k/v weights (and biases) into one contiguous ``(3E, E)`` storage."""
         lins = self._qkv_linears()
-        weight = torch.cat([lin.weight for lin in lins])  # (3E, E)
+        weight = _cat([lin.weight for lin in lins])  # (3E, E)
         for i, lin in enumerate(lins):
             lin.weight.data = weight[i * self.embed_dim : (i + 1) * self.embed_dim]
         self._packed_weight = weight
         self._packed_bias = None
         if lins[0].bias is not None:
-            bias = torch.cat([lin.bias for lin in lins])  # (3E,)
+            bias = _cat([lin.bias for lin in lins])  # (3E,)
             for i, lin in enumerate(lins):
                 lin.bias.data = bias[i * self.embed_dim : (i + 1) * self.embed_dim]
             self._packed_bias = bias

@@ -48,6 +48,7 @@ from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from ..blocks import relative as _relative
+from ..blocks.tables import embedding
 from ..capture import is_capturing
 from . import chunks as _chunks
 from . import fused as _fused
@@ -166,9 +167,9 @@ class BertEmbeddings(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         e = config.embedding_size or config.hidden_size
-        self.word = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
-        self.position = nn.Embedding(config.max_position_embeddings, e)
-        self.token_type = nn.Embedding(config.type_vocab_size, e)
+        self.word = embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
+        self.position = embedding(config.max_position_embeddings, e)
+        self.token_type = embedding(config.type_vocab_size, e)
         self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         #: (.., e) -> (.., hidden): ELECTRA's ``embeddings_project``
@@ -456,7 +457,7 @@ class BertEncoder(nn.Module):
             BertLayer(config, backend) for _ in range(config.num_hidden_layers)
         )
         if config.relative_attention_num_buckets:  # MPNet: (buckets, H), shared by every layer
-            self.relative_attention_bias = nn.Embedding(
+            self.relative_attention_bias = embedding(
                 config.relative_attention_num_buckets, config.num_attention_heads
             )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from .tables import embedding
+
 __all__ = ["TokenEmbeddings"]
 
 
@@ -24,8 +26,8 @@ class TokenEmbeddings(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        self.word = nn.Embedding(vocab, width, padding_idx=padding_idx)
-        self.token_type = nn.Embedding(token_types, width) if token_types else None
+        self.word = embedding(vocab, width, padding_idx=padding_idx)
+        self.token_type = embedding(token_types, width) if token_types else None
         self.norm = norm
         self.dropout = nn.Dropout(dropout)
 
