@@ -78,3 +78,14 @@ def test_overhead_targets_carry_the_floor() -> None:
     assert rows["MiniLM one query"]["status"] == "not met"
     assert rows["MiniLM one query"]["floor_ratio"] == pytest.approx(0.64)
     assert rows["tiny + key_padding_mask"]["status"].startswith("not measured")
+
+
+@pytest.mark.parametrize(("seconds", "verdict"), [(0.4, "met"), (95.0, "not met")])
+def test_an_int8_refusal_is_judged_by_how_long_it_took(capsys, seconds, verdict) -> None:
+    from benchmarks.int8 import print_refusal
+
+    print_refusal(ValueError("int8 is refused on this CPU (X): 0.002x"), seconds)
+    out = capsys.readouterr().out
+    assert f"int8 refused after {seconds:.1f} s: int8 is refused on this CPU (X)" in out
+    assert f"a refusal within 10 s where int8 is slower: {seconds:.1f} s: {verdict}\n" in out
+    assert "int8 >= 1.8x float32: not measurable (int8 refused on this CPU)" in out
