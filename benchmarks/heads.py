@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertattn.bench import environment, interleaved_medians
+from bertattn.bench import auto_line, environment, interleaved_medians
 from bertattn.bert.pipeline import default_model_dir
 
 from .corpus import stdlib_docstring_corpus
@@ -117,7 +117,8 @@ def format_heads_table(result: dict[str, object]) -> str:
     env = result["environment"]
     lines = [
         f"{env['processor']} ({env['cpu_capability']}), {env['threads']} threads, "  # type: ignore[index]
-        f"torch {env['torch']}, fp32"  # type: ignore[index]
+        f"torch {env['torch']}, fp32",  # type: ignore[index]
+        auto_line(env),  # type: ignore[arg-type]
     ]
     for part, unit in (("rerank", "pairs"), ("splade", "texts")):
         r = result[part]

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from bertattn import Bert
-from bertattn.bench import environment, interleaved_medians
+from bertattn.bench import auto_line, environment, interleaved_medians
 from bertattn.bench.timing import Timer
 from bertattn.bert import int8
 
@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         f"torch {env['torch']}, {threads} threads, {env['processor']}; capability "
         f"{env['cpu_capability']}; int8 instructions: {int8.cpu_int8_isa()}"
     )
+    print(auto_line(env))
     start = time.perf_counter()
     fp32 = Bert.load(threads=threads)
     loaded = time.perf_counter()

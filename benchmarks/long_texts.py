@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from bertattn import Bert
 from bertattn.attention import gemm
-from bertattn.bench import environment, interleaved_medians
+from bertattn.bench import auto_line, environment, interleaved_medians
 from bertattn.bert.chunks import plan_chunks
 from bertattn.bert.pooling import length_batches
 
@@ -139,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         f"cpu: {env['processor']}, capability {env['cpu_capability']}; torch {env['torch']}; "
         f"{torch.get_num_threads()} threads; {args.dtype}"
     )
-    if dtype is torch.float32:
-        print(f"  {gemm.describe()}")
+    print(f"  {auto_line(env)}")
     print(
         f"{len(texts)} paragraphs, {sum(lengths)} tokens; model calls (rows x length): "
         + ", ".join(f"{r}x{n}" for r, n in pieces)

@@ -505,12 +505,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(short)} short texts, {len(long)} distinct paragraphs of 200-500 tokens, "
           f"{args.long_share:.0%} long; {args.seconds:g} s per level")  # fmt: skip
     from benchmarks.shared import BUSY, _load_now
-    from bertattn.bench import environment
+    from bertattn.bench import auto_line, environment
 
     env = environment()
     print(f"{env['processor']} ({env['cpu_capability']}), {env['usable_cpus']}, torch "
           f"{env['torch']}, fp32; machine load before starting: {_load_now():.2f} CPUs busy; "
           f"{args.busy} busy process(es) during the run")  # fmt: skip
+    print(auto_line(env))
     query = short[0]
     busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(args.busy)]
     bound = Ceiling()

@@ -118,6 +118,10 @@ def _child(spec: dict) -> dict:
                 "flops": model_flops(fp32.model.config, lengths),
                 "texts_per_s": {p: len(texts) / timer.median(p) for p in fns},
             }
+            if bf16 is not None:  # bfloat16's fidelity: its embeddings against float32's
+                out["corpora"][name]["bf16_min_cosine"] = min_cosine(
+                    fp32.encode(texts), bf16.encode(texts)
+                )
     finally:
         stop.set()
         if thread.is_alive():
@@ -227,6 +231,46 @@ def _scenarios(n: int) -> list[tuple[dict, int, float | None]]:
     return out
 
 
+def min_cosine(a: object, b: object) -> float:
+    """The least cosine similarity between the rows of two ``(N, E)`` embedding arrays."""
+    import numpy as np
+
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    cos = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+    return float(cos.min())
+
+
+#: bfloat16 where the CPU multiplies it natively, quiet: (corpus, times OpenVINO bf16's speed)
+NATIVE_BF16_BARS = (("paragraphs", 1.2), ("short", 1.5))
+#: bfloat16's embeddings against float32's: the least cosine allowed
+BF16_MIN_COSINE = 0.9999
+
+
+def _native_bf16_verdicts(results: dict, native: bool) -> list[tuple[str, str]]:
+    """bfloat16 at the limit where the CPU has native bf16 products: quiet, ahead of OpenVINO
+    bf16 by :data:`NATIVE_BF16_BARS`, its embeddings within :data:`BF16_MIN_COSINE` of
+    float32's."""
+    out = []
+    corpora = results["quiet"]["corpora"]
+    for corpus, bar in NATIVE_BF16_BARS:
+        label = f"quiet: bertattn bf16 {corpus} >= {bar:.1f}x openvino bf16"
+        rates = corpora[corpus]["texts_per_s"]
+        if not native:
+            out.append((label, "not measurable (bf16 emulated on this CPU)"))
+        elif "openvino bf16" not in rates or "bertattn bf16" not in rates:
+            out.append((label, "not measurable (peer missing)"))
+        else:
+            r = rates["bertattn bf16"] / rates["openvino bf16"]
+            out.append((label, f"{r:.2f}x: {'met' if r >= bar else 'not met'}"))
+        cos = corpora[corpus].get("bf16_min_cosine")
+        label = f"quiet: bertattn bf16 {corpus} min cosine vs fp32 >= {BF16_MIN_COSINE}"
+        if cos is None:
+            out.append((label, "not measurable (bf16 emulated on this CPU)"))
+        else:
+            out.append((label, f"{cos:.6f}: {'met' if cos >= BF16_MIN_COSINE else 'not met'}"))
+    return out
+
+
 def _judge(results: dict, ideals: dict, n: int, flags: list[str]) -> list[tuple[str, str]]:
     """(target, verdict) for each of the issue's targets."""
     quiet = results["quiet"]["corpora"]
@@ -283,6 +327,7 @@ def _judge(results: dict, ideals: dict, n: int, flags: list[str]) -> list[tuple[
             )
         )
     verdicts.extend(_long_text_verdicts(results))
+    verdicts.extend(_native_bf16_verdicts(results, native))
     verdicts.extend(_governor_verdicts(results))
     verdicts.extend(_worker_lines(results))
     if "amx_bf16" not in flags:
@@ -442,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_child(json.loads(args.child))))
         return 0
+    from bertattn.bench import auto_line
+
     from .encode import native_bf16_flags
 
     n = len(os.sched_getaffinity(0))
@@ -480,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{env['bf16_matmul']}; torch {env['torch']}; {env['usable_cpus']}; "
         f"policy: {results['quiet']['threads']}"
     )
+    print(auto_line(env))
     if results["quiet"].get("openvino_missing"):
         print(results["quiet"]["openvino_missing"])
     print()

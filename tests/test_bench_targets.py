@@ -89,3 +89,50 @@ def test_an_int8_refusal_is_judged_by_how_long_it_took(capsys, seconds, verdict)
     assert f"int8 refused after {seconds:.1f} s: int8 is refused on this CPU (X)" in out
     assert f"a refusal within 10 s where int8 is slower: {seconds:.1f} s: {verdict}\n" in out
     assert "int8 >= 1.8x float32: not measurable (int8 refused on this CPU)" in out
+
+
+def _quiet(rates: dict[str, dict[str, float]], cosines: dict[str, float]) -> dict:
+    corpora: dict[str, dict] = {corpus: {"texts_per_s": r} for corpus, r in rates.items()}
+    for corpus, cos in cosines.items():
+        corpora[corpus]["bf16_min_cosine"] = cos
+    return {"quiet": {"corpora": corpora}}
+
+
+def test_native_bf16_targets_follow_the_ratios_and_the_cosines() -> None:
+    from benchmarks.shared import _native_bf16_verdicts
+
+    results = _quiet(
+        {
+            "paragraphs": {"bertattn bf16": 45.0, "openvino bf16": 49.0},
+            "short": {"bertattn bf16": 600.0, "openvino bf16": 400.0},
+        },
+        {"paragraphs": 0.99998, "short": 0.9998},
+    )
+    verdicts = dict(_native_bf16_verdicts(results, native=True))
+    assert verdicts["quiet: bertattn bf16 paragraphs >= 1.2x openvino bf16"] == "0.92x: not met"
+    assert verdicts["quiet: bertattn bf16 short >= 1.5x openvino bf16"] == "1.50x: met"
+    assert verdicts["quiet: bertattn bf16 paragraphs min cosine vs fp32 >= 0.9999"] == (
+        "0.999980: met"
+    )
+    short_cosine = verdicts["quiet: bertattn bf16 short min cosine vs fp32 >= 0.9999"]
+    assert short_cosine == "0.999800: not met"
+
+
+def test_native_bf16_targets_are_not_judged_when_emulated_or_missing() -> None:
+    from benchmarks.shared import _native_bf16_verdicts
+
+    results = _quiet({"paragraphs": {"bertattn fp32": 20.0}, "short": {"bertattn fp32": 300.0}}, {})
+    emulated = dict(_native_bf16_verdicts(results, native=False))
+    assert set(emulated.values()) == {"not measurable (bf16 emulated on this CPU)"}
+    missing = dict(_native_bf16_verdicts(results, native=True))
+    assert missing["quiet: bertattn bf16 short >= 1.5x openvino bf16"] == (
+        "not measurable (peer missing)"
+    )
+
+
+def test_min_cosine_is_the_least_row_cosine() -> None:
+    from benchmarks.shared import min_cosine
+
+    a = [[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]]
+    b = [[2.0, 0.0], [1.0, 0.0], [0.0, 1.0]]
+    assert min_cosine(a, b) == pytest.approx(2**-0.5)

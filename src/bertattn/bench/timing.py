@@ -71,11 +71,15 @@ def interleaved_medians(
 def environment() -> dict[str, object]:
     """What the numbers were measured on, with the CPU's vector capability (see
     :func:`cpu_capability`), whether its bf16 matrix products are native or emulated, and the
-    dtype ``dtype="auto"`` picks on this CPU with its reason (:func:`bertattn.choose_dtype`)."""
+    dtype ``dtype="auto"`` picks on this CPU with its reason (:func:`bertattn.choose_dtype`),
+    and the library that computes float32 products here and why
+    (:func:`bertattn.attention.gemm.describe`)."""
+    from ..attention import gemm
     from ..bert.auto_dtype import choose_dtype
 
     cap = cpu_capability()
     auto = choose_dtype("cpu")
+    gemm.choices()  # decided (timed once per machine, or the cache's answer) if not yet
     return {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -87,5 +91,14 @@ def environment() -> dict[str, object]:
         "bf16_matmul": cap["bf16_matmul"],
         "auto_dtype": auto.name,
         "auto_dtype_reason": auto.reason,
+        "float32_products": gemm.describe(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+
+
+def auto_line(env: dict[str, object] | None = None) -> str:
+    """One line for a benchmark's header: what ``dtype="auto"`` picks here and why, and which
+    library computes the float32 products (``env``: :func:`environment`'s, or measured now)."""
+    env = environment() if env is None else env
+    return f"auto: {env['auto_dtype']} ({env['auto_dtype_reason']}); {env['float32_products']}"
+
