@@ -183,6 +183,26 @@ def test_encode_dtype_auto_resolves_and_says_why(cli, tiny_checkpoint: Path, tmp
     np.testing.assert_allclose(np.load(out), want, atol=1e-6)
 
 
+def test_a_chunked_encode_records_why_auto_chose_in_its_manifest(
+    cli, tiny_checkpoint: Path, tmp_path
+) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"text number {i}\n" for i in range(40)))
+    out = tmp_path / "emb"
+    args = ("encode", src, "-o", f"{out}/", "--model", tiny_checkpoint, "--chunk-size", "200")
+    r = cli(*args, "--dtype", "auto")
+    assert r.code == 0, r
+    manifest = json.loads((out / "manifest.json").read_text())
+    here = choose_dtype("cpu")
+    assert manifest["settings"]["dtype"] == here.name
+    assert manifest["dtype_reason"] == here.reason
+    again = cli(*args, "--dtype", "auto")  # the reason is a record, not part of the identity
+    assert again.code == 0 and "0 computed" in again.err, again
+    fixed = cli(*args, "--dtype", "float32", "-o", f"{tmp_path / 'fixed'}/")
+    assert fixed.code == 0, fixed
+    assert "dtype_reason" not in json.loads((tmp_path / "fixed" / "manifest.json").read_text())
+
+
 def test_encode_dtype_auto_with_onnx_is_not_refused(tmp_path) -> None:
     """--onnx runs in float32, which auto may mean; a half dtype is refused as before."""
     common = {"input": str(tmp_path / "in.txt"), "output": str(tmp_path / "o.npy")}

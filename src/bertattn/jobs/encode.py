@@ -403,6 +403,8 @@ def _run_chunked(
             settings,
         )
     )
+    if identity and bert.dtype_reason:  # --dtype auto: why, with its timings; recorded in the
+        identity["dtype_reason"] = bert.dtype_reason  # manifest, not compared on a resume
     store = ChunkStore.for_output(out, sharded=options.sharded)
 
     def finish(emb: Embeddings) -> None:
