@@ -94,6 +94,7 @@ def test_auto_chooses_from_the_cpu_without_timing(fresh, vendor, flags, expected
     on a machine, whatever its load, and nothing is timed."""
     fresh.setattr(gemm, "cpu_vendor", lambda: vendor)
     fresh.setattr(gemm, "cpu_flags", lambda: set(flags))
+    fresh.setattr(gemm, "cpu_family", lambda: 26)  # not a Zen 4 (which has its own rule)
 
     def no_timing(fn):
         raise AssertionError("auto timed the libraries")
@@ -101,6 +102,22 @@ def test_auto_chooses_from_the_cpu_without_timing(fresh, vendor, flags, expected
     fresh.setattr(gemm, "_best", no_timing)
     assert gemm.choice() == expected
     assert said in gemm.describe()
+
+
+@needs_onednn
+@pytest.mark.parametrize(("family", "expected"), [(25, "mkl"), (26, "onednn"), (None, "onednn")])
+def test_an_amd_zen_4_keeps_mkl_by_its_rule(fresh, family, expected):
+    """Zen 4 (family 25 with AVX-512) runs AVX-512 on 256-bit units: its rule is MKL for every
+    class; another AMD CPU with AVX-512, or one whose family cannot be read, keeps oneDNN for
+    small and batch products."""
+    fresh.setattr(gemm, "cpu_vendor", lambda: "AuthenticAMD")
+    fresh.setattr(gemm, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    fresh.setattr(gemm, "cpu_family", lambda: family)
+    fresh.setattr(gemm, "_disagreement", lambda: "")
+    assert gemm.choices()["large"] == expected
+    if family == 25:
+        assert gemm.choices() == dict.fromkeys(gemm.CLASSES, "mkl")
+        assert "an AMD Zen 4 CPU (family 25 with AVX-512)" in gemm.describe()
 
 
 @pytest.mark.parametrize("asked", ["auto", "mkl"])
@@ -133,6 +150,7 @@ def test_timed_choice_takes_onednn_only_from_the_margin(fresh):
 def test_an_amd_cpu_with_avx512_still_checks_onednn_first(fresh):
     fresh.setattr(gemm, "cpu_vendor", lambda: "AuthenticAMD")
     fresh.setattr(gemm, "cpu_flags", lambda: {"avx512f"})
+    fresh.setattr(gemm, "cpu_family", lambda: 26)
     fresh.setattr(gemm, "_onednn", lambda x, w, b: F.linear(x, w, b) * 1.01)
     assert gemm.choice() == "mkl"
     assert "disagreed" in gemm.describe()

@@ -108,6 +108,7 @@ def test_a_disturbed_timing_is_not_kept_and_the_rule_decides(timed, monkeypatch)
     monkeypatch.setattr(gemm, "_time_classes", busy)
     monkeypatch.setattr(gemm, "cpu_vendor", lambda: "AuthenticAMD")
     monkeypatch.setattr(gemm, "cpu_flags", lambda: {"avx512f"})
+    monkeypatch.setattr(gemm, "cpu_family", lambda: 26)
     assert gemm.choices() == {"tiny": "mkl", "small": "onednn", "large": "onednn"}
     assert "not timed: the timing waited 60%" in gemm.describe()
     assert not gemm.cache_path().exists() or "cpu-gemm" not in gemm.cache_path().read_text()
@@ -164,6 +165,7 @@ def test_probes_off_means_the_rule_without_timing(timed, monkeypatch):
 def test_rule_and_forced_settings_do_not_time(timed, monkeypatch):
     monkeypatch.setattr(gemm, "cpu_vendor", lambda: "AuthenticAMD")
     monkeypatch.setattr(gemm, "cpu_flags", lambda: {"avx512f"})
+    monkeypatch.setattr(gemm, "cpu_family", lambda: 26)
     for asked, want in (
         ("rule", {"tiny": "mkl", "small": "onednn", "large": "onednn"}),
         ("onednn", dict.fromkeys(gemm.CLASSES, "onednn")),

@@ -11,7 +11,7 @@ import platform
 
 import torch
 
-__all__ = ["cpu_capability", "cpu_flags", "cpu_name", "cpu_vendor"]
+__all__ = ["cpu_capability", "cpu_family", "cpu_flags", "cpu_name", "cpu_vendor"]
 
 #: from the highest: the name, and the /proc/cpuinfo flag that gives it
 _LEVELS = (("AMX", "amx_bf16"), ("AVX512_BF16", "avx512_bf16"), ("AVX512", "avx512f"))
@@ -75,6 +75,16 @@ def cpu_vendor() -> str:
     """The ``vendor_id`` of /proc/cpuinfo (``"GenuineIntel"``, ``"AuthenticAMD"``, ...; ``""``
     where there is none)."""
     return _cpuinfo_field("vendor_id") or ""
+
+
+def cpu_family() -> int | None:
+    """The ``cpu family`` of /proc/cpuinfo (AMD: 25 is Zen 3 and Zen 4, 26 is Zen 5; None where
+    there is none or it is not a number)."""
+    value = _cpuinfo_field("cpu family")
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def cpu_name() -> str:

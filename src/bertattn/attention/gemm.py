@@ -28,8 +28,9 @@ compiling) decides every class at once:
   product (float32 rounding);
 * where the probes are off (``BERTATTN_DTYPE_PROBE=0``) or the timing fails: the CPU's rule,
   :func:`_by_cpu` (oneDNN for small and large products on an AMD processor with AVX-512, which
-  MKL leaves unused on AMD; MKL for tiny products everywhere and for every product elsewhere;
-  on an AVX2-only EPYC oneDNN measured 0.91-1.01x MKL; on Intel the two were level);
+  MKL leaves unused on AMD, but MKL on Zen 4, whose AVX-512 runs on 256-bit units; MKL for
+  tiny products everywhere and for every product elsewhere; on an AVX2-only EPYC oneDNN
+  measured 0.91-1.01x MKL; on Intel the two were level);
 * ``rule``: that rule without timing; ``mkl`` or ``onednn``: that library for every class;
   ``timed``: one product of MiniLM's widths (256 rows, 384 -> 1,536) timed now in this process
   at the caller's thread count, not cached, oneDNN for every class from :data:`MARGIN` times as
@@ -55,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..cpu import cpu_flags, cpu_vendor
+from ..cpu import cpu_family, cpu_flags, cpu_vendor
 
 __all__ = [
     "CHOICES",
@@ -467,10 +468,23 @@ def _timed() -> tuple[str, str]:
     return _every("mkl"), f"{ENV}=timed: measured {how}; oneDNN is used from {MARGIN}x"
 
 
+#: the ``cpu family`` of AMD's Zen 3 and Zen 4 (only Zen 4 has AVX-512): its AVX-512 runs on
+#: 256-bit units, so oneDNN's AVX-512 kernels gain little over MKL's AVX2 ones there
+#: (2048^3 in float32: 213 against 175 GFLOP/s on a 2-core Zen 4 EPYC, 2026-12-06), while
+#: oneDNN's padding of short products to 32 rows costs more than that gain
+ZEN4_FAMILY = 25
+
+
 def _by_cpu() -> tuple[dict[str, str], str]:
     """``(library per class, why)`` from the CPU alone (see the module docstring): the same in
     every process on the machine, whatever its load."""
     vendor, flags = cpu_vendor(), cpu_flags()
+    if vendor == "AuthenticAMD" and "avx512f" in flags and cpu_family() == ZEN4_FAMILY:
+        return _every("mkl"), (
+            "an AMD Zen 4 CPU (family 25 with AVX-512), whose AVX-512 runs on 256-bit units: "
+            "MKL, as torch does (oneDNN measured 0.20x / 0.67x / 1.03-1.13x MKL on tiny, small "
+            "and batch products of a 2-core Zen 4 EPYC)"
+        )
     if vendor == "AuthenticAMD" and "avx512f" in flags:
         return {"tiny": "mkl", "small": "onednn", "large": "onednn"}, (
             "an AMD CPU with AVX-512, which MKL leaves unused on AMD (oneDNN measured 2.0-2.5x "
