@@ -80,9 +80,29 @@ def test_cuda_rule_asks_torch_when_not_injected(monkeypatch) -> None:
 
 def test_cpu_rule_reads_this_machines_flags(monkeypatch) -> None:
     monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AVX512_BF16))
+    monkeypatch.setattr("bertattn.cpu.cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr("bertattn.cpu.cpu_family", lambda: 6)
     assert choose_dtype().reason == auto_dtype.AVX512_BF16_WHY + NOT_TIMED
+    monkeypatch.setattr("bertattn.cpu.cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr("bertattn.cpu.cpu_family", lambda: 25)  # a Zen 4
+    assert choose_dtype().reason == auto_dtype.ZEN4_WHY + NOT_TIMED
+    assert choose_dtype().dtype == torch.bfloat16
     monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AMX))
     assert choose_dtype().dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("vendor", "family", "flags", "dtype"),
+    [
+        ("AuthenticAMD", 25, AVX512_BF16, torch.bfloat16),  # Zen 4
+        ("AuthenticAMD", 25, {"avx2"}, torch.float32),  # Zen 3: no AVX-512, bf16 emulated
+        ("AuthenticAMD", 26, AVX512_BF16, torch.float32),  # Zen 5: not measured, the probe decides
+        ("GenuineIntel", 6, AVX512_BF16, torch.float32),
+        (None, None, AVX512_BF16, torch.float32),  # flags given alone: vendor and family unknown
+    ],
+)
+def test_the_rule_gives_zen_4_bfloat16(vendor, family, flags, dtype) -> None:
+    assert auto_dtype.flag_rule(set(flags), vendor=vendor, family=family).dtype == dtype
 
 
 def test_other_devices_and_bad_ones() -> None:
@@ -124,6 +144,7 @@ def test_bert_load_auto_follows_the_cpu_flags(
     monkeypatch, tiny_checkpoint: Path, flags: set[str], dtype: torch.dtype, reason: str
 ) -> None:
     monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(flags))
+    monkeypatch.setattr("bertattn.cpu.cpu_vendor", lambda: "GenuineIntel")  # not a Zen 4
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 on a CPU without it: the slow-half warning
         bert = Bert.load(tiny_checkpoint, dtype="auto")

@@ -15,9 +15,12 @@ docs/performance.md):
 
 * a CPU with AMX (the /proc/cpuinfo flag ``amx_bf16``): bfloat16. Its tile units multiply bf16
   matrices natively, and bf16 encodes faster than fp32 there;
-* a CPU with AVX512_BF16 but no AMX: float32. bf16 is native there too, and was measured slower
-  than fp32 on one such CPU (bertattn 248 vs 357 texts/s, OpenVINO 197 vs 288) but 1.69x faster
-  on another (a Zen 4 EPYC): which is why the probe decides where it can;
+* an AMD Zen 4 (``cpu family`` 25 with AVX512_BF16): bfloat16. Measured on two 2-core Zen 4
+  EPYCs: encode 1.69x fp32 on short texts on one, 1.59-1.75x on short texts and 1.68-1.73x on
+  paragraphs on the other (its products 1.77x);
+* any other CPU with AVX512_BF16 but no AMX: float32. bf16 is native there too, and was
+  measured slower than fp32 on one such CPU, an Intel Xeon (bertattn 248 vs 357 texts/s,
+  OpenVINO 197 vs 288): which is why the probe decides where it can;
 * any other CPU: float32. With no native bf16 matrix product oneDNN emulates it, slower still;
 * CUDA: bfloat16 where ``torch.cuda.is_bf16_supported()`` (Ampere and later), else float16 (not
   timed);
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .. import cpu as _cpu
 from ..cpu import cpu_capability
 from . import probe as _probe
 
@@ -53,6 +57,9 @@ log = logging.getLogger(__name__)
 #: the reasons, one per branch of the CPU rule (tests and docs quote them)
 AMX_WHY = "AMX: bf16 matmuls run on the tile units, measured faster than fp32"
 AVX512_BF16_WHY = "AVX512_BF16 without AMX: bf16 measured slower than fp32"
+ZEN4_WHY = "AMD Zen 4 with AVX512_BF16: bf16 measured 1.6-1.8x faster than fp32"
+#: AMD's ``cpu family`` of Zen 3 and Zen 4; with AVX512_BF16 it is Zen 4
+ZEN4_FAMILY = 25
 EMULATED_WHY = "no native bf16 matmul: bf16 emulated (slower than fp32)"
 
 #: bfloat16 is chosen when its products take at most 1/MARGIN of float32's time; closer is
@@ -141,11 +148,20 @@ def choose_dtype(
     return DtypeChoice(rule.dtype, rule.reason + why_not) if why_not else rule
 
 
-def flag_rule(cpu_flags: set[str] | None = None) -> DtypeChoice:
-    """The CPU's flag rule (the fallback of :func:`choose_dtype`; see the module docstring)."""
+def flag_rule(
+    cpu_flags: set[str] | None = None, *, vendor: str | None = None, family: int | None = None
+) -> DtypeChoice:
+    """The CPU's flag rule (the fallback of :func:`choose_dtype`; see the module docstring).
+    ``vendor`` / ``family``: /proc/cpuinfo's ``vendor_id`` and ``cpu family``; read from this
+    machine when ``cpu_flags`` is not given either, else unknown unless given."""
+    if cpu_flags is None:
+        vendor = _cpu.cpu_vendor() if vendor is None else vendor
+        family = _cpu.cpu_family() if family is None else family
     cap = cpu_capability(cpu_flags)
     if cap["capability"] == "AMX":
         return DtypeChoice(torch.bfloat16, AMX_WHY)
+    if cap["bf16_matmul"] == "native" and vendor == "AuthenticAMD" and family == ZEN4_FAMILY:
+        return DtypeChoice(torch.bfloat16, ZEN4_WHY)
     if cap["bf16_matmul"] == "native":
         return DtypeChoice(torch.float32, AVX512_BF16_WHY)
     return DtypeChoice(torch.float32, EMULATED_WHY)
