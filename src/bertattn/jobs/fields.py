@@ -45,8 +45,8 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 #: ``--dtype``'s help, after what the command says of it
 DTYPE_HELP = (
     "auto: on the CPU bfloat16 where a timed probe (cached per CPU, torch and threads; "
-    "BERTATTN_DTYPE_PROBE=0: the AMX flag instead) finds it 1.1x faster, else float32; on a GPU "
-    "bfloat16 (float16 without bf16); -v says why"
+    "BERTATTN_DTYPE_PROBE=0: the CPU's flags instead: AMX or Zen 4) finds it 1.1x faster, else "
+    "float32; on a GPU bfloat16 (float16 without bf16); -v says why"
 )
 #: the sentence encoder's ``--dtype`` choices (encode, serve): also ``int8`` (CPU, opt-in: the
 #: encoder's matrix products in int8, checked against float32 as the model loads)
