@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..cpu import cpu_family, cpu_flags, cpu_vendor
+from ..cpu import cpu_family, cpu_flags, cpu_vendor, is_zen4
 
 __all__ = [
     "CHOICES",
@@ -468,18 +468,11 @@ def _timed() -> tuple[str, str]:
     return _every("mkl"), f"{ENV}=timed: measured {how}; oneDNN is used from {MARGIN}x"
 
 
-#: the ``cpu family`` of AMD's Zen 3 and Zen 4 (only Zen 4 has AVX-512): its AVX-512 runs on
-#: 256-bit units, so oneDNN's AVX-512 kernels gain little over MKL's AVX2 ones there
-#: (2048^3 in float32: 213 against 175 GFLOP/s on a 2-core Zen 4 EPYC, 2026-12-06), while
-#: oneDNN's padding of short products to 32 rows costs more than that gain
-ZEN4_FAMILY = 25
-
-
 def _by_cpu() -> tuple[dict[str, str], str]:
     """``(library per class, why)`` from the CPU alone (see the module docstring): the same in
     every process on the machine, whatever its load."""
     vendor, flags = cpu_vendor(), cpu_flags()
-    if vendor == "AuthenticAMD" and "avx512f" in flags and cpu_family() == ZEN4_FAMILY:
+    if is_zen4(vendor, cpu_family(), flags):  # oneDNN's padding costs more than it gains there
         return _every("mkl"), (
             "an AMD Zen 4 CPU (family 25 with AVX-512), whose AVX-512 runs on 256-bit units: "
             "MKL, as torch does (oneDNN measured 0.20x / 0.67x / 1.03-1.13x MKL on tiny, small "

@@ -101,4 +101,3 @@ def auto_line(env: dict[str, object] | None = None) -> str:
     library computes the float32 products (``env``: :func:`environment`'s, or measured now)."""
     env = environment() if env is None else env
     return f"auto: {env['auto_dtype']} ({env['auto_dtype_reason']}); {env['float32_products']}"
-

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import cpu as _cpu
-from ..cpu import cpu_capability
+from ..cpu import cpu_capability, is_zen4
 from . import probe as _probe
 
 __all__ = ["DtypeChoice", "choose_dtype", "flag_rule", "probe_dtype", "reset"]
@@ -58,8 +58,6 @@ log = logging.getLogger(__name__)
 AMX_WHY = "AMX: bf16 matmuls run on the tile units, measured faster than fp32"
 AVX512_BF16_WHY = "AVX512_BF16 without AMX: bf16 measured slower than fp32"
 ZEN4_WHY = "AMD Zen 4 with AVX512_BF16: bf16 measured 1.6-1.8x faster than fp32"
-#: AMD's ``cpu family`` of Zen 3 and Zen 4; with AVX512_BF16 it is Zen 4
-ZEN4_FAMILY = 25
 EMULATED_WHY = "no native bf16 matmul: bf16 emulated (slower than fp32)"
 
 #: bfloat16 is chosen when its products take at most 1/MARGIN of float32's time; closer is
@@ -160,7 +158,7 @@ def flag_rule(
     cap = cpu_capability(cpu_flags)
     if cap["capability"] == "AMX":
         return DtypeChoice(torch.bfloat16, AMX_WHY)
-    if cap["bf16_matmul"] == "native" and vendor == "AuthenticAMD" and family == ZEN4_FAMILY:
+    if cap["bf16_matmul"] == "native" and is_zen4(vendor, family, set(cap["flags"])):
         return DtypeChoice(torch.bfloat16, ZEN4_WHY)
     if cap["bf16_matmul"] == "native":
         return DtypeChoice(torch.float32, AVX512_BF16_WHY)
