@@ -80,6 +80,19 @@ def test_overhead_targets_carry_the_floor() -> None:
     assert rows["tiny + key_padding_mask"]["status"].startswith("not measured")
 
 
+@pytest.mark.parametrize(
+    ("bf16_matmul", "status"), [("native", "met"), ("emulated", "not judged (bf16 emulated")]
+)
+def test_the_bf16_one_query_is_judged_only_where_bf16_is_native(bf16_matmul, status) -> None:
+    from benchmarks.overhead import BF16_CASE, HF_FP32
+
+    times = {BF16_CASE: {"bertattn": 3.0e-3, "transformers sdpa": 5.0e-3, HF_FP32: 9.0e-3}}
+    (row,) = [r for r in overhead_targets(times, bf16_matmul) if r["case"] == BF16_CASE]
+    # judged against transformers in the same precision, never against its float32 forward
+    assert row["peer"] == "transformers sdpa" and row["ratio"] == pytest.approx(0.6)
+    assert row["ratio_before"] is None and str(row["status"]).startswith(status)
+
+
 @pytest.mark.parametrize(("seconds", "verdict"), [(0.4, "met"), (95.0, "not met")])
 def test_an_int8_refusal_is_judged_by_how_long_it_took(capsys, seconds, verdict) -> None:
     from benchmarks.int8 import print_refusal
