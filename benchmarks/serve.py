@@ -14,7 +14,9 @@ given levels, one more at 4x the saturating concurrency (the level with the most
 overload, where 429s are expected. Reported per level: texts/s and tokens/s answered, the share
 of paragraphs among them, latency p50 / p95 / p99 of the answered requests, rejections (429 /
 503), other errors, the load generator's own CPU time per request ("client ms": it runs on the
-same cores as the server), and the server's peak RSS; before the levels, the median latency of
+same cores as the server), the CPUs the server's process kept busy and, of those, its event
+loop's (the main thread: CPUs the model's threads did not have, the server's bound on a machine
+the model fills), and the server's peak RSS; before the levels, the median latency of
 one short query sent alone 200 times, against ``Bert.encode([query])`` in process; at the end,
 each level's speed against ``Bert.encode`` on the texts it answered (the short ones at
 ``encode``'s seconds per short text, the paragraphs at its seconds per paragraph: a level that
@@ -172,6 +174,8 @@ class Level:
     latencies: list[float] = field(default_factory=list)
     client_cpu: float = 0.0  # CPU seconds the load generator itself took (the same cores)
     long: int = 0  # of ``ok``: paragraphs (the rest are short queries)
+    server_cpus: float | None = None  # CPUs the server's process kept busy (all its threads)
+    loop_cpus: float | None = None  # of those: its main thread (the event loop, for ours)
 
     def speed(self, short_s: float, long_s: float) -> float:
         """The answered texts' in-process seconds per second (``short_s`` / ``long_s``: the
@@ -198,13 +202,36 @@ class Level:
         sent = self.ok + self.rejected + self.errors
         client = 1e3 * self.client_cpu / sent if sent else 0.0
         share = self.long / self.ok if self.ok else 0.0
+
+        def cpus(x: float | None) -> str:
+            return "-" if x is None else f"{x:.2f}"
+
         return (
             f"{self.concurrency:>6} {rate:>9.1f} {toks:>10.0f} {share:>6.1%} {q(0.5):>7} "
-            f"{q(0.95):>7} {q(0.99):>7} {self.rejected:>8} {self.errors:>6} {client:>9.2f}"
+            f"{q(0.95):>7} {q(0.99):>7} {self.rejected:>8} {self.errors:>6} {client:>9.2f} "
+            f"{cpus(self.server_cpus):>6} {cpus(self.loop_cpus):>6}"
         )
 
 
-HEADER = f"{'conc':>6} {'texts/s':>9} {'tokens/s':>10} {'long':>6} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rejected':>8} {'errors':>6} {'client ms':>9}"  # noqa: E501
+HEADER = f"{'conc':>6} {'texts/s':>9} {'tokens/s':>10} {'long':>6} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rejected':>8} {'errors':>6} {'client ms':>9} {'CPUs':>6} {'loop':>6}"  # noqa: E501
+#: what the last two columns are (printed under the table)
+CPU_NOTE = (
+    "CPUs: the CPUs the server's process kept busy over the level, all its threads; loop: of "
+    "those, its main thread's (bertattn's event loop: HTTP, JSON, tokenizing short texts), "
+    "which the model's threads cannot have"
+)
+
+
+def cpu_seconds(pid: int, thread: int | None = None) -> float | None:
+    """CPU seconds (user + system) process ``pid`` (or its thread ``thread``) has used so
+    far, from ``/proc``; None where that cannot be read (not Linux, the process gone)."""
+    where = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    try:
+        text = Path(where).read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def text_order(n: int) -> Iterator[int]:
@@ -259,10 +286,16 @@ async def run_level(
         finally:
             conn.close()
 
+    pid = server.proc.pid
+    used = cpu_seconds(pid), cpu_seconds(pid, pid)
     start, cpu = time.monotonic(), time.process_time()
     await asyncio.gather(*(user() for _ in range(concurrency)))
     level.seconds = time.monotonic() - start
     level.client_cpu = time.process_time() - cpu
+    now = cpu_seconds(pid), cpu_seconds(pid, pid)
+    if None not in (*used, *now) and level.seconds:
+        level.server_cpus = (now[0] - used[0]) / level.seconds  # type: ignore[operator]
+        level.loop_cpus = (now[1] - used[1]) / level.seconds  # type: ignore[operator]
     return level
 
 
@@ -326,6 +359,7 @@ def bench_server(
     best = max(results, key=lambda r: r.tokens / max(r.seconds, 1e-9))
     over = asyncio.run(run_level(server, texts, 4 * best.concurrency, seconds, counts, is_long))
     print(over.row() + f"   (4x the saturating concurrency {best.concurrency})", flush=True)
+    print(CPU_NOTE)
     rss = server.peak_rss_mib()
     print(f"peak RSS of the server: {rss:.0f} MiB" if rss else "peak RSS: not readable")
     return Run(results, over, query_s, rss)
@@ -436,11 +470,19 @@ def verdicts(ours: Run, peer: Run | None, ceiling: Ceiling) -> None:
             f"moved during the run; run again on a quiet machine)"
         )
 
+    # the event loop's CPUs are CPUs the model's threads did not have: the server's bound
+    loop = ""
+    if top.loop_cpus is not None:
+        cpus = len(os.sched_getaffinity(0))
+        loop = (
+            f"; its event loop kept {top.loop_cpus:.2f} of the {cpus} CPUs busy, the whole "
+            f"server {top.server_cpus:.2f}"
+        )
     say(
         "saturated >= 0.95x the in-process ceiling",
         speed >= 0.95,
         f"{speed:.3f}x at concurrency {top.concurrency}: {top.ok / top.seconds:.1f} texts/s, "
-        f"{top.long / max(top.ok, 1):.1%} of them long",  # 3 places: 0.948 is not 0.95
+        f"{top.long / max(top.ok, 1):.1%} of them long{loop}",  # 3 places: 0.948 is not 0.95
         judge=not drifted,
     )
     if peer is None:

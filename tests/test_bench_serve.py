@@ -69,3 +69,34 @@ def test_a_machine_whose_speed_moved_is_not_judged(capsys) -> None:  # type: ign
     for target in ("0.95x the in-process ceiling", "2x infinity", "1 ms + 10% of in-process"):
         assert f"{target}: not judged (" in out, target
     assert "4x overload: only 429s as errors: met" in out  # read off the server alone
+
+
+def test_cpu_seconds_reads_a_process_and_its_main_thread() -> None:
+    import os
+    import time
+
+    from benchmarks.serve import cpu_seconds
+
+    pid = os.getpid()
+    before, main_before = cpu_seconds(pid), cpu_seconds(pid, pid)
+    end = time.process_time() + 0.3
+    while time.process_time() < end:  # 0.3 s of this (main) thread's CPU
+        pass
+    after, main_after = cpu_seconds(pid), cpu_seconds(pid, pid)
+    assert None not in (before, main_before, after, main_after)
+    assert after - before >= 0.25 and main_after - main_before >= 0.25  # ticks: 10 ms apart
+    assert cpu_seconds(pid, 2**31 - 1) is None  # no such thread: nothing made up
+
+
+def test_the_saturation_verdict_names_the_event_loops_cpus(capsys) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    level = _level(32, short=3000, long=90)
+    level.server_cpus, level.loop_cpus = 1.89, 0.07
+    ours = Run([level], _level(128, short=1000, long=50), query_s=0.0105, rss=None)
+    verdicts(ours, None, _ceiling(0.002, 0.040))
+    cpus = len(os.sched_getaffinity(0))
+    assert f"its event loop kept 0.07 of the {cpus} CPUs busy, the whole server 1.89)" in (
+        capsys.readouterr().out
+    )
+    assert level.row().split()[-2:] == ["1.89", "0.07"]
