@@ -487,7 +487,8 @@ def test_progress_bar(tiny_checkpoint, capfd):
         logger.setLevel(logging.WARNING)
         bert.encode(["hi", "there"], batch_size=1)
         assert "Batches" not in capfd.readouterr().err  # off by default
-        bert.encode(["hi", "there"], batch_size=1, show_progress_bar=True)
+        long = " ".join(["attention"] * 400)  # truncated: a batch of its own at batch_size=1
+        bert.encode([long, "there"], batch_size=1, show_progress_bar=True)
         err = capfd.readouterr().err
         assert "Batches: 100%" in err and "2/2" in err
         logger.setLevel(logging.INFO)  # sentence-transformers' rule: on at INFO / DEBUG

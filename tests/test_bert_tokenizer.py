@@ -105,6 +105,21 @@ def test_length_batches_respect_count_and_token_budget() -> None:
     assert length_batches(lengths, 32, batch_tokens=1) == [(i, i + 1) for i in range(7)]
 
 
+def test_length_batches_fill_short_ranges_past_the_count() -> None:
+    from bertattn.bert.pipeline import length_batches
+
+    lengths = [10, 9, 9, 5, 5, 5, 1]
+    assert length_batches(lengths, 2, fill_tokens=0) == length_batches(lengths, 2)
+    # past 2 texts while n * the range's first length <= 20: 2 x 10 (the count is reached,
+    # 3 x 10 > 20), 2 x 9 (3 x 9 > 20), then 3 x 5 <= 20, 4 x 5 = 20 takes the 1 too
+    assert length_batches(lengths, 2, fill_tokens=20) == [(0, 2), (2, 4), (4, 7)]
+    assert length_batches(lengths, 2, fill_tokens=70) == [(0, 7)]  # 7 x 10
+    # the cap still caps: a fill above batch_tokens fills no further than the cap
+    assert length_batches(lengths, 2, batch_tokens=20, fill_tokens=70) == [(0, 2), (2, 4), (4, 7)]
+    # one text a range is asked for, and a long text is never joined by a short one past it
+    assert length_batches([300, 3, 3, 3], 1, fill_tokens=256) == [(0, 1), (1, 4)]
+
+
 def test_two_threads_each_get_their_own_truncation(from_json):
     """The truncation length is the tokenizer's state: two threads encoding with different
     limits at once must each get their own (one thread's call used to cut the other's texts)."""

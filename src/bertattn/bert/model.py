@@ -906,6 +906,20 @@ class BertModel(nn.Module):
         workers = self._workers_at(torch.get_num_threads() if threads is None else threads)
         return _chunks.more_chunks_than_workers(tokens, self.chunk_budget, workers)
 
+    def fill_tokens(self, batch_size: int, max_length: int) -> int:
+        """The padded tokens a batch of short texts may fill past ``batch_size`` texts
+        (:func:`bertattn.bert.pooling.length_batches`), 0 for none. On the CPU: two row chunks
+        per chunk worker (:attr:`chunk_budget`), so that the workers share the batch's load,
+        but never more tokens than ``batch_size`` texts of ``max_length`` tokens would take,
+        the memory a caller's ``batch_size`` already allows. Measured on MiniLM (2-core Zen 4,
+        400 short texts of 11 tokens on average, texts/s): batches of 32 texts against batches
+        filled to 4,096 tokens, float32 544 against 630, bfloat16 878 against 1,025. Off the
+        CPU, or with chunks off (:attr:`chunk_tokens` 0): 0."""
+        if self.device.type != "cpu" or not self.chunk_budget:
+            return 0
+        workers = self._workers_at(torch.get_num_threads())
+        return min(batch_size * max_length, 2 * workers * self.chunk_budget)
+
     def _workers_at(self, threads: int) -> int:
         """The chunk workers :attr:`chunk_workers` asks for at ``threads`` intra-op threads."""
         return min(self.chunk_workers or threads, threads)

@@ -455,7 +455,10 @@ class Bert(SentenceTransformerSurface):
         folder's), ``normalize`` (override the folder's Normalize module), ``max_length``
         (tokens kept; default :attr:`max_length`), ``progress(n)`` (called after each batch
         with its number of texts), ``batch_tokens`` (cap a batch's padded tokens). Texts are
-        sorted by token count and batched, so each batch pads little.
+        sorted by token count and batched, so each batch pads little; on the CPU a batch of
+        short texts takes more than ``batch_size`` of them, up to the tokens that keep every
+        core busy and never more than ``batch_size`` texts of ``max_length`` tokens hold
+        (:meth:`BertModel.fill_tokens`).
         """
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
@@ -755,7 +758,9 @@ class Bert(SentenceTransformerSurface):
         stats.tokens = sum(len(e.ids) for e in encodings)
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
         lengths = [len(encodings[i].ids) for i in order]
-        ranges = length_batches(lengths, batch_size, batch_tokens)
+        ranges = length_batches(
+            lengths, batch_size, batch_tokens, self._fill_tokens(batch_size, limit)
+        )
         by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
         from tqdm import tqdm
 
@@ -790,6 +795,15 @@ class Bert(SentenceTransformerSurface):
         if self.compile_choice is not None and explaining():
             explain_note(f"encode: compile: {self.compile_choice}", once=True)
         return out, stats
+
+    def _fill_tokens(self, batch_size: int, max_length: int) -> int:
+        """The padded tokens a batch of short texts fills to past ``batch_size`` texts (the
+        model's :meth:`~bertattn.bert.model.BertModel.fill_tokens`; 0 for a model without
+        it, and where a graph runner replays captured batch shapes)."""
+        if self.graph_runner is not None and self.cuda_graphs:
+            return 0
+        fill = getattr(self.model, "fill_tokens", None)
+        return fill(batch_size, max_length) if callable(fill) else 0
 
     def embed_encodings(
         self,

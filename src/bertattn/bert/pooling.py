@@ -44,19 +44,30 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
 
 
 def length_batches(
-    lengths: Sequence[int], batch_size: int, batch_tokens: int | None = None
+    lengths: Sequence[int],
+    batch_size: int,
+    batch_tokens: int | None = None,
+    fill_tokens: int = 0,
 ) -> list[tuple[int, int]]:
-    """``(start, end)`` ranges over texts sorted longest first: at most ``batch_size`` texts,
-    and, when ``batch_tokens`` is set, at most that many tokens after padding (the first text
-    of a range is its longest, so a range of n texts pads to ``n * lengths[start]``)."""
+    """``(start, end)`` ranges over texts sorted longest first: at most ``batch_size`` texts
+    each (unless filled, below), and, when ``batch_tokens`` is set, at most that many tokens
+    after padding (the first text of a range is its longest, so a range of n texts pads to
+    ``n * lengths[start]``).
+
+    ``fill_tokens``: a range of short texts takes more than ``batch_size`` of them while its
+    padded tokens stay within this (still within ``batch_tokens``): a forward of 32 texts of
+    11 tokens is too small to keep a CPU busy (:meth:`BertModel.fill_tokens` gives the count
+    that does). 0: exactly ``batch_size`` texts a range (the last one fewer)."""
     out, start = [], 0
     while start < len(lengths):
+        longest = max(lengths[start], 1)
         end = start + 1
-        while (
-            end < len(lengths)
-            and end - start < batch_size
-            and (batch_tokens is None or (end + 1 - start) * max(lengths[start], 1) <= batch_tokens)
-        ):
+        while end < len(lengths):
+            padded = (end + 1 - start) * longest  # the range's tokens with one text more
+            if batch_tokens is not None and padded > batch_tokens:
+                break
+            if end - start >= batch_size and padded > fill_tokens:
+                break
             end += 1
         out.append((start, end))
         start = end

@@ -67,6 +67,14 @@ DIFFERENCES: tuple[Difference, ...] = (
     Difference(
         "encode",
         "behaviour",
+        "batch_size",
+        "on the CPU a batch of short texts takes more than batch_size of them, up to the tokens "
+        "that keep every core busy and never more than batch_size texts of max_length tokens: "
+        "fewer, faster forwards (the progress bar counts those)",
+    ),
+    Difference(
+        "encode",
+        "behaviour",
         "pool, device=[...]",
         "multi-process encoding is refused (UnsupportedArgumentError): use `bertattn encode "
         "--workers N`",

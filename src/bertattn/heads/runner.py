@@ -45,12 +45,16 @@ def run_head(
     head's engine step (inference mode, the thread governor: :func:`head_step`). ``each``:
     applied to each batch's ``(B, ...)`` rows as they come, one result per row kept instead of
     the row (a SPLADE row made sparse at once: memory holds one batch's dense rows, never
-    the whole input's)."""
+    the whole input's). On the CPU a batch of short inputs takes more than ``batch_size``,
+    as :meth:`bertattn.Bert.encode` does (:meth:`bertattn.BertModel.fill_tokens`)."""
     from tqdm import tqdm
 
     order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
     lengths = [len(encodings[i].ids) for i in order]
-    ranges = length_batches(lengths, batch_size)
+    fill = getattr(bert, "_fill_tokens", None)
+    ranges = length_batches(
+        lengths, batch_size, None, fill(batch_size, bert.max_length) if fill else 0
+    )
     out: list[Any] = [None] * len(encodings)
     engine = head_step(bert, step, "rows")
     bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)

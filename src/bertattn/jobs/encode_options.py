@@ -63,7 +63,9 @@ class EncodeOptions:
     normalize: bool | None = option(
         None, "L2-normalize the embeddings (default: as the model folder says)"
     )
-    batch_size: int = option(32, "texts per batch (default 32)", type=int)
+    batch_size: int = option(
+        32, "texts per batch (default 32; on the CPU short texts fill a batch further)", type=int
+    )
     max_length: int | None = option(None, "tokens (default: the model's)", type=int)
     dtype: str = option(
         "float32",
