@@ -36,7 +36,9 @@ def _bf16_node_count(compiled) -> int:  # type: ignore[no-untyped-def]
     return count
 
 
-def _encoder(compiled, tokenizer, max_length: int = 256) -> Callable[[list[str]], np.ndarray]:  # type: ignore[no-untyped-def]
+def _encoder(
+    compiled, tokenizer, max_length: int = 256, batch_size: int = 32
+) -> Callable[[list[str]], np.ndarray]:  # type: ignore[no-untyped-def]
     request = compiled.create_infer_request()
     hidden_size = compiled.output("last_hidden_state").get_partial_shape()[2].get_length()
 
@@ -45,8 +47,8 @@ def _encoder(compiled, tokenizer, max_length: int = 256) -> Callable[[list[str]]
         out = np.zeros((len(texts), hidden_size), dtype=np.float32)
         with warnings.catch_warnings():  # truncation to 256 is expected, as for the peers
             warnings.simplefilter("ignore")
-            for s in range(0, len(order), 32):
-                idx = order[s : s + 32]
+            for s in range(0, len(order), batch_size):
+                idx = order[s : s + batch_size]
                 batch = tokenizer([texts[i] for i in idx], max_length=max_length)
                 mask = batch.attention_mask.numpy()
                 request.infer(
@@ -72,12 +74,14 @@ def openvino_encoders(
     precisions: tuple[str, ...] = PRECISIONS,
     onnx: str | Path | None = None,
     max_length: int = 256,
+    batch_size: int = 32,
 ) -> tuple[dict[str, Callable[[list[str]], np.ndarray]], dict[str, object], str | None]:  # type: ignore[no-untyped-def]
     """``({"openvino f32": encode, "openvino bf16": encode}, info, None)``, or
     ``({}, {}, one line saying why the peer is missing)`` when openvino or the ONNX exporter is
     not installed. ``info``: the OpenVINO version and, per precision, the precision the compiled
     model reports and how many runtime nodes run in bf16. ``onnx``: an export made earlier
-    (:func:`export_once`) instead of a new one. ``max_length``: tokens kept per text."""
+    (:func:`export_once`) instead of a new one. ``max_length``: tokens kept per text;
+    ``batch_size``: texts per inference (sorted by length)."""
     try:
         import openvino as ov
     except ImportError:
@@ -111,5 +115,7 @@ def openvino_encoders(
             "bf16_runtime_nodes": _bf16_node_count(c),
             "runtime_nodes": len(c.get_runtime_model().get_ops()),
         }
-    encoders = {f"openvino {p}": _encoder(c, tokenizer, max_length) for p, c in compiled.items()}
+    encoders = {
+        f"openvino {p}": _encoder(c, tokenizer, max_length, batch_size) for p, c in compiled.items()
+    }
     return encoders, info, None
