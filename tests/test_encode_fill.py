@@ -102,3 +102,23 @@ def test_a_long_text_keeps_its_own_batch(tiny_checkpoint, batch_size) -> None:
     # batch_size texts of max_length tokens; the short ones then share one forward
     assert shapes[0] == (batch_size, bert.max_length)
     assert shapes[1:] == [(5, shapes[1][1])]
+
+
+def test_multi_vector_documents_fill_their_batches_too(minilm_dir, tmp_path) -> None:
+    from bertattn import MultiVectorEncoder
+    from tests.test_multi_vector import build
+
+    mve = MultiVectorEncoder(build(minilm_dir, tmp_path / "mve"), threads=2)
+    docs = TEXTS[:60]  # cut at the folder's document length, 64 tokens
+    shapes, handle = _forwards(mve.bert)
+    try:
+        filled = mve.encode_document(docs, batch_size=4)
+        seen = list(shapes)
+        mve.bert.model.chunk_tokens = 0
+        exact = mve.encode_document(docs, batch_size=4)
+    finally:
+        handle.remove()
+    assert len(seen) < math.ceil(len(docs) / 4)
+    for a, b in zip(filled, exact, strict=True):  # one (tokens, 128) array a document
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)

@@ -23,7 +23,6 @@ rows of padding too, which wins where every real row of the passage scores below
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from ..bert.jsonfile import ModelFolderNotFoundError
 from ..bert.st_compat import _text_list
 from ..bert.tokenizer import read_tokenizer_config
 from ..errors import ModelFolderError
+from .runner import token_batches
 
 logger = logging.getLogger("bertattn.heads")
 
@@ -205,16 +205,9 @@ class M3Encoder:
                 raise ArgumentTypeError(f"sentences[{i}] must be a str, got {describe(t)}.")
         lexical: list[dict[str, float] | None] = [None] * len(texts)
         colbert: list[np.ndarray | None] = [None] * len(texts)
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         dense_rows = np.zeros((len(texts), self._dense_width()), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                with warnings.catch_warnings():  # cut at max_length, as FlagEmbedding cuts
-                    warnings.filterwarnings("ignore", message=r".* were truncated")
-                    encodings = self.bert.tokenizer.encode_batch(
-                        [texts[i] for i in idx], max_length=limit
-                    )
+        with torch.inference_mode():  # cut at max_length, as FlagEmbedding cuts
+            for idx, encodings in token_batches(self.bert, texts, batch_size, limit):
                 out = self._batch(encodings, **flags)
                 if "dense" in out:
                     dense_rows[idx] = out["dense"]

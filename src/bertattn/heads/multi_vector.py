@@ -35,6 +35,7 @@ from ..bert.folder import ModelFolder, _read_config, locate_model
 from ..bert.jsonfile import read_json, read_json_object, show
 from ..bert.st_compat import UnsupportedArgumentError, _text_list
 from ..errors import ModelFolderError
+from .runner import token_batches
 
 logger = logging.getLogger("bertattn.heads")
 
@@ -706,15 +707,8 @@ class MultiVectorEncoder:
         length = {"query": self.settings.query_length, "document": self.settings.document_length}
         limit = min(length.get(task or "") or self.bert.max_length, top)
         out: list[Any] = [None] * len(texts)
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # longest first
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                with warnings.catch_warnings():  # cut at the task's length, as intended
-                    warnings.filterwarnings("ignore", message=r".* were truncated")
-                    encodings = self.bert.tokenizer.encode_batch(
-                        [texts[i] for i in idx], max_length=limit
-                    )
+        with torch.inference_mode():  # cut at the task's length, as intended
+            for idx, encodings in token_batches(self.bert, texts, batch_size, limit):
                 rows = self._rows(encodings, task, normalize_embeddings, truncate_dim)
                 for i, r in zip(idx, rows, strict=True):
                     out[i] = r.numpy(force=True) if convert_to_numpy else r

@@ -4,7 +4,8 @@ applied to each batch's hidden states; results back in input order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -13,7 +14,7 @@ from torch import Tensor
 from ..bert.pooling import length_batches
 from ..engine import ModelStep
 
-__all__ = ["head_step", "run_head"]
+__all__ = ["head_step", "run_head", "token_batches"]
 
 #: ``step(hidden (B, L, E), mask (B, L)) -> (B, ...)`` float32 rows of one batch
 Step = Callable[[Tensor, Tensor], Tensor]
@@ -28,6 +29,30 @@ def head_step(bert: Any, step: Step, kind: str) -> ModelStep:
         return step(hidden, mask)
 
     return ModelStep(bert, compute, kind)
+
+
+def _fill(bert: Any, batch_size: int, limit: int) -> int:
+    """The padded tokens ``bert`` fills a batch of short inputs to (0: a stand-in encoder
+    without :meth:`bertattn.Bert._fill_tokens`)."""
+    fill = getattr(bert, "_fill_tokens", None)
+    return fill(batch_size, limit) if callable(fill) else 0
+
+
+def token_batches(
+    bert: Any, texts: Sequence[str], batch_size: int, limit: int
+) -> Iterator[tuple[list[int], list[Any]]]:
+    """``(indices, encodings)`` of each batch of ``texts``, tokenized once by ``bert``'s
+    tokenizer and cut at ``limit`` tokens (on purpose: the truncation warning is not
+    raised), longest first, ``batch_size`` a batch and filled further with short ones on the
+    CPU, as :meth:`bertattn.Bert.encode` batches (:meth:`bertattn.BertModel.fill_tokens`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".* were truncated")
+        encodings = bert.tokenizer.encode_batch(list(texts), max_length=limit)
+    order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
+    lengths = [len(encodings[i].ids) for i in order]
+    for start, end in length_batches(lengths, batch_size, None, _fill(bert, batch_size, limit)):
+        idx = order[start:end]
+        yield idx, [encodings[i] for i in idx]
 
 
 def run_head(
