@@ -758,9 +758,16 @@ class Bert(SentenceTransformerSurface):
         stats.tokens = sum(len(e.ids) for e in encodings)
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
         lengths = [len(encodings[i].ids) for i in order]
-        ranges = length_batches(
-            lengths, batch_size, batch_tokens, self._fill_tokens(batch_size, limit)
-        )
+        fill = self._fill_tokens(batch_size, limit)
+        ranges = length_batches(lengths, batch_size, batch_tokens, fill)
+        if fill and explaining():
+            most = max(e - s for s, e in ranges)
+            batches = f"{len(ranges)} batch" + ("" if len(ranges) == 1 else "es")
+            explain_note(
+                f"encode: {len(texts)} texts as {batches} (batch_size {batch_size}; "
+                f"short texts fill a batch up to {fill} padded tokens, BertModel.fill_tokens: "
+                f"at most {most} texts in one)"
+            )
         by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
         from tqdm import tqdm
 
