@@ -124,14 +124,17 @@ def test_multi_vector_documents_fill_their_batches_too(minilm_dir, tmp_path) -> 
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
 
 
-def test_explain_says_how_the_batches_were_filled(tiny_checkpoint) -> None:
+def test_explain_says_how_the_batches_were_filled(tiny_checkpoint, caplog) -> None:
+    import logging
+
     import bertattn
 
     bert = Bert.load(tiny_checkpoint, threads=2)
-    with bertattn.explain() as log:
+    with bertattn.explain() as log, caplog.at_level(logging.DEBUG, logger="bertattn.bert"):
         bert.encode(TEXTS, batch_size=8)
     said = [n for n in log.notes if n.startswith(f"encode: {len(TEXTS)} texts as ")]
     assert len(said) == 1, log.notes
+    assert said[0] in caplog.messages  # the same line at DEBUG: `-vv` on the command line
     fill = bert.model.fill_tokens(8, bert.max_length)
     assert f"(batch_size 8; short texts fill a batch up to {fill} padded tokens" in said[0]
     bert.model.chunk_tokens = 0  # no fill: nothing to say

@@ -760,14 +760,16 @@ class Bert(SentenceTransformerSurface):
         lengths = [len(encodings[i].ids) for i in order]
         fill = self._fill_tokens(batch_size, limit)
         ranges = length_batches(lengths, batch_size, batch_tokens, fill)
-        if fill and explaining():
+        if fill and (explaining() or logger.isEnabledFor(logging.DEBUG)):
             most = max(e - s for s, e in ranges)
             batches = f"{len(ranges)} batch" + ("" if len(ranges) == 1 else "es")
-            explain_note(
+            said = (
                 f"encode: {len(texts)} texts as {batches} (batch_size {batch_size}; "
                 f"short texts fill a batch up to {fill} padded tokens, BertModel.fill_tokens: "
                 f"at most {most} texts in one)"
             )
+            explain_note(said)
+            logger.debug("%s", said)
         by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
         from tqdm import tqdm
 
