@@ -34,6 +34,21 @@ def _forwards(bert: Bert) -> tuple[list[tuple[int, int]], object]:
     return shapes, bert.model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
+def _filled_and_exact(bert: Bert, call):  # type: ignore[no-untyped-def]
+    """``call()`` as it runs (filled), then with the fill off (``model.chunk_tokens = 0``):
+    ``(filled, its forwards' (B, L), exact, its forwards' (B, L))``."""
+    shapes, handle = _forwards(bert)
+    try:
+        filled = call()
+        seen = list(shapes)
+        shapes.clear()
+        bert.model.chunk_tokens = 0
+        exact = call()
+    finally:
+        handle.remove()
+    return filled, seen, exact, shapes
+
+
 def test_fill_tokens_follows_the_chunk_workers_and_the_memory_bound(tiny_checkpoint) -> None:
     model = Bert.load(tiny_checkpoint, threads=2).model
     model.chunk_tokens = 1024
@@ -50,15 +65,7 @@ def test_short_texts_fill_fewer_forwards_with_the_same_rows(tiny_checkpoint) -> 
     bert = Bert.load(tiny_checkpoint, threads=2)
     bert.model.chunk_tokens = 256  # a small budget: the fill stops at 2 x 2 x 256 tokens
     fill = bert.model.fill_tokens(8, bert.max_length)
-    shapes, handle = _forwards(bert)
-    try:
-        filled = bert.encode(TEXTS, batch_size=8)
-        seen = list(shapes)
-        shapes.clear()
-        bert.model.chunk_tokens = 0  # no fill: batches of exactly 8 texts
-        exact = bert.encode(TEXTS, batch_size=8)
-    finally:
-        handle.remove()
+    filled, seen, exact, shapes = _filled_and_exact(bert, lambda: bert.encode(TEXTS, batch_size=8))
     assert len(shapes) == math.ceil(len(TEXTS) / 8)  # the control: 8 texts a forward
     assert len(seen) < len(shapes)  # the short texts went in fewer forwards
     assert max(b for b, _ in seen) > 8
@@ -77,14 +84,7 @@ def test_a_reranker_fills_its_batches_too(tiny_checkpoint, tmp_path) -> None:
     folder = save_classifier(tiny_checkpoint, tmp_path / "rr", 1, seed=3)
     ce = CrossEncoder(str(folder))
     pairs = [(t, TEXTS[(i + 1) % 60]) for i, t in enumerate(TEXTS[:60])]
-    shapes, handle = _forwards(ce.bert)
-    try:
-        filled = ce.predict(pairs, batch_size=4)
-        seen = list(shapes)
-        ce.bert.model.chunk_tokens = 0
-        exact = ce.predict(pairs, batch_size=4)
-    finally:
-        handle.remove()
+    filled, seen, exact, _ = _filled_and_exact(ce.bert, lambda: ce.predict(pairs, batch_size=4))
     assert len(seen) < math.ceil(len(pairs) / 4)
     np.testing.assert_allclose(filled, exact, rtol=0, atol=2e-6)
 
@@ -110,14 +110,9 @@ def test_multi_vector_documents_fill_their_batches_too(minilm_dir, tmp_path) -> 
 
     mve = MultiVectorEncoder(build(minilm_dir, tmp_path / "mve"), threads=2)
     docs = TEXTS[:60]  # cut at the folder's document length, 64 tokens
-    shapes, handle = _forwards(mve.bert)
-    try:
-        filled = mve.encode_document(docs, batch_size=4)
-        seen = list(shapes)
-        mve.bert.model.chunk_tokens = 0
-        exact = mve.encode_document(docs, batch_size=4)
-    finally:
-        handle.remove()
+    filled, seen, exact, _ = _filled_and_exact(
+        mve.bert, lambda: mve.encode_document(docs, batch_size=4)
+    )
     assert len(seen) < math.ceil(len(docs) / 4)
     for a, b in zip(filled, exact, strict=True):  # one (tokens, 128) array a document
         assert a.shape == b.shape
