@@ -132,7 +132,10 @@ def test_explain_says_how_the_batches_were_filled(tiny_checkpoint, caplog) -> No
     assert said[0] in caplog.messages  # the same line at DEBUG: `-vv` on the command line
     fill = bert.model.fill_tokens(8, bert.max_length)
     assert f"(batch_size 8; short texts fill a batch up to {fill} padded tokens" in said[0]
-    bert.model.chunk_tokens = 0  # no fill: nothing to say
+    with bertattn.explain() as log:  # no batch past batch_size: nothing to say
+        bert.encode(TEXTS[:8], batch_size=8)
+    assert not [n for n in log.notes if "fill a batch" in n]
+    bert.model.chunk_tokens = 0  # no fill
     with bertattn.explain() as log:
         bert.encode(TEXTS, batch_size=8)
     assert not [n for n in log.notes if "fill a batch" in n]
