@@ -760,8 +760,9 @@ class Bert(SentenceTransformerSurface):
         lengths = [len(encodings[i].ids) for i in order]
         fill = self._fill_tokens(batch_size, limit)
         ranges = length_batches(lengths, batch_size, batch_tokens, fill)
-        most = max((e - s for s, e in ranges), default=0)
-        if most > batch_size and (explaining() or logger.isEnabledFor(logging.DEBUG)):
+        telling = fill and (explaining() or logger.isEnabledFor(logging.DEBUG))
+        most = max((e - s for s, e in ranges), default=0) if telling else 0
+        if most > batch_size:  # a batch was filled: say so (explain, and -vv)
             batches = f"{len(ranges)} batch" + ("" if len(ranges) == 1 else "es")
             said = (
                 f"encode: {len(texts)} texts as {batches} (batch_size {batch_size}; "

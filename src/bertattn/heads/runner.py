@@ -38,6 +38,16 @@ def _fill(bert: Any, batch_size: int, limit: int) -> int:
     return fill(batch_size, limit) if callable(fill) else 0
 
 
+def _longest_first(
+    encodings: Sequence[Any], batch_size: int, fill: int
+) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """``(order, lengths, ranges)``: the inputs' indices longest first, their token counts in
+    that order, and the :func:`length_batches` ranges over them."""
+    order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
+    lengths = [len(encodings[i].ids) for i in order]
+    return order, lengths, length_batches(lengths, batch_size, None, fill)
+
+
 def token_batches(
     bert: Any, texts: Sequence[str], batch_size: int, limit: int
 ) -> Iterator[tuple[list[int], list[Any]]]:
@@ -48,9 +58,8 @@ def token_batches(
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".* were truncated")
         encodings = bert.tokenizer.encode_batch(list(texts), max_length=limit)
-    order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
-    lengths = [len(encodings[i].ids) for i in order]
-    for start, end in length_batches(lengths, batch_size, None, _fill(bert, batch_size, limit)):
+    order, _, ranges = _longest_first(encodings, batch_size, _fill(bert, batch_size, limit))
+    for start, end in ranges:
         idx = order[start:end]
         yield idx, [encodings[i] for i in idx]
 
@@ -74,12 +83,8 @@ def run_head(
     as :meth:`bertattn.Bert.encode` does (:meth:`bertattn.BertModel.fill_tokens`)."""
     from tqdm import tqdm
 
-    order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
-    lengths = [len(encodings[i].ids) for i in order]
-    fill = getattr(bert, "_fill_tokens", None)
-    ranges = length_batches(
-        lengths, batch_size, None, fill(batch_size, bert.max_length) if fill else 0
-    )
+    fill = _fill(bert, batch_size, bert.max_length)
+    order, lengths, ranges = _longest_first(encodings, batch_size, fill)
     out: list[Any] = [None] * len(encodings)
     engine = head_step(bert, step, "rows")
     bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
