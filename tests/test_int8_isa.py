@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bertattn import Bert
-from bertattn.bert import int8
+from bertattn.bert import int8, int8_speed
 
 NO_INT8 = {"fpu", "sse2", "avx", "avx2", "fma", "f16c"}  # an AVX2 CPU's flags, no VNNI or AMX
 
@@ -55,7 +55,7 @@ def test_load_refuses_before_quantizing(avx2_only, minilm_dir, monkeypatch) -> N
         raise AssertionError("quantized on a CPU without int8 instructions")
 
     monkeypatch.setattr(int8, "_smoothing", must_not_run)
-    monkeypatch.setattr(int8, "time_speed", must_not_run)  # the flags decide: no kernel runs
+    monkeypatch.setattr(int8_speed, "time_speed", must_not_run)  # the flags decide: no kernel runs
     with pytest.raises(ValueError, match=r"int8 cannot run here: this CPU has no int8 matrix"):
         Bert.load(minilm_dir, dtype="int8")
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertattn import Bert
-from bertattn.bert import int8
+from bertattn.bert import int8, int8_speed
 from bertattn.bert.int8 import Int8BertLayer, Int8Linear, Speed
 from bertattn.cpu import cpu_name
 
@@ -25,9 +25,9 @@ from bertattn.cpu import cpu_name
 @pytest.fixture(autouse=True)
 def _fresh_speed():
     """check_speed() measures once per process: each test starts and leaves without one."""
-    int8._speeds.clear()
+    int8_speed._speeds.clear()
     yield
-    int8._speeds.clear()
+    int8_speed._speeds.clear()
 
 
 def speed(int8_s: float, float32_s: float, rows: int = 256, stopped: bool = False) -> Speed:
@@ -75,7 +75,8 @@ def test_fast_int8_is_timed_at_the_full_rows() -> None:
     assert s.ratio == pytest.approx(3.0) and s.passes()
     assert s.cpu == cpu_name() and s.threads == torch.get_num_threads()
     assert {r for _, r in run.calls} == {8, 64, 256}  # up the ladder, then the rounds
-    assert sum(1 for k, r in run.calls if (k, r) == ("int8", 256)) == 2 + int8.SPEED_ROUNDS - 1
+    full = sum(1 for k, r in run.calls if (k, r) == ("int8", 256))
+    assert full == 2 + int8_speed.SPEED_ROUNDS - 1
 
 
 def test_a_reference_kernel_is_caught_at_the_first_rows() -> None:
@@ -112,14 +113,16 @@ def test_the_real_timing_is_bounded() -> None:
 def test_check_speed_measures_once_per_process(monkeypatch) -> None:
     times: list[int] = []
 
-    def fake() -> Speed:
+    def fake(**kwargs) -> Speed:
         times.append(1)
         return speed(0.001, 0.003)
 
-    monkeypatch.setattr(int8, "time_speed", fake)
+    monkeypatch.setattr(int8_speed, "time_speed", fake)
     assert int8.check_speed().ratio == pytest.approx(3.0)
+    forms = len(times)
+    assert forms == len(int8_speed.candidates(int8_speed.cpu_flags()))  # each form, once
     int8.check_speed()
-    assert times == [1]
+    assert len(times) == forms
 
 
 # ---------------------------------------------------------------------- the op steps alone
@@ -137,7 +140,8 @@ def _eager_kernels() -> int8._Kernels:
 def _exact_matmul(self: Int8Linear, q: torch.Tensor) -> torch.Tensor:
     """oneDNN's int8 product, computed exactly (integers in float64, exact below 2**53), then
     written in the product's output dtype as the kernel writes it."""
-    acc = q.double() @ self.weight_int8.double().T
+    codes = q.double() - 128.0 if q.dtype == torch.uint8 else q.double()  # see int8_forms
+    acc = codes @ self.weight_int8.double().T
     return (acc * self.weight_scale.double()).to(self.out_dtype)
 
 
@@ -146,7 +150,7 @@ def int8_steps(monkeypatch) -> None:
     """int8 allowed and fast here, its steps eager and its product exact: the scheme runs on
     any CPU without oneDNN's int8 kernels or a compiler."""
     monkeypatch.setattr(int8, "available", lambda: None)
-    monkeypatch.setattr(int8, "time_speed", lambda: speed(0.001, 0.003))
+    monkeypatch.setattr(int8_speed, "time_speed", lambda **kwargs: speed(0.001, 0.003))
     monkeypatch.setattr(int8, "_kernels", _eager_kernels)
     monkeypatch.setattr(Int8Linear, "matmul", _exact_matmul)
 
@@ -203,7 +207,8 @@ def test_a_slow_int8_load_is_refused_before_quantizing(minilm_dir, monkeypatch) 
         raise AssertionError("quantized although int8 is slower here")
 
     monkeypatch.setattr(int8, "available", lambda: None)
-    monkeypatch.setattr(int8, "time_speed", lambda: speed(0.1, 0.002, rows=8, stopped=True))
+    slow = speed(0.1, 0.002, rows=8, stopped=True)
+    monkeypatch.setattr(int8_speed, "time_speed", lambda **k: slow)
     monkeypatch.setattr(int8, "_smoothing", must_not_run)
     pattern = (
         r"int8 is refused on this CPU \(Test CPU 9000\).* against float32 .*: 0\.02x, a "
@@ -270,7 +275,8 @@ def test_encode_cli_names_the_speeds_and_writes_nothing(
     cli, minilm_dir, monkeypatch, tmp_path
 ) -> None:
     monkeypatch.setattr(int8, "available", lambda: None)
-    monkeypatch.setattr(int8, "time_speed", lambda: speed(0.1, 0.002, rows=8, stopped=True))
+    slow = speed(0.1, 0.002, rows=8, stopped=True)
+    monkeypatch.setattr(int8_speed, "time_speed", lambda **k: slow)
     src = tmp_path / "in.txt"
     src.write_text("one line\nanother line\n", encoding="utf-8")
     out = tmp_path / "emb.npy"

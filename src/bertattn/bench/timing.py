@@ -73,9 +73,11 @@ def environment() -> dict[str, object]:
     :func:`cpu_capability`), whether its bf16 matrix products are native or emulated, and the
     dtype ``dtype="auto"`` picks on this CPU with its reason (:func:`bertattn.choose_dtype`),
     and the library that computes float32 products here and why
-    (:func:`bertattn.attention.gemm.describe`)."""
+    (:func:`bertattn.attention.gemm.describe`), and what ``dtype="int8"`` gets here: the form
+    its products run in, or why it is refused (:func:`bertattn.bert.int8.verdict`)."""
     from ..attention import gemm
     from ..bert.auto_dtype import choose_dtype
+    from ..bert.int8 import verdict as int8_verdict
 
     cap = cpu_capability()
     auto = choose_dtype("cpu")
@@ -92,6 +94,7 @@ def environment() -> dict[str, object]:
         "auto_dtype": auto.name,
         "auto_dtype_reason": auto.reason,
         "float32_products": gemm.describe(),
+        "int8": int8_verdict(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 

@@ -2,7 +2,8 @@
 
 Every matrix product of the encoder layers (the fused q/k/v projection, the attention output,
 the two feed-forward linears) runs in int8 on oneDNN (``torch.ops.onednn.qlinear_pointwise``:
-AMX or VNNI kernels where the CPU has them); the embeddings, every LayerNorm, the softmax, the
+AMX or VNNI kernels where the CPU has them, in the form they take:
+:mod:`bertattn.bert.int8_forms`); the embeddings, every LayerNorm, the softmax, the
 GELU, the residual stream and the pooler stay in float32.
 
 * Weights: int8, symmetric, one scale per output channel, quantized once when the model loads.
@@ -20,17 +21,19 @@ add, the LayerNorm and the GELU into five small kernels compiled once by ``torch
 (inductor's C++ backend, so a C++ compiler must be present; shapes are dynamic, no recompile
 per batch; the first load compiles for ~5-20 s, later processes reuse inductor's cache). Done
 eagerly those steps cost more than the int8 products save (measured: paragraphs slower than
-float32). The products write float16 when a bound on their magnitude fits (half the memory
-traffic; exact to ~1e-4 relative), else float32.
+float32). The products write the output dtype of the form the CPU runs fastest and exactly
+(float32; bfloat16 or float16 only on CPUs with those types native, and float16 only where a
+bound on the product's magnitude fits it).
 
 When the model loads, int8 must first be worth it: without int8 matrix instructions it is
 refused from the CPU's flags (:func:`available`); with them, one int8 product is timed against
-the same float32 product (:func:`check_speed`, bounded: a fraction of a second where int8 is
-fast, and the timing stops early where it is not) and int8 is refused (``ValueError`` naming
-both speeds, the ratio and the CPU) below :data:`MIN_SPEEDUP` times float32's speed: a CPU with
-VNNI can still run oneDNN's reference int8 kernels (a Zen 4 EPYC encoded 478x slower than in
-float32). Both come before anything is quantized. Then :func:`verify` compares the model with
-its own float32 path on :data:`CALIBRATION` and refuses it (``ValueError``) when a sentence
+the same float32 product in each form the CPU offers (:func:`check_speed`, bounded: a fraction
+of a second where int8 is fast, and the timing stops early where it is not); the fastest form
+that is exact and at least :data:`MIN_SPEEDUP` times float32's speed is kept, and without one
+int8 is refused (``ValueError`` naming each form's speeds, ratio and error, and the CPU): signed
+activations on a VNNI CPU without AMX run oneDNN's reference kernel (a Zen 4 EPYC: 0.001x).
+Both come before anything is quantized. Then :func:`verify` compares the model with its own
+float32 path on :data:`CALIBRATION` and refuses it (``ValueError``) when a sentence
 embedding's cosine is below 0.99, the mean below 0.998, or a text keeps fewer than 90% of its
 10 nearest neighbours. ``dtype="auto"`` never chooses int8.
 
@@ -43,9 +46,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import statistics
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -58,8 +59,10 @@ from ..attention import PreparedMask, get_backend
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch
-from ..cpu import cpu_flags, cpu_name
+from ..cpu import cpu_flags
 from .compile_errors import explain_failure
+from .int8_forms import U8_F32, Form
+from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
 from .model import BertLayer, BertModel
 
 if TYPE_CHECKING:
@@ -187,7 +190,15 @@ CALIBRATION: tuple[str, ...] = (
 # needs after the product.
 
 
-def _quantize(x: Tensor, inv: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+def _codes(q: Tensor, unsigned: bool) -> Tensor:
+    """The rounded, clamped values ``q`` (in ``[-128, 127]``) as the product takes them: int8,
+    or uint8 plus 128 (:mod:`bertattn.bert.int8_forms`: called with a zero point of 128)."""
+    return (q + 128.0).to(torch.uint8) if unsigned else q.to(torch.int8)
+
+
+def _quantize(
+    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted)."""
     qmin = -(levels + 1) // 2
     xs = x * inv
@@ -195,7 +206,7 @@ def _quantize(x: Tensor, inv: Tensor, levels: int) -> tuple[Tensor, Tensor, Tens
     hi = xs.amax(-1, keepdim=True).clamp(min=0.0)
     s = ((hi - lo) / levels).clamp(min=1e-12)
     z = torch.round(-lo / s) + qmin
-    q = torch.round(xs / s + z).clamp(qmin, qmin + levels).to(torch.int8)
+    q = _codes(torch.round(xs / s + z).clamp(qmin, qmin + levels), unsigned)
     return q, s, s * z
 
 
@@ -205,8 +216,10 @@ def _dequantize(y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor) -> 
     return y.float() * s - sz * col + bias
 
 
-def _qkv(x: Tensor, inv: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    return _quantize(x, inv, levels)
+def _qkv(
+    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
+    return _quantize(x, inv, levels, unsigned)
 
 
 def _dequant_res_ln_quant(
@@ -221,15 +234,16 @@ def _dequant_res_ln_quant(
     eps: float,
     inv: Tensor,
     levels: int,
+    unsigned: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Attention output: dequantize, add the residual, LayerNorm (:func:`_dequant_res_ln`); and
     quantize the result for the first feed-forward linear."""
     h = _dequant_res_ln(y, s, sz, bias, col, x, weight, ln_bias, eps)
-    return (h, *_quantize(h, inv, levels))
+    return (h, *_quantize(h, inv, levels, unsigned))
 
 
 def _dequant_gelu_quant(
-    y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor, levels: int
+    y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor, levels: int, unsigned: bool = False
 ) -> tuple[Tensor, Tensor, Tensor]:
     """First feed-forward linear: dequantize, GELU, quantize per token for the second. The
     exact GELU rises for u > -0.75 and never goes below ``GELU_MIN``, so a row's outputs lie in
@@ -242,7 +256,7 @@ def _dequant_gelu_quant(
     scale = ((hi - GELU_MIN) / levels).clamp(min=1e-12)
     z = torch.round(-GELU_MIN / scale) + qmin
     g = F.gelu(_dequantize(y, s, sz, bias, col))
-    q = torch.round(g * (1.0 / scale) + z).clamp(qmin, qmin + levels).to(torch.int8)
+    q = _codes(torch.round(g * (1.0 / scale) + z).clamp(qmin, qmin + levels), unsigned)
     return q, scale, scale * z
 
 
@@ -292,8 +306,10 @@ def available() -> str | None:
     with int8 matrix instructions (:func:`cpu_int8_isa`; allowed where the flags cannot be
     read); otherwise why not.
 
-    Without those instructions oneDNN runs its reference int8 kernels: on a 2-core AVX2 AMD
-    EPYC (torch 2.13.0) one 256x384x1536 product took 2.3 s in int8 against 2.0 ms in float32.
+    Without those instructions no form of oneDNN's int8 product is worth it: on a 2-core AVX2
+    AMD EPYC (Zen 3, torch 2.13.0) a 256x384 -> 1,536 product took 8-12 ms in int8 (u8 or s8
+    activations, float32 out) against 2.1 ms in float32, and AVX2's u8 x s8 pair instruction
+    saturates (the product off by up to 10% of its largest value).
     """
     if not torch.backends.mkldnn.is_available():
         return "this torch build has no oneDNN (mkldnn)"
@@ -304,11 +320,24 @@ def available() -> str | None:
         return "this torch build has no onednn.qlinear_pointwise"
     if cpu_int8_isa() == "none":
         return (
-            "this CPU has no int8 matrix instructions (AVX512-VNNI, AVX-VNNI or AMX), so "
-            "oneDNN would run its reference int8 kernels, about 1,000x slower than float32; "
-            "use dtype='float32'"
+            "this CPU has no int8 matrix instructions (AVX512-VNNI, AVX-VNNI or AMX): its int8 "
+            "products run at a quarter of float32's speed or less, and AVX2's unsigned x "
+            "signed product saturates; use dtype='float32'"
         )
     return None
+
+
+def verdict() -> str:
+    """One line: the form int8 runs in on this CPU and its measured speed, or why it is
+    refused (the flags, or every form's numbers). Times the forms once per process."""
+    why = available()
+    if why is not None:
+        return f"refused: {why}"
+    try:
+        speed = check_speed()
+    except ValueError as exc:
+        return str(exc)
+    return f"runs as {speed}"
 
 
 def cpu_int8_isa() -> str:
@@ -324,6 +353,7 @@ def cpu_int8_isa() -> str:
 # ---------------------------------------------------------------------------- Int8Linear
 _ONE = torch.tensor(1.0)
 _ZERO = torch.tensor(0, dtype=torch.int32)
+_U8_ZERO = torch.tensor(128, dtype=torch.int32)  # uint8 codes are the int8 ones plus 128
 
 
 class Int8Linear(nn.Module):
@@ -335,12 +365,20 @@ class Int8Linear(nn.Module):
         smooth: ``(K,)`` SmoothQuant factors (None: none): the weights are quantized times
             ``smooth`` and each input divided by it, so the product is unchanged.
         bits: activation bits (8; fewer only to test the refusal path).
+        form: how the product is called (:mod:`bertattn.bert.int8_forms`): u8 or s8
+            activations, and its output dtype (a float16 output only where the product's
+            bound fits float16, else float32).
 
     The buffers are not persistent: a model's ``state_dict`` stays its float32 checkpoint.
     """
 
     def __init__(
-        self, weight: Tensor, bias: Tensor | None, smooth: Tensor | None = None, bits: int = 8
+        self,
+        weight: Tensor,
+        bias: Tensor | None,
+        smooth: Tensor | None = None,
+        bits: int = 8,
+        form: Form = U8_F32,
     ) -> None:
         super().__init__()
         if not 2 <= bits <= 8:
@@ -364,21 +402,26 @@ class Int8Linear(nn.Module):
             bound = float((wq.abs().sum(1, dtype=torch.int64).float() * scale).max()) * 128.0
         self.in_features, self.out_features = k, n
         self.levels = 2**bits - 1
-        #: what the product writes: float16 when the bound above fits, else float32
-        self.out_dtype = torch.float16 if bound < _F16_LIMIT else torch.float32
+        self.form = form
+        #: the activations go to the product as uint8 (plus 128, zero point 128)
+        self.unsigned = form.unsigned
+        #: what the product writes: the form's dtype; float32 where float16 cannot hold it
+        too_big = form.out == torch.float16 and bound >= _F16_LIMIT
+        self.out_dtype = torch.float32 if too_big else form.out
         self._packed: Tensor | None = None
         self._zp = torch.zeros(n, dtype=torch.long)
 
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, smooth: Tensor | None = None, bits: int = 8
+        cls, linear: nn.Linear, smooth: Tensor | None = None, bits: int = 8, form: Form = U8_F32
     ) -> Int8Linear:
-        return cls(linear.weight, linear.bias, smooth, bits)
+        return cls(linear.weight, linear.bias, smooth, bits, form)
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bits={self.levels.bit_length()}, out_dtype={str(self.out_dtype).split('.')[-1]}"
+            f"bits={self.levels.bit_length()}, activations={self.form.activations}, "
+            f"out_dtype={str(self.out_dtype).split('.')[-1]}"
         )
 
     def __getstate__(self) -> dict:
@@ -397,12 +440,14 @@ class Int8Linear(nn.Module):
         return out
 
     def matmul(self, q: Tensor) -> Tensor:
-        """``(M, K)`` int8 -> ``(M, N)`` ``(q @ wq.T) * weight_scale`` in :attr:`out_dtype`."""
+        """``(M, K)`` int8 (or uint8: the int8 codes plus 128) -> ``(M, N)``
+        ``(q @ wq.T) * weight_scale`` in :attr:`out_dtype`, ``q`` read as int8 codes."""
         packed = self._packed
         if packed is None:
             packed = self._packed = torch.ops.onednn.qlinear_prepack(self.weight_int8, None)
+        zero = _U8_ZERO if q.dtype == torch.uint8 else _ZERO
         return torch.ops.onednn.qlinear_pointwise.tensor(
-            q, _ONE, _ZERO, packed, self.weight_scale, self._zp, None, 1.0, 0,
+            q, _ONE, zero, packed, self.weight_scale, self._zp, None, 1.0, 0,
             self.out_dtype, "none", [], "",
         )  # fmt: skip
 
@@ -411,168 +456,9 @@ class Int8Linear(nn.Module):
         k = _kernels()
         shape = x.shape
         rows = x.reshape(-1, shape[-1])
-        q, s, sz = k.quantize(rows, self.inv_smooth, self.levels)  # type: ignore[operator]
+        q, s, sz = k.quantize(rows, self.inv_smooth, self.levels, self.unsigned)  # type: ignore[operator]
         y = k.dequantize(self.matmul(q), s, sz, self.bias, self.col)  # type: ignore[operator]
         return y.view(*shape[:-1], self.out_features)
-
-
-# ---------------------------------------------------------------------------- speed
-#: int8 is kept only where its product is at least this many times as fast as float32's: below,
-#: its rounding buys nothing
-MIN_SPEEDUP = 1.2
-#: the product timed: MiniLM's first feed-forward linear (384 -> 1,536) at a batch's rows
-SPEED_SHAPE = (256, 384, 1536)
-#: the row counts timed on the way up: a reference kernel is caught at the first, small one
-_LADDER = (8, 64)
-#: int8 seconds (all its products together) after which the timing stops and int8 is refused
-SPEED_BUDGET_S = 0.25
-#: at a ladder step, int8 this many times slower than float32 is decided: refused at once
-_HOPELESS = 0.1
-#: rounds of the two products at the full row count (medians)
-SPEED_ROUNDS = 5
-
-#: a product timer: ``run(kind, rows)`` -> the seconds of one ``kind`` (``"int8"`` or
-#: ``"float32"``) product of ``rows`` rows
-SpeedRun = Callable[[str, int], float]
-
-
-@dataclass(frozen=True)
-class Speed:
-    """One int8 product against the same float32 product (:func:`time_speed`): the seconds of
-    each, the shape, the CPU and thread count; ``stopped``: the timing stopped early (int8
-    past :data:`SPEED_BUDGET_S`, or hopeless), at ``rows`` rows."""
-
-    rows: int
-    in_features: int
-    out_features: int
-    int8_s: float
-    float32_s: float
-    cpu: str
-    threads: int
-    stopped: bool = False
-
-    @property
-    def ratio(self) -> float:
-        """int8's speed over float32's (2.0: int8 twice as fast)."""
-        return self.float32_s / self.int8_s if self.int8_s > 0 else float("inf")
-
-    def gflops(self, seconds: float) -> float:
-        """The product's rate at ``seconds``, in GFLOP/s."""
-        flops = 2.0 * self.rows * self.in_features * self.out_features
-        return flops / seconds / 1e9 if seconds > 0 else float("inf")
-
-    def passes(self) -> bool:
-        return self.ratio >= MIN_SPEEDUP
-
-    def __str__(self) -> str:
-        stop = f", timing stopped at {self.rows} rows" if self.stopped else ""
-        return (
-            f"int8 {self.gflops(self.int8_s):.3g} GFLOP/s ({_ms(self.int8_s)}) against float32 "
-            f"{self.gflops(self.float32_s):.3g} GFLOP/s ({_ms(self.float32_s)}): "
-            f"{self.ratio:.3g}x, a {self.rows}x{self.in_features} -> {self.out_features} "
-            f"product, {self.threads} thread{'s' if self.threads != 1 else ''}{stop}"
-        )
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
-
-
-def _product_run(rows: int, in_features: int, out_features: int) -> SpeedRun:
-    """The products :func:`time_speed` times: :meth:`Int8Linear.matmul` (oneDNN's int8
-    kernel, without the fused steps around it, so no compiler is needed) and the float32
-    product the model computes (:func:`bertattn.attention.gemm.linear`), on random operands."""
-    from ..attention import gemm
-
-    gen = torch.Generator().manual_seed(0)
-    weight = torch.randn(out_features, in_features, generator=gen) * in_features**-0.5
-    bias = torch.zeros(out_features)
-    lin = Int8Linear(weight, bias)
-    x = torch.randn(rows, in_features, generator=gen)
-    q = torch.randint(-128, 128, (rows, in_features), dtype=torch.int8, generator=gen)
-
-    def run(kind: str, n: int) -> float:
-        with torch.inference_mode():
-            start = time.perf_counter()
-            if kind == "int8":
-                lin.matmul(q[:n])
-            else:
-                gemm.linear(x[:n], weight, bias)
-            return time.perf_counter() - start
-
-    return run
-
-
-def time_speed(
-    rows: int = SPEED_SHAPE[0],
-    in_features: int = SPEED_SHAPE[1],
-    out_features: int = SPEED_SHAPE[2],
-    *,
-    run: SpeedRun | None = None,
-    budget_s: float = SPEED_BUDGET_S,
-) -> Speed:
-    """Time one int8 product against float32 on this CPU, in well under a second where int8
-    is fast and bounded where it is not: first at a few rows (:data:`_LADDER`), stopping as
-    soon as int8's products together pass ``budget_s`` or int8 is 10x slower than float32 (a
-    reference kernel: ~1,000x), then :data:`SPEED_ROUNDS` interleaved rounds at ``rows``
-    (medians). Each product runs once untimed first (oneDNN makes a kernel per shape).
-    ``run``: instead of the real products, ``run(kind, rows)`` -> seconds (tests)."""
-    run = run or _product_run(rows, in_features, out_features)
-    threads = torch.get_num_threads()
-
-    def speed(n: int, t8: float, t32: float, stopped: bool) -> Speed:
-        return Speed(n, in_features, out_features, t8, t32, cpu_name(), threads, stopped)
-
-    spent = 0.0
-    for n in (*[r for r in _LADDER if r < rows], rows):
-        t8 = run("int8", n)  # the first call of this shape (not a timing, but it counts)
-        spent += t8
-        if spent > budget_s:
-            return speed(n, t8, _warm(run, "float32", n), True)
-        t8 = run("int8", n)
-        spent += t8
-        t32 = _warm(run, "float32", n)
-        if spent > budget_s or t8 * _HOPELESS > t32:
-            return speed(n, t8, t32, True)
-        if n == rows:
-            eights, thirty_twos = [t8], [t32]
-            for i in range(SPEED_ROUNDS - 1):
-                pair = ("float32", "int8") if i % 2 == 0 else ("int8", "float32")
-                for kind in pair:
-                    (eights if kind == "int8" else thirty_twos).append(run(kind, n))
-            return speed(n, statistics.median(eights), statistics.median(thirty_twos), False)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _warm(run: SpeedRun, kind: str, n: int) -> float:
-    """``run(kind, n)`` once untimed, then the fastest of three (a float32 product of a few
-    rows takes well under a millisecond: one disturbed call must not make it look slow)."""
-    run(kind, n)
-    return min(run(kind, n) for _ in range(3))
-
-
-#: this process's measurements, by thread count
-_speeds: dict[int, Speed] = {}
-
-
-def check_speed(speed: Speed | None = None) -> Speed:
-    """Refuse int8 (``ValueError``, naming both speeds, the ratio and the CPU) where its
-    product is less than :data:`MIN_SPEEDUP` times as fast as float32's; return the
-    :class:`Speed` otherwise. ``speed``: measured by :func:`time_speed` when None, once per
-    process and thread count."""
-    if speed is None:
-        threads = torch.get_num_threads()
-        speed = _speeds.get(threads)
-        if speed is None:
-            speed = _speeds[threads] = time_speed()
-    if not speed.passes():
-        raise ValueError(
-            f"int8 is refused on this CPU ({speed.cpu}): its int8 product is not faster than "
-            f"float32's by the {MIN_SPEEDUP}x int8 must gain to be worth its rounding: "
-            f"{speed}. Load the model in float32 (dtype='float32', or 'auto')."
-        )
-    log.info("int8 product on %s: %s", speed.cpu, speed)
-    return speed
 
 
 # ---------------------------------------------------------------------------- the layer
@@ -586,7 +472,11 @@ class Int8BertLayer(BertLayer):
     """
 
     def __init__(
-        self, layer: BertLayer, smooth: dict[str, Tensor | None] | None = None, bits: int = 8
+        self,
+        layer: BertLayer,
+        smooth: dict[str, Tensor | None] | None = None,
+        bits: int = 8,
+        form: Form = U8_F32,
     ) -> None:
         nn.Module.__init__(self)
         for name, mod in layer._modules.items():
@@ -602,10 +492,10 @@ class Int8BertLayer(BertLayer):
         w, b = attn.qkv_weight()
         self.int8 = nn.ModuleDict(
             {
-                "qkv": Int8Linear(w, b, smooth.get("qkv"), bits),
-                "out": Int8Linear.from_linear(attn.out_linear, smooth.get("out"), bits),
-                "fc_in": Int8Linear.from_linear(mlp.fc_in, smooth.get("fc_in"), bits),
-                "fc_out": Int8Linear.from_linear(mlp.fc_out, None, bits),
+                "qkv": Int8Linear(w, b, smooth.get("qkv"), bits, form),
+                "out": Int8Linear.from_linear(attn.out_linear, smooth.get("out"), bits, form),
+                "fc_in": Int8Linear.from_linear(mlp.fc_in, smooth.get("fc_in"), bits, form),
+                "fc_out": Int8Linear.from_linear(mlp.fc_out, None, bits, form),
             }
         )
         self.int8_enabled = True
@@ -677,7 +567,7 @@ class Int8BertLayer(BertLayer):
         """``(M, E)`` -> the float32 ``(M, 3E)`` q/k/v projection."""
         kern = _kernels()
         lin = self.int8["qkv"]
-        q, s, sz = kern.quantize(rows, lin.inv_smooth, lin.levels)  # type: ignore[operator]
+        q, s, sz = kern.quantize(rows, lin.inv_smooth, lin.levels, lin.unsigned)  # type: ignore[operator]
         return kern.dequantize(lin.matmul(q), s, sz, lin.bias, lin.col)  # type: ignore[operator]
 
     def _after_attention(self, rows: Tensor, context: Tensor) -> Tensor:
@@ -687,13 +577,13 @@ class Int8BertLayer(BertLayer):
         lins = self.int8
         out, fc_in, fc_out = lins["out"], lins["fc_in"], lins["fc_out"]
         n1, n2 = self.attn_norm, self.mlp_norm
-        q, s, sz = kern.quantize(context, out.inv_smooth, out.levels)  # type: ignore[operator]
+        q, s, sz = kern.quantize(context, out.inv_smooth, out.levels, out.unsigned)  # type: ignore[operator]
         x1, q, s, sz = kern.dequant_res_ln_quant(  # type: ignore[operator]
             out.matmul(q), s, sz, out.bias, out.col, rows, n1.weight, n1.bias, n1.eps,
-            fc_in.inv_smooth, fc_in.levels,
+            fc_in.inv_smooth, fc_in.levels, fc_in.unsigned,
         )  # fmt: skip
         q, s, sz = kern.dequant_gelu_quant(  # type: ignore[operator]
-            fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels
+            fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels, fc_out.unsigned
         )
         return kern.dequant_res_ln(  # type: ignore[operator]
             fc_out.matmul(q), s, sz, fc_out.bias, fc_out.col, x1, n2.weight, n2.bias, n2.eps
@@ -797,7 +687,8 @@ def quantize_model(
         raise ValueError("this model is int8 already.")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha!r}.")
-    check_speed()  # before anything is quantized or verified: a slow kernel costs seconds, once
+    # before anything is quantized or verified: a slow kernel costs seconds, once
+    chosen = check_speed()
     factors = _smoothing(bert, texts, alpha) if alpha > 0 else None
     layers = model.encoder.layers
     for i, layer in enumerate(list(layers)):
@@ -806,7 +697,10 @@ def quantize_model(
                 f"layer {i} is a {type(layer).__name__}, not a BertLayer: int8 replaces stock "
                 f"layers only."
             )
-        layers[i] = Int8BertLayer(layer, None if factors is None else factors[i], bits)  # type: ignore[arg-type]
+        smooth = None if factors is None else factors[i]
+        layers[i] = Int8BertLayer(layer, smooth, bits, chosen.form)  # type: ignore[arg-type]
+    #: what explain() and /info say of the int8 product: the form kept and its measurement
+    model.int8_speed = chosen
     if model.chunk_workers is None:
         # its chunks one after another: on chunk workers (bertattn.bert.workers) the compiled
         # kernels ran slower (2-core AMX Xeon, MiniLM, texts/s, workers / serial: paragraphs

@@ -331,7 +331,12 @@ class Bert(SentenceTransformerSurface):
 
     @property
     def dtype_reason(self) -> str | None:
-        """Why :meth:`load` ``(dtype="auto")`` chose the model's dtype (None: not chosen so)."""
+        """Why :meth:`load` ``(dtype="auto")`` chose the model's dtype, or for
+        ``dtype="int8"`` the form its products run in with their measured speed (None:
+        neither)."""
+        int8_speed = getattr(self.model, "int8_speed", None)
+        if int8_speed is not None:
+            return f"int8 products as {int8_speed}"
         return None if self.dtype_choice is None else self.dtype_choice.reason
 
     @property
@@ -802,6 +807,8 @@ class Bert(SentenceTransformerSurface):
             explain_note(f"encode: {self.threads.describe()}{state}")
         if self.dtype_choice is not None and explaining():
             explain_note(f"encode: dtype auto: {self.dtype_choice}")
+        elif self.precision == "int8" and explaining():
+            explain_note(f"encode: {self.dtype_reason}", once=True)
         if self.compile_choice is not None and explaining():
             explain_note(f"encode: compile: {self.compile_choice}", once=True)
         return out, stats

@@ -116,10 +116,11 @@ def _module(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
 
 
 def _cpu_line(env: dict[str, object]) -> str:
-    """The CPU's capability and what ``--dtype auto`` picks on it, and why, on one line."""
+    """The CPU's capability, what ``--dtype auto`` picks on it and why, and what ``--dtype
+    int8`` gets (the form of its products, or why it is refused), on one line."""
     return (
         f"cpu: {env['cpu_capability']}, bf16 matmul {env['bf16_matmul']}; --dtype auto: "
-        f"{env['auto_dtype']} ({env['auto_dtype_reason']})"
+        f"{env['auto_dtype']} ({env['auto_dtype_reason']}); --dtype int8: {env['int8']}"
     )
 
 

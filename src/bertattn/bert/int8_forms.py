@@ -1,0 +1,96 @@
+"""The forms an int8 product can be called in on the CPU, and which of them are exact.
+
+oneDNN's int8 linear (``torch.ops.onednn.qlinear_pointwise``) takes its activations signed
+(``s8``) or unsigned (``u8``) and writes float32, bfloat16 or float16. Which form is fast is a
+property of the CPU, not of int8 (measured, 2 threads, a 256x384 -> 1,536 product):
+
+* AVX512-VNNI without AMX (an AMD EPYC Zen 4): the VNNI instruction multiplies *unsigned*
+  bytes by signed ones, so ``u8 x s8 -> float32`` ran 4.6x float32's product while ``s8``
+  activations fell to a reference kernel about 900x slower than float32, and a float16 output
+  on a CPU without AVX512-FP16 too.
+* AVX2 without VNNI (an AMD EPYC Zen 3): every form ran at 0.18-0.26x float32, and the u8 x s8
+  pair instruction (``vpmaddubsw``) saturates its 16-bit sums: a product off by up to 10%.
+* AMX (Intel Xeon): both signednesses run on the tile unit.
+
+So a form is kept only where it is timed fast *and* its product equals the exact integer
+product (:func:`exact`): a saturating kernel is as wrong as a slow one is useless.
+
+A u8 activation is the s8 one plus 128 (the same bits with the top one flipped), called with a
+zero point of 128: the product the kernel returns is the s8 product, so everything after it
+(the per-token zero-point correction) is the same in every form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["Form", "U8_F32", "S8_F32", "U8_BF16", "U8_F16", "candidates", "exact", "error"]
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+#: the largest relative error (of the product's largest magnitude) a form may show against the
+#: exact integer product: float32's rounding, and half an ulp of the two 16-bit outputs
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-10}
+
+
+@dataclass(frozen=True)
+class Form:
+    """How an int8 product is called: its activations' type (``"u8"`` or ``"s8"``; the
+    weights are always s8) and the dtype the product writes."""
+
+    activations: str
+    out: torch.dtype
+
+    def __post_init__(self) -> None:
+        if self.activations not in ("u8", "s8"):
+            raise ValueError(f"activations must be 'u8' or 's8', got {self.activations!r}.")
+        if self.out not in _DTYPE_NAMES:
+            raise ValueError(
+                f"an int8 product writes float32, bfloat16 or float16, not {self.out}."
+            )
+
+    @property
+    def unsigned(self) -> bool:
+        """The activations are passed as u8 (the s8 codes plus 128, zero point 128)."""
+        return self.activations == "u8"
+
+    def __str__(self) -> str:
+        return f"{self.activations} x s8 -> {_DTYPE_NAMES[self.out]}"
+
+
+U8_F32 = Form("u8", torch.float32)
+S8_F32 = Form("s8", torch.float32)
+U8_BF16 = Form("u8", torch.bfloat16)
+U8_F16 = Form("u8", torch.float16)
+
+
+def candidates(flags: set[str]) -> tuple[Form, ...]:
+    """The forms worth timing on a CPU with these /proc/cpuinfo ``flags``: both float32
+    forms everywhere; a bfloat16 output only with native bfloat16 (AVX512_BF16 or AMX), a
+    float16 output only with native float16 (AVX512_FP16 or AMX-FP16): without them oneDNN
+    converts on a reference path (a u8 -> float16 product took 2.96 s on a Zen 4, 1,700x
+    float32)."""
+    forms = [U8_F32, S8_F32]
+    if flags & {"avx512_bf16", "amx_bf16"}:
+        forms.append(U8_BF16)
+    if flags & {"avx512_fp16", "amx_fp16"}:
+        forms.append(U8_F16)
+    return tuple(forms)
+
+
+def error(got: Tensor, codes: Tensor, weight_int8: Tensor, scale: Tensor) -> float:
+    """The largest error of a product ``got`` ``(M, N)`` of the signed ``codes`` ``(M, K)``
+    by ``weight_int8`` ``(N, K)`` times the per-channel ``scale`` ``(N,)``, relative to the
+    largest magnitude of the exact product (computed in float64: exact for any K here)."""
+    want = (codes.double() @ weight_int8.double().T) * scale.double()
+    top = float(want.abs().max())
+    return float((got.double() - want).abs().max()) / (top if top > 0 else 1.0)
+
+
+def exact(form: Form, err: float) -> bool:
+    """Whether a product of ``form`` off by ``err`` (:func:`error`) is the exact product up
+    to its output dtype's rounding (:data:`TOLERANCE`)."""
+    return err <= TOLERANCE[form.out]
