@@ -25,7 +25,7 @@ import torch
 from bertattn import Bert
 from bertattn.bench import auto_line, environment, interleaved_medians
 from bertattn.bench.timing import Timer
-from bertattn.bert import int8
+from bertattn.bert import int8, int8_speed
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 
@@ -97,6 +97,38 @@ def print_refusal(exc: ValueError, seconds: float) -> None:
     print(f"  int8 >= {SPEEDUP_TARGET}x float32: not measurable (int8 refused on this CPU)")
 
 
+def print_forms() -> None:
+    """Each form of the int8 product this CPU is offered, timed against float32 and checked
+    against the exact product (what ``dtype="int8"`` chooses from), and torchao's dynamic int8
+    linear on the same product where torchao is installed (eager, and compiled by inductor)."""
+    for speed in int8_speed.time_forms():
+        print(f"form {speed}")
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    except ImportError:
+        print("torchao: not installed (pip install torchao), not measured")
+        return
+    rows, k, n = int8_speed.SPEED_SHAPE
+    ref = torch.nn.Linear(k, n).eval()
+    lin = torch.nn.Linear(k, n).eval()
+    lin.load_state_dict(ref.state_dict())
+    quantize_(lin, Int8DynamicActivationInt8WeightConfig())
+    x = torch.randn(rows, k)
+    with torch.inference_mode():
+        err = float((lin(x) - ref(x)).norm() / ref(x).norm())
+        fns = {"float32": lambda: ref(x), "torchao": lambda: lin(x)}
+        compiled = torch.compile(lin)
+        fns["torchao compiled"] = lambda: compiled(x)
+        timer = interleaved_medians(fns, repeats=9, warmup=2)
+        med = {name: statistics.median(s) for name, s in timer.samples.items()}
+    for name in ("torchao", "torchao compiled"):
+        print(
+            f"{name} Int8DynamicActivationInt8WeightConfig, a {rows}x{k} -> {n} linear: "
+            f"{med[name] * 1e3:.3g} ms against float32 {med['float32'] * 1e3:.3g} ms: "
+            f"{med['float32'] / med[name]:.3g}x (relative error {err:.2g})"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -113,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{env['cpu_capability']}; int8 instructions: {int8.cpu_int8_isa()}"
     )
     print(auto_line(env))
+    print_forms()
     start = time.perf_counter()
     fp32 = Bert.load(threads=threads)
     loaded = time.perf_counter()

@@ -10,7 +10,16 @@ import pytest
 import torch
 
 from bertattn.bert import int8, int8_speed
-from bertattn.bert.int8_forms import S8_F32, U8_BF16, U8_F16, U8_F32, candidates, error, exact
+from bertattn.bert.int8_forms import (
+    S8_F32,
+    U8_BF16,
+    U8_F16,
+    U8_F32,
+    U8_S7_F32,
+    candidates,
+    error,
+    exact,
+)
 from bertattn.bert.int8_speed import Speed
 
 AVX2 = {"avx", "avx2", "fma"}
@@ -24,12 +33,13 @@ def _fresh_speed():
 
 
 def test_forms_offered_by_the_cpus_flags() -> None:
-    assert candidates(AVX2) == (U8_F32, S8_F32)
+    assert candidates(AVX2) == (U8_F32, S8_F32, U8_S7_F32)  # 8-bit weights saturate there
     assert candidates(AVX2 | {"avx512f", "avx512_vnni", "avx512_bf16"}) == (U8_F32, S8_F32, U8_BF16)
     assert candidates(AVX2 | {"amx_int8", "amx_bf16", "amx_fp16"}) == (
         U8_F32, S8_F32, U8_BF16, U8_F16,
     )  # fmt: skip
     assert str(U8_F32) == "u8 x s8 -> float32" and str(S8_F32) == "s8 x s8 -> float32"
+    assert str(U8_S7_F32) == "u8 x s7 -> float32" and U8_S7_F32.weight_limit == 63
 
 
 def test_a_form_is_checked() -> None:

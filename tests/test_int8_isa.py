@@ -1,13 +1,13 @@
-"""``dtype="int8"`` needs int8 matrix instructions: without them it is refused before any
-quantizing, with a message that names what is missing (these run on every CPU; the int8 model
-itself is tested in test_int8.py where it can run)."""
+"""The CPU's int8 instructions name the forms its product is timed in; they no longer refuse int8
+by themselves: without VNNI, 7-bit weights keep AVX2's unsigned x signed product exact (the
+timing and exactness are tested in test_int8_forms.py and test_int8_speed.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bertattn import Bert
 from bertattn.bert import int8, int8_speed
+from bertattn.bert.int8_forms import S8_F32, U8_F32, U8_S7_F32
 
 NO_INT8 = {"fpu", "sse2", "avx", "avx2", "fma", "f16c"}  # an AVX2 CPU's flags, no VNNI or AMX
 
@@ -17,13 +17,10 @@ def _fresh_verdict():
     """available() is decided once per process: each test decides afresh, and leaves the real
     verdict behind."""
     int8.available.cache_clear()
+    int8_speed._speeds.clear()
     yield
     int8.available.cache_clear()
-
-
-@pytest.fixture
-def avx2_only(monkeypatch) -> None:
-    monkeypatch.setattr(int8, "cpu_flags", lambda: set(NO_INT8))
+    int8_speed._speeds.clear()
 
 
 def test_isa_named_from_the_flags(monkeypatch) -> None:
@@ -37,34 +34,31 @@ def test_isa_named_from_the_flags(monkeypatch) -> None:
         assert int8.cpu_int8_isa() == want
 
 
-def test_refused_without_int8_instructions(avx2_only) -> None:
-    why = int8.available()
-    assert why is not None and "no int8 matrix instructions" in why
-    assert "AVX512-VNNI" in why and "float32" in why  # what is missing, and the way out
-
-
-@pytest.mark.parametrize("flags", [NO_INT8 | {"avx512_vnni"}, NO_INT8 | {"amx_int8"}, set()])
-def test_not_refused_for_the_cpu_where_it_has_them_or_cannot_tell(monkeypatch, flags) -> None:
+@pytest.mark.parametrize(
+    ("flags", "seven_bit"),
+    [(NO_INT8, True), (NO_INT8 | {"avx512_vnni"}, False), (NO_INT8 | {"amx_int8"}, False)],
+)
+def test_the_flags_choose_the_forms_timed_not_a_refusal(monkeypatch, flags, seven_bit) -> None:
     monkeypatch.setattr(int8, "cpu_flags", lambda: set(flags))
     why = int8.available()
-    assert why is None or "instructions" not in why  # (a build without the ops says so)
+    assert why is None or "torch build" in why  # only a build without the ops is refused so
+    forms = int8_speed.candidates(set(flags))
+    assert forms[:2] == (U8_F32, S8_F32) and (U8_S7_F32 in forms) == seven_bit
 
 
-def test_load_refuses_before_quantizing(avx2_only, minilm_dir, monkeypatch) -> None:
-    def must_not_run(*args, **kwargs):
-        raise AssertionError("quantized on a CPU without int8 instructions")
+def test_an_avx2_cpu_is_timed_in_the_seven_bit_form(monkeypatch) -> None:
+    """Without VNNI the 7-bit form is timed like the others and kept where it alone is exact."""
+    timed = []
 
-    monkeypatch.setattr(int8, "_smoothing", must_not_run)
-    monkeypatch.setattr(int8_speed, "time_speed", must_not_run)  # the flags decide: no kernel runs
-    with pytest.raises(ValueError, match=r"int8 cannot run here: this CPU has no int8 matrix"):
-        Bert.load(minilm_dir, dtype="int8")
+    def fake(form, **kwargs):
+        timed.append(form)
+        saturates = form.weight_bits == 8  # AVX2's 16-bit pair sums, whatever the sign
+        return int8_speed.Speed(
+            256, 384, 1536, 1.0, 2.0, "AVX2 CPU", 2, False, form, 0.1 if saturates else 0.0
+        )
 
-
-def test_encode_cli_says_why_and_writes_nothing(avx2_only, cli, minilm_dir, tmp_path) -> None:
-    src = tmp_path / "in.txt"
-    src.write_text("one line\nanother line\n", encoding="utf-8")
-    out = tmp_path / "emb.npy"
-    r = cli("encode", src, "-o", out, "--model", minilm_dir, "--dtype", "int8")
-    assert r.code == 1, r
-    assert "no int8 matrix instructions" in r.err and "float32" in r.err, r.err
-    assert not out.exists()
+    monkeypatch.setattr(int8_speed, "cpu_flags", lambda: set(NO_INT8))
+    monkeypatch.setattr(int8_speed, "time_speed", fake)
+    kept = int8.check_speed()
+    assert timed == [U8_F32, S8_F32, U8_S7_F32]
+    assert kept.form == U8_S7_F32 and kept.exact

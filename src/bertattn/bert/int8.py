@@ -25,13 +25,13 @@ float32). The products write the output dtype of the form the CPU runs fastest a
 (float32; bfloat16 or float16 only on CPUs with those types native, and float16 only where a
 bound on the product's magnitude fits it).
 
-When the model loads, int8 must first be worth it: without int8 matrix instructions it is
-refused from the CPU's flags (:func:`available`); with them, one int8 product is timed against
-the same float32 product in each form the CPU offers (:func:`check_speed`, bounded: a fraction
+When the model loads, int8 must first be worth it: one int8 product is timed against the same
+float32 product in each form the CPU offers (:func:`check_speed`, bounded: a fraction
 of a second where int8 is fast, and the timing stops early where it is not); the fastest form
 that is exact and at least :data:`MIN_SPEEDUP` times float32's speed is kept, and without one
 int8 is refused (``ValueError`` naming each form's speeds, ratio and error, and the CPU): signed
-activations on a VNNI CPU without AMX run oneDNN's reference kernel (a Zen 4 EPYC: 0.001x).
+activations on a VNNI CPU without AMX run oneDNN's reference kernel (a Zen 4 EPYC: 0.001x),
+and without VNNI 8-bit weights saturate (7-bit ones are offered there).
 Both come before anything is quantized. Then :func:`verify` compares the model with its own
 float32 path on :data:`CALIBRATION` and refuses it (``ValueError``) when a sentence
 embedding's cosine is below 0.99, the mean below 0.998, or a text keeps fewer than 90% of its
@@ -302,15 +302,12 @@ def _kernels() -> _Kernels:
 
 @functools.cache
 def available() -> str | None:
-    """None when the int8 path can run here: a torch build with oneDNN's int8 linear, on a CPU
-    with int8 matrix instructions (:func:`cpu_int8_isa`; allowed where the flags cannot be
-    read); otherwise why not.
-
-    Without those instructions no form of oneDNN's int8 product is worth it: on a 2-core AVX2
-    AMD EPYC (Zen 3, torch 2.13.0) a 256x384 -> 1,536 product took 8-12 ms in int8 (u8 or s8
-    activations, float32 out) against 2.1 ms in float32, and AVX2's u8 x s8 pair instruction
-    saturates (the product off by up to 10% of its largest value).
-    """
+    """None when the int8 path can run here: a torch build with oneDNN's int8 linear;
+    otherwise why not. Whether it is worth running is timed, form by form
+    (:func:`check_speed`), not read from the CPU's flags: a CPU without VNNI still runs
+    unsigned activations by 7-bit weights exactly at about twice float32's speed (an AVX2 AMD
+    EPYC Zen 3), while a CPU with VNNI but no AMX runs signed activations on a reference kernel
+    (a Zen 4: 0.001x)."""
     if not torch.backends.mkldnn.is_available():
         return "this torch build has no oneDNN (mkldnn)"
     try:
@@ -318,12 +315,6 @@ def available() -> str | None:
         torch.ops.onednn.qlinear_pointwise  # noqa: B018
     except (AttributeError, RuntimeError):
         return "this torch build has no onednn.qlinear_pointwise"
-    if cpu_int8_isa() == "none":
-        return (
-            "this CPU has no int8 matrix instructions (AVX512-VNNI, AVX-VNNI or AMX): its int8 "
-            "products run at a quarter of float32's speed or less, and AVX2's unsigned x "
-            "signed product saturates; use dtype='float32'"
-        )
     return None
 
 
@@ -388,8 +379,9 @@ class Int8Linear(nn.Module):
             n, k = w.shape
             s = torch.ones(k) if smooth is None else smooth.detach().to("cpu", torch.float32)
             w = w * s
-            scale = (w.abs().amax(1) / 127.0).clamp(min=1e-12)  # (N,)
-            wq = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+            top = form.weight_limit  # 127, or 63 for 7-bit weights
+            scale = (w.abs().amax(1) / top).clamp(min=1e-12)  # (N,)
+            wq = torch.round(w / scale[:, None]).clamp(-top, top).to(torch.int8)
             b = torch.zeros(n) if bias is None else bias.detach().to("cpu", torch.float32)
             self.register_buffer("weight_int8", wq, persistent=False)
             self.register_buffer("weight_scale", scale.contiguous(), persistent=False)
@@ -421,6 +413,7 @@ class Int8Linear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bits={self.levels.bit_length()}, activations={self.form.activations}, "
+            f"weight_bits={self.form.weight_bits}, "
             f"out_dtype={str(self.out_dtype).split('.')[-1]}"
         )
 

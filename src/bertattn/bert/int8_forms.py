@@ -8,8 +8,10 @@ property of the CPU, not of int8 (measured, 2 threads, a 256x384 -> 1,536 produc
   bytes by signed ones, so ``u8 x s8 -> float32`` ran 4.6x float32's product while ``s8``
   activations fell to a reference kernel about 900x slower than float32, and a float16 output
   on a CPU without AVX512-FP16 too.
-* AVX2 without VNNI (an AMD EPYC Zen 3): every form ran at 0.18-0.26x float32, and the u8 x s8
-  pair instruction (``vpmaddubsw``) saturates its 16-bit sums: a product off by up to 10%.
+* AVX2 without VNNI (an AMD EPYC Zen 3): the u8 x s8 pair instruction (``vpmaddubsw``) adds two
+  byte products into 16 bits and saturates (255 x 127 x 2 > 32,767): the product came out off
+  by 10% of its largest value. With weights of 7 bits (``s7``: within +-63, so a pair's sum fits)
+  the same kernel is exact, and ran 1.9-2.1x float32's product (1 thread, CPU time).
 * AMX (Intel Xeon): both signednesses run on the tile unit.
 
 So a form is kept only where it is timed fast *and* its product equals the exact integer
@@ -27,7 +29,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Form", "U8_F32", "S8_F32", "U8_BF16", "U8_F16", "candidates", "exact", "error"]
+__all__ = [
+    "Form",
+    "U8_F32",
+    "U8_S7_F32",
+    "S8_F32",
+    "U8_BF16",
+    "U8_F16",
+    "candidates",
+    "exact",
+    "error",
+]
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -38,11 +50,13 @@ TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-
 
 @dataclass(frozen=True)
 class Form:
-    """How an int8 product is called: its activations' type (``"u8"`` or ``"s8"``; the
-    weights are always s8) and the dtype the product writes."""
+    """How an int8 product is called: its activations' type (``"u8"`` or ``"s8"``), the
+    dtype the product writes, and the bits of its signed weights (8, or 7 where the CPU's pair
+    instruction would saturate on 8)."""
 
     activations: str
     out: torch.dtype
+    weight_bits: int = 8
 
     def __post_init__(self) -> None:
         if self.activations not in ("u8", "s8"):
@@ -51,29 +65,44 @@ class Form:
             raise ValueError(
                 f"an int8 product writes float32, bfloat16 or float16, not {self.out}."
             )
+        if self.weight_bits not in (7, 8):
+            raise ValueError(f"weight_bits must be 7 or 8, got {self.weight_bits!r}.")
 
     @property
     def unsigned(self) -> bool:
         """The activations are passed as u8 (the s8 codes plus 128, zero point 128)."""
         return self.activations == "u8"
 
+    @property
+    def weight_limit(self) -> int:
+        """The largest weight magnitude: 127 for 8 bits, 63 for 7."""
+        return 2 ** (self.weight_bits - 1) - 1
+
     def __str__(self) -> str:
-        return f"{self.activations} x s8 -> {_DTYPE_NAMES[self.out]}"
+        return f"{self.activations} x s{self.weight_bits} -> {_DTYPE_NAMES[self.out]}"
 
 
 U8_F32 = Form("u8", torch.float32)
+U8_S7_F32 = Form("u8", torch.float32, weight_bits=7)
 S8_F32 = Form("s8", torch.float32)
 U8_BF16 = Form("u8", torch.bfloat16)
 U8_F16 = Form("u8", torch.float16)
 
 
+#: the flags of int8 instructions that accumulate in 32 bits (no 16-bit saturation)
+VNNI_FLAGS = frozenset({"amx_int8", "avx512_vnni", "avx_vnni"})
+
+
 def candidates(flags: set[str]) -> tuple[Form, ...]:
     """The forms worth timing on a CPU with these /proc/cpuinfo ``flags``: both float32
-    forms everywhere; a bfloat16 output only with native bfloat16 (AVX512_BF16 or AMX), a
-    float16 output only with native float16 (AVX512_FP16 or AMX-FP16): without them oneDNN
-    converts on a reference path (a u8 -> float16 product took 2.96 s on a Zen 4, 1,700x
-    float32)."""
+    forms everywhere, and 7-bit weights where the CPU has no VNNI or AMX (or its flags are
+    unknown): there 8-bit weights saturate; a bfloat16 output only with native bfloat16
+    (AVX512_BF16 or AMX), a float16 output only with native float16 (AVX512_FP16 or AMX-FP16):
+    without them oneDNN converts on a reference path (a u8 -> float16 product took 2.96 s on a
+    Zen 4, 1,700x float32)."""
     forms = [U8_F32, S8_F32]
+    if not flags & VNNI_FLAGS:
+        forms.append(U8_S7_F32)
     if flags & {"avx512_bf16", "amx_bf16"}:
         forms.append(U8_BF16)
     if flags & {"avx512_fp16", "amx_fp16"}:

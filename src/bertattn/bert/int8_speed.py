@@ -152,10 +152,12 @@ def time_speed(
     """Time one int8 product in ``form`` against float32 on this CPU, in well under a second
     where int8 is fast and bounded where it is not: first at a few rows (:data:`_LADDER`),
     stopping as soon as int8's products together pass ``budget_s`` or int8 is 10x slower than
-    float32 (a reference kernel: ~1,000x), then :data:`SPEED_ROUNDS` interleaved rounds at
-    ``rows`` (medians). Each product runs once untimed first (oneDNN makes a kernel per shape).
-    A form fast enough to keep is then checked against the exact product (``Speed.error``).
-    ``run``: instead of the real products, ``run(kind, rows)`` -> seconds (tests; no check)."""
+    float32 (a reference kernel: ~1,000x), each step the fastest of three calls (a call
+    preempted on a busy machine takes a scheduler's time slice, ~10 ms), then
+    :data:`SPEED_ROUNDS` interleaved rounds at ``rows`` (medians). Each product runs once
+    untimed first (oneDNN makes a kernel per shape). A form fast enough to keep is then checked
+    against the exact product (``Speed.error``). ``run``: instead of the real products,
+    ``run(kind, rows)`` -> seconds (tests; no check)."""
     products = _Products(rows, in_features, out_features, form) if run is None else None
     timer: SpeedRun = products if products is not None else run  # type: ignore[assignment]
     speed = _time(timer, rows, in_features, out_features, budget_s, form)
@@ -178,8 +180,12 @@ def _time(
         spent += t8
         if spent > budget_s:
             return speed(n, t8, _warm(run, "float32", n), True)
-        t8 = run("int8", n)
-        spent += t8
+        t8 = float("inf")
+        for _ in range(3):  # the fastest of three: one call preempted must not decide
+            t = run("int8", n)
+            spent, t8 = spent + t, min(t8, t)
+            if spent > budget_s:
+                break
         t32 = _warm(run, "float32", n)
         if spent > budget_s or t8 * _HOPELESS > t32:
             return speed(n, t8, t32, True)
