@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from bertattn import Bert
 from bertattn.bench import environment, interleaved_medians
-from bertattn.bert.pipeline import default_model_dir
+from bertattn.encoder.pipeline import default_model_dir
 
 from .corpus import stdlib_docstring_corpus
 

@@ -28,7 +28,7 @@ import torch
 import bertattn
 from bertattn.bench import environment
 from bertattn.bench.module import attention_flops
-from bertattn.bert.graphs import GraphedBert
+from bertattn.encoder.graphs import GraphedBert
 
 DEV = torch.device("cuda")
 

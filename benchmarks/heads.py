@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from bertattn.bench import auto_line, environment, interleaved_medians
-from bertattn.bert.pipeline import default_model_dir
+from bertattn.encoder.pipeline import default_model_dir
 
 from .corpus import stdlib_docstring_corpus
 

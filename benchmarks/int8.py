@@ -25,7 +25,7 @@ import torch
 from bertattn import Bert
 from bertattn.bench import auto_line, environment, interleaved_medians
 from bertattn.bench.timing import Timer
-from bertattn.bert import int8, int8_speed
+from bertattn.encoder import int8, int8_speed
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 
@@ -54,7 +54,7 @@ def _tensor(rows: object) -> torch.Tensor:
 def print_fidelity(
     peers: dict[str, Callable[[list[str]], object]], holdout: dict[str, list[str]], reference: str
 ) -> None:
-    """Each peer's fidelity to ``reference`` (:func:`bertattn.bert.int8.compare`: min / mean
+    """Each peer's fidelity to ``reference`` (:func:`bertattn.encoder.int8.compare`: min / mean
     cosine, neighbours kept) on each holdout corpus; peers are encode functions."""
     with torch.inference_mode():
         for name, texts in holdout.items():

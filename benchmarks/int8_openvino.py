@@ -41,7 +41,7 @@ import torch
 
 from bertattn import Bert
 from bertattn.bench import environment
-from bertattn.bert import int8
+from bertattn.encoder import int8
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 from .int8 import per_round, print_fidelity, short_texts, timed_sets

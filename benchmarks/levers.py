@@ -8,14 +8,14 @@ On MiniLM (the default model), float32, ``torch.inference_mode()``:
   the plain ops in the same rounds (interleaved, per-round ratios, medians):
   ``gelu in place`` (the exact GELU written over the first product's output),
   ``residual folded`` (the second product accumulating onto ``x + bias``, ``addmm_``),
-  ``both`` (what :meth:`bertattn.bert.model.BertMLP.forward_residual` runs), and
+  ``both`` (what :meth:`bertattn.encoder.model.BertMLP.forward_residual` runs), and
   ``oneDNN bias+GELU`` (the first product with its bias and GELU inside oneDNN's kernel,
-  :mod:`bertattn.bert.fused`, which runs where oneDNN computes the products);
+  :mod:`bertattn.encoder.fused`, which runs where oneDNN computes the products);
 - **the attention output's layout copy**: a packed batch's attention (``varlen``, one SDPA
   call per paragraph) against the same calls without writing their outputs into the packed
   ``(T, H, D)`` tensor: the share of the attention that copy is;
 - **end to end**: ``Bert.encode`` of the paragraphs (256 tokens at most) with the fold on
-  (the default) and off (``bertattn.bert.model.FOLD_RESIDUAL = False``), interleaved, and
+  (the default) and off (``bertattn.encoder.model.FOLD_RESIDUAL = False``), interleaved, and
   OpenVINO f32 on the same ONNX export and texts when it is installed
   (``pip install -r requirements-bench.txt``; its threads set to this process's; then every
   peer on the wall clock, as OpenVINO computes on threads of its own).
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from bertattn import Bert
 from bertattn.attention import gemm
 from bertattn.bench import environment
-from bertattn.bert import model as model_mod
+from bertattn.encoder import model as model_mod
 
 from .corpus import stdlib_paragraph_corpus
 

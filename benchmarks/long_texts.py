@@ -4,8 +4,8 @@
 
 On ~250-token paragraphs (standard-library docstrings, truncated at 256 tokens) it prints:
 
-- ``Bert.encode`` texts/s with the model's row chunks (:mod:`bertattn.bert.chunks`) side by
-  side on its chunk workers (:mod:`bertattn.bert.workers`, the default), one after another
+- ``Bert.encode`` texts/s with the model's row chunks (:mod:`bertattn.encoder.chunks`) side by
+  side on its chunk workers (:mod:`bertattn.runtime.workers`, the default), one after another
   (``chunk_workers = 1``) and without them (``chunk_tokens = 0``: each batch of 32 in one
   piece), interleaved, medians;
 - the bound: the same batches' matrix products alone (the four linear layers of every layer,
@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from bertattn import Bert
 from bertattn.attention import gemm
 from bertattn.bench import auto_line, environment, interleaved_medians
-from bertattn.bert.chunks import plan_chunks
-from bertattn.bert.pooling import length_batches
+from bertattn.encoder.chunks import plan_chunks
+from bertattn.encoder.pooling import length_batches
 
 from .corpus import stdlib_paragraph_corpus
 from .shared import gemm_rate, model_flops

@@ -42,7 +42,7 @@ import torch
 
 from bertattn import Bert
 from bertattn.bench import environment, interleaved_medians
-from bertattn.bert.pipeline import default_model_dir
+from bertattn.encoder.pipeline import default_model_dir
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 from .openvino_peer import openvino_encoders

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from bertattn.bench import environment, interleaved_medians
-from bertattn.bert.folder import default_model_dir
+from bertattn.encoder.folder import default_model_dir
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 

@@ -44,7 +44,7 @@ from torch import nn
 from bertattn import MultiHeadAttention
 from bertattn.attention import fastcall, gemm
 from bertattn.bench import environment, interleaved_medians
-from bertattn.bert import model as model_mod
+from bertattn.encoder import model as model_mod
 
 #: measured before this work (issue "Speed where attention actually runs"), microseconds / ms
 BEFORE = {
@@ -171,7 +171,7 @@ def tiny_cases(repeats: int) -> dict[str, dict[str, float]]:
 
 def minilm_case(repeats: int) -> dict[str, dict[str, float]]:
     from bertattn import BertModel
-    from bertattn.bert.pipeline import default_model_dir
+    from bertattn.encoder.pipeline import default_model_dir
 
     folder = default_model_dir()
     ours = BertModel.from_pretrained(folder).eval()
@@ -230,7 +230,7 @@ def minilm_bf16_case(repeats: int) -> dict[str, dict[str, float]]:
     """The one-query forward with both models in bfloat16, and transformers in float32 beside
     them (:data:`HF_FP32`); an empty result without transformers."""
     from bertattn import BertModel
-    from bertattn.bert.pipeline import default_model_dir
+    from bertattn.encoder.pipeline import default_model_dir
 
     try:
         import transformers

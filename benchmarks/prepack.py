@@ -28,7 +28,7 @@ from .overhead import gemm_weights
 
 def run(rows: list[int], repeats: int, back_to_back: bool = False) -> list[dict[str, float]]:
     from bertattn import BertModel
-    from bertattn.bert.pipeline import default_model_dir
+    from bertattn.encoder.pipeline import default_model_dir
 
     model = BertModel.from_pretrained(default_model_dir()).eval()
     results = []

@@ -59,7 +59,7 @@ def _child(spec: dict) -> dict:
 
     from bertattn import Bert
     from bertattn.bench import environment, interleaved_medians
-    from bertattn.bert.pipeline import default_model_dir
+    from bertattn.encoder.pipeline import default_model_dir
 
     from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
     from .encode import _hf_encoder, native_bf16_flags
@@ -202,8 +202,8 @@ def _export(folder: Path) -> str | None:
     try:
         import openvino  # noqa: F401
 
-        from bertattn.bert.pipeline import default_model_dir
         from bertattn.deploy.onnx_export import export_onnx
+        from bertattn.encoder.pipeline import default_model_dir
 
         return str(export_onnx(str(default_model_dir()), folder / "model.onnx"))
     except ImportError:

@@ -10,7 +10,7 @@ import torch
 
 from bertattn import BertModel
 from bertattn.bench import interleaved_medians
-from bertattn.bert.pipeline import default_model_dir
+from bertattn.encoder.pipeline import default_model_dir
 
 
 def run_threshold_bench(repeats: int = 5) -> list[dict[str, float]]:

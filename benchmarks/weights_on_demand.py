@@ -19,7 +19,7 @@ def _child(mode: str) -> None:
 
     from bertattn import BertModel
     from bertattn.bench.memory import peak_rss_mib
-    from bertattn.bert.pipeline import default_model_dir
+    from bertattn.encoder.pipeline import default_model_dir
 
     model = BertModel.from_pretrained(default_model_dir()).eval()
     ids = torch.randint(1000, 20000, (1, 512), generator=torch.Generator().manual_seed(0))

@@ -48,7 +48,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # order of float sums (rows ~1e-7 apart): tests that compare two runs byte for byte must not
 # depend on what else the test machine runs. The governor's own tests turn it back on.
 os.environ["BERTATTN_ADAPTIVE_THREADS"] = "0"
-# dtype="auto" times float32 against bfloat16 once per machine (bertattn.bert.probe), and on a
+# dtype="auto" times float32 against bfloat16 once per machine (bertattn.runtime.probe), and on a
 # loaded test machine that timing could come out either way: the suite takes the CPU's flag
 # rule. The probe's own tests turn it on, each with a cache folder of its own.
 os.environ["BERTATTN_DTYPE_PROBE"] = "0"
@@ -115,16 +115,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _torch_threads_restored() -> Iterator[None]:
     """A test (or an in-process command) that sets torch's thread count does not pass it on,
-    nor the count bertattn records as its own (``bertattn.threads._ours``, set by each load)."""
+    nor the count bertattn records as its own (``bertattn.runtime.threads._ours``, set by each
+    load)."""
     torch = sys.modules.get("torch")
     before = torch.get_num_threads() if torch is not None else None
-    mod = sys.modules.get("bertattn.threads")
+    mod = sys.modules.get("bertattn.runtime.threads")
     ours = mod._ours if mod is not None else None
     yield
     torch = sys.modules.get("torch")
     if torch is not None and before is not None and torch.get_num_threads() != before:
         torch.set_num_threads(before)
-    mod = sys.modules.get("bertattn.threads")
+    mod = sys.modules.get("bertattn.runtime.threads")
     if mod is not None:
         mod._ours = ours
 

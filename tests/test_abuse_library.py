@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bertattn import Bert
-from bertattn.threads import ADAPTIVE_ENV, CpuBudget, ThreadChoice, choose_threads
+from bertattn.runtime.threads import ADAPTIVE_ENV, CpuBudget, ThreadChoice, choose_threads
 
 
 # ---------------------------------------------------------------------- copy and pickle
@@ -26,7 +26,7 @@ def governed_bert(tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> Ber
     (whose lock did not pickle)."""
     import torch
 
-    from bertattn.threads import cpu_budget
+    from bertattn.runtime.threads import cpu_budget
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv(ADAPTIVE_ENV, "1")
@@ -188,7 +188,7 @@ def tokenizers_pair(minilm_dir: Path):
     always tokenizes the whole text."""
     from tokenizers import Tokenizer
 
-    from bertattn.bert.tokenizer import BertTokenizer
+    from bertattn.encoder.tokenizer import BertTokenizer
 
     ours = BertTokenizer.from_folder(minilm_dir)
     reference = Tokenizer.from_file(str(minilm_dir / "tokenizer.json"))
@@ -383,7 +383,7 @@ def test_a_valid_astral_character_is_not_a_surrogate(tiny_bert) -> None:
 
 
 def test_tokenizer_names_a_surrogate_in_pairs(tokenizers_pair) -> None:
-    from bertattn.bert.tokenizer import InvalidTextError
+    from bertattn.encoder.tokenizer import InvalidTextError
 
     ours, _ = tokenizers_pair
     with pytest.raises(InvalidTextError, match=r"pairs\[1\] holds a lone surrogate") as info:
@@ -474,7 +474,7 @@ def test_serve_max_batch_tokens_below_the_model_is_refused_before_loading(
 
 
 def test_expected_max_length_is_what_bert_load_gives(tiny_checkpoint, minilm_dir) -> None:
-    from bertattn.bert.folder import resolve_model
+    from bertattn.encoder.folder import resolve_model
     from bertattn.jobs.serve_checks import expected_max_length
 
     for path, want in ((tiny_checkpoint, 128), (minilm_dir, 256)):

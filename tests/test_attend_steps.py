@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bertattn import Bert
-from bertattn.bert.steps import find_token
+from bertattn.encoder.steps import find_token
 
 TEXT = "The animal didn't cross the street because it was too tired."
 PAIR = "It stayed on the sidewalk and slept."

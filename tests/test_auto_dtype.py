@@ -1,5 +1,5 @@
 """``dtype="auto"`` for ``Bert.load`` and the command line: the machine's fastest dtype, and why
-(bertattn/bert/auto_dtype.py); ``from_pretrained(dtype="auto")`` keeps transformers' meaning."""
+(bertattn/encoder/auto_dtype.py); ``from_pretrained(dtype="auto")`` keeps transformers' meaning."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 import bertattn
 from bertattn import Bert, BertModel, DtypeChoice, choose_dtype
 from bertattn.bench import environment
-from bertattn.bert import auto_dtype
+from bertattn.encoder import auto_dtype
 from bertattn.errors import UsageError
 from bertattn.jobs.encode_options import EncodeOptions
 from bertattn.jobs.serve_options import ServeOptions
@@ -79,15 +79,15 @@ def test_cuda_rule_asks_torch_when_not_injected(monkeypatch) -> None:
 
 
 def test_cpu_rule_reads_this_machines_flags(monkeypatch) -> None:
-    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AVX512_BF16))
-    monkeypatch.setattr("bertattn.cpu.cpu_vendor", lambda: "GenuineIntel")
-    monkeypatch.setattr("bertattn.cpu.cpu_family", lambda: 6)
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_flags", lambda: set(AVX512_BF16))
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_family", lambda: 6)
     assert choose_dtype().reason == auto_dtype.AVX512_BF16_WHY + NOT_TIMED
-    monkeypatch.setattr("bertattn.cpu.cpu_vendor", lambda: "AuthenticAMD")
-    monkeypatch.setattr("bertattn.cpu.cpu_family", lambda: 25)  # a Zen 4
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_family", lambda: 25)  # a Zen 4
     assert choose_dtype().reason == auto_dtype.ZEN4_WHY + NOT_TIMED
     assert choose_dtype().dtype == torch.bfloat16
-    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AMX))
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_flags", lambda: set(AMX))
     assert choose_dtype().dtype == torch.bfloat16
 
 
@@ -143,8 +143,8 @@ def test_bert_load_auto_is_the_machine_rule_and_logs_why(caplog) -> None:
 def test_bert_load_auto_follows_the_cpu_flags(
     monkeypatch, tiny_checkpoint: Path, flags: set[str], dtype: torch.dtype, reason: str
 ) -> None:
-    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(flags))
-    monkeypatch.setattr("bertattn.cpu.cpu_vendor", lambda: "GenuineIntel")  # not a Zen 4
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_flags", lambda: set(flags))
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_vendor", lambda: "GenuineIntel")  # not a Zen 4
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 on a CPU without it: the slow-half warning
         bert = Bert.load(tiny_checkpoint, dtype="auto")
@@ -198,7 +198,7 @@ def test_encode_dtype_auto_resolves_and_says_why(cli, tiny_checkpoint: Path, tmp
     r = cli("encode", src, "-o", out, "--model", tiny_checkpoint, "--dtype", "auto", "-v")
     assert r.code == 0, r
     here = choose_dtype("cpu")
-    assert f"bertattn.bert: dtype auto on cpu: {here}" in r.err, r.err
+    assert f"bertattn.encoder: dtype auto on cpu: {here}" in r.err, r.err
     assert f"{here.name} on cpu; pooling" in r.err  # the model line: the resolved dtype
     want = Bert.load(tiny_checkpoint, dtype=here.dtype).encode(["one text", "two texts here"])
     np.testing.assert_allclose(np.load(out), want, atol=1e-6)

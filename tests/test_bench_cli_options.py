@@ -59,7 +59,7 @@ def test_threads_negative_is_a_usage_error(cli, bench_calls, mode) -> None:
 
 
 def test_threads_above_the_usable_cpus_warns_on_stderr(cli_subprocess, tmp_path) -> None:
-    from bertattn.threads import cpu_budget
+    from bertattn.runtime.threads import cpu_budget
 
     budget = cpu_budget()
     n = budget.cpus + 1

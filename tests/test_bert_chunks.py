@@ -1,4 +1,4 @@
-"""A large CPU batch runs in row chunks (bertattn.bert.chunks): the same outputs as
+"""A large CPU batch runs in row chunks (bertattn.encoder.chunks): the same outputs as
 transformers on the whole batch, and chunked only where it may be."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import transformers
 
 import bertattn
 from bertattn import BertModel
-from bertattn.bert.chunks import chunk_tokens, row_chunks
+from bertattn.encoder.chunks import chunk_tokens, row_chunks
 
 
 def test_chunk_tokens_by_width():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import bertattn
-from bertattn.bert import compiled as _compiled
+from bertattn.encoder import compiled as _compiled
 from bertattn.families import registry
 
 # torch's inductor import itself uses torch.jit.script_method

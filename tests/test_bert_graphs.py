@@ -1,4 +1,4 @@
-"""CUDA graphs for BertModel inference (bertattn.bert.graphs).
+"""CUDA graphs for BertModel inference (bertattn.encoder.graphs).
 
 On the CPU a graph is replaced by an eager stand-in that reruns the captured function, inside
 ``capturing()`` and under a guard that fails on any read of a tensor's value back to the host
@@ -19,8 +19,8 @@ from tiny_bert import TINY, tiny_bertattn
 from torch import Tensor
 
 from bertattn import BertModel
-from bertattn.bert.graphs import GraphedBert, bucket_batch, bucket_length
 from bertattn.capture import capturing, is_capturing
+from bertattn.encoder.graphs import GraphedBert, bucket_batch, bucket_length
 
 _GUARD = [False]
 
@@ -316,7 +316,7 @@ def test_cuda_graph_sees_in_place_weight_updates():
 
 @needs_cuda
 def test_encode_on_cuda_replays_graphs(tiny_checkpoint):
-    from bertattn.bert import Bert
+    from bertattn.encoder import Bert
 
     bert = Bert.load(tiny_checkpoint, device="cuda")
     texts = [f"the attention head looks at token {i}" for i in range(40)]
@@ -330,7 +330,7 @@ def test_encode_on_cuda_replays_graphs(tiny_checkpoint):
 
 # ---------------------------------------------------------------------- Bert.encode
 def test_encode_through_an_assigned_runner_equals_plain_encode(host_read_guard, tiny_checkpoint):
-    from bertattn.bert import Bert
+    from bertattn.encoder import Bert
 
     texts = [f"the attention head looks at token {i} " * (i % 7 + 1) for i in range(30)]
     plain = Bert.load(tiny_checkpoint)

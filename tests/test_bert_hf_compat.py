@@ -14,7 +14,7 @@ import torch
 import transformers
 
 from bertattn import BertModel
-from bertattn.bert import BertModelOutput
+from bertattn.encoder import BertModelOutput
 
 BACKENDS = ["auto", "math", "sdpa", "varlen"]
 

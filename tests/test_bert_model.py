@@ -159,7 +159,7 @@ def test_masked_lm_checkpoint_loads_and_reports_heads(tmp_path, caplog):
     keys = load_file(tmp_path / "model.safetensors")
     assert any(k.startswith("bert.") for k in keys) and any(k.startswith("cls.") for k in keys)
     with (
-        caplog.at_level(logging.INFO, logger="bertattn.bert"),
+        caplog.at_level(logging.INFO, logger="bertattn.encoder"),
         warnings.catch_warnings(record=True) as caught,
     ):
         warnings.simplefilter("always")
@@ -277,7 +277,7 @@ def test_missing_folder_and_weights(tmp_path, tiny_checkpoint):
 
 
 def test_key_maps_are_inverse(tiny_checkpoint):
-    from bertattn.bert.checkpoint import bertattn_to_hf_keys, hf_to_bertattn_keys
+    from bertattn.encoder.checkpoint import bertattn_to_hf_keys, hf_to_bertattn_keys
 
     config = BertConfig.from_json_file(tiny_checkpoint / "config.json")
     fwd, inv = hf_to_bertattn_keys(config), bertattn_to_hf_keys(config)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bertattn import Bert
-from bertattn.bert.pipeline import (
+from bertattn.encoder.pipeline import (
     PRECISIONS,
     UnsupportedArgumentError,
     pool,
@@ -481,7 +481,7 @@ def test_bertattn_keywords_still_work(tiny_checkpoint):
 
 def test_progress_bar(tiny_checkpoint, capfd):
     bert = Bert.load(tiny_checkpoint)
-    logger = logging.getLogger("bertattn.bert")
+    logger = logging.getLogger("bertattn.encoder")
     level = logger.level
     try:
         logger.setLevel(logging.WARNING)

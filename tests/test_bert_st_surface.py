@@ -1,6 +1,6 @@
 """``Bert`` as a drop-in ``SentenceTransformer``: the signatures of the methods both have,
 compared programmatically against the installed sentence-transformers with every deliberate
-difference read from ONE table (``bertattn.bert.st_surface.DIFFERENCES``, also shown in
+difference read from ONE table (``bertattn.encoder.st_surface.DIFFERENCES``, also shown in
 docs/python-api.md); then each call run on both against the real all-MiniLM-L6-v2, outputs
 compared."""
 
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from bertattn import Bert
-from bertattn.bert.pipeline import UnsupportedArgumentError
-from bertattn.bert.st_surface import DIFFERENCES, differences_markdown
+from bertattn.encoder.pipeline import UnsupportedArgumentError
+from bertattn.encoder.st_surface import DIFFERENCES, differences_markdown
 
 ATOL = 1e-5  # Bert vs SentenceTransformer, as in test_bert_st_compat.py
 METHODS = (

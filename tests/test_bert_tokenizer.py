@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from bertattn.bert import BertTokenizer
+from bertattn.encoder import BertTokenizer
 
 TEXTS = [
     "Héllo, World! Naïve café owners don't tokenize 日本語 easily.",
@@ -66,7 +66,7 @@ def test_padding_and_mask(from_json):
 
 def test_truncation_is_reported(from_json, caplog):
     with (
-        caplog.at_level(logging.INFO, logger="bertattn.bert"),
+        caplog.at_level(logging.INFO, logger="bertattn.encoder"),
         pytest.warns(
             UserWarning,
             match=r"2 of 3 inputs were longer than max_length=5 tokens and were truncated",
@@ -95,7 +95,7 @@ def test_errors(from_json, tmp_path):
 
 
 def test_length_batches_respect_count_and_token_budget() -> None:
-    from bertattn.bert.pipeline import length_batches
+    from bertattn.encoder.pipeline import length_batches
 
     lengths = [10, 9, 9, 5, 5, 5, 1]  # sorted longest first, as Bert.encode sorts them
     assert length_batches(lengths, 32) == [(0, 7)]
@@ -106,7 +106,7 @@ def test_length_batches_respect_count_and_token_budget() -> None:
 
 
 def test_length_batches_fill_short_ranges_past_the_count() -> None:
-    from bertattn.bert.pipeline import length_batches
+    from bertattn.encoder.pipeline import length_batches
 
     lengths = [10, 9, 9, 5, 5, 5, 1]
     assert length_batches(lengths, 2, fill_tokens=0) == length_batches(lengths, 2)

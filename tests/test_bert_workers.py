@@ -1,4 +1,4 @@
-"""Chunk workers (bertattn.bert.workers) and the chunk plan they run (bertattn.bert.chunks):
+"""Chunk workers (bertattn.runtime.workers) and the chunk plan they run (bertattn.encoder.chunks):
 results in order, at most the workers asked for, their own intra-op count and the caller's
 untouched, the caller's context and autograd mode, and the model's chunks run side by side
 with the same outputs as transformers."""
@@ -15,8 +15,8 @@ import transformers
 
 import bertattn
 from bertattn import BertModel
-from bertattn.bert import workers
-from bertattn.bert.chunks import balanced_chunks, plan_chunks, regroup_rows, row_costs
+from bertattn.encoder.chunks import balanced_chunks, plan_chunks, regroup_rows, row_costs
+from bertattn.runtime import workers
 
 
 def _covers(ranges, rows):
@@ -373,7 +373,7 @@ def test_balanced_batches_and_the_governor_leaves_them_at_full_count(tiny_checkp
     """``model.balances_load``: more chunks than workers; the engine runs such a batch at the
     governor's top count, unjudged, and governs the others (one piece per worker included)."""
     from bertattn.engine import embedding_step
-    from bertattn.threads import ThreadGovernor
+    from bertattn.runtime.threads import ThreadGovernor
 
     bert = bertattn.Bert.load(tiny_checkpoint)
     model = bert.model

@@ -169,7 +169,7 @@ def test_verbose_logs_dispatch(cli):
 
 def test_cli_poolings_are_the_library_ones():
     """The options list pooling names without importing torch; they must be the library's."""
-    from bertattn.bert.folder import POOLINGS
+    from bertattn.encoder.folder import POOLINGS
     from bertattn.jobs.encode_options import POOLINGS as CLI_POOLINGS
 
     assert CLI_POOLINGS == POOLINGS
@@ -178,7 +178,7 @@ def test_cli_poolings_are_the_library_ones():
 def test_the_printed_model_name_resolves_offline(cli, minilm_dir):
     """bertattn prints the default model as sentence-transformers/all-MiniLM-L6-v2; that name
     works as --model with no network and no Hugging Face cache (HF_HUB_OFFLINE is set)."""
-    from bertattn.bert.folder import resolve_model
+    from bertattn.encoder.folder import resolve_model
 
     folder = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
     assert folder.root.resolve() == minilm_dir.resolve()

@@ -14,7 +14,6 @@ import torch
 from tiny_bert import TINY
 
 from bertattn import BertModel, MultiHeadAttention
-from bertattn.bert.config import BertConfig
 from bertattn.deploy import (
     DEFAULT_OPSET,
     MAX_OPSET,
@@ -24,6 +23,7 @@ from bertattn.deploy import (
     export_attention_onnx,
     export_onnx,
 )
+from bertattn.encoder.config import BertConfig
 from bertattn.errors import MissingExtraError
 
 HINT = f"pass --opset {DEFAULT_OPSET} (the default) or another in {MIN_OPSET}..{MAX_OPSET}"

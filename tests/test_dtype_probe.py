@@ -1,4 +1,4 @@
-"""``dtype="auto"`` decided by timing (bertattn/bert/auto_dtype.py, bertattn/bert/probe.py):
+"""``dtype="auto"`` decided by timing (bertattn/encoder/auto_dtype.py, bertattn/runtime/probe.py):
 injected timings decide, the tie rule keeps float32, the answer is cached per CPU, torch,
 thread count and widths (atomically, one measurement for several processes), and the flag rule
 answers when the probe is off or fails. Every test here has a cache folder of its own."""
@@ -20,9 +20,10 @@ import torch
 
 import bertattn
 from bertattn import Bert, choose_dtype
-from bertattn.bert import auto_dtype, probe
-from bertattn.cpu import cpu_name
+from bertattn.encoder import auto_dtype
 from bertattn.errors import UsageError
+from bertattn.runtime import probe
+from bertattn.runtime.cpu import cpu_name
 
 TODAY = datetime.date.today().isoformat()
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
@@ -93,10 +94,11 @@ def test_the_median_round_decides_not_one_slow_round() -> None:
 def test_the_probe_overrules_the_flags(monkeypatch) -> None:
     """An AVX512_BF16 CPU without AMX (the flag rule: float32) where bf16 is timed faster gets
     bf16; an AMX CPU (the flag rule: bfloat16) where it is timed slower gets float32."""
-    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    flags = {"avx2", "avx512f", "avx512_bf16"}
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_flags", lambda: flags)
     assert choose_dtype(threads=THREADS, timer=fixed(1.69, 1.0)).dtype == torch.bfloat16
     auto_dtype.reset()
-    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AMX))
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_flags", lambda: set(AMX))
     probe.cache_path().unlink()
     assert choose_dtype(threads=THREADS, timer=fixed(1.0, 2.0)).dtype == torch.float32
 
@@ -194,7 +196,7 @@ def test_processes_started_together_measure_once(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- off, or failing
 def test_off_by_the_environment_the_flags_decide(monkeypatch) -> None:
     monkeypatch.setenv("BERTATTN_DTYPE_PROBE", "0")
-    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: set(AMX))
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_flags", lambda: set(AMX))
     choice = choose_dtype(threads=THREADS, timer=must_not_time)
     assert choice.dtype == torch.bfloat16
     assert choice.reason == auto_dtype.AMX_WHY + " (not timed: BERTATTN_DTYPE_PROBE=0)"
@@ -215,7 +217,7 @@ def test_a_misspelt_switch_is_refused(monkeypatch, value: str) -> None:
 
 
 def test_a_failing_probe_falls_back_to_the_flags(monkeypatch, caplog) -> None:
-    monkeypatch.setattr("bertattn.cpu.cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr("bertattn.runtime.cpu.cpu_flags", lambda: {"avx2"})
 
     def broken(dtype: torch.dtype) -> float:
         raise RuntimeError("no bf16 kernel in this build")

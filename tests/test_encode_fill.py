@@ -125,7 +125,7 @@ def test_explain_says_how_the_batches_were_filled(tiny_checkpoint, caplog) -> No
     import bertattn
 
     bert = Bert.load(tiny_checkpoint, threads=2)
-    with bertattn.explain() as log, caplog.at_level(logging.DEBUG, logger="bertattn.bert"):
+    with bertattn.explain() as log, caplog.at_level(logging.DEBUG, logger="bertattn.encoder"):
         bert.encode(TEXTS, batch_size=8)
     said = [n for n in log.notes if n.startswith(f"encode: {len(TEXTS)} texts as ")]
     assert len(said) == 1, log.notes

@@ -15,7 +15,7 @@ import torch
 
 from bertattn import Bert, BertModel
 from bertattn.arguments import ArgumentTypeError
-from bertattn.bert.steps import attention_steps
+from bertattn.encoder.steps import attention_steps
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import bertattn
 from bertattn import Bert, BertModel, MultiHeadAttention
-from bertattn.bert.steps import attention_steps
+from bertattn.encoder.steps import attention_steps
 
 SOURCE = Path(bertattn.__file__).parent
 

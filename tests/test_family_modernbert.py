@@ -213,7 +213,7 @@ def test_unknown_model_type_lists_the_registry(tmp_path, tiny_checkpoint) -> Non
 
 # ---------------------------------------------------------------------- jobs
 def test_jobs_refuse_what_the_family_cannot_do_by_name(modernbert) -> None:
-    from bertattn.bert import GraphedBert
+    from bertattn.encoder import GraphedBert
     from bertattn.families import registry
 
     folder, _ = modernbert

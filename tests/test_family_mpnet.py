@@ -17,8 +17,8 @@ from family_helpers import assert_encode_equals_sentence_transformers, assert_re
 from tiny_bert import save_random
 
 from bertattn import Bert, BertModel, explain
-from bertattn.bert import model as model_module
 from bertattn.blocks.relative import packed_position_bias, position_bias, relative_position_bucket
+from bertattn.encoder import model as model_module
 from bertattn.errors import ModelFolderError
 
 CORPUS = [

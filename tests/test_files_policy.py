@@ -134,10 +134,10 @@ def test_verbose_says_what_was_loaded_and_written(tmp_path: Path, cli) -> None: 
     (tmp_path / "a.txt").write_text("hello\nworld\n")
     r = cli("-v", "encode", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o.npy"))
     assert r.code == 0, r
-    assert "bertattn.bert: model " in r.err and " 6 layers, hidden 384, 12 heads" in r.err
+    assert "bertattn.encoder: model " in r.err and " 6 layers, hidden 384, 12 heads" in r.err
     assert f"bertattn.files: wrote {tmp_path / 'o.npy'}" in r.err
     quiet = cli("encode", str(tmp_path / "a.txt"), "-o", str(tmp_path / "p.npy"))
-    assert "bertattn.bert" not in quiet.err and "bertattn.files" not in quiet.err
+    assert "bertattn.encoder" not in quiet.err and "bertattn.files" not in quiet.err
 
 
 def test_a_short_write_is_completed(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ import transformers
 import bertattn
 from bertattn import BertModel
 from bertattn.attention import gemm
-from bertattn.bert import fused
+from bertattn.encoder import fused
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from bertattn.attention import gemm
-from bertattn.bert import probe
+from bertattn.runtime import probe
 
 needs_onednn = pytest.mark.skipif(
     gemm._onednn_op() is None or not torch.backends.mkldnn.is_available(),
@@ -117,7 +117,7 @@ def test_a_disturbed_timing_is_not_kept_and_the_rule_decides(timed, monkeypatch)
 def test_decided_inside_the_dtype_probe_without_deadlock(monkeypatch, tmp_path):
     """The dtype probe times float32 products through gemm.linear while it holds the probe
     cache's locks: the first of them decides the library, with a cache of its own."""
-    from bertattn.bert import auto_dtype
+    from bertattn.encoder import auto_dtype
 
     monkeypatch.delenv(gemm.ENV, raising=False)
     monkeypatch.setenv(probe.PROBE_ENV, "1")

@@ -20,8 +20,8 @@ import pytest
 
 import bertattn.models.e5_folder as e5_folder_module
 import bertattn.models.multilingual_e5 as multilingual_e5
-from bertattn.bert.folder import ModelFolderNotFoundError, resolve_model
 from bertattn.cli import COMMANDS
+from bertattn.encoder.folder import ModelFolderNotFoundError, resolve_model
 from bertattn.models import MODELS, FetchError, cache_dir, cached_model, get_model, model_dir
 from bertattn.models.cache import is_complete
 

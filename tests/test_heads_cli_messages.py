@@ -63,12 +63,12 @@ def test_a_bad_query_is_a_usage_error_before_loading(cli, reranker, tmp_path, no
 def test_encode_max_length_is_checked_before_loading(
     cli, splade_dir, tmp_path, no_loading, monkeypatch, sparse
 ):
-    import bertattn.bert
+    import bertattn.encoder
 
     def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("the model was loaded before --max-length was checked")
 
-    monkeypatch.setattr(bertattn.bert.Bert, "load", refuse)
+    monkeypatch.setattr(bertattn.encoder.Bert, "load", refuse)
     texts = tmp_path / "t.txt"
     texts.write_text("a text\n", encoding="utf-8")
     out = tmp_path / "o.jsonl"

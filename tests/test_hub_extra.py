@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bertattn.bert.folder import locate_model
+from bertattn.encoder.folder import locate_model
 from bertattn.errors import ModelFolderError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from torch import nn
 
 from benchmarks.corpus import stdlib_docstring_corpus
 from bertattn import Bert, BertModel
-from bertattn.bert import int8, int8_speed
-from bertattn.bert.int8 import CALIBRATION, Int8BertLayer, Int8Linear
+from bertattn.encoder import int8, int8_speed
+from bertattn.encoder.int8 import CALIBRATION, Int8BertLayer, Int8Linear
 
 
 def _refused_here() -> str | None:

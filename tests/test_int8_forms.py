@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from bertattn.bert import int8, int8_speed
-from bertattn.bert.int8_forms import (
+from bertattn.encoder import int8, int8_speed
+from bertattn.encoder.int8_forms import (
     S8_F32,
     U8_BF16,
     U8_F16,
@@ -20,7 +20,7 @@ from bertattn.bert.int8_forms import (
     error,
     exact,
 )
-from bertattn.bert.int8_speed import Speed
+from bertattn.encoder.int8_speed import Speed
 
 AVX2 = {"avx", "avx2", "fma"}
 

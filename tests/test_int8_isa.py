@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bertattn.bert import int8, int8_speed
-from bertattn.bert.int8_forms import S8_F32, U8_F32, U8_S7_F32
+from bertattn.encoder import int8, int8_speed
+from bertattn.encoder.int8_forms import S8_F32, U8_F32, U8_S7_F32
 
 NO_INT8 = {"fpu", "sse2", "avx", "avx2", "fma", "f16c"}  # an AVX2 CPU's flags, no VNNI or AMX
 

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertattn import Bert
-from bertattn.bert import int8, int8_speed
-from bertattn.bert.int8 import Int8BertLayer, Int8Linear, Speed
-from bertattn.cpu import cpu_name
+from bertattn.encoder import int8, int8_speed
+from bertattn.encoder.int8 import Int8BertLayer, Int8Linear, Speed
+from bertattn.runtime.cpu import cpu_name
 
 
 @pytest.fixture(autouse=True)

@@ -211,7 +211,7 @@ def test_processing_kwargs_are_honoured(ours, stock):
 
 
 def test_processing_kwargs_it_cannot_honour_are_refused(ours):
-    from bertattn.bert.st_compat import UnsupportedArgumentError
+    from bertattn.encoder.st_compat import UnsupportedArgumentError
 
     with pytest.raises(UnsupportedArgumentError, match=r"\['text'\]\['padding'\]='max_length'"):
         ours.encode(["hi"], processing_kwargs={"text": {"padding": "max_length"}})

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bertattn import Bert, BertConfig, BertModel
-from bertattn.bert.folder import (
+from bertattn.encoder.folder import (
     DEFAULT_MODEL_NAME,
     ModelFolder,
     ModelFolderNotFoundError,
@@ -119,8 +119,8 @@ def test_transformer_in_a_subfolder(tiny_checkpoint, tmp_path):
 
 
 def test_old_names_still_work(minilm_dir):
-    from bertattn.bert.checkpoint import resolve_model_dir, weight_file
-    from bertattn.bert.pipeline import default_model_dir, read_sentence_settings
+    from bertattn.encoder.checkpoint import resolve_model_dir, weight_file
+    from bertattn.encoder.pipeline import default_model_dir, read_sentence_settings
 
     assert default_model_dir() == minilm_dir
     assert resolve_model_dir(minilm_dir) == minilm_dir

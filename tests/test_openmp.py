@@ -1,7 +1,7 @@
-"""Giving back a thread's OpenMP workers (``bertattn.openmp``): the server's main thread, which
-loaded the model, frees its pool before the model worker starts, so that the worker's regions
-are not slowed by a second pool (the timing is in the module's docstring; here the mechanism:
-the threads go away, and the server's start-up calls it)."""
+"""Giving back a thread's OpenMP workers (``bertattn.runtime.openmp``): the server's main
+thread, which loaded the model, frees its pool before the model worker starts, so that the
+worker's regions are not slowed by a second pool (the timing is in the module's docstring;
+here the mechanism: the threads go away, and the server's start-up calls it)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 import pytest
 import torch
 
-from bertattn.openmp import release_openmp_threads
+from bertattn.runtime.openmp import release_openmp_threads
 
 
 def _threads() -> int:

@@ -1,5 +1,5 @@
-"""The thread policy (bertattn.threads): what the process may use (affinity, cgroup v1/v2 quota
-files as fixtures, not the real cgroup), the order of explicit settings, the split for
+"""The thread policy (bertattn.runtime.threads): what the process may use (affinity, cgroup
+v1/v2 quota files as fixtures, not the real cgroup), the order of explicit settings, the split for
 ``--workers``, and the governor's decisions on a scripted clock (no timing in tests)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertattn import threads
-from bertattn.threads import (
+from bertattn.runtime import threads
+from bertattn.runtime.threads import (
     CpuBudget,
     ThreadGovernor,
     choose_threads,
@@ -485,7 +485,7 @@ def test_balanced_batches_run_at_the_top_count_unjudged(scripted) -> None:  # ty
 def test_run_delay_leaves_out_the_processs_other_python_threads(tmp_path: Path) -> None:
     """A server's event loop waiting for a core while the OpenMP threads compute is the
     process's own work: only the caller's and OpenMP's threads count."""
-    from bertattn.threads import _RunDelay
+    from bertattn.runtime.threads import _RunDelay
 
     for tid, wait in ((100, 5), (101, 7), (102, 1000)):  # caller, an OpenMP thread, the loop
         _write(tmp_path / "self" / "task" / str(tid) / "schedstat", f"123 {wait} 4\n")
@@ -496,7 +496,7 @@ def test_run_delay_leaves_out_the_processs_other_python_threads(tmp_path: Path) 
 def test_other_python_threads_are_the_live_ones_but_the_caller() -> None:
     import threading
 
-    from bertattn.threads import _other_python_threads
+    from bertattn.runtime.threads import _other_python_threads
 
     started, stop = threading.Event(), threading.Event()
 
@@ -510,7 +510,7 @@ def test_other_python_threads_are_the_live_ones_but_the_caller() -> None:
     try:
         others = _other_python_threads()
         assert t.native_id in others and threading.get_native_id() not in others
-        from bertattn.bert import workers
+        from bertattn.runtime import workers
 
         names = workers.run_all([threading.current_thread] * 2, 2)  # the model's own compute
         assert all(w.native_id not in _other_python_threads() for w in names)

@@ -12,8 +12,8 @@ import time
 import pytest
 from test_family_roberta import save_family
 
-from bertattn.bert import BertTokenizer
-from bertattn.bert.budget import TextBudget
+from bertattn.encoder import BertTokenizer
+from bertattn.encoder.budget import TextBudget
 
 WORDS = "the attention head looks at every token, un modèle multilingue lit aussi le français"
 

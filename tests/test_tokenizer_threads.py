@@ -8,7 +8,7 @@ import pickle
 import threading
 import time
 
-from bertattn.bert import BertTokenizer
+from bertattn.encoder import BertTokenizer
 
 WORDS = "the quick brown fox jumps over the lazy dog while tokenizers count every piece".split()
 

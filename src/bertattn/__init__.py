@@ -15,19 +15,19 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "AttentionMaps": ".maps",
     "BACKENDS": ".attention",
-    "Bert": ".bert",
-    "BertConfig": ".bert",
-    "BertModel": ".bert",
+    "Bert": ".encoder",
+    "BertConfig": ".encoder",
+    "BertModel": ".encoder",
     "CrossEncoder": ".heads",
     "Dispatch": ".attention",
     "DispatchLog": ".attention",
-    "DtypeChoice": ".bert",
+    "DtypeChoice": ".encoder",
     "Embeddings": ".corpus",
     "M3Encoder": ".heads.m3",
     "MultiHeadAttention": ".attention",
     "MultiVectorEncoder": ".heads.multi_vector",
     "SparseEncoder": ".heads",
-    "choose_dtype": ".bert",
+    "choose_dtype": ".encoder",
     "explain": ".attention",
     "open_embeddings": ".corpus",
     "pipeline": ".heads",
@@ -69,8 +69,8 @@ if TYPE_CHECKING:
         prepare_mask,
         register_backend,
     )
-    from .bert import Bert, BertConfig, BertModel, DtypeChoice, choose_dtype
     from .corpus import Embeddings, open_embeddings
+    from .encoder import Bert, BertConfig, BertModel, DtypeChoice, choose_dtype
     from .heads import CrossEncoder, SparseEncoder, pipeline
     from .heads.m3 import M3Encoder
     from .heads.multi_vector import MultiVectorEncoder

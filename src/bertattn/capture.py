@@ -10,7 +10,7 @@ argument checks (:func:`bertattn.arguments.values_checkable`) skip reading value
 torch alone, so that low-level modules can ask it (``bertattn.attention.capture`` re-exports it).
 
 Two ways in: torch's own ``torch.cuda.graph`` (asked of CUDA only: the check costs nothing on
-the CPU path) and :func:`capturing`, the block that :class:`bertattn.bert.graphs.GraphedBert`
+the CPU path) and :func:`capturing`, the block that :class:`bertattn.encoder.graphs.GraphedBert`
 opens around its capture (and that a test's stand-in for a graph opens on the CPU).
 """
 

@@ -3,7 +3,7 @@
 The library checks them where a call comes in; the jobs' options (``bertattn.jobs.*_options``)
 offer them as ``choices`` and check them on construction. They live here, in a module that
 imports nothing, so that the command line reads them without importing torch (which
-:mod:`bertattn.bert` and :mod:`bertattn.heads` do)."""
+:mod:`bertattn.encoder` and :mod:`bertattn.heads` do)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A :class:`ModelStep` is one model step, ``encodings -> rows``: sentence embeddings, reranker
 or classifier logits, SPLADE rows. It owns what every caller used to repeat: the device,
-``torch.inference_mode`` and, on the CPU, the thread governor (:mod:`bertattn.threads`) —
+``torch.inference_mode`` and, on the CPU, the thread governor (:mod:`bertattn.runtime.threads`) —
 :meth:`ModelStep.session` for a worker's whole life, and each call under the governor's
 ``batch`` with the batch's real token count (:meth:`ModelStep.timed`). Every model run goes
 through one: ``Bert.encode`` (and so the encode jobs, single, chunked and distributed), the

@@ -20,7 +20,7 @@ compiling) decides every class at once:
 * ``BERTATTN_CPU_GEMM`` unset or ``auto``: **timed on this machine** (:func:`_time_classes`:
   one product of each class's shape, MKL and oneDNN interleaved, medians; about 0.1 s) and
   kept in bertattn's cache folder (:func:`cache_path`, ``gemm-probes.json`` beside the dtype
-  probe's file, :mod:`bertattn.bert.probe`: per CPU model, torch version and thread count,
+  probe's file, :mod:`bertattn.runtime.probe`: per CPU model, torch version and thread count,
   file-locked and atomic), so every later process on the machine, and every
   process of a job started together, reads the same choice and computes the same bits. oneDNN
   is taken for a class only from :data:`MARGIN` times as fast as MKL (closer is noise: MKL, as
@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..cpu import cpu_family, cpu_flags, cpu_vendor, is_zen4
+from ..runtime.cpu import cpu_family, cpu_flags, cpu_vendor, is_zen4
 
 __all__ = [
     "CHOICES",
@@ -303,7 +303,7 @@ def _measure() -> tuple[dict[str, str], str]:
     else:
         wanted, why = _every(asked), f"{ENV}={asked}"
     if asked == "auto":
-        from ..bert import probe as _probe  # bert/ imports attention/: imported when needed
+        from ..runtime import probe as _probe  # imported when needed
 
         if not _probe.probing_enabled():
             asked, why = "rule", f"{why} (not timed: {_probe.PROBE_ENV}=0)"
@@ -335,7 +335,7 @@ def _measure() -> tuple[dict[str, str], str]:
 def _cached_timing() -> tuple[dict[str, str], str]:
     """Every class's library from the probe cache, timed now (:func:`_time_classes`) and kept
     there when this machine, torch and thread count have no entry yet."""
-    from ..bert import probe as _probe
+    from ..runtime import probe as _probe
 
     threads = torch.get_num_threads()
     shapes = " ".join(f"{c}={'x'.join(map(str, CLASS_SHAPES[c]))}" for c in CLASSES)
@@ -361,8 +361,8 @@ def _cached_timing() -> tuple[dict[str, str], str]:
 
 def cache_path():  # type: ignore[no-untyped-def]
     """Where the class timings are kept: :data:`CACHE_FILE` beside the dtype probe's file in
-    bertattn's cache folder (:func:`bertattn.bert.probe.cache_path`)."""
-    from ..bert import probe as _probe
+    bertattn's cache folder (:func:`bertattn.runtime.probe.cache_path`)."""
+    from ..runtime import probe as _probe
 
     return _probe.cache_path().with_name(CACHE_FILE)
 
@@ -374,7 +374,7 @@ def _cached(key: str) -> tuple[dict, bool]:
     atomically), but a file and lock of its own: the dtype probe times its float32 products
     through :func:`linear`, so this choice can be made inside the dtype probe's measurement,
     which holds that cache's locks."""
-    from ..bert import probe as _probe
+    from ..runtime import probe as _probe
 
     path = cache_path()
     entry = _probe._read(path).get(key)
@@ -408,7 +408,7 @@ def _time_classes() -> dict:
     :data:`MAX_WAIT_SHARE` of the time (the kernel's run-queue delay, where it can be read)."""
     import datetime
 
-    from ..threads import _RunDelay
+    from ..runtime.threads import _RunDelay
 
     delay = _RunDelay()
     waited0, wall0 = delay.total(), time.perf_counter()

@@ -110,8 +110,8 @@ def measure_kernels(quick: bool = False, repeats: int = 5) -> list[dict[str, obj
 
 
 def _random_encoders(max_len: int):  # type: ignore[no-untyped-def]
-    from ..bert.config import BertConfig
-    from ..bert.model import BertModel
+    from ..encoder.config import BertConfig
+    from ..encoder.model import BertModel
 
     torch.manual_seed(0)
     cfg = BertConfig(

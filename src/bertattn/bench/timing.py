@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..cpu import cpu_capability, cpu_name
-from ..threads import cpu_budget
+from ..runtime.cpu import cpu_capability, cpu_name
+from ..runtime.threads import cpu_budget
 
 __all__ = ["Timer", "cpu_capability", "environment", "interleaved_medians"]
 
@@ -74,10 +74,10 @@ def environment() -> dict[str, object]:
     dtype ``dtype="auto"`` picks on this CPU with its reason (:func:`bertattn.choose_dtype`),
     and the library that computes float32 products here and why
     (:func:`bertattn.attention.gemm.describe`), and what ``dtype="int8"`` gets here: the form
-    its products run in, or why it is refused (:func:`bertattn.bert.int8.verdict`)."""
+    its products run in, or why it is refused (:func:`bertattn.encoder.int8.verdict`)."""
     from ..attention import gemm
-    from ..bert.auto_dtype import choose_dtype
-    from ..bert.int8 import verdict as int8_verdict
+    from ..encoder.auto_dtype import choose_dtype
+    from ..encoder.int8 import verdict as int8_verdict
 
     cap = cpu_capability()
     auto = choose_dtype("cpu")

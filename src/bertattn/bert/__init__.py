@@ -1,24 +1,57 @@
-"""A BERT encoder on bertattn's attention: config, model, checkpoints, tokenizer, pipeline."""
+"""Deprecated: ``bertattn.bert`` was split into :mod:`bertattn.encoder` (the encoder runtime
+every family runs through: model, loading, tokenizer, the ``Bert`` facade, speed paths) and
+:mod:`bertattn.runtime` (the machine: probe cache, devices, chunk workers). Its old names,
+``bertattn.bert.int8`` included, still import for one release, with a ``DeprecationWarning``."""
 
-from .auto_dtype import DtypeChoice, choose_dtype
-from .config import BertConfig
-from .folder import ModelFolder, resolve_model
-from .graphs import GraphedBert
-from .model import BertModel, BertModelOutput
-from .pipeline import Bert, quantize_embeddings, resolve_device
-from .tokenizer import BertTokenizer
+from __future__ import annotations
 
-__all__ = [
-    "Bert",
-    "BertConfig",
-    "BertModel",
-    "BertModelOutput",
-    "BertTokenizer",
-    "DtypeChoice",
-    "GraphedBert",
-    "ModelFolder",
-    "choose_dtype",
-    "quantize_embeddings",
-    "resolve_device",
-    "resolve_model",
-]
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+from ..encoder import *  # noqa: F403
+from ..encoder import __all__  # noqa: F401
+
+#: the submodules that moved to bertattn.runtime; every other one is in bertattn.encoder
+_TO_RUNTIME = frozenset({"probe", "device", "workers"})
+
+warnings.warn(
+    "bertattn.bert is deprecated: import from bertattn.encoder (the model, loading, Bert) or "
+    "bertattn.runtime (probe, device, workers) instead.",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+
+def _new_name(old: str) -> str:
+    short = old.rsplit(".", 1)[1]
+    return f"bertattn.{'runtime' if short in _TO_RUNTIME else 'encoder'}.{short}"
+
+
+class _Loader(importlib.abc.Loader):
+    def create_module(self, spec):  # type: ignore[no-untyped-def]
+        return importlib.import_module(_new_name(spec.name))
+
+    def exec_module(self, module) -> None:  # type: ignore[no-untyped-def]
+        sys.modules[_old_spec_name(module)] = module
+
+
+def _old_spec_name(module) -> str:  # type: ignore[no-untyped-def]
+    return module.__dict__.get("__bertattn_old_name__", module.__name__)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """``import bertattn.bert.X`` gives the module ``X`` moved to."""
+
+    def find_spec(self, name, path=None, target=None):  # type: ignore[no-untyped-def]
+        if not name.startswith(__name__ + ".") or name.count(".") != 2:
+            return None
+        if importlib.util.find_spec(_new_name(name)) is None:
+            return None
+        return importlib.util.spec_from_loader(name, _Loader())
+
+
+if not any(isinstance(f, _Finder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _Finder())

@@ -66,7 +66,7 @@ def _check_options(args: argparse.Namespace) -> Path | None:
         raise UsageError(
             f"--threads must be an integer >= 1 (or 0 for torch's default), got {args.threads}."
         )
-    from ..threads import check_threads
+    from ..runtime.threads import check_threads
 
     check_threads(args.threads or None, "--threads")  # not more than bertattn runs
     out = None
@@ -74,7 +74,7 @@ def _check_options(args: argparse.Namespace) -> Path | None:
         if not args.json.strip():
             raise UsageError(f"--json must be a file name (or - for stdout), got {args.json!r}.")
         out = check_output(args.json, what="--json", suffixes=(".json",))
-    from ..threads import cpu_budget
+    from ..runtime.threads import cpu_budget
 
     budget = cpu_budget()
     if args.threads > budget.cpus:
@@ -88,7 +88,7 @@ def _check_options(args: argparse.Namespace) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from ..threads import apply, choose_threads
+    from ..runtime.threads import apply, choose_threads
 
     out = _check_options(args)
     apply(choose_threads(args.threads or None))

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
-from ..bert.model import BertModel
+from ..encoder.model import BertModel
 from ..errors import MissingExtraError, UsageError
 from ..files import check_output, write_atomic
 
@@ -268,7 +268,7 @@ def export_onnx(
     if isinstance(model_or_path, BertModel):
         model = model_or_path
     else:
-        from ..bert.folder import resolve_model
+        from ..encoder.folder import resolve_model
 
         model = BertModel.from_pretrained(resolve_model(model_or_path))
     from ..families import registry

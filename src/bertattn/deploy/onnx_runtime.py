@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..bert.config import BertConfig
-from ..bert.folder import ModelFolder
-from ..bert.model import BertModelOutput
-from ..bert.pipeline import Bert
+from ..encoder.config import BertConfig
+from ..encoder.folder import ModelFolder
+from ..encoder.model import BertModelOutput
+from ..encoder.pipeline import Bert
 from ..errors import MissingExtraError
 from .onnx_export import BERT_INPUTS
 
@@ -150,9 +150,9 @@ def load_onnx_bert(
     ``model`` is the folder the file was exported from (default all-MiniLM-L6-v2; a hub name
     or a resolved :class:`ModelFolder` too): it gives the config, the tokenizer (checked
     against the config), pooling, normalization and max length, exactly as :meth:`Bert.load`
-    reads them (:func:`bertattn.bert.folder.resolve_model`).
+    reads them (:func:`bertattn.encoder.folder.resolve_model`).
     """
-    from ..bert.folder import resolve_model
+    from ..encoder.folder import resolve_model
 
     folder = resolve_model(model)
     tokenizer = folder.load_tokenizer()

@@ -3,7 +3,7 @@
 Runs torchrun's launcher in this process, as ``torchrun --standalone --nproc-per-node N -m
 bertattn ARGS`` would (a local rendezvous on a free loopback port): it stops the other ranks when
 one fails. Unless ``OMP_NUM_THREADS`` is set, each rank gets the usable CPUs (affinity, capped
-by a cgroup CPU quota: :func:`bertattn.threads.cpu_budget`) divided by N.
+by a cgroup CPU quota: :func:`bertattn.runtime.threads.cpu_budget`) divided by N.
 
 The launching process reports a failure once, for all ranks: each rank that stops on an error
 writes it to the report folder named by ``BERTATTN_WORKERS_REPORT`` (:func:`write_report`) and
@@ -132,7 +132,7 @@ def run_workers(
     if report is not None:
         os.environ[REPORT_ENV] = str(report)
     if threads:  # the usable CPUs shared out (torchrun would give each rank 1, with a banner)
-        from ..threads import cpu_budget, split_threads
+        from ..runtime.threads import cpu_budget, split_threads
 
         os.environ["OMP_NUM_THREADS"] = str(split_threads(cpu_budget().cpus, nprocs))
     # torchrun's own log lines (rendezvous, "death signal", the failure report) repeat what the

@@ -1,5 +1,5 @@
 """BERT and the families that are BERT's layers under other names: RoBERTa, XLM-RoBERTa and
-ELECTRA. Each is a record over the same encoder (:class:`bertattn.bert.model.BertModel`'s own
+ELECTRA. Each is a record over the same encoder (:class:`bertattn.encoder.model.BertModel`'s own
 embeddings, post-LayerNorm layers and pooler); what differs is read here.
 
 RoBERTa and XLM-RoBERTa (``roberta``, ``xlm-roberta``) are BERT's layers under ``roberta.``;
@@ -96,7 +96,7 @@ def build_bert(
     config: Any, backend: str, pooler: bool
 ) -> tuple[nn.Module, nn.Module, nn.Module | None]:
     """BERT's embeddings, post-LayerNorm encoder and (if ``pooler``) pooler."""
-    from ..bert.model import BertEmbeddings, BertEncoder, BertPooler
+    from ..encoder.model import BertEmbeddings, BertEncoder, BertPooler
 
     return (
         BertEmbeddings(config),

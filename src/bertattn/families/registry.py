@@ -4,7 +4,7 @@ Everything that differs between architectures is in a record, so that the encode
 checkpoint loader and the jobs ask the record instead of testing a ``model_type``:
 
 * ``read_config``: the checkpoint's ``config.json`` as the fields of
-  :class:`bertattn.bert.config.BertConfig` (sizes every job reads) plus the architecture's own
+  :class:`bertattn.encoder.config.BertConfig` (sizes every job reads) plus the architecture's own
   settings (``arch``, any object the family's ``build`` understands);
 * ``rename``: the checkpoint's tensors under the family's canonical names (prefix dropped,
   fused or split tensors in the layout the encoder keeps), and ``key_map``: canonical name ->

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..bert import ModelFolder, resolve_model
-from ..bert.folder import locate_model
+from ..encoder import ModelFolder, resolve_model
+from ..encoder.folder import locate_model
 from .config import read_head_config
 from .sparse_folder import read_sparse_folder
 
@@ -100,7 +100,7 @@ def resolve_auto(path: str | Path | None, *, sparse: bool = False) -> tuple[Mode
 def load_auto(path: str | Path | None, *, sparse: bool = False, **load: Any) -> Any:
     """The loaded model for ``path`` (see the module docstring and :func:`resolve_auto`);
     ``load``: ``dtype``, ``device``, ``threads``, ``backend``."""
-    from ..bert import Bert
+    from ..encoder import Bert
     from .cross_encoder import CrossEncoder
     from .sparse import SparseEncoder
 

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
-from ..bert import ModelFolder, resolve_model
-from ..bert.jsonfile import read_json_object
-from ..bert.st_compat import ST_CONFIG_FILE
+from ..encoder import ModelFolder, resolve_model
+from ..encoder.jsonfile import read_json_object
+from ..encoder.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..bert import Bert, ModelFolder
+from ..encoder import Bert, ModelFolder
 from ..errors import ModelFolderError
 from .config import HEAD_KINDS, HeadConfig, read_head_config
 

@@ -32,11 +32,11 @@ import torch
 from torch import Tensor
 
 from ..arguments import ArgumentTypeError, check_bool, check_choice, check_int, describe
-from ..bert import Bert
-from ..bert.folder import resolve_model
-from ..bert.jsonfile import ModelFolderNotFoundError
-from ..bert.st_compat import _text_list
-from ..bert.tokenizer import read_tokenizer_config
+from ..encoder import Bert
+from ..encoder.folder import resolve_model
+from ..encoder.jsonfile import ModelFolderNotFoundError
+from ..encoder.st_compat import _text_list
+from ..encoder.tokenizer import read_tokenizer_config
 from ..errors import ModelFolderError
 from .runner import token_batches
 

@@ -30,10 +30,10 @@ import torch
 from torch import Tensor
 
 from ..arguments import ArgumentTypeError, check_bool, check_int, check_str, describe
-from ..bert import Bert
-from ..bert.folder import ModelFolder, _read_config, locate_model
-from ..bert.jsonfile import read_json, read_json_object, show
-from ..bert.st_compat import UnsupportedArgumentError, _text_list
+from ..encoder import Bert
+from ..encoder.folder import ModelFolder, _read_config, locate_model
+from ..encoder.jsonfile import read_json, read_json_object, show
+from ..encoder.st_compat import UnsupportedArgumentError, _text_list
 from ..errors import ModelFolderError
 from .runner import token_batches
 
@@ -517,7 +517,7 @@ class MultiVectorEncoder:
         truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
         folder, settings = read_multi_vector_folder(model)
         self.settings = settings
-        st_logger = logging.getLogger("bertattn.bert")
+        st_logger = logging.getLogger("bertattn.encoder")
         quiet = _DropSimilarityNote()
         st_logger.addFilter(quiet)  # "maxsim is not a sentence similarity": not for this model
         try:

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from ..arguments import check_int, describe
-from ..bert import ModelFolder, resolve_model
 from ..choices import FUNCTIONS
+from ..encoder import ModelFolder, resolve_model
 from .cross_encoder import CrossEncoder
 from .layers import load_masked_lm_head
 from .loading import load_encoder

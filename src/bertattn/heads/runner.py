@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..bert.pooling import length_batches
+from ..encoder.pooling import length_batches
 from ..engine import ModelStep
 
 __all__ = ["head_step", "run_head", "token_batches"]

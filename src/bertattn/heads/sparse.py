@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..arguments import check_bool, check_choice, check_int, describe
-from ..bert.st_compat import SIMILARITY_FN_NAMES
+from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder

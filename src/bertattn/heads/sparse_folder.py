@@ -8,14 +8,14 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bert.folder import (
+from ..encoder.folder import (
     ModelFolder,
     _read_config,
     _read_sbert_config,
     locate_model,
     read_model_folder,
 )
-from ..bert.jsonfile import read_json, read_json_object
+from ..encoder.jsonfile import read_json, read_json_object
 from ..errors import ModelFolderError
 
 logger = logging.getLogger("bertattn.heads")
@@ -57,7 +57,7 @@ def _read_similarity(root: Path) -> str | None:
     """The folder's ``similarity_fn_name`` when it is one a SparseEncoder takes; another name
     (``"maxsim"``, from a multi-vector model) is reported and left out (dot), as
     sentence-transformers leaves it out."""
-    from ..bert.st_compat import SIMILARITY_FN_NAMES
+    from ..encoder.st_compat import SIMILARITY_FN_NAMES
 
     path = root / "config_sentence_transformers.json"
     if not path.is_file():

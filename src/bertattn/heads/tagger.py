@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from ..arguments import check_int, describe
-from ..bert import ModelFolder, resolve_model
 from ..choices import AGGREGATIONS as STRATEGIES
+from ..encoder import ModelFolder, resolve_model
 from .layers import load_classifier
 from .loading import load_encoder
 from .pipeline_base import Pipeline

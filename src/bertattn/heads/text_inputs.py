@@ -12,8 +12,8 @@ from typing import Any
 from tokenizers import Encoding, Tokenizer
 
 from ..arguments import check_int
-from ..bert import Bert
-from ..bert.st_compat import UnsupportedArgumentError, processing_max_length
+from ..encoder import Bert
+from ..encoder.st_compat import UnsupportedArgumentError, processing_max_length
 
 __all__ = ["call_max_length", "encode_inputs"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from ..bert.checkpoint import HEAD_PREFIXES, _canonical, read_state_dict
+from ..encoder.checkpoint import HEAD_PREFIXES, _canonical, read_state_dict
 from ..errors import ModelFolderError
 
 __all__ = ["read_head"]
@@ -32,7 +32,7 @@ def _read(path: Path, pooler: bool = False) -> dict[str, Tensor]:
     head's ``classifier.dense`` / ``out_proj`` as ``pooler.dense`` / ``classifier``, the
     pooler left to the encoder unless ``pooler`` (ELECTRA's encoder has none: its head reads
     it)."""
-    from ..bert.families import roberta_head_name
+    from ..families.bert import roberta_head_name
 
     found = {roberta_head_name(_canonical(k), False): v for k, v in _read_raw(path).items()}
     return {k: v for k, v in found.items() if pooler or not k.startswith("pooler.")}

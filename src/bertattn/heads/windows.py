@@ -46,7 +46,7 @@ _TEMPLATES: weakref.WeakKeyDictionary[Any, PairTemplate] = weakref.WeakKeyDictio
 
 
 def pair_template(tokenizer: Any) -> PairTemplate:
-    """The pair template of ``tokenizer`` (a :class:`bertattn.bert.BertTokenizer`), read from
+    """The pair template of ``tokenizer`` (a :class:`bertattn.encoder.BertTokenizer`), read from
     one encoded pair: the tokens its post-processor marks special, before, between and after
     the two texts. Raises ``ValueError`` when its pair encoding has no such shape."""
     try:

@@ -32,11 +32,11 @@ import torch
 from sentence_transformers import SentenceTransformer
 from torch import Tensor
 
-from ..bert.checkpoint import bertattn_to_hf_keys
-from ..bert.config import BertConfig
-from ..bert.folder import ModelFolder, ModelFolderNotFoundError, resolve_model
-from ..bert.model import BertModel
-from ..bert.st_compat import SentenceTransformerConfig, processing_max_length
+from ..encoder.checkpoint import bertattn_to_hf_keys
+from ..encoder.config import BertConfig
+from ..encoder.folder import ModelFolder, ModelFolderNotFoundError, resolve_model
+from ..encoder.model import BertModel
+from ..encoder.st_compat import SentenceTransformerConfig, processing_max_length
 
 try:  # sentence-transformers >= 6
     from sentence_transformers.base.modules import InputModule, Normalize
@@ -85,7 +85,7 @@ class BertattnTransformer(InputModule):
     Args:
         model_name_or_path: a Hugging Face BERT folder, a sentence-transformers folder (its
             Transformer module is used), a cached hub name, a resolved
-            :class:`~bertattn.bert.folder.ModelFolder`, or None (the default model).
+            :class:`~bertattn.encoder.folder.ModelFolder`, or None (the default model).
         max_seq_length: longest input in tokens (default: the folder's
             ``sentence_bert_config.json``, else the tokenizer's), at most
             ``max_position_embeddings``.

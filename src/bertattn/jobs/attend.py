@@ -17,8 +17,8 @@ from .fields import flag, job_device
 from .inputs import check_input, stdin_buffer
 
 if TYPE_CHECKING:
-    from ..bert import Bert
-    from ..bert.steps import AttentionSteps
+    from ..encoder import Bert
+    from ..encoder.steps import AttentionSteps
 
 __all__ = ["AttendResult", "read_text", "run_attend"]
 
@@ -104,7 +104,7 @@ def _check_known_tokens(bert: Bert, options: AttendOptions, text: str) -> None:
 def _explain_query(spec: str, token: int | str, tokens: list[str]) -> tuple[int, str | None]:
     """``--explain``'s TOKEN as an index into ``tokens``, and a note when its text occurs
     more than once (the first is taken). A negative index is refused like one past the end."""
-    from ..bert.steps import find_token, find_tokens
+    from ..encoder.steps import find_token, find_tokens
 
     last = len(tokens) - 1
     if isinstance(token, int):
@@ -167,7 +167,7 @@ def _load(model: str | None, device: object) -> tuple[Bert, object | None]:
     ``BertForSequenceClassification`` is loaded as a :class:`bertattn.CrossEncoder`, so the
     page can say what it decided; a multi-vector folder as a
     :class:`bertattn.MultiVectorEncoder`, so the page can show what each query token matched."""
-    from ..bert import Bert
+    from ..encoder import Bert
     from ..heads import CrossEncoder
     from ..heads.auto import resolve_auto
 

@@ -148,7 +148,7 @@ def _check_max_length(options: EncodeOptions) -> None:
     be read is left for the loading to report)."""
     if options.max_length is None:
         return
-    from ..bert import resolve_model
+    from ..encoder import resolve_model
 
     try:
         limit = resolve_model(options.model).config.max_position_embeddings
@@ -163,11 +163,11 @@ def _check_max_length(options: EncodeOptions) -> None:
 
 def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
     """The model on ``device`` (a torch.device; None: the CPU)."""
-    from ..bert import Bert
+    from ..encoder import Bert
 
     if options.onnx is not None:
         from ..deploy.onnx_runtime import load_onnx_bert
-        from ..threads import choose_threads
+        from ..runtime.threads import choose_threads
 
         bert = load_onnx_bert(
             options.onnx, options.model, threads=choose_threads(options.threads).threads

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..choices import POOLINGS
 from ..errors import UsageError
-from ..threads import check_threads
+from ..runtime.threads import check_threads
 from .fields import (
     DEFAULT_TIMEOUT,
     DEVICE_HELP,

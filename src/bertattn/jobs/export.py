@@ -18,8 +18,8 @@ def run_export(options: ExportOptions) -> Path:
 
     The output path and the opset are checked before the model is loaded.
     """
-    from ..bert.folder import resolve_model
     from ..deploy import onnx_export
+    from ..encoder.folder import resolve_model
 
     opset = onnx_export.DEFAULT_OPSET if options.opset is None else options.opset
     try:
@@ -32,7 +32,7 @@ def run_export(options: ExportOptions) -> Path:
         check_input(options.model, what="--model")  # a file: resolve_model explains
     model: object = options.model
     if device.type != "cpu":  # trace on that device (the file is the same)
-        from ..bert import BertModel
+        from ..encoder import BertModel
 
         model = BertModel.from_pretrained(resolve_model(options.model)).to(device)
     return onnx_export.export_onnx(model, out, opset=opset, backend=options.backend)

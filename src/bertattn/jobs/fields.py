@@ -151,7 +151,7 @@ def check_device(cls: type, obj: object) -> None:
 def job_device(spec: str):  # type: ignore[no-untyped-def]
     """``--device`` as a ``torch.device`` on this machine (``UsageError`` when it has no such
     device, e.g. ``cuda`` without CUDA)."""
-    from ..bert import resolve_device
+    from ..encoder import resolve_device
 
     try:
         return resolve_device(spec)
@@ -161,12 +161,13 @@ def job_device(spec: str):  # type: ignore[no-untyped-def]
 
 def max_workers() -> int:
     """The most local ranks worth starting: one per GPU with CUDA, else one per CPU this
-    process may use (affinity capped by a cgroup CPU quota: :func:`bertattn.threads.cpu_budget`)."""
+    process may use (affinity capped by a cgroup CPU quota:
+    :func:`bertattn.runtime.threads.cpu_budget`)."""
     import torch
 
     if torch.cuda.is_available():
         return torch.cuda.device_count()
-    from ..threads import cpu_budget
+    from ..runtime.threads import cpu_budget
 
     return cpu_budget().cpus
 

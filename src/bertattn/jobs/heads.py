@@ -29,7 +29,7 @@ from .summary import EncodeSummary
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..bert import ModelFolder
+    from ..encoder import ModelFolder
     from ..heads.config import HeadConfig
     from .encode_options import EncodeOptions
 
@@ -53,7 +53,7 @@ TASKS = {
 # ---------------------------------------------------------------------- checks before work
 def _head(model: str) -> tuple[ModelFolder, HeadConfig]:
     """The model's folder and head, from its files (no weights read)."""
-    from ..bert import resolve_model
+    from ..encoder import resolve_model
     from ..heads.config import read_head_config
 
     folder = resolve_model(model)
@@ -141,7 +141,7 @@ def _check_unicode(
 ) -> None:
     """Refuse a text holding a lone surrogate (a ``\\ud800`` escape in a JSON line) before the
     model loads, naming the file and line it came from (``ValueError``: exit 1)."""
-    from ..bert.tokenizer import InvalidTextError, check_unicode
+    from ..encoder.tokenizer import InvalidTextError, check_unicode
 
     try:
         check_unicode(texts, what)
@@ -226,7 +226,7 @@ def run_rerank(options: RerankOptions) -> EncodeSummary:
 
 def _check_query(query: str) -> None:
     """Refuse a query holding a lone surrogate (``UsageError``: it is an argument)."""
-    from ..bert.tokenizer import InvalidTextError, check_unicode
+    from ..encoder.tokenizer import InvalidTextError, check_unicode
 
     try:
         check_unicode([query], "query")

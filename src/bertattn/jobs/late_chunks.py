@@ -51,7 +51,7 @@ def read_late_chunks(
     """``(texts, spans, ids)`` of the input, each record's spans checked against its text
     (``ValueError`` naming the record and the span)."""
     from ..arguments import ArgumentTypeError
-    from ..bert.late_chunks import check_spans
+    from ..encoder.late_chunks import check_spans
 
     try:
         texts, raw = _records(options, corpus, SPANS_FIELD)
@@ -101,7 +101,7 @@ def check_pooling(options: EncodeOptions) -> None:
     loads."""
     pooling = options.pooling
     if pooling is None:
-        from ..bert import resolve_model
+        from ..encoder import resolve_model
 
         try:
             pooling = resolve_model(options.model).pooling

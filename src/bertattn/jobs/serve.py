@@ -123,7 +123,7 @@ def run_serve(
     _check_extra()
     import uvicorn
 
-    from ..bert import Bert
+    from ..encoder import Bert
     from ..serve import create_app
     from ..serve.connections import guarded_protocol
     from ..serve.runner import DrainingServer

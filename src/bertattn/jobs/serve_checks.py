@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..bert.folder import ModelFolder
-from ..bert.jsonfile import ModelPathNotFoundError
-from ..bert.tokenizer import read_tokenizer_config
+from ..encoder.folder import ModelFolder
+from ..encoder.jsonfile import ModelPathNotFoundError
+from ..encoder.tokenizer import read_tokenizer_config
 from ..errors import UsageError
 from .serve_options import ServeOptions
 
@@ -26,7 +26,7 @@ _TOKENIZER_CAP = 10**6
 def check_model_path(model: str | None) -> None:
     """A local ``--model`` path that exists but is not a model folder (a file; a folder with
     neither ``config.json`` nor ``modules.json``, such as ``/etc``) raises
-    :class:`~bertattn.bert.folder.ModelPathNotFoundError` (a usage error: exit 2), with the
+    :class:`~bertattn.encoder.folder.ModelPathNotFoundError` (a usage error: exit 2), with the
     message the loaders give. Anything else is left to the loader."""
     if model is None:
         return

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .. import serve_defaults
 from ..errors import UsageError
-from ..threads import check_threads
+from ..runtime.threads import check_threads
 from .fields import (
     DEVICE_HELP,
     ENCODER_DTYPE_HELP,

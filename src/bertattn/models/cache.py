@@ -3,7 +3,7 @@ how a folder there is known to be one bertattn made, whole.
 
 The cache folder is, in order: ``$BERTATTN_CACHE``; ``$XDG_CACHE_HOME/bertattn`` (when that
 variable holds an absolute path, as the XDG base directory specification asks); else
-``~/.cache/bertattn``. Standard library only: :func:`bertattn.bert.folder.locate_model` uses it
+``~/.cache/bertattn``. Standard library only: :func:`bertattn.encoder.folder.locate_model` uses it
 to resolve a bare model name.
 """
 

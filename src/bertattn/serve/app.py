@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..openmp import release_openmp_threads
+from ..runtime.openmp import release_openmp_threads
 from .batcher import Batcher
 from .bodies import (
     EmbedRequest,
@@ -531,7 +531,7 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # the model was loaded on this thread; its OpenMP threads would slow the worker's
-        # (bertattn.openmp): given back before the worker starts
+        # (bertattn.runtime.openmp): given back before the worker starts
         release_openmp_threads()
         state.batcher.start()
         try:

@@ -222,7 +222,7 @@ def check_late_chunks(obj: dict[str, Any], *, limit: int) -> LateChunks:
     ``normalize``; ``overlap`` (tokens two windows share when the text is longer than the
     model)."""
     from ..arguments import ArgumentTypeError
-    from ..bert.late_chunks import check_spans
+    from ..encoder.late_chunks import check_spans
 
     check_unknown(obj, ("text", "spans", "pooling", "normalize", "overlap", *_FORMAT))
     text = obj.get("text")

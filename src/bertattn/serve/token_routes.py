@@ -156,9 +156,9 @@ async def _decode(state: ServeState, request: Request) -> Response:
 
 # ---------------------------------------------------------------------- late chunks
 def _plan(bert: Any, texts: list[str], limit: int, overlap: int | None, most: int) -> list[Any]:
-    """(tokenizer lock held) The text's windows (:func:`bertattn.bert.late_chunks.plan_text`);
+    """(tokenizer lock held) The text's windows (:func:`bertattn.encoder.late_chunks.plan_text`);
     a text of more than ``most`` tokens is refused before it is tokenized whole."""
-    from ..bert.late_chunks import plan_text
+    from ..encoder.late_chunks import plan_text
 
     text = texts[0]
     if bert.tokenizer.count_tokens(text, most=most) is None:
@@ -179,7 +179,7 @@ def _plan(bert: Any, texts: list[str], limit: int, overlap: int | None, most: in
 async def _late_chunks(state: ServeState, request: Request) -> Response:
     """One row per span: ``[[float]]`` (base64: one string per row), equal to
     ``Bert.encode_late_chunks(text, spans)`` with the windows of ``--max-input-tokens``."""
-    from ..bert.late_chunks import gather_states, late_options, pool_spans, span_members
+    from ..encoder.late_chunks import gather_states, late_options, pool_spans, span_members
 
     state.served.require("/embed_late_chunks")
     obj = await read_body(state, request)

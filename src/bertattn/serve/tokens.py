@@ -12,7 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..bert.tokenizer import InvalidTextError
+from ..encoder.tokenizer import InvalidTextError
 from .errors import ApiError
 
 __all__ = [
@@ -52,7 +52,7 @@ def _encode(
     bert: Any, texts: list[str], limit: int, param: str, pairs: list[str] | None = None
 ) -> list[Any]:
     """The encodings, each text (or pair) cut to ``limit`` tokens (a long text is cut before
-    it is tokenized: :mod:`bertattn.bert.budget`); a text that is not valid Unicode -> 400."""
+    it is tokenized: :mod:`bertattn.encoder.budget`); a text that is not valid Unicode -> 400."""
     try:
         with warnings.catch_warnings():  # a truncation is the server's rule, not news
             warnings.simplefilter("ignore")

@@ -10,7 +10,7 @@ kernel on every call, each page faulted and zeroed on first touch, and the passe
 raised by hand (``MALLOC_MMAP_THRESHOLD_``) the one float32 batch ran at 42-44, so both the
 page faults and the cache count.
 
-So, on the CPU in inference, :meth:`bertattn.bert.model.BertModel.forward` runs a batch of
+So, on the CPU in inference, :meth:`bertattn.encoder.model.BertModel.forward` runs a batch of
 more than :func:`chunk_tokens` tokens as consecutive chunks of rows and concatenates their
 outputs along the batch. Each row is computed as it would be alone in a smaller batch: the
 outputs are those of the whole batch up to float32 rounding (a GEMM's blocking may differ with
@@ -18,7 +18,7 @@ its row count). Shapes: every per-row input ``(B, L[, E])`` is cut into ``(b_i, 
 every output ``(B, ...)`` is the concatenation of the chunks' ``(b_i, ...)``.
 
 With two or more intra-op threads the chunks run side by side on chunk workers
-(:mod:`bertattn.bert.workers`); :func:`plan_chunks` then cuts them to equal token counts, a
+(:mod:`bertattn.runtime.workers`); :func:`plan_chunks` then cuts them to equal token counts, a
 multiple of the workers, and splits a batch within the budget into one piece per worker. Where
 contiguous ranges cannot be even (a batch sorted by length, with a few long rows), the rows are
 regrouped by their cost (:func:`regroup_rows`) and put back in order after. Measured on the
@@ -55,7 +55,7 @@ __all__ = [
 #: and small enough for the passes between the products to find it in the cache
 CHUNK_BYTES = 8 << 20
 
-#: the fewest real tokens a chunk split off for a chunk worker (:mod:`bertattn.bert.workers`)
+#: the fewest real tokens a chunk split off for a chunk worker (:mod:`bertattn.runtime.workers`)
 #: holds: a batch of 32 short texts (~600 tokens) is two pieces, a batch of 8 not split
 MIN_PIECE_TOKENS = 256
 

@@ -6,7 +6,7 @@ config, ``sentence_bert_config.json``, ``config_sentence_transformers.json``), s
 gives; :meth:`Bert.encode` takes ``SentenceTransformer.encode``'s parameters (same order,
 defaults and return types), and :meth:`Bert.similarity` / :meth:`Bert.similarity_pairwise` /
 :meth:`Bert.get_embedding_dimension` / :attr:`Bert.max_seq_length` are there too, and the rest of
-its surface from :class:`~bertattn.bert.st_surface.SentenceTransformerSurface`.
+its surface from :class:`~bertattn.encoder.st_surface.SentenceTransformerSurface`.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
 from ..maps import AttentionMaps
-from ..threads import ThreadChoice, ThreadGovernor, choose_threads
-from ..threads import apply as apply_threads
+from ..runtime.device import resolve_device
+from ..runtime.threads import ThreadChoice, ThreadGovernor, choose_threads
+from ..runtime.threads import apply as apply_threads
 from .auto_dtype import DtypeChoice, choose_dtype
 from .checkpoint import LOAD_DTYPES
 from .compiled import CompileChoice
-from .device import resolve_device
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
 from .model import BertModel
@@ -70,7 +70,7 @@ from .st_surface import SentenceTransformerSurface
 from .steps import AttentionSteps, attention_steps
 from .tokenizer import BertTokenizer
 
-logger = logging.getLogger("bertattn.bert")
+logger = logging.getLogger("bertattn.encoder")
 
 __all__ = [
     "OUTPUT_VALUES",
@@ -102,7 +102,7 @@ class SentenceSettings:
 
 def read_sentence_settings(folder: str | Path | None) -> SentenceSettings:
     """Deprecated: the pooling / normalize / max length of :func:`resolve_model` ``(folder)``;
-    call :func:`bertattn.bert.folder.resolve_model` instead."""
+    call :func:`bertattn.encoder.folder.resolve_model` instead."""
     resolved = resolve_model(folder)
     return SentenceSettings(
         resolved.model_dir, resolved.pooling, resolved.normalize, resolved.max_length
@@ -146,14 +146,15 @@ class Bert(SentenceTransformerSurface):
         prompts, default_prompt_name, similarity_fn_name, truncate_dim, include_prompt: the
         folder's ``config_sentence_transformers.json`` (see :class:`SentenceTransformerConfig`);
         cuda_graphs: on a CUDA device, encode by replaying CUDA graphs (default True; see
-        :mod:`bertattn.bert.graphs`); graph_runner: the :class:`GraphedBert` doing it (made on
+        :mod:`bertattn.encoder.graphs`); graph_runner: the :class:`GraphedBert` doing it (made on
         first use on CUDA; assign one to choose its settings).
-        threads: the thread policy's choice (:class:`bertattn.threads.ThreadChoice`; set by
-        :meth:`load`, None for a hand-built ``Bert``); governor: the
-        :class:`bertattn.threads.ThreadGovernor` that lowers the count in :meth:`encode`'s loop
-        when other processes take cores (None: the count stays as torch has it).
+        threads: the thread policy's choice (:class:`bertattn.runtime.threads.ThreadChoice`;
+        set by :meth:`load`, None for a hand-built ``Bert``); governor: the
+        :class:`bertattn.runtime.threads.ThreadGovernor` that lowers the count in
+        :meth:`encode`'s loop when other processes take cores (None: the count stays as torch
+        has it).
         dtype_choice: with :meth:`load` ``(dtype="auto")``, the
-        :class:`~bertattn.bert.auto_dtype.DtypeChoice` that picked the compute dtype, with its
+        :class:`~bertattn.encoder.auto_dtype.DtypeChoice` that picked the compute dtype, with its
         reason (also :attr:`dtype_reason`); None when a dtype was given or none was.
     """
 
@@ -204,17 +205,17 @@ class Bert(SentenceTransformerSurface):
         compile: bool = False,
     ) -> Bert:
         """Load a model folder (default: all-MiniLM-L6-v2), a cached hub name, or a resolved
-        :class:`ModelFolder` (see :func:`bertattn.bert.folder.resolve_model`); the tokenizer
+        :class:`ModelFolder` (see :func:`bertattn.encoder.folder.resolve_model`); the tokenizer
         is checked against the config before the weights are read. ``device``: ``"auto"``
         (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a torch.device (None:
         the CPU), checked before anything is read. ``threads``: CPU threads to compute with
-        (None: the thread policy of :mod:`bertattn.threads`: the CPUs this process may use,
+        (None: the thread policy of :mod:`bertattn.runtime.threads`: the CPUs this process may use,
         lowered under co-located load; a count set with ``torch.set_num_threads`` or
         ``OMP_NUM_THREADS`` is kept). ``dtype``: float32 (None), float16, bfloat16, float64, as a
         torch.dtype or its name; ``"auto"``: the dtype that is fastest on ``device`` by
         :func:`bertattn.choose_dtype`: on the CPU a timed probe of the model's own products in
         float32 and bfloat16 at its widths and thread count (bfloat16 from 1.1x as fast), cached
-        per CPU model, torch version, thread count and widths (:mod:`bertattn.bert.probe`),
+        per CPU model, torch version, thread count and widths (:mod:`bertattn.runtime.probe`),
         with the CPU's flag rule (bfloat16 with AMX, else float32) as the fallback when
         ``BERTATTN_DTYPE_PROBE=0`` or the timing fails; on a GPU bfloat16 where it has bf16, else
         float16. Logged at INFO with its reason and kept in :attr:`dtype_reason`. Unlike
@@ -222,11 +223,11 @@ class Bert(SentenceTransformerSurface):
         transformers does, this looks at the machine, not the file. Or
         ``"int8"`` (CPU only, opt-in): the encoder's matrix products in int8, verified against
         float32 as it loads and refused (``ValueError`` naming the measured cosines) when it
-        falls short; see :mod:`bertattn.bert.int8`. ``compile=True`` (opt-in, never a
+        falls short; see :mod:`bertattn.encoder.int8`. ``compile=True`` (opt-in, never a
         default): the encoder's forward through ``torch.compile`` (inductor, frozen weights,
         dynamic shapes), compiled and checked against the eager forward as it loads; where it
         cannot run, a warning says why and the model stays eager (:attr:`compile_choice`, see
-        :mod:`bertattn.bert.compiled`). A wrong argument raises ``TypeError`` (a
+        :mod:`bertattn.encoder.compiled`). A wrong argument raises ``TypeError`` (a
         wrong type) or ``ValueError`` naming it, before anything is read."""
         int8 = dtype is torch.int8 or (isinstance(dtype, str) and dtype.strip() == "int8")
         if int8:
@@ -443,7 +444,7 @@ class Bert(SentenceTransformerSurface):
         sentence-transformers' parameters: ``prompt`` (prepended to every text) or
         ``prompt_name`` (a key of :attr:`prompts`, from the folder's
         ``config_sentence_transformers.json``; ``default_prompt_name`` applies when neither is
-        given); ``show_progress_bar`` (None: on when the ``bertattn.bert`` logger's level is
+        given); ``show_progress_bar`` (None: on when the ``bertattn.encoder`` logger's level is
         INFO or DEBUG); ``precision``: float32, or int8 / uint8 (per-dimension buckets
         calibrated on this call's embeddings) / binary / ubinary, see
         :func:`quantize_embeddings`; ``device``: move the model there (for good, as
@@ -454,7 +455,7 @@ class Bert(SentenceTransformerSurface):
         sentence-transformers without them. ``task=`` is accepted and does nothing (no Router
         modules here). ``processing_kwargs={"text": {"max_length": N}}`` means
         ``max_length=N``; other processing settings are refused (see
-        :data:`bertattn.bert.st_surface.DIFFERENCES`).
+        :data:`bertattn.encoder.st_surface.DIFFERENCES`).
 
         bertattn's keywords: ``pooling`` (``"mean"`` / ``"cls"`` / ``"max"``; default the
         folder's), ``normalize`` (override the folder's Normalize module), ``max_length``
@@ -503,7 +504,7 @@ class Bert(SentenceTransformerSurface):
             raise ValueError(
                 f"precision={precision!r} quantizes embeddings; with output_value=None "
                 f"(dicts of every output) pass precision='float32', or quantize the "
-                f"'sentence_embedding' entries with bertattn.bert.pipeline.quantize_embeddings."
+                f"'sentence_embedding' entries with bertattn.encoder.pipeline.quantize_embeddings."
             )
         max_length = processing_max_length(kwargs.pop("processing_kwargs", None), max_length)
         self._refuse_unsupported(pool, device, kwargs)
@@ -659,7 +660,7 @@ class Bert(SentenceTransformerSurface):
         order of their start; they may overlap. A text longer than ``max_length`` (default
         :attr:`max_length`) runs as windows sharing ``overlap`` tokens (default half a window),
         each token's state from the window where it has the most context on both sides (see
-        :mod:`bertattn.bert.late_chunks`). A span out of range, out of order or holding no
+        :mod:`bertattn.encoder.late_chunks`). A span out of range, out of order or holding no
         token raises ``ValueError`` naming it. A NumPy array; ``convert_to_tensor``: a tensor."""
         from .late_chunks import encode_late_chunks
 
@@ -815,7 +816,7 @@ class Bert(SentenceTransformerSurface):
 
     def _fill_tokens(self, batch_size: int, max_length: int) -> int:
         """The padded tokens a batch of short texts fills to past ``batch_size`` texts (the
-        model's :meth:`~bertattn.bert.model.BertModel.fill_tokens`; 0 for a model without
+        model's :meth:`~bertattn.encoder.model.BertModel.fill_tokens`; 0 for a model without
         it, and where a graph runner replays captured batch shapes)."""
         if self.graph_runner is not None and self.cuda_graphs:
             return 0

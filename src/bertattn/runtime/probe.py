@@ -1,5 +1,5 @@
 """Measurements bertattn takes once per machine and keeps: a small JSON file in the user's cache
-folder, so that a choice made by timing (``dtype="auto"``, :mod:`bertattn.bert.auto_dtype`) is
+folder, so that a choice made by timing (``dtype="auto"``, :mod:`bertattn.encoder.auto_dtype`) is
 the same in every later process on that machine, at that thread count, with that torch.
 
 The file is ``CACHE/probes.json`` (``CACHE``: ``$BERTATTN_CACHE``, else
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import torch
 
-from ..cpu import cpu_name
 from ..errors import UsageError
 from ..models.cache import cache_dir
+from .cpu import cpu_name
 
 __all__ = [
     "CACHE_FILE",

@@ -27,7 +27,7 @@ from ..errors import ModelFolderError
 from .budget import TextBudget
 from .jsonfile import ModelFolderNotFoundError, check_bool, check_real, read_json_object
 
-logger = logging.getLogger("bertattn.bert")
+logger = logging.getLogger("bertattn.encoder")
 
 __all__ = ["BertTokenizer", "InvalidTextError", "TokenizedBatch", "read_tokenizer_config"]
 
@@ -120,7 +120,7 @@ class BertTokenizer:
         #: take it again at once, and another thread's encode waited behind it for its whole
         #: loop: Bert.encode beside a server's request threads)
         self._lock = TurnTaking()
-        #: where a long text may be cut before tokenizing (bertattn.bert.budget)
+        #: where a long text may be cut before tokenizing (bertattn.encoder.budget)
         self._budget = TextBudget(tokenizer)
         self.model_max_length = int(model_max_length)
         pad_id = tokenizer.token_to_id(pad_token)
@@ -238,7 +238,7 @@ class BertTokenizer:
 
     def _within_budget(self, texts: list[str], need: int) -> list[str]:
         """``texts`` cut where at least ``need`` of their first tokens are certain (under the
-        lock): what lies beyond can never be kept (:mod:`bertattn.bert.budget`)."""
+        lock): what lies beyond can never be kept (:mod:`bertattn.encoder.budget`)."""
         if all(self._budget.first_cut(t, need) is None for t in texts):
             return texts
         return self._budget.cut(texts, need, self._probe)
@@ -310,8 +310,8 @@ class BertTokenizer:
         max_length: int | None = None,
     ) -> list[Encoding]:
         """Raw encodings (truncated to ``max_length``, default the model's); reports how many
-        were truncated through ``warnings`` and the ``bertattn.bert`` logger. A long text is
-        cut before tokenizing what can never be kept (:mod:`bertattn.bert.budget`; the same
+        were truncated through ``warnings`` and the ``bertattn.encoder`` logger. A long text is
+        cut before tokenizing what can never be kept (:mod:`bertattn.encoder.budget`; the same
         tokens as the whole text's; a cut encoding's ``overflowing`` is only a flag). A text
         that is not valid Unicode (a lone surrogate) raises :class:`InvalidTextError` (a
         ``ValueError``) naming it and the position."""

@@ -11,7 +11,7 @@ It is opt-in and never a default: on the CPUs it was measured on it was not fast
 eager path (see docs/performance.md). When it cannot run, the model stays eager and a warning
 says why, in words a user can act on: a family or a dtype it does not take, no C++ compiler
 (inductor's CPU backend builds C++), a compile that failed (its real cause, from
-:mod:`bertattn.bert.compile_errors`), or a compiled graph that disagrees with the eager one on
+:mod:`bertattn.encoder.compile_errors`), or a compiled graph that disagrees with the eager one on
 a probe batch (it is checked there, relative to the eager output's size, before it is used).
 """
 

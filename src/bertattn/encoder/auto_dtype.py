@@ -6,7 +6,7 @@ hidden, hidden x intermediate and back, at :data:`PROBE_ROWS` rows) timed in flo
 bfloat16, interleaved, a few hundred milliseconds the first time. bfloat16 is chosen when it is
 at least :data:`MARGIN` times as fast; closer than that is noise, and float32 (exact) is kept.
 The result is kept per CPU model, torch version, thread count and widths in the user's cache
-folder (:mod:`bertattn.bert.probe`), so every later process there gets the same dtype without
+folder (:mod:`bertattn.runtime.probe`), so every later process there gets the same dtype without
 timing again; its reason carries the numbers (``"bf16 1.62x fp32 (timed 2026-12-04, 2 threads;
 ...)"``). ``BERTATTN_DTYPE_PROBE=0`` turns the timing off.
 
@@ -26,7 +26,7 @@ docs/performance.md):
   timed);
 * any other device: float32 (nothing measured).
 
-``auto`` never chooses int8 (opt-in: ``dtype="int8"``, :mod:`bertattn.bert.int8`).
+``auto`` never chooses int8 (opt-in: ``dtype="int8"``, :mod:`bertattn.encoder.int8`).
 
 This is not what ``BertModel.from_pretrained(..., dtype="auto")`` means: there, as in
 transformers, ``"auto"`` is the dtype the checkpoint was saved in (its config.json), and it
@@ -46,9 +46,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .. import cpu as _cpu
-from ..cpu import cpu_capability, is_zen4
-from . import probe as _probe
+from ..runtime import cpu as _cpu
+from ..runtime import probe as _probe
+from ..runtime.cpu import cpu_capability, is_zen4
 
 __all__ = ["DtypeChoice", "choose_dtype", "flag_rule", "probe_dtype", "reset"]
 
@@ -303,7 +303,7 @@ def _product_timer(hidden: int, inter: int, rows: int) -> Timer:
 
 def _device_type(device: str | torch.device) -> str:
     """``device``'s type; ``"auto"`` is CUDA when there is one. Not checked against the
-    machine (:func:`bertattn.bert.device.resolve_device` does that), so the rule for a device
+    machine (:func:`bertattn.runtime.device.resolve_device` does that), so the rule for a device
     that is not here can be asked for."""
     if isinstance(device, str) and device.strip().lower() == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,5 +1,5 @@
 """Whether int8 is worth it on this CPU, and in which form: each form of the int8 product
-(:mod:`bertattn.bert.int8_forms`) timed against the same float32 product, bounded, and checked
+(:mod:`bertattn.encoder.int8_forms`) timed against the same float32 product, bounded, and checked
 against the exact integer product; the fastest exact form 1.2x float32 or better is kept.
 
 Timing first, then exactness, and only for a form that is fast: a reference kernel is caught
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..cpu import cpu_flags, cpu_name
+from ..runtime.cpu import cpu_flags, cpu_name
 from .int8_forms import U8_F32, Form, candidates
 from .int8_forms import error as form_error
 from .int8_forms import exact as form_exact
@@ -55,7 +55,7 @@ SpeedRun = Callable[[str, int], float]
 
 @dataclass(frozen=True)
 class Speed:
-    """One int8 product in one :class:`~bertattn.bert.int8_forms.Form` against the same
+    """One int8 product in one :class:`~bertattn.encoder.int8_forms.Form` against the same
     float32 product (:func:`time_speed`): the seconds of each, the shape, the CPU and thread
     count; ``stopped``: the timing stopped early (int8 past :data:`SPEED_BUDGET_S`, or
     hopeless), at ``rows`` rows; ``error``: the product's largest error relative to the exact
@@ -207,7 +207,7 @@ def _warm(run: SpeedRun, kind: str, n: int) -> float:
 
 
 def time_forms(forms: tuple[Form, ...] | None = None) -> tuple[Speed, ...]:
-    """Each form this CPU offers (:func:`~bertattn.bert.int8_forms.candidates` of its flags),
+    """Each form this CPU offers (:func:`~bertattn.encoder.int8_forms.candidates` of its flags),
     timed by :func:`time_speed`: seconds where int8 is fast, bounded where it is not."""
     return tuple(time_speed(form=form) for form in forms or candidates(cpu_flags()))
 

@@ -25,7 +25,7 @@ from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weig
 if TYPE_CHECKING:
     from .model import BertModel
 
-logger = logging.getLogger("bertattn.bert")
+logger = logging.getLogger("bertattn.encoder")
 
 __all__ = [
     "hf_to_bertattn_keys",
@@ -39,8 +39,8 @@ __all__ = [
     "WEIGHT_FILES",
 ]
 
-#: the old name of :func:`bertattn.bert.folder.locate_model` (where a path or hub name points,
-#: not validated); new code calls :func:`bertattn.bert.folder.resolve_model`
+#: the old name of :func:`bertattn.encoder.folder.locate_model` (where a path or hub name points,
+#: not validated); new code calls :func:`bertattn.encoder.folder.resolve_model`
 resolve_model_dir = locate_model
 #: task heads of BertFor* models: skipped (and reported) when loading the encoder (each family
 #: record has its own: :attr:`bertattn.families.registry.Family.head_prefixes`)
@@ -201,7 +201,7 @@ def load_pretrained(
     """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
     Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
     loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
-    :func:`bertattn.bert.folder.resolve_model`.
+    :func:`bertattn.encoder.folder.resolve_model`.
 
     transformers' keywords: ``torch_dtype`` is an alias of ``dtype``; ``dtype="auto"`` takes
     the checkpoint's ``dtype`` / ``torch_dtype`` from config.json (float32 if absent);

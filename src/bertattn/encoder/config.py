@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from ..errors import ModelFolderError
 from .jsonfile import check_int, check_real, check_str, json_type, read_json
 
-logger = logging.getLogger("bertattn.bert")
+logger = logging.getLogger("bertattn.encoder")
 
 __all__ = ["BertConfig", "ACTIVATIONS", "check_values"]
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from tokenizers import Encoding, Tokenizer
 
-logger = logging.getLogger("bertattn.bert")
+logger = logging.getLogger("bertattn.encoder")
 
 __all__ = ["TextBudget"]
 

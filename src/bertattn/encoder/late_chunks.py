@@ -32,7 +32,7 @@ from ..choices import POOLINGS
 if TYPE_CHECKING:
     from .pipeline import Bert
 
-logger = logging.getLogger("bertattn.bert")
+logger = logging.getLogger("bertattn.encoder")
 
 __all__ = [
     "TokenWindows",

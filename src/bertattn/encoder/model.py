@@ -50,9 +50,9 @@ from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
 from ..blocks import relative as _relative
 from ..blocks.tables import embedding
 from ..capture import is_capturing
+from ..runtime import workers as _workers
 from . import chunks as _chunks
 from . import fused as _fused
-from . import workers as _workers
 from .config import BertConfig
 
 if TYPE_CHECKING:
@@ -277,7 +277,7 @@ class BertMLP(nn.Module):
         cd = _fast.param(fc_in, "weight").dtype  # type: ignore[union-attr]
         x = x if x.dtype == cd else x.to(cd)
         h = None
-        # bias + GELU inside the product (bert/fused.py) where fc_in's own output is not seen
+        # bias + GELU inside the product (encoder/fused.py) where fc_in's own output is not seen
         if self.act is F.gelu and (lean or (type(fc_in) is nn.Linear and _fast.plain_call(fc_in))):
             params = fc_in._parameters
             h = _fused.linear_gelu(x, params["weight"], params["bias"])  # type: ignore[arg-type]
@@ -309,7 +309,7 @@ class BertMLP(nn.Module):
         layer found stock (:meth:`BertLayer.lean`): ``(..., E)`` -> ``(..., E)``.
 
         In inference on the CPU, where MKL computes the products (not oneDNN, which fuses the
-        bias and GELU itself: :mod:`bertattn.bert.fused`), two passes over the activations go:
+        bias and GELU itself: :mod:`bertattn.encoder.fused`), two passes over the activations go:
         the exact GELU runs in place on the first product's output (a fresh tensor nobody else
         sees; the same values), and the residual is folded into the second product, which
         accumulates onto ``x + bias`` (``addmm_``) instead of writing a tensor that is then
@@ -829,7 +829,7 @@ class BertModel(nn.Module):
         chunks, workers, order = self._chunks(attention_mask, b, seq_len, device)
         if order is not None:  # the rows regrouped into even pieces; put back at the end
             rows = tuple(None if t is None else t.index_select(0, order) for t in rows)
-        if len(chunks) > 1:  # a large CPU batch: row chunks, concatenated (bert/chunks.py)
+        if len(chunks) > 1:  # a large CPU batch: row chunks, concatenated (encoder/chunks.py)
             runs = [
                 functools.partial(
                     self._run,
@@ -841,7 +841,7 @@ class BertModel(nn.Module):
                 )
                 for start, end in chunks
             ]
-            workers = min(workers, len(runs))  # side by side where workers > 1 (bert/workers.py)
+            workers = min(workers, len(runs))  # side by side where workers > 1 (runtime/workers.py)
             each = max(torch.get_num_threads() // workers, 1)
             if _dispatch.explaining():
                 each_s = f"{each} thread{'s' if each > 1 else ''} each"
@@ -858,7 +858,7 @@ class BertModel(nn.Module):
 
     @property
     def chunk_tokens(self) -> int | None:
-        """Tokens per row chunk of a large CPU batch in inference (:mod:`bertattn.bert.chunks`):
+        """Tokens per row chunk of a large CPU batch in inference (:mod:`bertattn.encoder.chunks`):
         None (the default) lets the model choose from its widths and compute dtype
         (:attr:`chunk_budget`); 0 never chunks."""
         return self.__dict__.get("_chunk_tokens")
@@ -885,7 +885,7 @@ class BertModel(nn.Module):
     @property
     def chunk_workers(self) -> int | None:
         """How many row chunks of a large CPU batch run side by side, each on its share of the
-        intra-op threads (:mod:`bertattn.bert.workers`): None (the default) as many as torch's
+        intra-op threads (:mod:`bertattn.runtime.workers`): None (the default) as many as torch's
         thread count allows, 1 one after another; never more than that count."""
         return self.__dict__.get("_chunk_workers")
 
@@ -901,14 +901,14 @@ class BertModel(nn.Module):
         ``threads`` intra-op threads (default: torch's count now): it runs as more row chunks
         than chunk workers (at least two each), so a core taken by other work slows one worker,
         which then does fewer chunks, instead of every product. The thread governor leaves such
-        a batch at its full count (:mod:`bertattn.threads`); a batch cut into one piece per
+        a batch at its full count (:mod:`bertattn.runtime.threads`); a batch cut into one piece per
         worker cannot rebalance and stays governed."""
         workers = self._workers_at(torch.get_num_threads() if threads is None else threads)
         return _chunks.more_chunks_than_workers(tokens, self.chunk_budget, workers)
 
     def fill_tokens(self, batch_size: int, max_length: int) -> int:
         """The padded tokens a batch of short texts may fill past ``batch_size`` texts
-        (:func:`bertattn.bert.pooling.length_batches`), 0 for none. On the CPU: two row chunks
+        (:func:`bertattn.encoder.pooling.length_batches`), 0 for none. On the CPU: two row chunks
         per chunk worker (:attr:`chunk_budget`), so that the workers share the batch's load,
         but never more tokens than ``batch_size`` texts of ``max_length`` tokens would take,
         the memory a caller's ``batch_size`` already allows. Measured on MiniLM (2-core Zen 4,
@@ -931,8 +931,8 @@ class BertModel(nn.Module):
         side by side, and the ``(B,)`` row order the ranges cut (None: the batch's own).
         Chunks only on the CPU, without autograd, in eval mode, outside tracing, compiling and
         capturing; within :attr:`chunk_budget` tokens each and, with more than one worker,
-        split for them (:func:`bertattn.bert.chunks.plan_chunks`), the rows regrouped when
-        that evens out the pieces (:func:`bertattn.bert.chunks.regroup_rows`)."""
+        split for them (:func:`bertattn.encoder.chunks.plan_chunks`), the rows regrouped when
+        that evens out the pieces (:func:`bertattn.encoder.chunks.regroup_rows`)."""
         whole = [(0, b)], 1, None
         if (  # the cheap checks first: a one-query forward pays for nothing more
             b < 2
@@ -1054,8 +1054,8 @@ class BertModel(nn.Module):
         **unsupported: object,
     ) -> BertModel:
         """Load a Hugging Face BERT folder, a sentence-transformers folder, a cached hub name,
-        a resolved :class:`~bertattn.bert.folder.ModelFolder`, or None (the default model);
-        see :func:`bertattn.bert.checkpoint.load_pretrained`. Takes transformers' keywords
+        a resolved :class:`~bertattn.encoder.folder.ModelFolder`, or None (the default model);
+        see :func:`bertattn.encoder.checkpoint.load_pretrained`. Takes transformers' keywords
         ``torch_dtype`` (alias of ``dtype``), ``dtype="auto"``, ``attn_implementation``
         (``"sdpa"`` / ``"eager"``), ``revision`` (only the default) and ``local_files_only``."""
         from .checkpoint import load_pretrained

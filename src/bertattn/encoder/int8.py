@@ -3,7 +3,7 @@
 Every matrix product of the encoder layers (the fused q/k/v projection, the attention output,
 the two feed-forward linears) runs in int8 on oneDNN (``torch.ops.onednn.qlinear_pointwise``:
 AMX or VNNI kernels where the CPU has them, in the form they take:
-:mod:`bertattn.bert.int8_forms`); the embeddings, every LayerNorm, the softmax, the
+:mod:`bertattn.encoder.int8_forms`); the embeddings, every LayerNorm, the softmax, the
 GELU, the residual stream and the pooler stay in float32.
 
 * Weights: int8, symmetric, one scale per output channel, quantized once when the model loads.
@@ -59,7 +59,7 @@ from ..attention import PreparedMask, get_backend
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch
-from ..cpu import cpu_flags
+from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
 from .int8_forms import U8_F32, Form
 from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
@@ -192,7 +192,7 @@ CALIBRATION: tuple[str, ...] = (
 
 def _codes(q: Tensor, unsigned: bool) -> Tensor:
     """The rounded, clamped values ``q`` (in ``[-128, 127]``) as the product takes them: int8,
-    or uint8 plus 128 (:mod:`bertattn.bert.int8_forms`: called with a zero point of 128)."""
+    or uint8 plus 128 (:mod:`bertattn.encoder.int8_forms`: called with a zero point of 128)."""
     return (q + 128.0).to(torch.uint8) if unsigned else q.to(torch.int8)
 
 
@@ -356,7 +356,7 @@ class Int8Linear(nn.Module):
         smooth: ``(K,)`` SmoothQuant factors (None: none): the weights are quantized times
             ``smooth`` and each input divided by it, so the product is unchanged.
         bits: activation bits (8; fewer only to test the refusal path).
-        form: how the product is called (:mod:`bertattn.bert.int8_forms`): u8 or s8
+        form: how the product is called (:mod:`bertattn.encoder.int8_forms`): u8 or s8
             activations, and its output dtype (a float16 output only where the product's
             bound fits float16, else float32).
 
@@ -456,7 +456,7 @@ class Int8Linear(nn.Module):
 
 # ---------------------------------------------------------------------------- the layer
 class Int8BertLayer(BertLayer):
-    """A :class:`~bertattn.bert.model.BertLayer` whose four products run in int8.
+    """A :class:`~bertattn.encoder.model.BertLayer` whose four products run in int8.
 
     It keeps the float32 layer's modules under their names (so the ``state_dict`` and every
     reader of ``attn.out_linear.weight`` see the checkpoint) and adds ``int8`` (the
@@ -695,7 +695,7 @@ def quantize_model(
     #: what explain() and /info say of the int8 product: the form kept and its measurement
     model.int8_speed = chosen
     if model.chunk_workers is None:
-        # its chunks one after another: on chunk workers (bertattn.bert.workers) the compiled
+        # its chunks one after another: on chunk workers (bertattn.runtime.workers) the compiled
         # kernels ran slower (2-core AMX Xeon, MiniLM, texts/s, workers / serial: paragraphs
         # 90.8 / 104.3, short texts 1116 / 1334; float32 and bfloat16 are level or faster)
         model.chunk_workers = 1
@@ -757,7 +757,7 @@ def compare(reference: Tensor, embeddings: Tensor, neighbours: int = NEIGHBOURS)
 
 def failure_message(exc: BaseException) -> str:
     """What :func:`verify` says when the first int8 forward raised ``exc`` (see
-    :func:`bertattn.bert.compile_errors.explain_failure`): a missing C++ compiler only when
+    :func:`bertattn.encoder.compile_errors.explain_failure`): a missing C++ compiler only when
     that is the cause, a compiler that failed with its output, else the real cause."""
     return explain_failure(
         exc,

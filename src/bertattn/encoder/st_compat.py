@@ -20,7 +20,7 @@ from .jsonfile import check_bool, check_int, read_json_object, show
 if TYPE_CHECKING:
     from .pipeline import Bert
 
-logger = logging.getLogger("bertattn.bert")
+logger = logging.getLogger("bertattn.encoder")
 
 __all__ = [
     "OUTPUT_VALUES",

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..threads import CHUNK_WORKER_PREFIX
+from .threads import CHUNK_WORKER_PREFIX
 
 __all__ = ["in_worker", "run_all"]
 

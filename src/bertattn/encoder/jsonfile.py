@@ -1,6 +1,6 @@
 """Reading a model folder's JSON files, and checking the values read from them.
 
-A leaf of ``bertattn.bert`` (imports only :mod:`bertattn.errors`), shared by the config, the
+A leaf of ``bertattn.encoder`` (imports only :mod:`bertattn.errors`), shared by the config, the
 tokenizer and the folder resolver so every file is read, and every value checked, one way:
 
 * :func:`read_json` / :func:`read_json_object`: a missing, unreadable, non-UTF-8 or malformed
