@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_viz_html
+from article_code import ARTICLE_LINES
 from test_viz_html import _no_errors_no_network, _open, _page_data
 from viz_data import softmax_maps
 
@@ -423,7 +424,7 @@ def test_initial_view_from_layer_and_head(driver, real, tmp_path):
 @pytest.mark.browser
 def test_code_lines_are_bertattn_source(driver, tmp_path):
     """The bertattn lines shown beside the article's are in the named file and function."""
-    _open(driver, save_html(softmax_maps(4, 1, 1), tmp_path / "code.html"))
+    _open(driver, save_html(qkv_maps(4, 1, 1, 8, qkv_layers={0}), tmp_path / "code.html"))
     code = driver.execute_script("return bertattn.code")
     assert sorted(code) == sorted(STEP_NAMES)
     for name, c in code.items():
@@ -432,10 +433,13 @@ def test_code_lines_are_bertattn_source(driver, tmp_path):
         body = source[start : source.find("\n    def ", start + 1)]
         for line in c["ours"]:
             assert line in body, f"{name}: {line!r} is not in {c['file']} {c['fn']}"
-        assert c["article"] and all(c["article"])
-    articles = {line for c in code.values() for line in c["article"]}
-    assert "attention = torch.softmax(scores, dim=-1)" in articles
-    assert "output = self.out_linear(output)" in articles
+    # the article's own lines, not paraphrases (e.g. its "context = torch.matmul(attention, v)")
+    assert {name: c["article"] for name, c in code.items()} == ARTICLE_LINES
+    shown = driver.execute_script(
+        "bertattn.openSteps(1); return Array.from(document.querySelectorAll("
+        "'#steps-view [data-step] pre.article')).map(function (p) { return p.textContent; })"
+    )
+    assert shown == ["\n".join(lines) for lines in ARTICLE_LINES.values()]
 
 
 @pytest.mark.slow

@@ -139,15 +139,20 @@ class AttentionSteps:
                 f"  position  = table[bucket(j - {self.query}), head {self.head}]  (MPNet's "
                 f"relative position bias, shared by every layer) -> {float(pos[j]):.3f}"
             ]
+        e = int(self.x.numel())
         lines = [
             "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + "
             + ("position + " if pos is not None else "")
             + "mask) · V",
+            f"  q, k, v   = x · W_q, x · W_k, x · W_v, cut into {e // d} heads of d_k = {d} "
+            f"(head {self.head}: columns {self.head * d}..{(self.head + 1) * d - 1})",
+            *_article("qkv", "split"),
             *self._rotation_lines(j),
             f"  scores    = q · k_j                 e.g. q · k_{j} ({self.tokens[j]!r}) = "
             f"{float(self.scores[j]):.3f}",
             f"  scaled    = scores / √{d} = scores / {math.sqrt(d):.3f}   -> "
             f"{float(self.scaled[j]):.3f}",
+            *_article("scaled"),
             *relative,
             (
                 f"  mask      = 0 for real tokens with |j - {self.query}| <= {self.window}, -inf "
@@ -156,15 +161,33 @@ class AttentionSteps:
                 else f"  mask      = 0 for real tokens, -inf for padding            -> "
                 f"{float(self.bias[j]):.0f}"
             ),
+            *_article("mask"),
             f"  weights_j = exp(s_j - max s) / Σ_i exp(s_i - max s) = "
             f"{top:.4f} / {total:.4f} = {float(self.weights[j]):.4f}",
+            *_article("softmax"),
             f"  context   = Σ_j weights_j · v_j      (|context| = {float(self.context.norm()):.3f},"
             f" top key {self.tokens[j]!r} gives {float(self.shares()[j]):.1%})",
+            *_article("context"),
             f"  output   += W_o[:, head {self.head}] · context   "
             f"(|share| = {float(self.output_share.norm()):.3f} of |output| = "
             f"{float(self.output.norm()):.3f})",
+            *_article("merge"),
         ]
         return "\n".join(lines)
+
+
+def _article(*steps: str) -> list[str]:
+    """The article's own lines of ``steps``, labelled, indented under the formula's line."""
+    from ..viz.words import ARTICLE_CODE
+
+    code = [line for step in steps for line in ARTICLE_CODE[step]]
+    label = "article (PyTorch): "
+    pad = " " * (_INDENT + len(label))
+    return [f"{' ' * _INDENT}{label}{code[0]}", *(pad + line for line in code[1:])]
+
+
+#: where the article's lines start under a formula line ("  scores    = " is 14 wide)
+_INDENT = 14
 
 
 def find_tokens(tokens: list[str], text: str) -> list[int]:

@@ -5,7 +5,8 @@
  *     both laid out [layer][head][query][k], the k kept keys of each query sorted by weight;
  *   qkv (or null): for the model layer ids qkv.layers, base64 of float16 (or float32, see
  *     qkv.dtype) little-endian q, k, v laid out [3][head][token][d], and qkv.err: the error
- *     bounds of the recomputation, measured when the page was written (bertattn/viz/html.py).
+ *     bounds of the recomputation, measured when the page was written (bertattn/viz/html.py);
+ *   article: step name -> the article's own PyTorch lines (bertattn/viz/words.py).
  * Every label is in STR below, in English and Chinese; the page starts in Chinese when the
  * browser's language is zh*, otherwise in English (or as #lang=zh / #lang=en says).
  * Test hook: window.bertattn (ready, firstPaintMs, lastDrawMs, setLayer, setHeads, hoverToken,
@@ -187,58 +188,52 @@
       numbers: "数值",
     },
   };
-  // The code of each step: the article's PyTorch line(s) and bertattn's (the file under
-  // src/bertattn/ and the function they are in; tests check the lines are there verbatim).
+  // The code of each step: the article's own PyTorch line(s), from the page's data
+  // (bertattn/viz/words.py), and bertattn's (the file under src/bertattn/ and the function
+  // they are in; tests check the lines are there verbatim).
   var CODE = {
     qkv: {
-      article: [
-        "Q = self.q_linear(x).view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)",
-        "K = self.k_linear(x).view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)",
-        "V = self.v_linear(x).view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)",
-      ],
+      article: D.article.qkv,
       file: "attention/module.py", fn: "project_qkv",
       ours: ["qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)"],
     },
     split: {
-      article: [".view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)"],
+      article: D.article.split,
       file: "attention/module.py", fn: "project_qkv",
       ours: ["qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)"],
     },
     scores: {
-      article: ["scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.head_dim)"],
+      article: D.article.scores,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["raw = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype))"],
     },
     scaled: {
-      article: ["scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.head_dim)"],
+      article: D.article.scaled,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["scaled = raw / math.sqrt(d)"],
     },
     mask: {
-      article: ["scores = scores.masked_fill(mask == 0, -1e9)"],
+      article: D.article.mask,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["scores = scaled if bias is None else scaled + bias"],
     },
     softmax: {
-      article: ["attention = torch.softmax(scores, dim=-1)"],
+      article: D.article.softmax,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, Lq, Lk)"],
     },
     dropout: {
-      article: ["attention = self.dropout(attention)"],
+      article: D.article.dropout,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["weights = F.dropout(weights, p=dropout_p, training=True)"],
     },
     context: {
-      article: ["output = torch.matmul(attention, V)"],
+      article: D.article.context,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["context = torch.matmul(weights, v)"],
     },
     merge: {
-      article: [
-        "output = output.transpose(1, 2).contiguous().view(batch_size, -1, self.embed_dim)",
-        "output = self.out_linear(output)",
-      ],
+      article: D.article.merge,
       file: "attention/module.py", fn: "_attend_padded",
       ours: [
         "context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)",

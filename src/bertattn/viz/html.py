@@ -3,7 +3,8 @@ for a multi-vector model the MaxSim view (which document token each query token 
 
 The page needs no network: its CSS and JS (``attention.css``, ``attention.js``, ``maxsim.js``,
 package data) and the data are inlined. Every label of the page is in ``attention.js`` (the
-MaxSim view's in ``maxsim.js``), in English and Chinese; this module only writes numbers.
+MaxSim view's in ``maxsim.js``), in English and Chinese; this module writes the numbers and
+the article's own code lines (:mod:`bertattn.viz.words`).
 Weights are stored compactly:
 
 * quantized: ``round(w * 255)`` as uint8 (w clipped to [0, 1]); the error is at most 1/510;
@@ -40,6 +41,7 @@ import numpy as np
 from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
 from ._common import check_layer_head, layer_index
+from .words import ARTICLE_CODE
 
 __all__ = ["save_html", "render_html", "DEFAULT_TOP_K", "qkv_error_bounds"]
 
@@ -208,6 +210,7 @@ def render_html(
         "qkv": _qkv_data(maps),
         "initial": initial,
         "maxsim": maxsim,
+        "article": ARTICLE_CODE,  # the article's own lines of each step, for the steps view
     }
     if rollout is not None:
         rollout = np.asarray(rollout, dtype=np.float32)
