@@ -464,3 +464,51 @@ def test_512_tokens_with_one_qkv_layer_fits_the_budget(driver, minilm_dir, tmp_p
     rows = driver.find_elements("css selector", '[data-step="softmax"] table.keys tr[data-j]')
     assert len(rows) == 12  # the heaviest keys by default at this length
     _no_errors_no_network(driver)
+
+
+def _offered(driver, page: Path, layer_pos: int) -> str:
+    """What the page tells a reader about the steps of layer ``layer_pos``, head 0: its note
+    and the steps panel's text, in both languages."""
+    _open(driver, page)
+    told = []
+    for lang in ("en", "zh"):
+        told.append(
+            driver.execute_script(
+                f"bertattn.setLang('{lang}'); bertattn.setLayer({layer_pos}); "
+                "bertattn.setHeads([0]); bertattn.openSteps(1);"
+                "return document.getElementById('note').textContent + '\\n' + "
+                "document.getElementById('steps-view').textContent"
+            )
+        )
+    _no_errors_no_network(driver)
+    return "\n".join(told)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_the_page_offers_only_what_attend_accepts(driver, cli, tiny_checkpoint, tmp_path, family):
+    """A page written by attend (layer 0's q, k, v stored) opened on layer 1: whatever way to
+    the steps it offers (``--steps`` for BERT; ``--explain`` for ModernBERT, whose rotation and
+    window the page cannot recompute) is one attend then takes."""
+    from test_family_modernbert import save_modernbert
+
+    folder = tiny_checkpoint
+    if family == "modernbert":
+        folder = tmp_path / "modernbert"
+        save_modernbert(folder, tiny_checkpoint)
+    text = "the attention head looks"
+    r = cli("attend", text, "--model", folder, "--html", tmp_path / "a.html")
+    assert r.code == 0, r
+    told = _offered(driver, tmp_path / "a.html", 1)
+    offers_steps = "--steps" in told
+    assert offers_steps == (family == "bert"), told
+    assert ("--explain" in told) == (family == "modernbert"), told
+    if offers_steps:
+        r = cli("attend", text, "--model", folder, "--html", tmp_path / "b.html", "--steps", "1")
+        assert r.code == 0, r
+        _offered(driver, tmp_path / "b.html", 1)
+        assert _view(driver)["state"] == "ok"
+    else:
+        assert "rotary positions and local windows" in told
+        r = cli("attend", text, "--model", folder, "--explain", "1:0:1")
+        assert r.code == 0 and "rotate" in r.out, r

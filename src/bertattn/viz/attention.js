@@ -6,7 +6,8 @@
  *   qkv (or null): for the model layer ids qkv.layers, base64 of float16 (or float32, see
  *     qkv.dtype) little-endian q, k, v laid out [3][head][token][d], and qkv.err: the error
  *     bounds of the recomputation, measured when the page was written (bertattn/viz/html.py);
- *   article: step name -> the article's own PyTorch lines (bertattn/viz/words.py).
+ *   article: step name -> the article's own PyTorch lines (bertattn/viz/words.py);
+ *   no_steps (or null): the step this model's attention has that the page cannot recompute.
  * Every label is in STR below, in English and Chinese; the page starts in Chinese when the
  * browser's language is zh*, otherwise in English (or as #lang=zh / #lang=en says).
  * Test hook: window.bertattn (ready, firstPaintMs, lastDrawMs, setLayer, setHeads, hoverToken,
@@ -34,6 +35,9 @@
       noteQkv: " q, k, v of layer {list} stored as {dtype} (max error {qkv}; the weights " +
         "recomputed from them are within {weights} of the model's).",
       noteNoQkv: " No q, k, v stored: no steps view (write the page with --steps LAYERS).",
+      noteModelNoSteps: " No steps view for this model: the page recomputes " +
+        "softmax(q·k/√d_k + mask) and has no step for {why}. The terminal shows its steps: " +
+        "bertattn attend TEXT --explain LAYER:HEAD:TOKEN.",
       layerLabel: "Layer", layerOption: "Layer {id}", rolloutOption: "Rollout (all layers)",
       headsAria: "heads", headsAll: "all heads", headsNone: "none", threshold: "threshold",
       topk: "top-k per token", stepsButton: "Steps ▸",
@@ -59,6 +63,11 @@
         "own. Open a layer with steps:",
       layerNoSteps: "Layer {l} has no q, k, v in this page; steps are stored for layer {list}:",
       noSteps: "This page stores no q, k, v, so it cannot show the steps.",
+      modelNoSteps: "This model has no steps view: the page recomputes softmax(q·k/√d_k + " +
+        "mask) and has no step for {why}.",
+      howExplain: "The terminal shows this model's steps, the rotation and the window " +
+        "included where it has them: bertattn attend TEXT --explain LAYER:HEAD:TOKEN (e.g. " +
+        "--explain 1:0:3).",
       howSteps: "To get them: bertattn attend TEXT --html page.html --steps LAYERS (e.g. " +
         "--steps 2), or in Python bert.attention_maps(text, qkv_layers=[2]), then save_html.",
       bounds: "Error bounds of the recomputation (q, k, v stored as {dtype}; measured when the " +
@@ -121,6 +130,8 @@
       noteQkv: "第 {list} 层的 q、k、v 以 {dtype} 存储（最大误差 {qkv}；由它们重算的权重" +
         "与模型的相差不超过 {weights}）。",
       noteNoQkv: "未存 q、k、v：没有计算步骤视图（生成页面时加 --steps 层号）。",
+      noteModelNoSteps: "本模型没有计算步骤视图：页面只能重算 softmax(q·k/√d_k + mask)，" +
+        "没有“{why}”这一步。终端可以显示它的计算步骤：bertattn attend 文本 --explain 层:头:词元。",
       layerLabel: "层", layerOption: "第 {id} 层", rolloutOption: "Rollout（全部层）",
       headsAria: "注意力头", headsAll: "全部头", headsNone: "全不选", threshold: "阈值",
       topk: "每个词元前 k 条", stepsButton: "计算步骤 ▸",
@@ -144,6 +155,10 @@
       rolloutNoSteps: "rollout 把所有层的权重相乘，没有自己的 q、k、v。请打开一个有计算步骤的层：",
       layerNoSteps: "本页没有第 {l} 层的 q、k、v；有计算步骤的是第 {list} 层：",
       noSteps: "本页没有存 q、k、v，无法展示计算步骤。",
+      modelNoSteps: "本模型没有计算步骤视图：页面只能重算 softmax(q·k/√d_k + mask)，" +
+        "没有“{why}”这一步。",
+      howExplain: "终端可以显示本模型的计算步骤（有旋转位置编码或局部窗口的，也一并显示）：" +
+        "bertattn attend 文本 --explain 层:头:词元（如 --explain 1:0:3）。",
       howSteps: "生成含计算步骤的页面：bertattn attend 文本 --html page.html --steps 层号" +
         "（如 --steps 2），或在 Python 中 bert.attention_maps(text, qkv_layers=[2]) 后 save_html。",
       bounds: "重算的误差上界（q、k、v 以 {dtype} 存储；生成页面时测得）：q/k/v {qkv}，" +
@@ -506,7 +521,7 @@
         qkv: num(worst.qkv), weights: num(worst.weights),
       });
     } else {
-      note += t("noteNoQkv");
+      note += D.no_steps ? t("noteModelNoSteps", { why: D.no_steps }) : t("noteNoQkv");
     }
     $("note").textContent = note;
     for (var o = 0; o < sel.options.length; o++) {
@@ -900,7 +915,11 @@
     var where = $("steps-where");
     where.textContent = "";
     var stateName;
-    if (!QKV) {
+    if (!QKV && D.no_steps) {  // the model's attention has a step the page cannot redo
+      stateName = "model";
+      body.appendChild(el("p", "msg", t("modelNoSteps", { why: D.no_steps })));
+      body.appendChild(el("p", "how", t("howExplain")));
+    } else if (!QKV) {
       stateName = "none";
       body.appendChild(el("p", "msg", t("noSteps")));
       body.appendChild(el("p", "how", t("howSteps")));

@@ -175,6 +175,7 @@ def render_html(
     layer: int | None = None,
     head: int | None = None,
     maxsim: dict | None = None,
+    no_steps: str | None = None,
 ) -> str:
     """The page as a string (see ``save_html``)."""
     n = len(maps.tokens)
@@ -211,6 +212,7 @@ def render_html(
         "initial": initial,
         "maxsim": maxsim,
         "article": ARTICLE_CODE,  # the article's own lines of each step, for the steps view
+        "no_steps": no_steps,  # why the model has no steps view (None: it has one)
     }
     if rollout is not None:
         rollout = np.asarray(rollout, dtype=np.float32)
@@ -265,6 +267,7 @@ def save_html(
     layer: int | None = None,
     head: int | None = None,
     maxsim: dict | None = None,
+    no_steps: str | None = None,
 ) -> Path:
     """Write one self-contained HTML page (no network) showing ``maps``; returns the path.
 
@@ -279,6 +282,9 @@ def save_html(
         head: the only head selected when the page opens (default all of them).
         maxsim: a multi-vector model's MaxSim of a query against a document
             (:meth:`bertattn.jobs.attend_maxsim.MaxSimView.to_dict`): the page's MaxSim view.
+        no_steps: for a model that has no steps view, the step the page could not recompute
+            (e.g. "ModernBERT's rotary positions and local windows"): the page then says so
+            and points to ``bertattn attend --explain`` instead of offering ``--steps``.
 
     Raises:
         ValueError: a rollout of the wrong shape, more than 65535 tokens, ``top_k < 1``, a
@@ -290,6 +296,13 @@ def save_html(
     """
     check_output(path, what="HTML page")
     page = render_html(
-        maps, rollout=rollout, title=title, top_k=top_k, layer=layer, head=head, maxsim=maxsim
+        maps,
+        rollout=rollout,
+        title=title,
+        top_k=top_k,
+        layer=layer,
+        head=head,
+        maxsim=maxsim,
+        no_steps=no_steps,
     )
     return write_atomic(path, page.encode("utf-8"))
