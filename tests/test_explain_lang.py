@@ -73,3 +73,16 @@ def test_language_from_the_locale_and_refusals(cli):
     assert r.code == 2 and "--lang zh chooses the language of --explain's steps" in r.err, r
     r = cli("attend", TEXT, "--explain", "1:0:2", "--lang", "fr")
     assert r.code == 2 and "invalid choice: 'fr'" in r.err, r
+
+
+def test_mask_and_subword_marks_in_words(cli):
+    """One text has no padding: the mask line says so; a ## token gets its one-line meaning."""
+    r = cli("attend", "the tiredness", "--explain", "1:0:1", "--lang", "en", env=EN_ONLY)
+    assert r.code == 0, r
+    mask = [line for line in r.out.splitlines() if line.startswith("  mask      = ")]
+    assert mask == ["  mask      = nothing to mask: one text (or pair) has no padding, so 0 for "
+                    "all 5 keys"], mask  # fmt: skip
+    assert r.out.count("“##” marks a piece that continues the word before it") == 1
+    assert "tired ##ness are one word, tiredness." in r.out
+    r = cli("attend", "the tiredness", "--explain", "1:0:1", "--lang", "zh", env=EN_ONLY)
+    assert "没有要遮住的键" in r.out and "tired ##ness 是同一个词 tiredness" in r.out, r

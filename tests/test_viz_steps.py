@@ -512,3 +512,34 @@ def test_the_page_offers_only_what_attend_accepts(driver, cli, tiny_checkpoint, 
         assert "rotary positions and local windows" in told
         r = cli("attend", text, "--model", folder, "--explain", "1:0:1")
         assert r.code == 0 and "rotate" in r.out, r
+
+
+def _visible(driver, css: str) -> str:
+    return driver.find_element("css selector", css).text  # what a reader sees (not collapsed)
+
+
+@pytest.mark.browser
+def test_check_said_once_in_plain_words_and_mask_says_nothing_to_mask(driver, tmp_path):
+    maps = qkv_maps(6, 1, 2, 8, qkv_layers={0}, seed=3)
+    maps.tokens = ["[CLS]", "tired", "##ness", "中", "国", "[SEP]"]
+    _open(driver, save_html(maps, tmp_path / "once.html"))
+    driver.execute_script("bertattn.setHeads([1]); bertattn.openSteps(2)")
+    assert _view(driver)["check"] == "pass"
+    for lang, plain, nothing in (
+        ("en", "The weights recomputed here from q, k and v are the model's", "Nothing to mask"),
+        ("zh", "就是模型的权重", "这里没有要遮住的键"),
+    ):
+        driver.execute_script(f"bertattn.setLang('{lang}')")
+        shown = _visible(driver, "#steps-view")
+        assert shown.count("\u2713") == 1 and plain in shown, shown
+        assert "1/510" not in shown  # the allowance's arithmetic: on demand only
+        check = _visible(driver, '[data-step="softmax"] #steps-check')
+        assert check.startswith("\u2713 ") and plain in check
+        assert _visible(driver, '[data-step="mask"] p.desc').startswith(nothing)
+        note = _visible(driver, "#subword-note")  # the ## of the tokens, in one line
+        assert "##" in note and "tired ##ness" in note and "tiredness" in note
+    driver.find_element("css selector", "#steps-view details.bounds summary").click()
+    assert "1/510" in _visible(driver, "#steps-view details.bounds")
+    _open(driver, save_html(qkv_maps(4, 1, 1, 8, qkv_layers={0}), tmp_path / "plain.html"))
+    assert not driver.find_element("id", "subword-note").is_displayed()  # no mark: no line
+    _no_errors_no_network(driver)

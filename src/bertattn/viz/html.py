@@ -41,7 +41,7 @@ import numpy as np
 from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
 from ._common import check_layer_head, layer_index
-from .words import ARTICLE_CODE
+from .words import ARTICLE_CODE, LANGS, subword_note
 
 __all__ = ["save_html", "render_html", "DEFAULT_TOP_K", "qkv_error_bounds"]
 
@@ -213,6 +213,7 @@ def render_html(
         "maxsim": maxsim,
         "article": ARTICLE_CODE,  # the article's own lines of each step, for the steps view
         "no_steps": no_steps,  # why the model has no steps view (None: it has one)
+        "subword_note": {lang: subword_note(maps.tokens, lang) for lang in LANGS},
     }
     if rollout is not None:
         rollout = np.asarray(rollout, dtype=np.float32)
