@@ -218,7 +218,7 @@ def test_latin_tokens_do_not_look_up_a_font(monkeypatch):
     out, caught = _render_all_warnings(maps)
     assert caught == []
     # unchanged: the very drawing of before (no font family given to any text)
-    assert out == png_mod._render(maps, 0, 0, 1, None, 40, {})
+    assert out == png_mod._render(png_mod._figure(maps, 0, 0, 1, None, 40, {}))
 
 
 def test_stale_matplotlib_font_list_is_refreshed(cjk_font, monkeypatch, tmp_path):

@@ -324,7 +324,7 @@ def render_png(
     # warning state while it runs, so renders in several threads take turns (the lock).
     with _CATCH_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        png = _render(maps, idx, layer, head, rollout, dpi, font)
+        png = _render(_figure(maps, idx, layer, head, rollout, dpi, font))
     missing: set[str] = set()
     for w in caught:
         m = _GLYPH_WARNING.match(str(w.message))
@@ -347,18 +347,10 @@ def render_png(
     return png
 
 
-def _render(
-    maps: AttentionMaps,
-    idx: int,
-    layer: int,
-    head: int,
-    rollout: np.ndarray | None,
-    dpi: int,
-    font: dict,
-) -> bytes:
-    fig = _figure(maps, idx, layer, head, rollout, dpi, font)
+def _render(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes, at its own dpi."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    fig.savefig(buf, format="png", dpi=fig.dpi)
     return buf.getvalue()
 
 
