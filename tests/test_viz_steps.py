@@ -233,7 +233,7 @@ def test_clicked_token_steps_match_the_model(driver, bert, real):
     assert "bias = 0 for every key (16 of 16)" in text["mask"]
     assert "masked_fill(mask == 0, -1e9)" in text["mask"]
     assert "columns h·d_k..(h+1)·d_k−1 = 160..191" in text["merge"]
-    assert "self.out_linear(output)" in text["merge"]
+    assert "output = self.out_linear(context)" in text["merge"]  # the article's own line
     rows = driver.find_elements("css selector", '[data-step="scores"] table.keys tr[data-j]')
     assert len(rows) == len(maps.tokens)
     shown = [
