@@ -86,3 +86,15 @@ def test_mask_and_subword_marks_in_words(cli):
     assert "tired ##ness are one word, tiredness." in r.out
     r = cli("attend", "the tiredness", "--explain", "1:0:1", "--lang", "zh", env=EN_ONLY)
     assert "没有要遮住的键" in r.out and "tired ##ness 是同一个词 tiredness" in r.out, r
+
+
+def test_locale_order_and_a_bad_lang():
+    from bertattn.viz.words import check_lang, lang_from_env
+
+    assert lang_from_env({"LANG": "zh_TW.UTF-8"}) == "zh"
+    assert lang_from_env({"LC_ALL": "", "LC_MESSAGES": "", "LANG": "zh_CN.UTF-8"}) == "zh"
+    assert lang_from_env({"LC_MESSAGES": "en_US.UTF-8", "LANG": "zh_CN.UTF-8"}) == "en"
+    assert lang_from_env({"LC_ALL": "zh_CN.UTF-8", "LC_MESSAGES": "en_US.UTF-8"}) == "zh"
+    assert lang_from_env({}) == "en"
+    with pytest.raises(ValueError, match=r"^lang must be 'en' or 'zh', got 'fr'; give lang='en'"):
+        check_lang("fr")
