@@ -134,7 +134,7 @@ def test_find_token_and_errors(bert):
 
 
 def test_explain_in_the_terminal(cli, bert):
-    r = cli("attend", TEXT, "--explain", "2:0:it")
+    r = cli("attend", TEXT, "--explain", "2:0:it", "--lang", "en")  # whatever the locale
     assert r.code == 0, r
     steps = bert.attention_steps(TEXT, layer=2, head=0, query="it")
     rows = [line.split() for line in r.out.splitlines() if re.match(r"\s+\d+\s", line)]
@@ -149,7 +149,7 @@ def test_explain_in_the_terminal(cli, bert):
 
 def test_explain_shows_the_articles_own_lines(cli):
     """Under the formula, each step's lines as the article writes them, labelled, in order."""
-    r = cli("attend", TEXT, "--explain", "2:0:it")
+    r = cli("attend", TEXT, "--explain", "2:0:it", "--lang", "en")  # whatever the locale
     assert r.code == 0, r
     shown = [
         line.split("article (PyTorch): ", 1)[1] if "article (PyTorch): " in line else line.strip()
