@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+from article_code import ARTICLE_LINES
 
 from bertattn import Bert
 from bertattn.encoder.steps import find_token
@@ -133,7 +134,7 @@ def test_find_token_and_errors(bert):
 
 
 def test_explain_in_the_terminal(cli, bert):
-    r = cli("attend", TEXT, "--explain", "2:0:it")
+    r = cli("attend", TEXT, "--explain", "2:0:it", "--lang", "en")  # whatever the locale
     assert r.code == 0, r
     steps = bert.attention_steps(TEXT, layer=2, head=0, query="it")
     rows = [line.split() for line in r.out.splitlines() if re.match(r"\s+\d+\s", line)]
@@ -144,6 +145,21 @@ def test_explain_in_the_terminal(cli, bert):
     assert float((scaled - steps.scaled).abs().max()) <= 5e-4
     assert "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + mask) · V" in r.out
     assert "scores / √32" in r.out and "layer 2, head 0, query 10 'it'" in r.out
+
+
+def test_explain_shows_the_articles_own_lines(cli):
+    """Under the formula, each step's lines as the article writes them, labelled, in order."""
+    r = cli("attend", TEXT, "--explain", "2:0:it", "--lang", "en")  # whatever the locale
+    assert r.code == 0, r
+    shown = [
+        line.split("article (PyTorch): ", 1)[1] if "article (PyTorch): " in line else line.strip()
+        for line in r.out.splitlines()
+        if "article (PyTorch): " in line or line.startswith(" " * 33)
+    ]
+    steps = ("qkv", "split", "scaled", "mask", "softmax", "context", "merge")
+    expected = [line for step in steps for line in ARTICLE_LINES[step]]
+    assert [line.strip() for line in shown] == [line.strip() for line in expected]
+    assert "    scores = scores.masked_fill(mask == 0, -1e9)" in r.out  # under its `if`
 
 
 def test_text_from_stdin_and_file_and_max_length(cli, tmp_path):

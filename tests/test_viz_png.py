@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import itertools
 import warnings
 
 import matplotlib as mpl
@@ -35,21 +36,22 @@ def test_png_size_and_not_blank(tmp_path):
     out = save_png(maps, tmp_path / "a.png", layer=1, head=2, dpi=40)
     assert out == tmp_path / "a.png"
     img = _read(out)
-    assert figure_size(rollout=False) == (21.0, 11.0)
-    assert img.shape[:2] == (11 * 40, 21 * 40)
+    assert figure_size(rollout=False) == (14.0, 7.0)
+    assert img.shape[:2] == (7 * 40, 14 * 40)
     assert img[..., :3].var() > 0.01  # a white page has variance 0
     assert list(tmp_path.iterdir()) == [out]  # no temp file left behind
 
 
-def test_png_with_rollout_is_wider_and_differs(tmp_path):
+def test_png_with_rollout_is_taller_and_differs(tmp_path):
     maps = softmax_maps(12, 3, 4, seed=3)
     a = _read(save_png(maps, tmp_path / "a.png", layer=0, head=0, dpi=30))
     b = _read(
         save_png(maps, tmp_path / "b.png", layer=0, head=0, dpi=30, rollout=attention_rollout(maps))
     )
-    assert b.shape[:2] == (11 * 30, 32 * 30)
-    # the rollout panel is not empty: the right third has colour
-    assert b[:, 22 * 30 :, :3].var() > 0.01
+    assert figure_size(rollout=True) == (14.0, 11.5)
+    assert b.shape[:2] == (345, 14 * 30)  # the thumbnails go under the two heatmaps
+    # the rollout panel is not empty: the top right quarter has colour
+    assert b[: 7 * 30, 7 * 30 :, :3].var() > 0.01
     c = _read(save_png(maps, tmp_path / "c.png", layer=2, head=3, dpi=30))
     assert a.shape == c.shape and np.abs(a - c).max() > 0.1  # another head draws differently
 
@@ -65,7 +67,7 @@ def test_label_thinning():
 def test_png_512_tokens_renders(tmp_path):
     maps = softmax_maps(512, 2, 3, seed=5)
     img = _read(save_png(maps, tmp_path / "big.png", layer=1, head=2, dpi=20))
-    assert img.shape[:2] == (11 * 20, 21 * 20)
+    assert img.shape[:2] == (7 * 20, 14 * 20)
     assert img[..., :3].var() > 0.01
 
 
@@ -195,7 +197,7 @@ def test_no_cjk_font_warns_once_with_the_fix(monkeypatch, tmp_path):
     with pytest.warns(UserWarning, match="no CJK font is installed.*install fonts-noto-cjk") as rec:
         save_png(_cjk_maps(), tmp_path / "a.png", layer=0, head=0, dpi=20)
     assert len(rec) == 1 and "matplotlib" not in rec[0].filename
-    assert mpimg.imread(tmp_path / "a.png").shape[:2] == (11 * 20, 21 * 20)  # still drawn
+    assert mpimg.imread(tmp_path / "a.png").shape[:2] == (7 * 20, 14 * 20)  # still drawn
 
 
 def test_other_missing_glyphs_are_summed_up_in_one_line(cjk_font):
@@ -216,7 +218,7 @@ def test_latin_tokens_do_not_look_up_a_font(monkeypatch):
     out, caught = _render_all_warnings(maps)
     assert caught == []
     # unchanged: the very drawing of before (no font family given to any text)
-    assert out == png_mod._render(maps, 0, 0, 1, None, 40, {})
+    assert out == png_mod._render(png_mod._figure(maps, 0, 0, 1, None, 40, {}))
 
 
 def test_stale_matplotlib_font_list_is_refreshed(cjk_font, monkeypatch, tmp_path):
@@ -231,3 +233,51 @@ def test_stale_matplotlib_font_list_is_refreshed(cjk_font, monkeypatch, tmp_path
     cached = list(tmp_path.glob("fontlist-v*.json"))
     assert len(cached) == 1 and cjk_font in cached[0].read_text()
     assert not png_mod._add_new_system_fonts(stale)  # nothing new the second time
+
+
+#: GitHub's README column, in pixels: the hero image is shown scaled to it
+README_WIDTH = 880
+
+
+def _drawn(maps, rollout=None, dpi: int = 100):
+    """The figure render_png draws (fonts as it picks them), drawn, and its heatmaps' axes."""
+    cjk = png_mod._cjk_font() if png_mod._has_cjk(maps.tokens) else None
+    font = {"fontfamily": png_mod._font_family(cjk)} if cjk else {}
+    fig = png_mod._figure(maps, 0, 0, 0, rollout, dpi, font)
+    fig.canvas.draw()
+    maps_axes = [ax for ax in fig.axes if ax.get_xlabel() == "key (attended to)"]
+    assert maps_axes
+    return fig, maps_axes
+
+
+@pytest.mark.parametrize(
+    "tokens, turned",
+    [
+        (["[CLS]", "a", "cat", "sat", "on", "it", "[SEP]"], False),
+        (CJK_TOKENS, False),  # "注意力" fits its column at 9 points or more: horizontal
+        ([f"token{i}" for i in range(40)], True),
+        (["[CLS]", "一", "只", "猫", "坐", "在", "垫", "子", "上", "[SEP]"], False),
+    ],
+)
+def test_x_labels_lie_at_most_45_degrees_and_never_overlap(tokens, turned, cjk_font):
+    n = len(tokens)
+    maps = AttentionMaps(tokens, [np.full((1, n, n), 1.0 / n, dtype=np.float32)])
+    _, axes = _drawn(maps)
+    for ax in axes:
+        labels = ax.get_xticklabels()
+        assert {lab.get_rotation() for lab in labels} == {45.0 if turned else 0.0}
+        if not turned:  # side by side: each ends before the next begins
+            boxes = [lab.get_window_extent() for lab in labels]
+            for a, b in itertools.pairwise(boxes):
+                assert a.x1 <= b.x0, [lab.get_text() for lab in labels]
+
+
+def test_readme_hero_labels_are_readable_at_the_readme_width():
+    """``make demo``'s PNG (a 25-token pair, with the rollout): token labels at least 8 px
+    tall once the image is scaled to the README's width (they were 3 px)."""
+    maps = softmax_maps(25, 6, 12, seed=2, segment_start=16)
+    fig, axes = _drawn(maps, rollout=attention_rollout(maps))
+    scale = README_WIDTH / (fig.get_size_inches()[0] * 100)
+    for ax in axes:
+        for lab in ax.get_yticklabels() + ax.get_xticklabels():
+            assert lab.get_fontsize() * 100 / 72 * scale >= 8.0, lab.get_fontsize()

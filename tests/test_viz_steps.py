@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_viz_html
+from article_code import ARTICLE_LINES
 from test_viz_html import _no_errors_no_network, _open, _page_data
 from viz_data import softmax_maps
 
@@ -232,7 +233,7 @@ def test_clicked_token_steps_match_the_model(driver, bert, real):
     assert "bias = 0 for every key (16 of 16)" in text["mask"]
     assert "masked_fill(mask == 0, -1e9)" in text["mask"]
     assert "columns h·d_k..(h+1)·d_k−1 = 160..191" in text["merge"]
-    assert "self.out_linear(output)" in text["merge"]
+    assert "output = self.out_linear(context)" in text["merge"]  # the article's own line
     rows = driver.find_elements("css selector", '[data-step="scores"] table.keys tr[data-j]')
     assert len(rows) == len(maps.tokens)
     shown = [
@@ -423,7 +424,7 @@ def test_initial_view_from_layer_and_head(driver, real, tmp_path):
 @pytest.mark.browser
 def test_code_lines_are_bertattn_source(driver, tmp_path):
     """The bertattn lines shown beside the article's are in the named file and function."""
-    _open(driver, save_html(softmax_maps(4, 1, 1), tmp_path / "code.html"))
+    _open(driver, save_html(qkv_maps(4, 1, 1, 8, qkv_layers={0}), tmp_path / "code.html"))
     code = driver.execute_script("return bertattn.code")
     assert sorted(code) == sorted(STEP_NAMES)
     for name, c in code.items():
@@ -432,10 +433,13 @@ def test_code_lines_are_bertattn_source(driver, tmp_path):
         body = source[start : source.find("\n    def ", start + 1)]
         for line in c["ours"]:
             assert line in body, f"{name}: {line!r} is not in {c['file']} {c['fn']}"
-        assert c["article"] and all(c["article"])
-    articles = {line for c in code.values() for line in c["article"]}
-    assert "attention = torch.softmax(scores, dim=-1)" in articles
-    assert "output = self.out_linear(output)" in articles
+    # the article's own lines, not paraphrases (e.g. its "context = torch.matmul(attention, v)")
+    assert {name: c["article"] for name, c in code.items()} == ARTICLE_LINES
+    shown = driver.execute_script(
+        "bertattn.openSteps(1); return Array.from(document.querySelectorAll("
+        "'#steps-view [data-step] pre.article')).map(function (p) { return p.textContent; })"
+    )
+    assert shown == ["\n".join(lines) for lines in ARTICLE_LINES.values()]
 
 
 @pytest.mark.slow
@@ -459,4 +463,83 @@ def test_512_tokens_with_one_qkv_layer_fits_the_budget(driver, minilm_dir, tmp_p
     assert steps["ok"] and len(steps["weights"]) == 512
     rows = driver.find_elements("css selector", '[data-step="softmax"] table.keys tr[data-j]')
     assert len(rows) == 12  # the heaviest keys by default at this length
+    _no_errors_no_network(driver)
+
+
+def _offered(driver, page: Path, layer_pos: int) -> str:
+    """What the page tells a reader about the steps of layer ``layer_pos``, head 0: its note
+    and the steps panel's text, in both languages."""
+    _open(driver, page)
+    told = []
+    for lang in ("en", "zh"):
+        told.append(
+            driver.execute_script(
+                f"bertattn.setLang('{lang}'); bertattn.setLayer({layer_pos}); "
+                "bertattn.setHeads([0]); bertattn.openSteps(1);"
+                "return document.getElementById('note').textContent + '\\n' + "
+                "document.getElementById('steps-view').textContent"
+            )
+        )
+    _no_errors_no_network(driver)
+    return "\n".join(told)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_the_page_offers_only_what_attend_accepts(driver, cli, tiny_checkpoint, tmp_path, family):
+    """A page written by attend (layer 0's q, k, v stored) opened on layer 1: whatever way to
+    the steps it offers (``--steps`` for BERT; ``--explain`` for ModernBERT, whose rotation and
+    window the page cannot recompute) is one attend then takes."""
+    from test_family_modernbert import save_modernbert
+
+    folder = tiny_checkpoint
+    if family == "modernbert":
+        folder = tmp_path / "modernbert"
+        save_modernbert(folder, tiny_checkpoint)
+    text = "the attention head looks"
+    r = cli("attend", text, "--model", folder, "--html", tmp_path / "a.html")
+    assert r.code == 0, r
+    told = _offered(driver, tmp_path / "a.html", 1)
+    offers_steps = "--steps" in told
+    assert offers_steps == (family == "bert"), told
+    assert ("--explain" in told) == (family == "modernbert"), told
+    if offers_steps:
+        r = cli("attend", text, "--model", folder, "--html", tmp_path / "b.html", "--steps", "1")
+        assert r.code == 0, r
+        _offered(driver, tmp_path / "b.html", 1)
+        assert _view(driver)["state"] == "ok"
+    else:
+        assert "rotary positions and local windows" in told
+        r = cli("attend", text, "--model", folder, "--explain", "1:0:1")
+        assert r.code == 0 and "rotate" in r.out, r
+
+
+def _visible(driver, css: str) -> str:
+    return driver.find_element("css selector", css).text  # what a reader sees (not collapsed)
+
+
+@pytest.mark.browser
+def test_check_said_once_in_plain_words_and_mask_says_nothing_to_mask(driver, tmp_path):
+    maps = qkv_maps(6, 1, 2, 8, qkv_layers={0}, seed=3)
+    maps.tokens = ["[CLS]", "tired", "##ness", "中", "国", "[SEP]"]
+    _open(driver, save_html(maps, tmp_path / "once.html"))
+    driver.execute_script("bertattn.setHeads([1]); bertattn.openSteps(2)")
+    assert _view(driver)["check"] == "pass"
+    for lang, plain, nothing in (
+        ("en", "The weights recomputed here from q, k and v are the model's", "Nothing to mask"),
+        ("zh", "就是模型的权重", "这里没有要遮住的键"),
+    ):
+        driver.execute_script(f"bertattn.setLang('{lang}')")
+        shown = _visible(driver, "#steps-view")
+        assert shown.count("\u2713") == 1 and plain in shown, shown
+        assert "1/510" not in shown  # the allowance's arithmetic: on demand only
+        check = _visible(driver, '[data-step="softmax"] #steps-check')
+        assert check.startswith("\u2713 ") and plain in check
+        assert _visible(driver, '[data-step="mask"] p.desc').startswith(nothing)
+        note = _visible(driver, "#subword-note")  # the ## of the tokens, in one line
+        assert "##" in note and "tired ##ness" in note and "tiredness" in note
+    driver.find_element("css selector", "#steps-view details.bounds summary").click()
+    assert "1/510" in _visible(driver, "#steps-view details.bounds")
+    _open(driver, save_html(qkv_maps(4, 1, 1, 8, qkv_layers={0}), tmp_path / "plain.html"))
+    assert not driver.find_element("id", "subword-note").is_displayed()  # no mark: no line
     _no_errors_no_network(driver)

@@ -75,3 +75,26 @@ def test_render_all_writes_json_that_loads_back(tmp_path):
     np.testing.assert_allclose(back.layers[1], maps.layers[1], atol=1e-6)
     np.testing.assert_allclose(np.sum(data["rollout"], axis=-1), 1.0, atol=1e-4)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.html", "m.json"]
+
+
+def test_summary_explains_subword_marks_and_aligns_cjk():
+    """One line under the tokens says what their mark means; CJK tokens take two columns."""
+    import unicodedata
+
+    def width(text: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+    tokens = ["[CLS]", "中国", "tired", "##ness", "[SEP]"]
+    w = np.full((5, 5), 0.2, dtype=np.float32)
+    lines = summary(AttentionMaps(tokens, [w[None]]), layer=0, head=0).splitlines()
+    assert lines[2] == (
+        "“##” marks a piece that continues the word before it (WordPiece): tired ##ness are "
+        "one word, tiredness."
+    )
+    arrows = {width(line[: line.index(" -> ")]) for line in lines[3:]}
+    assert arrows == {len("0 ##ness")}, lines
+    pieces = ["<s>", "▁", "一只", "猫", "</s>"]
+    lines = summary(AttentionMaps(pieces, [w[None]]), layer=0, head=0).splitlines()
+    assert lines[2].startswith("“▁” marks a token that starts a word")
+    plain = summary(AttentionMaps(["[CLS]", "cat", "[SEP]"], [w[None, :3, :3]]), layer=0, head=0)
+    assert "marks" not in plain

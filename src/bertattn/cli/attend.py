@@ -15,6 +15,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..jobs.fields import add_arguments
 
     add_arguments(p, AttendOptions)
+    p.add_argument(
+        "--lang",
+        choices=("zh", "en"),
+        default=None,
+        help="the language of --explain's steps: zh (中文) or en (default: zh when the locale, "
+        "LC_ALL / LC_MESSAGES / LANG, starts with zh, else en)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..jobs.fields import from_namespace
 
     options = from_namespace(AttendOptions, args)
+    lang = _lang(options, getattr(args, "lang", None))
     _check_stdout(options)
     result = run_attend(options)
     maps = result.maps
@@ -35,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
         for message in result.notes:
             print(f"bertattn attend: warning: {message}", file=sys.stderr)
     if result.steps is not None:
-        print(result.steps.table())
+        print(result.steps.table(lang))
         print()
-        print(result.steps.formula())
+        print(result.steps.formula(lang))
     if result.stdout is not None:
         from ..files import write_stdout
 
@@ -77,3 +85,17 @@ def _check_stdout(options: AttendOptions) -> None:
             "summary, --explain steps or '-' output there; run it with a stdout, or ask for "
             "files only (--png/--html/--json FILE)."
         )
+
+
+def _lang(options: AttendOptions, given: str | None) -> str:
+    """``--explain``'s language: ``--lang``, else the locale's; ``--lang`` without ``--explain``
+    is refused (nothing else attend prints is in words)."""
+    from ..errors import UsageError
+    from ..viz.words import lang_from_env
+
+    if given is not None and options.explain is None:
+        raise UsageError(
+            f"--lang {given} chooses the language of --explain's steps, and there is no "
+            f"--explain; add --explain LAYER:HEAD:TOKEN, or drop --lang."
+        )
+    return given or lang_from_env()

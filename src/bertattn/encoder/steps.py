@@ -12,7 +12,6 @@ one head and one query row. Shapes (L tokens, D head size, E hidden size)::
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -81,90 +80,19 @@ class AttentionSteps:
         total = norms.sum()
         return norms / total if total > 0 else norms
 
-    def table(self) -> str:
+    def table(self, lang: str = "en") -> str:
         """One line per key: token, q·k, /sqrt(d), the relative position bias (MPNet only),
-        mask, weight, share of the context."""
-        pos = self.position_bias
-        lines = [
-            f"layer {self.layer}, head {self.head}, query {self.query} "
-            f"{self.tokens[self.query]!r} (d_k = {self.head_dim})",
-            f"{'#':>4}  {'key':<16}{'q·k':>10}{'/√d':>9}{'+pos' if pos is not None else '':>8}"
-            f"{'mask':>7}{'weight':>9}{'share':>8}",
-        ]
-        shares = self.shares()
-        for j, tok in enumerate(self.tokens):
-            mask = "0" if self.bias[j] == 0 else ("-inf" if self.bias[j] < -1e30 else "bias")
-            if self.window is not None and abs(j - self.query) > self.window:
-                mask = "win"  # outside the local window
-            rel = f"{float(pos[j]):>8.3f}" if pos is not None else f"{'':>8}"
-            lines.append(
-                f"{j:>4}  {tok[:15]:<16}{float(self.scores[j]):>10.3f}{float(self.scaled[j]):>9.3f}"
-                f"{rel}{mask:>7}{float(self.weights[j]):>9.4f}{float(shares[j]):>8.1%}"
-            )
-        if self.window is not None:
-            lines.append(
-                f"(win: -inf, outside the local window |j - {self.query}| <= {self.window}; "
-                f"局部窗口之外)"
-            )
-        return "\n".join(lines)
+        mask, weight, share of the context; ``lang`` ``"en"`` or ``"zh"`` (the page's words)."""
+        from ..viz.explain import steps_table
 
-    def _rotation_lines(self, j: int) -> list[str]:
-        """The rotation step, for a rotary model: how q and k were turned, one pair shown."""
-        if self.theta is None or self.q_before is None or self.k_before is None:
-            return []
-        d, i = self.head_dim, self.query
-        angle = i * self.theta ** (-2 * 0 / d)  # pair 0 turns by the position itself
-        a, b = float(self.q_before[0]), float(self.q_before[d // 2])
-        before = float(self.q_before @ self.k_before[j])
-        return [
-            f"  rotate    = q and k turned pair by pair (i, i + d_k/2) by angle "
-            f"position · θ^(-2i/d_k), θ = {self.theta:g}   (旋转位置编码：按位置旋转 q 和 k)",
-            f"              q's pair 0 at position {i}: ({a:.3f}, {b:.3f}) turned by "
-            f"{angle:.3f} rad -> ({float(self.q[0]):.3f}, {float(self.q[d // 2]):.3f})",
-            f"              q · k_{j} before the rotation {before:.3f}, after "
-            f"{float(self.scores[j]):.3f}: the score now depends on {i} - {j}",
-        ]
+        return steps_table(self, lang)
 
-    def formula(self) -> str:
-        """The article's formula with this row's numbers filled in (the top key shown)."""
-        d = self.head_dim
-        j = int(self.weights.argmax())
-        pos = self.position_bias
-        logits = self.scaled + self.bias if pos is None else self.scaled + pos + self.bias
-        exps = torch.exp(logits - logits.max())  # softmax, written out
-        total, top = float(exps.sum()), float(exps[j])
-        relative = []
-        if pos is not None:
-            relative = [
-                f"  position  = table[bucket(j - {self.query}), head {self.head}]  (MPNet's "
-                f"relative position bias, shared by every layer) -> {float(pos[j]):.3f}"
-            ]
-        lines = [
-            "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + "
-            + ("position + " if pos is not None else "")
-            + "mask) · V",
-            *self._rotation_lines(j),
-            f"  scores    = q · k_j                 e.g. q · k_{j} ({self.tokens[j]!r}) = "
-            f"{float(self.scores[j]):.3f}",
-            f"  scaled    = scores / √{d} = scores / {math.sqrt(d):.3f}   -> "
-            f"{float(self.scaled[j]):.3f}",
-            *relative,
-            (
-                f"  mask      = 0 for real tokens with |j - {self.query}| <= {self.window}, -inf "
-                f"outside the window and for padding (局部注意力) -> {float(self.bias[j]):.0f}"
-                if self.window is not None
-                else f"  mask      = 0 for real tokens, -inf for padding            -> "
-                f"{float(self.bias[j]):.0f}"
-            ),
-            f"  weights_j = exp(s_j - max s) / Σ_i exp(s_i - max s) = "
-            f"{top:.4f} / {total:.4f} = {float(self.weights[j]):.4f}",
-            f"  context   = Σ_j weights_j · v_j      (|context| = {float(self.context.norm()):.3f},"
-            f" top key {self.tokens[j]!r} gives {float(self.shares()[j]):.1%})",
-            f"  output   += W_o[:, head {self.head}] · context   "
-            f"(|share| = {float(self.output_share.norm()):.3f} of |output| = "
-            f"{float(self.output.norm()):.3f})",
-        ]
-        return "\n".join(lines)
+    def formula(self, lang: str = "en") -> str:
+        """The article's formula with this row's numbers filled in (the top key shown), each
+        step followed by the article's own PyTorch line(s); ``lang`` as :meth:`table`."""
+        from ..viz.explain import steps_formula
+
+        return steps_formula(self, lang)
 
 
 def find_tokens(tokens: list[str], text: str) -> list[int]:

@@ -244,6 +244,7 @@ def run_attend(options: AttendOptions) -> AttendResult:
         )
     qkv_layers = options.steps_layers(cfg.num_hidden_layers)
     family = families.get(cfg.family)
+    no_steps = None if family.can("steps") else family.why_not("steps")  # for the page
     steps_note = ""
     if qkv_layers and not family.can("steps"):
         if options.steps is not None:  # asked for by name: refused before the model runs
@@ -326,12 +327,15 @@ def run_attend(options: AttendOptions) -> AttendResult:
             layer=options.layer,
             head=options.head,
             rollout=options.rollout,
+            no_steps=no_steps,
         )
     if "-" in (options.html, options.json):
         roll = viz.attention_rollout(maps) if options.rollout else None
         if options.json == "-":
             result.stdout = viz.render_json(maps, rollout=roll)
         else:
-            page = viz.render_html(maps, rollout=roll, layer=options.layer, head=options.head)
+            page = viz.render_html(
+                maps, rollout=roll, layer=options.layer, head=options.head, no_steps=no_steps
+            )
             result.stdout = page.encode("utf-8")
     return result

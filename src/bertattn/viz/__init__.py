@@ -83,6 +83,7 @@ def render_all(
     layer: int | None = None,
     head: int | None = None,
     rollout: bool = False,
+    no_steps: str | None = None,
 ) -> list[Path]:
     """Write the outputs asked for (PNG, HTML page, JSON), all or none; return their paths in
     that order.
@@ -91,7 +92,7 @@ def render_all(
     large, layer 0 / head 0 when not given, and the layer and only head the HTML page opens on,
     its default view when not given — and every output path), every file is rendered, and only
     then are they written together (:func:`bertattn.files.write_all`). ``rollout=True`` adds the
-    attention rollout to every output.
+    attention rollout to every output. ``no_steps``: the page's, see :func:`save_html`.
     """
     png_layer = 0 if layer is None else layer
     png_head = 0 if head is None else head
@@ -108,7 +109,7 @@ def render_all(
     if png is not None:
         items.append((png, render_png(maps, layer=png_layer, head=png_head, rollout=roll)))
     if html is not None:
-        page = render_html(maps, rollout=roll, layer=layer, head=head)
+        page = render_html(maps, rollout=roll, layer=layer, head=head, no_steps=no_steps)
         items.append((html, page.encode("utf-8")))
     if json_path is not None:
         items.append((json_path, render_json(maps, rollout=roll)))

@@ -5,7 +5,10 @@
  *     both laid out [layer][head][query][k], the k kept keys of each query sorted by weight;
  *   qkv (or null): for the model layer ids qkv.layers, base64 of float16 (or float32, see
  *     qkv.dtype) little-endian q, k, v laid out [3][head][token][d], and qkv.err: the error
- *     bounds of the recomputation, measured when the page was written (bertattn/viz/html.py).
+ *     bounds of the recomputation, measured when the page was written (bertattn/viz/html.py);
+ *   article: step name -> the article's own PyTorch lines (bertattn/viz/words.py);
+ *   no_steps (or null): the step this model's attention has that the page cannot recompute;
+ *   subword_note: {en, zh}: one line on the tokens' subword mark (##, ▁, Ġ), "" without one.
  * Every label is in STR below, in English and Chinese; the page starts in Chinese when the
  * browser's language is zh*, otherwise in English (or as #lang=zh / #lang=en says).
  * Test hook: window.bertattn (ready, firstPaintMs, lastDrawMs, setLayer, setHeads, hoverToken,
@@ -33,6 +36,9 @@
       noteQkv: " q, k, v of layer {list} stored as {dtype} (max error {qkv}; the weights " +
         "recomputed from them are within {weights} of the model's).",
       noteNoQkv: " No q, k, v stored: no steps view (write the page with --steps LAYERS).",
+      noteModelNoSteps: " No steps view for this model: the page recomputes " +
+        "softmax(q·k/√d_k + mask) and has no step for {why}. The terminal shows its steps: " +
+        "bertattn attend TEXT --explain LAYER:HEAD:TOKEN.",
       layerLabel: "Layer", layerOption: "Layer {id}", rolloutOption: "Rollout (all layers)",
       headsAria: "heads", headsAll: "all heads", headsNone: "none", threshold: "threshold",
       topk: "top-k per token", stepsButton: "Steps ▸",
@@ -58,15 +64,23 @@
         "own. Open a layer with steps:",
       layerNoSteps: "Layer {l} has no q, k, v in this page; steps are stored for layer {list}:",
       noSteps: "This page stores no q, k, v, so it cannot show the steps.",
+      modelNoSteps: "This model has no steps view: the page recomputes softmax(q·k/√d_k + " +
+        "mask) and has no step for {why}.",
+      howExplain: "The terminal shows this model's steps, the rotation and the window " +
+        "included where it has them: bertattn attend TEXT --explain LAYER:HEAD:TOKEN (e.g. " +
+        "--explain 1:0:3).",
       howSteps: "To get them: bertattn attend TEXT --html page.html --steps LAYERS (e.g. " +
         "--steps 2), or in Python bert.attention_maps(text, qkv_layers=[2]), then save_html.",
-      bounds: "Error bounds of the recomputation (q, k, v stored as {dtype}; measured when the " +
-        "page was written): q/k/v {qkv}, q·k {scores}, ÷√d_k {scaled}, " +
-        "weights {weights}, context {context}.",
-      checkOk: "✓ recomputed weights = the head view's row: max difference {diff} ≤ {bound} " +
-        "(1/510 from storing the head view's weights + {werr}, the recomputation's bound)",
-      checkBad: "✗ recomputed weights differ from the head view's row: max difference " +
-        "{diff} > {bound} (1/510 + {werr})",
+      bounds: "The allowance {bound} is 1/510 (the head view stores each weight rounded to " +
+        "1/255) + {werr} (q, k, v stored as {dtype}, measured when the page was written: " +
+        "q/k/v {qkv}, q·k {scores}, ÷√d_k {scaled}, weights {weights}, context {context}).",
+      boundsSummary: "where the allowance comes from",
+      checkOk: "✓ The weights recomputed here from q, k and v are the model's: they differ " +
+        "from the head view's by at most {diff}, within the {bound} that rounding the stored " +
+        "numbers allows.",
+      checkBad: "✗ The weights recomputed here from q, k and v are not the model's: they " +
+        "differ from the head view's by up to {diff}, more than the {bound} that rounding the " +
+        "stored numbers allows.",
       article: "article (PyTorch)", ours: "bertattn, {file} ({fn})",
       colKey: "key", colK: "kⱼ", colScore: "q·kⱼ", colScaled: "÷ √d_k",
       colWeight: "weight", colView: "head view", colWV: "weightⱼ · vⱼ",
@@ -87,9 +101,9 @@
         "with d_k, so softmax does not saturate. (The article does ③ and ④ in one " +
         "line.)",
       s5: "⑤ Mask",
-      s5d: "A padding key would get −∞ (the article: −1e9), so weight 0. This page " +
-        "holds one text (or pair) and no padding: the mask bias is 0 for all {n} keys; nothing " +
-        "is masked.",
+      s5d: "Nothing to mask here: this page holds one text (or pair), with no padding, so " +
+        "all {n} keys keep bias 0. The mask matters in a batch: a shorter text is padded to " +
+        "the longest, and each padding key gets −∞ (the article: −1e9), so weight 0.",
       s5v: "bias = 0 for every key ({n} of {n})",
       s6: "⑥ Softmax",
       s6d: "weightⱼ = exp(sⱼ − max s) / Σᵢ exp(sᵢ − max s): " +
@@ -120,6 +134,8 @@
       noteQkv: "第 {list} 层的 q、k、v 以 {dtype} 存储（最大误差 {qkv}；由它们重算的权重" +
         "与模型的相差不超过 {weights}）。",
       noteNoQkv: "未存 q、k、v：没有计算步骤视图（生成页面时加 --steps 层号）。",
+      noteModelNoSteps: "本模型没有计算步骤视图：页面只能重算 softmax(q·k/√d_k + mask)，" +
+        "没有“{why}”这一步。终端可以显示它的计算步骤：bertattn attend 文本 --explain 层:头:词元。",
       layerLabel: "层", layerOption: "第 {id} 层", rolloutOption: "Rollout（全部层）",
       headsAria: "注意力头", headsAll: "全部头", headsNone: "全不选", threshold: "阈值",
       topk: "每个词元前 k 条", stepsButton: "计算步骤 ▸",
@@ -143,13 +159,20 @@
       rolloutNoSteps: "rollout 把所有层的权重相乘，没有自己的 q、k、v。请打开一个有计算步骤的层：",
       layerNoSteps: "本页没有第 {l} 层的 q、k、v；有计算步骤的是第 {list} 层：",
       noSteps: "本页没有存 q、k、v，无法展示计算步骤。",
+      modelNoSteps: "本模型没有计算步骤视图：页面只能重算 softmax(q·k/√d_k + mask)，" +
+        "没有“{why}”这一步。",
+      howExplain: "终端可以显示本模型的计算步骤（有旋转位置编码或局部窗口的，也一并显示）：" +
+        "bertattn attend 文本 --explain 层:头:词元（如 --explain 1:0:3）。",
       howSteps: "生成含计算步骤的页面：bertattn attend 文本 --html page.html --steps 层号" +
         "（如 --steps 2），或在 Python 中 bert.attention_maps(text, qkv_layers=[2]) 后 save_html。",
-      bounds: "重算的误差上界（q、k、v 以 {dtype} 存储；生成页面时测得）：q/k/v {qkv}，" +
-        "q·k {scores}，÷√d_k {scaled}，权重 {weights}，上下文 {context}。",
-      checkOk: "✓ 重算的权重 = 头视图的这一行：最大差 {diff} ≤ {bound}（头视图权重的存储误差 " +
-        "1/510 + 重算权重的误差上界 {werr}）",
-      checkBad: "✗ 重算的权重与头视图的这一行不一致：最大差 {diff} > {bound}（1/510 + {werr}）",
+      bounds: "允许的差 {bound} = 1/510（头视图把每个权重舍入到 1/255 存储）+ {werr}（q、k、v " +
+        "以 {dtype} 存储，生成页面时测得：q/k/v {qkv}，q·k {scores}，÷√d_k {scaled}，" +
+        "权重 {weights}，上下文 {context}）。",
+      boundsSummary: "允许的差从何而来",
+      checkOk: "✓ 重算的权重（本页由 q、k、v 算出）就是模型的权重：与头视图最多相差 {diff}，" +
+        "在存储数值的舍入所允许的 {bound} 以内。",
+      checkBad: "✗ 重算的权重（本页由 q、k、v 算出）不是模型的权重：与头视图相差 {diff}，" +
+        "超过了存储数值的舍入所允许的 {bound}。",
       article: "文章（PyTorch）", ours: "bertattn，{file}（{fn}）",
       colKey: "键", colK: "kⱼ", colScore: "q·kⱼ", colScaled: "÷ √d_k",
       colWeight: "权重", colView: "头视图", colWV: "权重ⱼ · vⱼ",
@@ -168,8 +191,9 @@
       s4d: "√d_k = √{D} = {sq}：除以它，分数的分散程度就不随 d_k 增大，softmax 不至于饱和。" +
         "（文章把 ③④ 写在同一行。）",
       s5: "⑤ 掩码",
-      s5d: "填充位置的键会得到 −∞（文章里是 −1e9），权重变为 0。本页是一段文本（或一对文本），" +
-        "没有填充：全部 {n} 个键的掩码偏置都是 0，没有键被遮住。",
+      s5d: "这里没有要遮住的键：本页是一段文本（或一对文本），没有填充，全部 {n} 个键的偏置都是 0。" +
+        "掩码在批处理中才起作用：较短的文本被填充到最长的长度，每个填充位置的键得到 −∞" +
+        "（文章里是 −1e9），权重变为 0。",
       s5v: "偏置 = 0（{n} 个键全是）",
       s6: "⑥ Softmax 归一化",
       s6d: "权重ⱼ = exp(sⱼ − max s) / Σᵢ exp(sᵢ − max s)：全为正，总和 {sum}。此处由 q、k " +
@@ -187,58 +211,52 @@
       numbers: "数值",
     },
   };
-  // The code of each step: the article's PyTorch line(s) and bertattn's (the file under
-  // src/bertattn/ and the function they are in; tests check the lines are there verbatim).
+  // The code of each step: the article's own PyTorch line(s), from the page's data
+  // (bertattn/viz/words.py), and bertattn's (the file under src/bertattn/ and the function
+  // they are in; tests check the lines are there verbatim).
   var CODE = {
     qkv: {
-      article: [
-        "Q = self.q_linear(x).view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)",
-        "K = self.k_linear(x).view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)",
-        "V = self.v_linear(x).view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)",
-      ],
+      article: D.article.qkv,
       file: "attention/module.py", fn: "project_qkv",
       ours: ["qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)"],
     },
     split: {
-      article: [".view(batch_size, -1, self.num_heads, self.head_dim).transpose(1, 2)"],
+      article: D.article.split,
       file: "attention/module.py", fn: "project_qkv",
       ours: ["qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)"],
     },
     scores: {
-      article: ["scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.head_dim)"],
+      article: D.article.scores,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["raw = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype))"],
     },
     scaled: {
-      article: ["scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.head_dim)"],
+      article: D.article.scaled,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["scaled = raw / math.sqrt(d)"],
     },
     mask: {
-      article: ["scores = scores.masked_fill(mask == 0, -1e9)"],
+      article: D.article.mask,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["scores = scaled if bias is None else scaled + bias"],
     },
     softmax: {
-      article: ["attention = torch.softmax(scores, dim=-1)"],
+      article: D.article.softmax,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, Lq, Lk)"],
     },
     dropout: {
-      article: ["attention = self.dropout(attention)"],
+      article: D.article.dropout,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["weights = F.dropout(weights, p=dropout_p, training=True)"],
     },
     context: {
-      article: ["output = torch.matmul(attention, V)"],
+      article: D.article.context,
       file: "attention/backends.py", fn: "math_attention",
       ours: ["context = torch.matmul(weights, v)"],
     },
     merge: {
-      article: [
-        "output = output.transpose(1, 2).contiguous().view(batch_size, -1, self.embed_dim)",
-        "output = self.out_linear(output)",
-      ],
+      article: D.article.merge,
       file: "attention/module.py", fn: "_attend_padded",
       ours: [
         "context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)",
@@ -511,9 +529,12 @@
         qkv: num(worst.qkv), weights: num(worst.weights),
       });
     } else {
-      note += t("noteNoQkv");
+      note += D.no_steps ? t("noteModelNoSteps", { why: D.no_steps }) : t("noteNoQkv");
     }
     $("note").textContent = note;
+    var marks = D.subword_note && D.subword_note[lang];  // what ##, ▁ or Ġ in the tokens mean
+    $("subword-note").hidden = !marks;
+    $("subword-note").textContent = marks || "";
     for (var o = 0; o < sel.options.length; o++) {
       var v = +sel.options[o].value;
       sel.options[o].text = v === ROLL ? t("rolloutOption") : t("layerOption", { id: D.layer_ids[v] });
@@ -905,7 +926,11 @@
     var where = $("steps-where");
     where.textContent = "";
     var stateName;
-    if (!QKV) {
+    if (!QKV && D.no_steps) {  // the model's attention has a step the page cannot redo
+      stateName = "model";
+      body.appendChild(el("p", "msg", t("modelNoSteps", { why: D.no_steps })));
+      body.appendChild(el("p", "how", t("howExplain")));
+    } else if (!QKV) {
       stateName = "none";
       body.appendChild(el("p", "msg", t("noSteps")));
       body.appendChild(el("p", "how", t("howSteps")));
@@ -950,17 +975,18 @@
     keysRow.appendChild(ks);
     top.appendChild(keysRow);
     body.appendChild(top);
+    // the bound rounded up, so a shown difference never looks larger than a passing bound
+    var bound = (Math.ceil(st.bound * 1e4) / 1e4).toFixed(4);
     var check = el("p", "check " + (st.ok ? "ok" : "bad"), t(st.ok ? "checkOk" : "checkBad", {
-      // the bound rounded up, so a shown difference never looks larger than a passing bound
-      diff: st.max_diff.toFixed(4), bound: (Math.ceil(st.bound * 1e4) / 1e4).toFixed(4),
-      werr: num(st.err.weights),
-      dtype: st.dtype,
+      diff: st.max_diff.toFixed(4), bound: bound,
     }));
-    check.id = "steps-check";
-    body.appendChild(check);
-    body.appendChild(el("p", "bounds", t("bounds", {
-      dtype: st.dtype, qkv: num(st.err.qkv), scores: num(st.err.scores),
-      scaled: num(st.err.scaled), weights: num(st.err.weights), context: num(st.err.context),
+    check.id = "steps-check";  // shown once, in the softmax step beside the head view's column
+    var why = el("details", "bounds");  // the check's arithmetic, on demand
+    why.appendChild(el("summary", null, t("boundsSummary")));
+    why.appendChild(el("p", null, t("bounds", {
+      bound: bound, werr: num(st.err.weights), dtype: st.dtype, qkv: num(st.err.qkv),
+      scores: num(st.err.scores), scaled: num(st.err.scaled), weights: num(st.err.weights),
+      context: num(st.err.context),
     })));
 
     var order = [];
@@ -1014,7 +1040,8 @@
     // 6: softmax
     var wMax = maxAbs(st.weights);
     var c6 = card("softmax", t("s6"), t("s6d", { sum: st.weight_sum.toFixed(4) }));
-    c6.appendChild(el("p", "check " + (st.ok ? "ok" : "bad"), check.textContent));
+    c6.appendChild(check);
+    c6.appendChild(why);
     c6.appendChild(keyTable(st, [t("colKey"), t("colWeight"), "", t("colView")], function (jj) {
       var sv = st.stored[jj], view = el("td", "num view", sv == null ? "\u2014" : sv.toFixed(4));
       if (sv == null) view.title = t("notKept", { k: K });

@@ -3,7 +3,8 @@ for a multi-vector model the MaxSim view (which document token each query token 
 
 The page needs no network: its CSS and JS (``attention.css``, ``attention.js``, ``maxsim.js``,
 package data) and the data are inlined. Every label of the page is in ``attention.js`` (the
-MaxSim view's in ``maxsim.js``), in English and Chinese; this module only writes numbers.
+MaxSim view's in ``maxsim.js``), in English and Chinese; this module writes the numbers and
+the article's own code lines (:mod:`bertattn.viz.words`).
 Weights are stored compactly:
 
 * quantized: ``round(w * 255)`` as uint8 (w clipped to [0, 1]); the error is at most 1/510;
@@ -40,6 +41,7 @@ import numpy as np
 from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
 from ._common import check_layer_head, layer_index
+from .words import ARTICLE_CODE, LANGS, subword_note
 
 __all__ = ["save_html", "render_html", "DEFAULT_TOP_K", "qkv_error_bounds"]
 
@@ -173,6 +175,7 @@ def render_html(
     layer: int | None = None,
     head: int | None = None,
     maxsim: dict | None = None,
+    no_steps: str | None = None,
 ) -> str:
     """The page as a string (see ``save_html``)."""
     n = len(maps.tokens)
@@ -208,6 +211,9 @@ def render_html(
         "qkv": _qkv_data(maps),
         "initial": initial,
         "maxsim": maxsim,
+        "article": ARTICLE_CODE,  # the article's own lines of each step, for the steps view
+        "no_steps": no_steps,  # why the model has no steps view (None: it has one)
+        "subword_note": {lang: subword_note(maps.tokens, lang) for lang in LANGS},
     }
     if rollout is not None:
         rollout = np.asarray(rollout, dtype=np.float32)
@@ -262,6 +268,7 @@ def save_html(
     layer: int | None = None,
     head: int | None = None,
     maxsim: dict | None = None,
+    no_steps: str | None = None,
 ) -> Path:
     """Write one self-contained HTML page (no network) showing ``maps``; returns the path.
 
@@ -276,6 +283,9 @@ def save_html(
         head: the only head selected when the page opens (default all of them).
         maxsim: a multi-vector model's MaxSim of a query against a document
             (:meth:`bertattn.jobs.attend_maxsim.MaxSimView.to_dict`): the page's MaxSim view.
+        no_steps: for a model that has no steps view, the step the page could not recompute
+            (e.g. "ModernBERT's rotary positions and local windows"): the page then says so
+            and points to ``bertattn attend --explain`` instead of offering ``--steps``.
 
     Raises:
         ValueError: a rollout of the wrong shape, more than 65535 tokens, ``top_k < 1``, a
@@ -287,6 +297,13 @@ def save_html(
     """
     check_output(path, what="HTML page")
     page = render_html(
-        maps, rollout=rollout, title=title, top_k=top_k, layer=layer, head=head, maxsim=maxsim
+        maps,
+        rollout=rollout,
+        title=title,
+        top_k=top_k,
+        layer=layer,
+        head=head,
+        maxsim=maxsim,
+        no_steps=no_steps,
     )
     return write_atomic(path, page.encode("utf-8"))

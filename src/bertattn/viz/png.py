@@ -47,13 +47,18 @@ except ImportError as exc:
 from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
 from ._common import check_layer_head
+from .words import clip, display_width
 
 __all__ = ["save_png", "render_png", "figure_size", "MAX_LABELS", "CJK_FONTS", "NO_CJK_FONT"]
 
 MAX_LABELS = 60  # token labels per axis of the large heatmap, at most (evenly thinned)
 _THUMB_PIXELS = 64  # thumbnails are block-max downsampled to at most this many cells per side
-_MAIN_IN = 11.0  # inches: side of the large heatmap's column, and the figure height
-_GRID_IN = 10.0  # inches: width of the thumbnail grid's column
+_PANEL_IN = 7.0  # inches: side of a heatmap's cell (the head shown large, the rollout)
+_GRID_IN = 7.0  # inches: width of the thumbnail grid beside the large head (no rollout)
+_GRID_ROW_IN = 4.5  # inches: height of the thumbnail grid's row under the two heatmaps
+_LABEL_PT = (5.0, 12.0)  # token labels' font size: fitted to the rows, within these points
+_EM = 0.65  # a display column's width in ems, at most (a CJK character takes two columns)
+_LEVEL_PT = 9.0  # horizontal x labels are never made smaller than this to fit
 
 
 # CJK font families, in order of preference (simplified Chinese first: the readers are Chinese).
@@ -168,9 +173,13 @@ def _font_family(cjk: str) -> list[str]:
 
 
 def figure_size(*, rollout: bool) -> tuple[float, float]:
-    """(width, height) of the PNG in inches; pixels are these times ``dpi``."""
-    width = _MAIN_IN + _GRID_IN + (_MAIN_IN if rollout else 0.0)
-    return width, _MAIN_IN
+    """(width, height) of the PNG in inches; pixels are these times ``dpi``. Without a rollout
+    the thumbnails stand beside the large head; with one, the rollout does, and the thumbnails
+    go under both (so each heatmap keeps half the width: readable when the image is shown
+    scaled down, as in a README)."""
+    if rollout:
+        return 2 * _PANEL_IN, _PANEL_IN + _GRID_ROW_IN
+    return _PANEL_IN + _GRID_IN, _PANEL_IN
 
 
 def tick_positions(n: int, max_labels: int = MAX_LABELS) -> np.ndarray:
@@ -180,7 +189,24 @@ def tick_positions(n: int, max_labels: int = MAX_LABELS) -> np.ndarray:
 
 
 def _short(token: str, width: int = 14) -> str:
-    return token if len(token) <= width else token[: width - 1] + "…"
+    """``token`` cut to ``width`` display columns (CJK characters take two), "…" marking a cut."""
+    return token if display_width(token) <= width else clip(token, width - 1) + "…"
+
+
+def _label_layout(ax, labels: list[str], step: int, n: int) -> tuple[float, float]:
+    """The token labels' font size (points) and the x labels' rotation (0 or 45 degrees):
+    the size fitted to the spacing of the labelled rows, horizontal x labels when the widest
+    fits its column at :data:`_LEVEL_PT` or more, else turned 45 degrees (never on their side)."""
+    ax.apply_aspect()  # the heatmap's drawn size (aspect equal, colourbar taken)
+    box = ax.get_position()
+    fig_w, fig_h = ax.figure.get_size_inches()
+    side_pt = min(box.width * fig_w, box.height * fig_h) * 72
+    spacing = side_pt * step / n  # points between two labelled tokens
+    size = min(max(0.75 * spacing, _LABEL_PT[0]), _LABEL_PT[1])
+    level = 0.9 * spacing / (max(display_width(t) for t in labels) * _EM)  # widest fits: pt
+    if level >= _LEVEL_PT:  # horizontal, a little smaller if need be, when still readable
+        return min(size, level), 0.0
+    return size, 45.0
 
 
 def _downsample(a: np.ndarray, cells: int = _THUMB_PIXELS) -> np.ndarray:
@@ -206,19 +232,19 @@ def _heatmap(
     n = len(tokens)
     im = ax.imshow(w, cmap="viridis", norm=_norm(w), interpolation="nearest", aspect="equal")
     ticks = tick_positions(n)
-    size = 8 if len(ticks) <= 30 else 6
     labels = [_short(tokens[i]) for i in ticks]
-    ax.set_xticks(ticks, labels, rotation=90, fontsize=size, **font)
-    ax.set_yticks(ticks, labels, fontsize=size, **font)
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query (attending)")
-    ax.set_title(title, fontsize=12)
     if seg is not None:
         for line in (ax.axhline, ax.axvline):
             line(seg - 0.5, color="white", lw=0.8, ls="--")
-    fig.colorbar(
-        im, ax=ax, fraction=0.046, pad=0.02, label="attention weight (square-root colour scale)"
-    )
+    bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    bar.set_label("attention weight (square-root scale)", fontsize=11)
+    size, turn = _label_layout(ax, labels, int(ticks[1] - ticks[0]) if len(ticks) > 1 else 1, n)
+    x_align = {"ha": "right", "rotation_mode": "anchor"} if turn else {}
+    ax.set_xticks(ticks, labels, rotation=turn, fontsize=size, **x_align, **font)
+    ax.set_yticks(ticks, labels, fontsize=size, **font)
+    ax.set_xlabel("key (attended to)", fontsize=12)
+    ax.set_ylabel("query (attending)", fontsize=12)
+    ax.set_title(title, fontsize=14)
 
 
 def _thumbnails(fig: Figure, spec, maps: AttentionMaps, sel: tuple[int, int]) -> None:
@@ -232,9 +258,9 @@ def _thumbnails(fig: Figure, spec, maps: AttentionMaps, sel: tuple[int, int]) ->
             ax.set_xticks([])
             ax.set_yticks([])
             if h == 0:
-                ax.set_ylabel(f"L{lid}", fontsize=7, rotation=0, ha="right", va="center")
+                ax.set_ylabel(f"L{lid}", fontsize=10, rotation=0, ha="right", va="center")
             if r == 0:
-                ax.set_title(f"H{h}", fontsize=7)
+                ax.set_title(f"H{h}", fontsize=10)
             if (r, h) == sel:
                 m = t.shape[0]
                 ax.add_patch(
@@ -298,7 +324,7 @@ def render_png(
     # warning state while it runs, so renders in several threads take turns (the lock).
     with _CATCH_LOCK, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        png = _render(maps, idx, layer, head, rollout, dpi, font)
+        png = _render(_figure(maps, idx, layer, head, rollout, dpi, font))
     missing: set[str] = set()
     for w in caught:
         m = _GLYPH_WARNING.match(str(w.message))
@@ -321,7 +347,14 @@ def render_png(
     return png
 
 
-def _render(
+def _render(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes, at its own dpi."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi)
+    return buf.getvalue()
+
+
+def _figure(
     maps: AttentionMaps,
     idx: int,
     layer: int,
@@ -329,47 +362,41 @@ def _render(
     rollout: np.ndarray | None,
     dpi: int,
     font: dict,
-) -> bytes:
+) -> Figure:
+    """The drawn figure (:func:`figure_size`): the large head and the thumbnails side by side,
+    or with a rollout the large head and the rollout over the thumbnails."""
     n = len(maps.tokens)
     fig = Figure(figsize=figure_size(rollout=rollout is not None), dpi=dpi)
     FigureCanvasAgg(fig)
-    widths = [_MAIN_IN, _GRID_IN] + ([_MAIN_IN] if rollout is not None else [])
-    spec = fig.add_gridspec(
-        1,
-        len(widths),
-        width_ratios=widths,
-        left=0.06,
-        right=0.98,
-        bottom=0.14,
-        top=0.9,
-        wspace=0.25,
-    )
     name = maps.model_name or "attention"
     fig.suptitle(
         f"{name}: {n} tokens, {maps.num_layers} layers x {maps.num_heads} heads",
-        fontsize=14,
+        fontsize=16,
         **font,
     )
-    _heatmap(
-        fig,
-        fig.add_subplot(spec[0, 0]),
-        maps.layers[idx][head],
-        maps.tokens,
-        f"layer {layer}, head {head}",
-        maps.segment_start,
-        font,
-    )
-    _thumbnails(fig, spec[0, 1], maps, (idx, head))
-    if rollout is not None:
-        _heatmap(
-            fig,
-            fig.add_subplot(spec[0, 2]),
-            rollout,
-            maps.tokens,
-            "attention rollout (all layers, heads averaged)",
-            maps.segment_start,
-            font,
+    if rollout is None:
+        spec = fig.add_gridspec(1, 2, left=0.09, right=0.98, bottom=0.17, top=0.88, wspace=0.2)
+        main, grid, roll = spec[0, 0], spec[0, 1], None
+    else:
+        spec = fig.add_gridspec(
+            2,
+            2,
+            height_ratios=[_PANEL_IN, _GRID_ROW_IN],
+            left=0.09,
+            right=0.93,
+            bottom=0.03,
+            top=0.93,
+            wspace=0.35,
+            hspace=0.25,
         )
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
+        main, grid, roll = spec[0, 0], spec[1, :], spec[0, 1]
+    cells = (
+        (main, maps.layers[idx][head], f"layer {layer}, head {head}"),
+        (roll, rollout, "attention rollout (all layers, heads averaged)"),
+    )
+    for cell, w, title in cells:
+        if cell is not None:
+            ax = fig.add_subplot(cell)
+            _heatmap(fig, ax, w, maps.tokens, title, maps.segment_start, font)
+    _thumbnails(fig, grid, maps, (idx, head))
+    return fig

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..maps import AttentionMaps
 from ._common import check_layer_head
+from .words import display_width, ljust, subword_note
 
 __all__ = ["summary"]
 
@@ -13,7 +14,8 @@ __all__ = ["summary"]
 def summary(maps: AttentionMaps, *, layer: int, head: int, top: int = 3) -> str:
     """The tokens, then for ``layer``/``head`` each query token's ``top`` most attended keys.
 
-    ``layer`` is the model's layer id (one of ``maps.layer_ids``). Example line::
+    ``layer`` is the model's layer id (one of ``maps.layer_ids``); a line under the tokens
+    says what their subword mark (``##``, ``▁``, ``Ġ``) means, when they carry one. Example line::
 
         3 cat         -> the 0.412 | cat 0.201 | [CLS] 0.100
     """
@@ -29,9 +31,11 @@ def summary(maps: AttentionMaps, *, layer: int, head: int, top: int = 3) -> str:
         f"{name}layer {layer}, head {head}: {n} tokens, top {k} keys per query",
         "tokens: " + " ".join(f"{i}:{t}" for i, t in enumerate(maps.tokens)),
     ]
-    width = min(max(len(t) for t in maps.tokens), 16)
+    note = subword_note(maps.tokens)
+    lines += [note] if note else []
+    width = min(max(display_width(t) for t in maps.tokens), 16)  # CJK characters take 2
     num = len(str(n - 1))
     for q in range(n):
         keys = " | ".join(f"{maps.tokens[j]} {w[q, j]:.3f}" for j in order[q])
-        lines.append(f"{q:>{num}} {maps.tokens[q]:<{width}} -> {keys}")
+        lines.append(f"{q:>{num}} {ljust(maps.tokens[q], width)} -> {keys}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,206 @@
+"""``bertattn attend --explain`` in the terminal: one head's steps for one query token as a table
+(one line per key) and the article's formula with that row's numbers, in English or Chinese.
+
+The Chinese words are the page's (``attention.js``: 键, 权重, 掩码, 查询词元, 文章（PyTorch）);
+columns are padded by display width (:func:`bertattn.viz.words.ljust`), so a row of CJK tokens
+lines up with the others.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from .words import ARTICLE_CODE, check_lang, display_width, ljust, rjust, subword_note
+
+if TYPE_CHECKING:
+    from ..bert.steps import AttentionSteps
+
+__all__ = ["steps_formula", "steps_table"]
+
+#: the terminal's words, by language; the Chinese ones as the page writes them
+WORDS: dict[str, dict[str, str]] = {
+    "en": {
+        "where": "layer {l}, head {h}, query {i} {tok!r} (d_k = {d})",
+        "key": "key", "mask": "mask", "weight": "weight", "share": "share",
+        "win": "(win: -inf, outside the local window |j - {i}| <= {w})",
+        "article": "article (PyTorch): ",
+        "split": "x · W_q, x · W_k, x · W_v, cut into {H} heads of d_k = {d} "
+        "(head {h}: columns {a}..{b})",
+        "eg": "e.g. q · k_{j} ({tok!r}) = {v}",
+        "rotate": "q and k turned pair by pair (i, i + d_k/2) by angle "
+        "position · θ^(-2i/d_k), θ = {theta}",
+        "pair0": "q's pair 0 at position {i}: ({a}, {b}) turned by {angle} rad -> ({c}, {e})",
+        "before": "q · k_{j} before the rotation {before}, after {after}: the score now depends "
+        "on {i} - {j}",
+        "position": "table[bucket(j - {i}), head {h}]  (MPNet's relative position bias, shared "
+        "by every layer) -> {v}",
+        "maskwin": "0 for real tokens with |j - {i}| <= {w}, -inf outside the window and for "
+        "padding -> {v}",
+        "maskpad": "0 for real tokens, -inf for padding -> {v}",
+        "masknone": "nothing to mask: one text (or pair) has no padding, so 0 for all {n} keys",
+        "context": "(|context| = {norm}, top key {tok!r} gives {share})",
+        "output": "(|share| = {share} of |output| = {norm})",
+    },
+    "zh": {
+        "where": "第 {l} 层，头 {h}，查询词元 {i}「{tok}」（d_k = {d}）",
+        "key": "键", "mask": "掩码", "weight": "权重", "share": "占比",
+        "win": "（win：-inf，在局部窗口 |j - {i}| <= {w} 之外）",
+        "article": "文章（PyTorch）：",
+        "split": "x · W_q、x · W_k、x · W_v，切成 {H} 个头，每头 d_k = {d}"
+        "（头 {h} 是第 {a}..{b} 列）",
+        "eg": "例如 q · k_{j}（「{tok}」）= {v}",
+        "rotate": "旋转位置编码：q 和 k 按位置逐对 (i, i + d_k/2) 旋转，角度 = 位置 · θ^(-2i/d_k)，"
+        "θ = {theta}",
+        "pair0": "q 在位置 {i} 的第 0 对：({a}, {b}) 旋转 {angle} 弧度 -> ({c}, {e})",
+        "before": "旋转前 q · k_{j} = {before}，旋转后 {after}：分数现在取决于 {i} - {j}",
+        "position": "table[bucket(j - {i}), 头 {h}]（MPNet 的相对位置偏置，各层共用）-> {v}",
+        "maskwin": "局部注意力：|j - {i}| <= {w} 的真实词元为 0，窗口之外和填充位置为 -inf -> {v}",
+        "maskpad": "真实词元为 0，填充位置为 -inf -> {v}",
+        "masknone": "没有要遮住的键：一段文本（或一对文本）没有填充，{n} 个键全是 0",
+        "context": "（|context| = {norm}，权重最大的键「{tok}」占 {share}）",
+        "output": "（本头的份额 |share| = {share}，|output| = {norm}）",
+    },
+}  # fmt: skip
+_INDENT = 14  # where a formula line's right side starts: "  scores    = " is 14 wide
+
+
+def steps_table(steps: AttentionSteps, lang: str = "en") -> str:
+    """One line per key: index, token, q·k, /√d, the relative position bias (MPNet only), mask,
+    weight, share of the context; the subword marks explained under it when tokens have them."""
+    w = WORDS[check_lang(lang)]
+    pos = steps.position_bias
+    lines = [
+        _where(steps, w),
+        f"{'#':>4}  {ljust(w['key'], 16)}{'q·k':>10}{'/√d':>9}"
+        f"{'+pos' if pos is not None else '':>8}{rjust(w['mask'], 7)}{rjust(w['weight'], 9)}"
+        f"{rjust(w['share'], 8)}",
+    ]
+    shares = steps.shares()
+    for j, tok in enumerate(steps.tokens):
+        mask = "0" if steps.bias[j] == 0 else ("-inf" if steps.bias[j] < -1e30 else "bias")
+        if steps.window is not None and abs(j - steps.query) > steps.window:
+            mask = "win"  # outside the local window
+        rel = f"{float(pos[j]):>8.3f}" if pos is not None else f"{'':>8}"
+        lines.append(
+            f"{j:>4}  {ljust(tok, 16, clip_at=15)}{float(steps.scores[j]):>10.3f}"
+            f"{float(steps.scaled[j]):>9.3f}{rel}{mask:>7}{float(steps.weights[j]):>9.4f}"
+            f"{float(shares[j]):>8.1%}"
+        )
+    if steps.window is not None:
+        lines.append(w["win"].format(i=steps.query, w=steps.window))
+    note = subword_note(steps.tokens, lang)
+    return "\n".join(lines + ([note] if note else []))
+
+
+def _where(steps: AttentionSteps, w: dict[str, str]) -> str:
+    return w["where"].format(
+        l=steps.layer, h=steps.head, i=steps.query, tok=steps.tokens[steps.query], d=steps.head_dim
+    )
+
+
+def _line(name: str, text: str) -> str:
+    """A formula line: ``name`` in its column, then ``text`` (``output`` accumulates: +=)."""
+    return f"  {name:<9}{'+=' if name == 'output' else ' ='} {text}"
+
+
+def _article(w: dict[str, str], *steps: str) -> list[str]:
+    """The article's own lines of ``steps``, labelled, indented under the formula's line."""
+    code = [line for step in steps for line in ARTICLE_CODE[step]]
+    pad = " " * (_INDENT + display_width(w["article"]))
+    return [" " * _INDENT + w["article"] + code[0], *(pad + line for line in code[1:])]
+
+
+def _rotation(steps: AttentionSteps, w: dict[str, str], j: int) -> list[str]:
+    """The rotation step, for a rotary model: how q and k were turned, one pair shown."""
+    if steps.theta is None or steps.q_before is None or steps.k_before is None:
+        return []
+    d, i = steps.head_dim, steps.query
+    angle = i * steps.theta ** (-2 * 0 / d)  # pair 0 turns by the position itself
+    pad = " " * _INDENT
+    return [
+        _line("rotate", w["rotate"].format(theta=f"{steps.theta:g}")),
+        pad
+        + w["pair0"].format(
+            i=i,
+            a=f"{float(steps.q_before[0]):.3f}",
+            b=f"{float(steps.q_before[d // 2]):.3f}",
+            angle=f"{angle:.3f}",
+            c=f"{float(steps.q[0]):.3f}",
+            e=f"{float(steps.q[d // 2]):.3f}",
+        ),
+        pad
+        + w["before"].format(
+            j=j,
+            i=i,
+            before=f"{float(steps.q_before @ steps.k_before[j]):.3f}",
+            after=f"{float(steps.scores[j]):.3f}",
+        ),
+    ]
+
+
+def _mask(steps: AttentionSteps, w: dict[str, str], j: int) -> str:
+    """The mask's line: the window's rule, nothing to mask, or padding's -inf."""
+    v = f"{float(steps.bias[j]):.0f}"
+    if steps.window is not None:
+        return _line("mask", w["maskwin"].format(i=steps.query, w=steps.window, v=v))
+    if bool((steps.bias == 0).all()):
+        return _line("mask", w["masknone"].format(n=len(steps.tokens)))
+    return _line("mask", w["maskpad"].format(v=v))
+
+
+def steps_formula(steps: AttentionSteps, lang: str = "en") -> str:
+    """The article's formula with this row's numbers filled in (the top key shown), each step
+    followed by the article's own line(s) for it."""
+    w = WORDS[check_lang(lang)]
+    d, h, e = steps.head_dim, steps.head, int(steps.x.numel())
+    j = int(steps.weights.argmax())
+    pos = steps.position_bias
+    logits = steps.scaled + steps.bias if pos is None else steps.scaled + pos + steps.bias
+    exps = torch.exp(logits - logits.max())  # softmax, written out
+    total, top = float(exps.sum()), float(exps[j])
+    relative = []
+    if pos is not None:
+        relative = [
+            _line("position", w["position"].format(i=steps.query, h=h, v=f"{float(pos[j]):.3f}"))
+        ]
+    split = w["split"].format(H=e // d, d=d, h=h, a=h * d, b=(h + 1) * d - 1)
+    eg = w["eg"].format(j=j, tok=steps.tokens[j], v=f"{float(steps.scores[j]):.3f}")
+    context = w["context"].format(
+        norm=f"{float(steps.context.norm()):.3f}",
+        tok=steps.tokens[j],
+        share=f"{float(steps.shares()[j]):.1%}",
+    )
+    output = w["output"].format(
+        share=f"{float(steps.output_share.norm()):.3f}", norm=f"{float(steps.output.norm()):.3f}"
+    )
+    lines = [
+        "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + "
+        + ("position + " if pos is not None else "")
+        + "mask) · V",
+        _line("q, k, v", split),
+        *_article(w, "qkv", "split"),
+        *_rotation(steps, w, j),
+        _line("scores", f"q · k_j                 {eg}"),
+        _line(
+            "scaled",
+            f"scores / √{d} = scores / {math.sqrt(d):.3f}   -> {float(steps.scaled[j]):.3f}",
+        ),  # fmt: skip
+        *_article(w, "scaled"),
+        *relative,
+        _mask(steps, w, j),
+        *_article(w, "mask"),
+        _line(
+            "weights_j",
+            f"exp(s_j - max s) / Σ_i exp(s_i - max s) = "
+            f"{top:.4f} / {total:.4f} = {float(steps.weights[j]):.4f}",
+        ),  # fmt: skip
+        *_article(w, "softmax"),
+        _line("context", f"Σ_j weights_j · v_j      {context}"),
+        *_article(w, "context"),
+        _line("output", f"W_o[:, head {h}] · context   {output}"),
+        *_article(w, "merge"),
+    ]
+    return "\n".join(lines)
