@@ -16,7 +16,7 @@ import torch
 from .words import ARTICLE_CODE, check_lang, display_width, ljust, rjust, subword_note
 
 if TYPE_CHECKING:
-    from ..bert.steps import AttentionSteps
+    from ..encoder.steps import AttentionSteps
 
 __all__ = ["steps_formula", "steps_table"]
 
