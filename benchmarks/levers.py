@@ -10,7 +10,7 @@ On MiniLM (the default model), float32, ``torch.inference_mode()``:
   ``residual folded`` (the second product accumulating onto ``x + bias``, ``addmm_``),
   ``both`` (what :meth:`bertattn.encoder.model.BertMLP.forward_residual` runs), and
   ``oneDNN bias+GELU`` (the first product with its bias and GELU inside oneDNN's kernel,
-  :mod:`bertattn.encoder.fused`, which runs where oneDNN computes the products);
+  :mod:`bertattn.attention.fused`, which runs where oneDNN computes the products);
 - **the attention output's layout copy**: a packed batch's attention (``varlen``, one SDPA
   call per paragraph) against the same calls without writing their outputs into the packed
   ``(T, H, D)`` tensor: the share of the attention that copy is;
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from bertattn import Bert
 from bertattn.attention import gemm
 from bertattn.bench import environment
-from bertattn.encoder import model as model_mod
+from bertattn.families import bert_layers as model_mod
 
 from .corpus import stdlib_paragraph_corpus
 

@@ -44,7 +44,7 @@ from torch import nn
 from bertattn import MultiHeadAttention
 from bertattn.attention import fastcall, gemm
 from bertattn.bench import environment, interleaved_medians
-from bertattn.encoder import model as model_mod
+from bertattn.families import bert_layers as model_mod
 
 #: measured before this work (issue "Speed where attention actually runs"), microseconds / ms
 BEFORE = {

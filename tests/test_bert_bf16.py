@@ -62,7 +62,7 @@ def test_mixed_precision_widens_in_the_residual_add(tiny_checkpoint, monkeypatch
     the bf16 matrix products; the result is bitwise what the explicit casts gave."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from bertattn.encoder import model as model_module
+    from bertattn.families import bert_layers as model_module
 
     class Casts(TorchDispatchMode):
         def __init__(self) -> None:

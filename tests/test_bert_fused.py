@@ -1,4 +1,4 @@
-"""The fused bias + GELU product (bertattn.encoder.fused) against the plain ops, and where it
+"""The fused bias + GELU product (bertattn.attention.fused) against the plain ops, and where it
 must not run."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from bertattn import BertModel
-from bertattn.encoder import fused
+from bertattn.attention import fused
 
 BF16 = torch.bfloat16
 
@@ -75,7 +75,7 @@ def test_missing_or_wrong_op_falls_back(monkeypatch, caplog):
         raise RuntimeError("no such kernel")
 
     monkeypatch.setattr(fused, "_op", lambda: broken)
-    with caplog.at_level(logging.INFO, logger="bertattn.encoder.fused"), torch.inference_mode():
+    with caplog.at_level(logging.INFO, logger="bertattn.attention.fused"), torch.inference_mode():
         assert fused.linear_gelu(x, w, b) is None
         assert fused.linear_gelu(x, w, b) is None  # decided once
     assert "unavailable" in caplog.text and fused._checked[BF16] is False
@@ -90,7 +90,7 @@ def test_steps_aside_where_onednn_has_no_bf16_kernels(caplog):
     """The real op on a CPU without them: the first-use check fails, is logged, and the plain
     ops run from then on."""
     x, w, b = _inputs()
-    with caplog.at_level(logging.INFO, logger="bertattn.encoder.fused"), torch.inference_mode():
+    with caplog.at_level(logging.INFO, logger="bertattn.attention.fused"), torch.inference_mode():
         assert fused.linear_gelu(x, w, b) is None
     assert fused._checked[BF16] is False and "unavailable" in caplog.text
 

@@ -11,7 +11,7 @@ from tiny_bert import TINY
 
 from bertattn import BertConfig, BertModel
 from bertattn.attention import gemm
-from bertattn.encoder import model as model_mod
+from bertattn.families import bert_layers as model_mod
 
 
 def _model(hidden: int, heads: int, backend: str = "auto", seed: int = 0) -> BertModel:

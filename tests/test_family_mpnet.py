@@ -18,8 +18,8 @@ from tiny_bert import save_random
 
 from bertattn import Bert, BertModel, explain
 from bertattn.blocks.relative import packed_position_bias, position_bias, relative_position_bucket
-from bertattn.encoder import model as model_module
 from bertattn.errors import ModelFolderError
+from bertattn.families import bert_layers as model_module
 
 CORPUS = [
     "the attention head looks at every token in the sentence",

@@ -13,8 +13,7 @@ import transformers
 
 import bertattn
 from bertattn import BertModel
-from bertattn.attention import gemm
-from bertattn.encoder import fused
+from bertattn.attention import fused, gemm
 
 
 @pytest.fixture

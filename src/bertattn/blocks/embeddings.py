@@ -13,7 +13,7 @@ __all__ = ["TokenEmbeddings"]
 class TokenEmbeddings(nn.Module):
     """``(B, L)`` ids -> ``(B, L, E)``, or packed ``(T,)`` -> ``(T, E)``: ``word`` (+
     ``token_type``, None without token types), then ``norm`` and dropout. The signature of
-    :class:`bertattn.encoder.model.BertEmbeddings` (positions are read past)."""
+    :class:`bertattn.families.bert_layers.BertEmbeddings` (positions are read past)."""
 
     def __init__(
         self,

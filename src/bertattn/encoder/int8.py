@@ -456,7 +456,7 @@ class Int8Linear(nn.Module):
 
 # ---------------------------------------------------------------------------- the layer
 class Int8BertLayer(BertLayer):
-    """A :class:`~bertattn.encoder.model.BertLayer` whose four products run in int8.
+    """A :class:`~bertattn.families.bert_layers.BertLayer` whose four products run in int8.
 
     It keeps the float32 layer's modules under their names (so the ``state_dict`` and every
     reader of ``attn.out_linear.weight`` see the checkpoint) and adds ``int8`` (the

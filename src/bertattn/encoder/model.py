@@ -1,4 +1,6 @@
-"""A BERT encoder built on :class:`bertattn.MultiHeadAttention`. Read top to bottom:
+"""The encoder every family runs through, built on :class:`bertattn.MultiHeadAttention`: the
+family's record builds its embeddings, layers and pooler (BERT's own layer classes are in
+:mod:`bertattn.families.bert_layers`), and :class:`BertModel` runs them. Read top to bottom:
 
     input_ids (B, L) --embeddings--> hidden (B, L, E)
         --N x [attention + residual + LayerNorm, MLP + residual + LayerNorm]--> (B, L, E)
@@ -25,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..arguments import (
@@ -39,39 +40,29 @@ from ..arguments import (
     describe,
     is_int,
 )
-from ..attention import MultiHeadAttention, PreparedMask, get_backend, prepare_mask
 from ..attention import dispatch as _dispatch
 from ..attention import fastcall as _fast
 from ..attention import gemm as _gemm
+from ..attention import get_backend, prepare_mask
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
-from ..blocks import relative as _relative
-from ..blocks.tables import embedding
 from ..capture import is_capturing
+from ..families.bert_layers import (
+    HALF_DTYPES,
+    BertEmbeddings,
+    BertEncoder,
+    BertLayer,
+)
 from ..runtime import workers as _workers
 from . import chunks as _chunks
-from . import fused as _fused
 from .config import BertConfig
 
 if TYPE_CHECKING:
     from .folder import ModelFolder
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertEmbeddings"]
-
-
-def activation(name: str):  # type: ignore[no-untyped-def]
-    """The function behind a Hugging Face ``hidden_act`` name."""
-    if name == "gelu":
-        return F.gelu  # exact (erf) GELU, as in the original BERT
-    if name in ("gelu_new", "gelu_pytorch_tanh"):
-        return lambda x: F.gelu(x, approximate="tanh")
-    if name == "relu":
-        return F.relu
-    if name in ("silu", "swish"):
-        return F.silu
-    raise ValueError(f"unsupported hidden_act {name!r}")
 
 
 def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
@@ -91,23 +82,8 @@ def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
         )
 
 
-_HALF = (torch.bfloat16, torch.float16)
-
-#: :meth:`BertMLP.forward_residual` folds the residual into the block's last product and runs
-#: the GELU in place where it may (False: the plain ops, for A/B measurements and tests)
-FOLD_RESIDUAL = True
 #: what :meth:`BertModel.to_compute_dtype` takes
-_COMPUTE_DTYPES = (torch.float32, *_HALF, torch.float64)
-
-
-def residual_add(x: Tensor, a: Tensor) -> Tensor:
-    """``x + a`` in the dtype of the residual stream ``x``. With :meth:`BertModel.to_compute_dtype`
-    the block output ``a`` is bf16/fp16 and ``x`` float32: the add kernel widens ``a`` as it
-    reads it (exact), one op where a cast then an add were two, with the same values."""
-    if a.dtype == x.dtype or (x.dtype == torch.float32 and a.dtype in _HALF):
-        return x + a
-    return x + a.to(x.dtype)
-
+_COMPUTE_DTYPES = (torch.float32, *HALF_DTYPES, torch.float64)
 
 #: the output fields in transformers' order (``BaseModelOutputWithPoolingAndCrossAttentions``)
 _OUTPUT_FIELDS = ("last_hidden_state", "pooler_output", "hidden_states", "attentions")
@@ -157,390 +133,6 @@ class BertModelOutput:
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys()
-
-
-class BertEmbeddings(nn.Module):
-    """word + position + token type embeddings, then LayerNorm and dropout; when the tables
-    are narrower than the encoder (ELECTRA-small: ``embedding_size`` 128, hidden 256), a
-    linear projection to the hidden size after them (``project``; None otherwise)."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        e = config.embedding_size or config.hidden_size
-        self.word = embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
-        self.position = embedding(config.max_position_embeddings, e)
-        self.token_type = embedding(config.type_vocab_size, e)
-        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        #: (.., e) -> (.., hidden): ELECTRA's ``embeddings_project``
-        self.project = nn.Linear(e, config.hidden_size) if e != config.hidden_size else None
-
-    def forward(
-        self,
-        input_ids: Tensor | None,
-        token_type_ids: Tensor | None,
-        position_ids: Tensor | None = None,
-        inputs_embeds: Tensor | None = None,
-    ) -> Tensor:
-        """``(B, L)`` ids -> ``(B, L, E)``; or packed ``(T,)`` ids with their ``position_ids``.
-        ``inputs_embeds`` (``(B, L, e)`` or packed ``(T, e)``, ``e`` the tables' width)
-        replaces the word lookup. ``token_type_ids`` None: every token is segment 0;
-        ``position_ids`` None: ``0..L-1``."""
-        out = self._embed(input_ids, token_type_ids, position_ids, inputs_embeds)
-        return out if self.project is None else self.project(out)
-
-    def _embed(
-        self,
-        input_ids: Tensor | None,
-        token_type_ids: Tensor | None,
-        position_ids: Tensor | None,
-        inputs_embeds: Tensor | None,
-    ) -> Tensor:
-        """The tables' sum, LayerNorm and dropout: ``(B, L, e)`` or packed ``(T, e)``."""
-        word = _fast.submodule(self, "word")
-        position = _fast.submodule(self, "position")
-        token_type = _fast.submodule(self, "token_type")
-        if self._lean():
-            # the same rows as the lookups below, read as views: positions 0..L-1 are the
-            # first L rows, segment 0 is row 0 (bitwise the same sums, two ops fewer)
-            if inputs_embeds is None:
-                words = F.embedding(input_ids, word._parameters["weight"], word.padding_idx)
-            else:
-                words = inputs_embeds.to(word._parameters["weight"].dtype)
-            length = words.shape[-2]
-            if position_ids is None:
-                pos = position._parameters["weight"][:length]  # (L, E)
-            else:
-                pos = F.embedding(position_ids, position._parameters["weight"])
-            types = token_type._parameters["weight"]
-            types = types[0] if token_type_ids is None else F.embedding(token_type_ids, types)
-            norm = _fast.submodule(self, "norm")
-            return _fast.layer_norm(norm, words + pos + types, checked=True)
-        if token_type_ids is None:
-            shape = (input_ids if inputs_embeds is None else inputs_embeds[..., 0]).shape
-            token_type_ids = torch.zeros(shape, dtype=torch.long, device=word.weight.device)
-        if position_ids is None:
-            position_ids = torch.arange(token_type_ids.shape[-1], device=token_type_ids.device)
-        if inputs_embeds is None:
-            words = word(input_ids)
-        else:
-            words = inputs_embeds.to(word.weight.dtype)
-        x = words + position(position_ids) + token_type(token_type_ids)
-        return self.dropout(self.norm(x))  # (B, L, E) or (T, E)
-
-    def _lean(self) -> bool:
-        """Whether :meth:`forward` may read the tables and run the LayerNorm itself: this module
-        and every one in it the stock class, in eval mode, without hooks, and no tracing,
-        compiling or global hook around (the dropout is then the identity)."""
-        mods = self._modules
-        try:
-            word, position, token_type = mods["word"], mods["position"], mods["token_type"]
-            return (
-                _fast.all_stock(
-                    (
-                        (self, BertEmbeddings),
-                        (word, nn.Embedding),
-                        (position, nn.Embedding),
-                        (token_type, nn.Embedding),
-                        (mods["norm"], nn.LayerNorm),
-                        (mods["dropout"], nn.Dropout),
-                    )
-                )
-                and _plain_embedding(word)  # type: ignore[arg-type]
-                and _plain_embedding(position)  # type: ignore[arg-type]
-                and _plain_embedding(token_type)  # type: ignore[arg-type]
-                and _fast.plain_context()
-            )
-        except KeyError:  # a module deleted or renamed: the ordinary path says what is wrong
-            return False
-
-
-def _plain_embedding(mod: nn.Embedding) -> bool:
-    """A lookup that is only a lookup: no max_norm renormalization, not sparse."""
-    return mod.max_norm is None and not mod.sparse and not mod.scale_grad_by_freq
-
-
-class BertMLP(nn.Module):
-    """The feed-forward block: E -> I -> E."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.fc_in = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.act = activation(config.hidden_act)
-        self.fc_out = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, x: Tensor, lean: bool = False) -> Tensor:
-        """``(..., E)`` -> ``(..., E)``. ``lean``: the caller found this block and its modules
-        stock, in eval mode, without hooks (:meth:`BertLayer.lean`)."""
-        fc_in = _fast.submodule(self, "fc_in")
-        cd = _fast.param(fc_in, "weight").dtype  # type: ignore[union-attr]
-        x = x if x.dtype == cd else x.to(cd)
-        h = None
-        # bias + GELU inside the product (encoder/fused.py) where fc_in's own output is not seen
-        if self.act is F.gelu and (lean or (type(fc_in) is nn.Linear and _fast.plain_call(fc_in))):
-            params = fc_in._parameters
-            h = _fused.linear_gelu(x, params["weight"], params["bias"])  # type: ignore[arg-type]
-        if h is None:
-            h = self.act(_fast.linear(fc_in, x, checked=lean))  # (..., I)
-        out = _fast.linear(_fast.submodule(self, "fc_out"), h, checked=lean)  # (..., E)
-        return out if lean else _fast.dropout(_fast.submodule(self, "dropout"), out)
-
-    def stock(self) -> bool:
-        """This block and its modules are the stock classes, in eval mode, without hooks, and
-        no global hook, tracing or compiling is around: a call runs :meth:`forward` and its
-        dropout is the identity (what :meth:`forward_residual` needs)."""
-        try:
-            mm = self._modules
-            stock = _fast.all_stock(
-                (
-                    (self, BertMLP),
-                    (mm["fc_in"], nn.Linear),
-                    (mm["fc_out"], nn.Linear),
-                    (mm["dropout"], nn.Dropout),
-                )
-            )
-        except KeyError:  # a module deleted or renamed: the ordinary path says what is wrong
-            return False
-        return stock and _fast.plain_context()
-
-    def forward_residual(self, x: Tensor) -> Tensor:
-        """``x + forward(x, lean=True)``, the sum the layer's LayerNorm reads, for a block the
-        layer found stock (:meth:`BertLayer.lean`): ``(..., E)`` -> ``(..., E)``.
-
-        In inference on the CPU, where MKL computes the products (not oneDNN, which fuses the
-        bias and GELU itself: :mod:`bertattn.encoder.fused`), two passes over the activations go:
-        the exact GELU runs in place on the first product's output (a fresh tensor nobody else
-        sees; the same values), and the residual is folded into the second product, which
-        accumulates onto ``x + bias`` (``addmm_``) instead of writing a tensor that is then
-        added to ``x``: the same sum in another order, within float32 rounding. Measured on
-        MiniLM's widths at 1,024 rows (2-core AMD EPYC, AVX2, 1 thread): the block at 0.80x
-        its time (docs/performance.md). Anywhere else: ``residual_add(x, forward(x, True))``.
-        The caller has checked :meth:`stock` (or :meth:`BertLayer.lean`)."""
-        fc_in = _fast.submodule(self, "fc_in")
-        fc_out = _fast.submodule(self, "fc_out")
-        w_in, b_in = fc_in._parameters["weight"], fc_in._parameters["bias"]
-        w_out, b_out = fc_out._parameters["weight"], fc_out._parameters["bias"]
-        if (
-            not FOLD_RESIDUAL
-            or torch.is_grad_enabled()
-            or x.device.type != "cpu"
-            or torch.is_autocast_enabled("cpu")  # the products' dtype is autocast's there
-            or x.dtype not in (torch.float32, torch.float64)
-            or w_in.dtype != x.dtype  # type: ignore[union-attr]
-            or w_out.dtype != x.dtype  # type: ignore[union-attr]
-            or b_out is None
-            or x.numel() == 0
-            or not x.is_contiguous()
-        ):
-            return residual_add(x, self.forward(x, True))
-        h = None
-        if self.act is F.gelu:  # bias + GELU inside oneDNN's product where it computes them
-            h = _fused.linear_gelu(x, w_in, b_in)  # type: ignore[arg-type]
-        if h is None:
-            h = _fast.linear(fc_in, x, checked=True)  # (..., I)
-            h = torch.ops.aten.gelu_(h) if self.act is F.gelu else self.act(h)
-        e, i = x.shape[-1], h.shape[-1]
-        if h.dtype != x.dtype or _prepack.uses_pack(h, w_out) or _gemm.uses_onednn(h, w_out, b_out):  # type: ignore[arg-type]
-            return residual_add(x, _fast.linear(fc_out, h, checked=True))
-        out = x + b_out  # (..., E), fresh and contiguous: the product accumulates onto it
-        out.view(-1, e).addmm_(h.reshape(-1, i), w_out.t())  # type: ignore[union-attr]
-        return out
-
-
-class BertLayer(nn.Module):
-    """One post-LayerNorm transformer block, as in the original BERT."""
-
-    def __init__(self, config: BertConfig, backend: str = "auto") -> None:
-        super().__init__()
-        e = config.hidden_size
-        self.attn = MultiHeadAttention(
-            e, config.num_attention_heads, config.attention_probs_dropout_prob, backend=backend
-        )
-        self.attn_dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.attn_norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
-        self.mlp = BertMLP(config)
-        self.mlp_norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
-
-    def forward(
-        self, x: Tensor, mask: PreparedMask, need_weights: bool = False, lean: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
-        """``(B, L, E)`` -> ``(B, L, E)`` and the weights when asked for. ``lean``: the
-        encoder found every layer :meth:`lean` (no module call between the tensor ops)."""
-        attn = _fast.submodule(self, "attn")
-        # compute dtype; x (the residual) may be wider
-        cd = _fast.param(_fast.submodule(attn, "out_linear"), "weight").dtype  # type: ignore[union-attr]
-        a, weights = attn.attend(  # type: ignore[operator]
-            x if x.dtype == cd else x.to(cd), mask, need_weights=need_weights
-        )  # (B, L, E)
-        return self.block(x, a, lean), weights  # weights: (B, H, L, L) | None
-
-    def forward_packed(
-        self,
-        x: Tensor,
-        packed: PackedBatch,
-        reason: str,
-        lean: bool = False,
-        bias: tuple[Tensor | None, ...] | None = None,
-    ) -> Tensor:
-        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``. ``lean``: the
-        encoder found every layer :meth:`lean`. ``bias``: MPNet's relative position bias, one
-        ``(1, H, l, l)`` block per sequence (None: no bias)."""
-        requested = self.attn.backend
-        cd = self.attn.out_linear.weight.dtype
-        # the packed backend asked for (a registered one too); auto packs with varlen
-        explicit = requested != "auto" and get_backend(requested).layout == "packed"
-        backend = requested if explicit else "varlen"
-        a = self.attn.attend_packed(
-            x.to(cd), packed, backend=backend, reason=reason, requested=requested, bias=bias
-        )
-        return self.block(x, a, lean)
-
-    # ------------------------------------------------------------------ the lean path
-    def lean(self) -> bool:
-        """Whether :meth:`forward` may run ``lean`` (the tensor ops without the module calls
-        between them): this layer and every module in it are the stock classes (no subclass),
-        in eval mode, with no hooks.
-        (The encoder checks the rest once per forward: no global hooks, tracing, compiling or
-        steps recording, no weights asked for.)"""
-        try:
-            mods = self._modules
-            attn, mlp = mods["attn"], mods["mlp"]
-            am, mm = attn._modules, mlp._modules  # type: ignore[union-attr]
-            dropouts = (am["dropout"], mods["attn_dropout"], mm["dropout"])
-            return _fast.all_stock(
-                (
-                    (self, BertLayer),
-                    (attn, MultiHeadAttention),
-                    (mlp, BertMLP),
-                    (am["q_linear"], nn.Linear),
-                    (am["k_linear"], nn.Linear),
-                    (am["v_linear"], nn.Linear),
-                    (am["out_linear"], nn.Linear),
-                    (mm["fc_in"], nn.Linear),
-                    (mm["fc_out"], nn.Linear),
-                    (mods["attn_norm"], nn.LayerNorm),
-                    (mods["mlp_norm"], nn.LayerNorm),
-                    *((d, nn.Dropout) for d in dropouts),
-                )
-            ) and all(0.0 <= d.p <= 1.0 for d in dropouts)  # type: ignore[operator]
-        except KeyError:  # a module deleted or renamed: the ordinary path says what is wrong
-            return False
-
-    def block(self, x: Tensor, a: Tensor, lean: bool = False) -> Tensor:
-        """Residual + LayerNorm around the attention output ``a``, then the MLP block.
-        ``lean``: every module here is stock, in eval mode, without hooks (:meth:`lean`), so
-        the dropouts are the identity and no module needs calling."""
-        if not lean:
-            a = _fast.dropout(_fast.submodule(self, "attn_dropout"), a)
-        norm = _fast.submodule(self, "attn_norm")
-        x = _fast.layer_norm(norm, residual_add(x, a), checked=lean)  # (..., E)
-        mlp = _fast.submodule(self, "mlp")
-        norm = _fast.submodule(self, "mlp_norm")
-        if lean or (type(mlp) is BertMLP and mlp.stock()):  # the residual folded in, where it pays
-            summed = mlp.forward_residual(x)  # type: ignore[operator]
-            return _fast.layer_norm(norm, summed, checked=True)  # (..., E)
-        if type(mlp) is BertMLP and _fast.plain_call(mlp):
-            m = mlp.forward(x, lean)  # type: ignore[operator]
-        else:
-            m = mlp(x)
-        return _fast.layer_norm(norm, residual_add(x, m), checked=lean)  # (..., E)
-
-
-class BertEncoder(nn.Module):
-    """The stack of layers. One entry point, so a padding-free (varlen) path can replace the
-    loop without touching the layers: ``forward(hidden, mask, output_attentions)``."""
-
-    def __init__(self, config: BertConfig, backend: str = "auto") -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(
-            BertLayer(config, backend) for _ in range(config.num_hidden_layers)
-        )
-        if config.relative_attention_num_buckets:  # MPNet: (buckets, H), shared by every layer
-            self.relative_attention_bias = embedding(
-                config.relative_attention_num_buckets, config.num_attention_heads
-            )
-
-    def relative_table(self) -> Tensor | None:
-        """MPNet's relative position bias table ``(buckets, H)``; None for BERT (no such bias)."""
-        table = self._modules.get("relative_attention_bias")
-        return None if table is None else _fast.param(table, "weight")
-
-    def position_bias(self, length: int, dtype: torch.dtype) -> Tensor | None:
-        """MPNet's relative position bias for a padded batch of ``length`` tokens,
-        ``(1, H, L, L)`` in ``dtype`` (computed once per forward, added to every layer's
-        scaled scores: :mod:`bertattn.blocks.relative`); None for BERT."""
-        table = self.relative_table()
-        return None if table is None else _relative.position_bias(table, length, dtype)
-
-    def forward(
-        self,
-        hidden: Tensor,
-        mask: PreparedMask,
-        output_attentions: frozenset[int] = frozenset(),
-        collect: list[Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-        """``collect``: when a list, each layer's output is appended to it."""
-        lean = not output_attentions and self.lean()
-        attentions: list[Tensor | None] = []
-        for i, layer in enumerate(self.layers):
-            if lean:  # no hook to run: the layer's forward itself
-                hidden, weights = layer.forward(hidden, mask, False, True)
-            else:
-                hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
-            attentions.append(weights)
-            if collect is not None:
-                collect.append(hidden)
-        return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
-
-    def lean(self) -> bool:
-        """Whether every layer may run ``lean`` (checked once per forward): every layer
-        :meth:`BertLayer.lean`, and no global hook, tracing, compiling or steps recording
-        (:func:`bertattn.attention.record_steps`) around."""
-        layers = self._modules.get("layers")
-        return (
-            type(layers) is nn.ModuleList
-            and not _steps._open_blocks
-            and _fast.plain_context()
-            and all(type(la) is BertLayer and la.lean() for la in layers._modules.values())  # type: ignore[union-attr]
-        )
-
-    def forward_packed(
-        self,
-        hidden: Tensor,
-        packed: PackedBatch,
-        reason: str,
-        collect: list[Tensor] | None = None,
-    ) -> Tensor:
-        """Every layer on packed real tokens ``(T, E)``; no attention weights. ``collect``:
-        when a list, each layer's (packed) output is appended to it. MPNet's relative position
-        bias is computed here once, one block per sequence, and given to every layer."""
-        lean = self.lean()
-        table = self.relative_table()
-        bias = None
-        if table is not None:  # the compute dtype: what the per-sequence kernel adds it to
-            cd = self.layers[0].attn.out_linear.weight.dtype if len(self.layers) else table.dtype
-            bias = _relative.packed_position_bias(table, packed, cd)
-        for layer in self.layers:
-            hidden = layer.forward_packed(hidden, packed, reason, lean, bias)
-            if collect is not None:
-                collect.append(hidden)
-        return hidden  # (T, E)
-
-
-class BertPooler(nn.Module):
-    """dense + tanh on the first ([CLS]) token."""
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, hidden: Tensor) -> Tensor:
-        dense = _fast.submodule(self, "dense")
-        first = hidden.select(1, 0)  # (B, E): the [CLS] token
-        cd = _fast.param(dense, "weight").dtype  # type: ignore[union-attr]
-        pooled = torch.tanh(_fast.linear(dense, first if first.dtype == cd else first.to(cd)))
-        return pooled if pooled.dtype == hidden.dtype else pooled.to(hidden.dtype)  # (B, E)
 
 
 class BertModel(nn.Module):

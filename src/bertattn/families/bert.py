@@ -96,7 +96,7 @@ def build_bert(
     config: Any, backend: str, pooler: bool
 ) -> tuple[nn.Module, nn.Module, nn.Module | None]:
     """BERT's embeddings, post-LayerNorm encoder and (if ``pooler``) pooler."""
-    from ..encoder.model import BertEmbeddings, BertEncoder, BertPooler
+    from .bert_layers import BertEmbeddings, BertEncoder, BertPooler
 
     return (
         BertEmbeddings(config),

@@ -159,7 +159,7 @@ def _layer(config: Any, backend: str) -> EncoderBlock:
 def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, nn.Module | None]:
     """Embeddings, the post-norm rotary layers (no final norm) and, when the checkpoint has
     one, BERT's pooler (dense + tanh on the first token)."""
-    from ..encoder.model import BertPooler
+    from .bert_layers import BertPooler
 
     arch: RotaryArch = config.arch
     n = config.num_hidden_layers

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..encoder.model import activation
+from ..blocks import activation
 from ..errors import ModelFolderError
 from ..families import registry as families
 from .weights import read_head

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..attention import gemm as _gemm
-from ..attention import prepack as _prepack
+from . import gemm as _gemm
+from . import prepack as _prepack
 
 __all__ = ["linear_gelu"]
 
