@@ -45,7 +45,7 @@ from .group import ServeGroup
 from .handling import checked, json_response, read_body, run_model, unavailable
 from .head_routes import HEAD_ROUTES
 from .limits import Limits
-from .served import ROUTES, model_names, serve_model
+from .served import model_names, serve_model
 from .telemetry import ServeMetrics
 from .token_routes import token_routes
 from .tokens import from_ids, token_pieces, tokenize
@@ -415,7 +415,7 @@ async def _info(state: Any, request: Request) -> Response:
             "auth": limits.api_key is not None,
             "model_type": state.served.kind,
             "head": state.served.describe(),
-            "routes": list(ROUTES[state.served.kind]),
+            "routes": list(state.served.routes),
             **_labels(state),
         }
     )

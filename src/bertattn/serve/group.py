@@ -17,7 +17,6 @@ from typing import Any
 from starlette.requests import Request
 
 from .errors import ApiError, shown
-from .served import ROUTES
 
 __all__ = ["ServeGroup"]
 
@@ -139,7 +138,7 @@ class ServeGroup:
         answering = [
             s
             for s in self.states
-            if path in ("/tokenize", "/decode") or path in ROUTES[s.served.kind]
+            if path in ("/tokenize", "/decode") or path in s.served.routes
         ]
         if len(answering) == 1:
             return answering[0]

@@ -382,7 +382,7 @@ def _by_kind(handlers: dict[str, Handler], other: Handler) -> Handler:
     """A handler that answers with ``handlers[kind]`` for the model's kind, else ``other``."""
 
     async def handler(state: ServeState, request: Request) -> Response:
-        return await handlers.get(state.served.kind, other)(state, request)
+        return await handlers.get(state.served.record.name, other)(state, request)
 
     return handler
 
@@ -402,7 +402,7 @@ def token_routes(head_routes: tuple[tuple[str, str, Handler], ...]) -> list[tupl
     """The head routes (``/rerank`` and ``/v1/rerank`` answered by MaxSim for a multi-vector
     model) and the token-vector routes, as ``(path, metrics name, handler)``."""
     routes: list[tuple[str, str, Any]] = [
-        (path, name, _by_kind({"multi_vector": _MAXSIM[path]}, fn) if path in _MAXSIM else fn)
+        (path, name, _by_kind({"multi-vector": _MAXSIM[path]}, fn) if path in _MAXSIM else fn)
         for path, name, fn in head_routes
     ]
     return routes + list(TOKEN_ROUTES)
