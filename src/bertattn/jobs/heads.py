@@ -42,6 +42,7 @@ __all__ = [
     "sparse_payload",
 ]
 
+
 # ---------------------------------------------------------------------- checks before work
 def _head(model: str) -> tuple[ModelFolder, HeadConfig]:
     """The model's folder and head, from its files (no weights read)."""

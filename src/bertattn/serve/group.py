@@ -136,9 +136,7 @@ class ServeGroup:
                 del body["model"]  # it chose the model; the route's own body has no such field
             return self.by_name(name)
         answering = [
-            s
-            for s in self.states
-            if path in ("/tokenize", "/decode") or path in s.served.routes
+            s for s in self.states if path in ("/tokenize", "/decode") or path in s.served.routes
         ]
         if len(answering) == 1:
             return answering[0]
