@@ -42,6 +42,7 @@ __all__ = [
     "register",
     "served_kind",
     "sparse_rows",
+    "unregister",
     "predicted",
 ]
 
