@@ -141,7 +141,7 @@ def test_decided_inside_the_dtype_probe_without_deadlock(monkeypatch, tmp_path):
 def test_the_wait_share_is_measured(monkeypatch):
     """The real timing reads the run-queue delay of its threads around the rounds; a delay
     beyond MAX_WAIT_SHARE raises Disturbed (here one injected reading of 100 s waited)."""
-    from bertattn import threads
+    from bertattn.runtime import threads
 
     readings = iter([0, 100 * 10**9])
     monkeypatch.setattr(threads._RunDelay, "total", lambda self: next(readings))

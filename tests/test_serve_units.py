@@ -530,11 +530,12 @@ def test_a_large_body_of_token_ids_is_parsed_and_checked_off_the_event_loop(
     of 8,000: 640 KB, 320K ids) is parsed, checked and converted on worker threads, a small one
     (2 rows) on the loop itself (handing it over would cost more than the work). The threads
     each step ran on are recorded, so this holds however fast or loaded the machine is."""
+    import dataclasses
     import json
 
     from bertattn import Bert
-    from bertattn.serve import app as app_module
-    from bertattn.serve import create_app, handling
+    from bertattn.serve import create_app, handling, routes
+    from bertattn.serve import embed_routes as app_module
 
     ran_on: dict[str, int] = {}
 
@@ -545,19 +546,24 @@ def test_a_large_body_of_token_ids_is_parsed_and_checked_off_the_event_loop(
 
         return wrapper
 
-    # the body is parsed where every route reads it (handling), checked and converted in app
+    # the body is parsed where every route reads it (handling), checked and converted in the
+    # embedding routes
     for module, name in ((handling, "parse_json"), (app_module, "check_openai"),
                          (app_module, "from_ids")):  # fmt: skip
         monkeypatch.setattr(module, name, recorded(name, getattr(module, name)))
     bert = Bert.load(tiny_checkpoint, threads=1)
     loop_thread: list[int] = []
-    original = app_module._openai
+    original = app_module.embeddings
 
     async def openai(state, request):  # type: ignore[no-untyped-def]
         loop_thread.append(threading.get_ident())
         return await original(state, request)
 
-    monkeypatch.setattr(app_module, "_openai", openai)
+    table = [  # the route table holds the handler
+        dataclasses.replace(r, handler=openai) if r.handler is original else r
+        for r in routes.ROUTES
+    ]
+    monkeypatch.setattr(routes, "ROUTES", table)
     app = create_app(bert)  # its routes go through the recording endpoint
     ids = [[5] * 8000] * rows
     body = json.dumps({"model": tiny_checkpoint.name, "input": ids}).encode()

@@ -781,7 +781,7 @@ class Bert(SentenceTransformerSurface):
         from tqdm import tqdm
 
         bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
-        step = ModelStep(self, self._forward, "hidden")  # inference mode and the governor
+        step = ModelStep(self, self.forward_encodings, "hidden")  # inference mode and the governor
         with step.session(), bar:
             for start, end in ranges:
                 idx = order[start:end]
@@ -847,12 +847,17 @@ class Bert(SentenceTransformerSurface):
         normalize = check_bool(normalize, "normalize", optional=True)
         normalize = self.normalize if normalize is None else normalize
         with torch.inference_mode():
-            _, mask, hidden = self._forward(encodings)  # hidden (B, L, E)
+            _, mask, hidden = self.forward_encodings(encodings)  # hidden (B, L, E)
             return self._sentences(hidden, mask, pooling, normalize, 0).cpu()
 
-    def _forward(self, encodings: Sequence[Any]) -> tuple[Any, Tensor, Tensor]:
-        """Pad ``encodings`` and run them: ``(batch, mask (B, L) on the device, hidden
-        (B, L, E))``."""
+    def forward_encodings(self, encodings: Sequence[Any]) -> tuple[Any, Tensor, Tensor]:
+        """One batch of tokenized inputs through the encoder: ``encodings`` (from
+        :attr:`tokenizer`, e.g. ``bert.tokenizer.encode_batch(texts)``) padded to the longest
+        and run as :meth:`encode` runs them (backend, CUDA graphs, dtype), without pooling.
+        Returns ``(batch, mask, hidden)``: the padded batch (``input_ids``,
+        ``attention_mask``, ``token_type_ids``: ``(B, L)`` on the CPU), the ``(B, L)``
+        attention mask on the model's device and the ``(B, L, E)`` last hidden states. The
+        heads and the server run their batches so; call it under ``torch.inference_mode()``."""
         device = self.model.device
         batch = self.tokenizer.pad(encodings)
         mask = batch.attention_mask.to(device)
@@ -860,6 +865,9 @@ class Bert(SentenceTransformerSurface):
             batch.input_ids.to(device), mask, batch.token_type_ids.to(device)
         )  # (B, L, E)
         return batch, mask, hidden
+
+    #: the name the sentence-transformers surface (:mod:`.st_surface`) runs its rows by
+    _forward = forward_encodings
 
     @staticmethod
     def _sentences(

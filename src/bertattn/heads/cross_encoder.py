@@ -26,6 +26,7 @@ from ..encoder.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
+from .base import HeadSurface
 from .config import HeadConfig
 from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
@@ -142,7 +143,7 @@ def _split(inputs: Sequence[object]) -> tuple[list[str], list[str | None]]:
     return firsts, seconds
 
 
-class CrossEncoder:
+class CrossEncoder(HeadSurface):
     """A sequence-classification BERT checkpoint scoring texts and text pairs.
 
     ``model``: a folder saved by transformers' ``BertForSequenceClassification`` or by
@@ -281,29 +282,6 @@ class CrossEncoder:
     def max_length(self) -> int:
         """Tokens per input (the pair's together), [CLS] and [SEP] included."""
         return self.bert.max_length
-
-    @property
-    def device(self) -> torch.device:
-        """Where the model runs."""
-        return self.bert.device
-
-    @property
-    def max_seq_length(self) -> int:
-        """:attr:`max_length` under sentence-transformers' other name (settable)."""
-        return self.bert.max_length
-
-    @max_seq_length.setter
-    def max_seq_length(self, value: int) -> None:
-        self.bert.max_seq_length = check_int(value, "max_seq_length", low=3)  # type: ignore[assignment]
-
-    def get_max_seq_length(self) -> int:
-        """:attr:`max_seq_length` (sentence-transformers' accessor)."""
-        return self.max_seq_length
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The encoder's compute dtype."""
-        return self.bert.model.dtype
 
     @property
     def default_activation_function(self) -> torch.nn.Module:

@@ -248,7 +248,7 @@ class M3Encoder:
         return_colbert_vecs: bool,
     ) -> dict[str, Any]:
         """One batch through the encoder once; each asked output from the same hidden states."""
-        batch, mask, hidden = self.bert._forward(encodings)  # hidden (B, L, E)
+        batch, mask, hidden = self.bert.forward_encodings(encodings)  # hidden (B, L, E)
         real = mask.bool()  # (B, L)
         counts = real.sum(1).tolist()  # (B,)
         out: dict[str, Any] = {}

@@ -35,6 +35,7 @@ from ..encoder.folder import ModelFolder, _read_config, locate_model
 from ..encoder.jsonfile import read_json, read_json_object, show
 from ..encoder.st_compat import UnsupportedArgumentError, _text_list
 from ..errors import ModelFolderError
+from .base import HeadSurface, task_encode
 from .runner import token_batches
 
 logger = logging.getLogger("bertattn.heads")
@@ -486,7 +487,7 @@ def maxsim(
 
 
 # ---------------------------------------------------------------------- the encoder
-class MultiVectorEncoder:
+class MultiVectorEncoder(HeadSurface):
     """A sentence-transformers ``MultiVectorEncoder`` folder on bertattn's encoder.
 
     ``model``: the folder (or a cached hub name); ``device``, ``dtype``, ``threads``,
@@ -497,6 +498,9 @@ class MultiVectorEncoder:
     Attributes: ``bert`` (the encoder), ``settings`` (:class:`MultiVectorSettings`),
     ``prompts``, ``default_prompt_name``, ``truncate_dim``, ``similarity_fn_name``.
     """
+
+    #: ``encode_document`` takes the folder's ``"document"`` prompt only
+    TASK_PROMPTS = {"query": ("query",), "document": ("document",)}
 
     def __init__(
         self,
@@ -576,10 +580,6 @@ class MultiVectorEncoder:
             )
         self._similarity_fn_name = value
 
-    @property
-    def device(self) -> torch.device:
-        return self.bert.device
-
     def get_embedding_dimension(self) -> int:
         """The width of a token row (after the projections and ``truncate_dim``)."""
         width = self.bert.model.config.hidden_size
@@ -597,63 +597,6 @@ class MultiVectorEncoder:
         )
 
     # ------------------------------------------------------------------ encoding
-    def encode_query(
-        self,
-        inputs: str | Sequence[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        batch_size: int = 32,
-        show_progress_bar: bool | None = None,
-        output_value: str | None = "token_embeddings",
-        convert_to_numpy: bool = False,
-        device: str | torch.device | None = None,
-        normalize_embeddings: bool = False,
-        token_pooling: object = None,
-        truncate_dim: int | None = None,
-        pool: object = None,
-        chunk_size: int | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Token rows of queries: :meth:`encode` with ``task="query"`` and, when neither
-        ``prompt`` nor ``prompt_name`` is given, the folder's ``"query"`` prompt (none when it
-        has none; never ``default_prompt_name``); texts cut at the folder's ``query_length``."""
-        if prompt_name is None and prompt is None and "query" in self.prompts:
-            prompt_name = "query"
-        return self.encode(
-            inputs, prompt_name, prompt, batch_size, show_progress_bar, output_value,
-            convert_to_numpy, device, normalize_embeddings, token_pooling, truncate_dim, pool,
-            chunk_size, task="query", **kwargs,
-        )  # fmt: skip
-
-    def encode_document(
-        self,
-        inputs: str | Sequence[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        batch_size: int = 32,
-        show_progress_bar: bool | None = None,
-        output_value: str | None = "token_embeddings",
-        convert_to_numpy: bool = False,
-        device: str | torch.device | None = None,
-        normalize_embeddings: bool = False,
-        token_pooling: object = None,
-        truncate_dim: int | None = None,
-        pool: object = None,
-        chunk_size: int | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Token rows of documents: :meth:`encode` with ``task="document"`` and, when neither
-        ``prompt`` nor ``prompt_name`` is given, the folder's ``"document"`` prompt; cut at the
-        folder's ``document_length``; skip-list tokens dropped (for the tasks the folder's
-        MultiVectorMask names: documents by default)."""
-        if prompt_name is None and prompt is None and "document" in self.prompts:
-            prompt_name = "document"
-        return self.encode(
-            inputs, prompt_name, prompt, batch_size, show_progress_bar, output_value,
-            convert_to_numpy, device, normalize_embeddings, token_pooling, truncate_dim, pool,
-            chunk_size, task="document", **kwargs,
-        )  # fmt: skip
-
     def encode(
         self,
         inputs: str | Sequence[str],
@@ -714,6 +657,22 @@ class MultiVectorEncoder:
                     out[i] = r.numpy(force=True) if convert_to_numpy else r
         return out[0] if single else out
 
+    encode_query = task_encode(
+        "query",
+        encode,
+        """Token rows of queries: :meth:`encode` with ``task="query"`` and, when neither
+        ``prompt`` nor ``prompt_name`` is given, the folder's ``"query"`` prompt (none when it
+        has none; never ``default_prompt_name``); texts cut at the folder's ``query_length``.""",
+    )
+    encode_document = task_encode(
+        "document",
+        encode,
+        """Token rows of documents: :meth:`encode` with ``task="document"`` and, when neither
+        ``prompt`` nor ``prompt_name`` is given, the folder's ``"document"`` prompt; cut at the
+        folder's ``document_length``; skip-list tokens dropped (for the tasks the folder's
+        MultiVectorMask names: documents by default).""",
+    )
+
     def scored_tokens(self, text: str, task: str) -> tuple[list[str], list[bool]]:
         """The tokens :meth:`encode_query` (``task="query"``) or :meth:`encode_document`
         (``"document"``) encodes ``text`` as (its default prompt, specials, cut at the task's
@@ -752,7 +711,7 @@ class MultiVectorEncoder:
         self, encodings: Sequence[Any], task: str | None, normalize: bool, truncate_dim: int | None
     ) -> tuple[Tensor, ...]:
         """One batch -> each text's scored token rows, views into one packed tensor."""
-        batch, mask, hidden = self.bert._forward(encodings)  # hidden (B, L, E)
+        batch, mask, hidden = self.bert.forward_encodings(encodings)  # hidden (B, L, E)
         real = mask.bool()  # (B, L)
         ids = batch.input_ids.to(real.device)  # (B, L)
         x = hidden[real].float()  # (T, E): the real tokens, packed

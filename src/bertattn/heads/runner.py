@@ -25,7 +25,7 @@ def head_step(bert: Any, step: Step, kind: str) -> ModelStep:
     (padded; packed inside on the CPU), then ``step`` on their hidden states."""
 
     def compute(encodings: Sequence[Any]) -> Tensor:
-        _, mask, hidden = bert._forward(encodings)  # mask (B, L), hidden (B, L, E)
+        _, mask, hidden = bert.forward_encodings(encodings)  # mask (B, L), hidden (B, L, E)
         return step(hidden, mask)
 
     return ModelStep(bert, compute, kind)

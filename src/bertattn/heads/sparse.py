@@ -26,6 +26,7 @@ from torch import Tensor
 from ..arguments import check_bool, check_choice, check_int, describe
 from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
+from .base import HeadSurface, task_encode
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
 from .runner import head_step, run_head
@@ -38,7 +39,7 @@ __all__ = ["SparseEncoder"]
 TASKS = ("query", "document")
 
 
-class SparseEncoder:
+class SparseEncoder(HeadSurface):
     """A SPLADE model (see the module docstring).
 
     ``model``: a ``BertForMaskedLM`` folder, a sentence-transformers ``SparseEncoder`` folder
@@ -125,31 +126,8 @@ class SparseEncoder:
             raise TypeError(f"default_prompt_name must be a str or None, got {describe(value)}.")
         self.bert.default_prompt_name = value
 
-    @property
-    def device(self) -> torch.device:
-        """Where the model runs."""
-        return self.bert.device
-
     #: the similarity functions :attr:`similarity_fn_name` takes
     SUPPORTED_SIMILARITY_FN_NAMES = SIMILARITY_FN_NAMES
-
-    @property
-    def max_seq_length(self) -> int:
-        """Tokens per text, specials included (settable), as sentence-transformers'."""
-        return self.bert.max_length
-
-    @max_seq_length.setter
-    def max_seq_length(self, value: int) -> None:
-        self.bert.max_seq_length = check_int(value, "max_seq_length", low=3)  # type: ignore[assignment]
-
-    def get_max_seq_length(self) -> int:
-        """:attr:`max_seq_length` (sentence-transformers' accessor)."""
-        return self.max_seq_length
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The encoder's compute dtype."""
-        return self.bert.model.dtype
 
     @property
     def similarity_fn_name(self) -> str:
@@ -310,6 +288,21 @@ class SparseEncoder:
         out = _stack_sparse(rows, vocab)
         return out[0] if single else out
 
+    encode_query = task_encode(
+        "query",
+        encode,
+        """:meth:`encode` with ``task="query"`` and, when neither ``prompt`` nor ``prompt_name``
+        is given, the model's ``"query"`` prompt if it has one (as sentence-transformers'
+        ``encode_query``; the other arguments as :meth:`encode` takes them).""",
+    )
+    encode_document = task_encode(
+        "document",
+        encode,
+        """:meth:`encode` with ``task="document"`` and, when neither ``prompt`` nor
+        ``prompt_name`` is given, the first of the ``"document"`` / ``"passage"`` /
+        ``"corpus"`` prompts the model has (sentence-transformers' ``encode_document``).""",
+    )
+
     def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
         """sentence-transformers' rule (``prompt`` wins, with a warning when ``prompt_name`` is
         given too; else the prompt named ``prompt_name``; else the default prompt), and its
@@ -321,62 +314,6 @@ class SparseEncoder:
                 f"prompt's text as prompt=."
             )
         return self.bert._resolve_prompt(prompt, prompt_name)
-
-    def encode_query(
-        self,
-        inputs: str | Sequence[str] | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        **kwargs: Any,
-    ) -> Tensor | list[Tensor]:
-        """:meth:`encode` with ``task="query"`` and, when neither ``prompt`` nor
-        ``prompt_name`` is given, the model's ``"query"`` prompt if it has one (as
-        sentence-transformers' ``encode_query``; the other keywords go to :meth:`encode`)."""
-        return self._encode_as("query", inputs, prompt_name, prompt, kwargs)
-
-    def encode_document(
-        self,
-        inputs: str | Sequence[str] | None = None,
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        **kwargs: Any,
-    ) -> Tensor | list[Tensor]:
-        """:meth:`encode` with ``task="document"`` and, when neither ``prompt`` nor
-        ``prompt_name`` is given, the first of the ``"document"`` / ``"passage"`` /
-        ``"corpus"`` prompts the model has (sentence-transformers' ``encode_document``)."""
-        return self._encode_as("document", inputs, prompt_name, prompt, kwargs)
-
-    def _encode_as(
-        self,
-        task: str,
-        inputs: Any,
-        prompt_name: str | None,
-        prompt: str | None,
-        kwargs: dict[str, Any],
-    ) -> Tensor | list[Tensor]:
-        """sentence-transformers' rule: neither ``prompt`` nor ``prompt_name`` (or both None)
-        and the model has the task's prompt -> that prompt's name; then :meth:`encode` with
-        every argument by keyword (``inputs``, ``prompt_name``, ``prompt``, ``task``, the
-        rest as given)."""
-        method = f"encode_{task}"
-        if "task" in kwargs:
-            raise TypeError(
-                f"SparseEncoder.{method}() sets task={task!r} itself; call encode(task=...) for "
-                f"another task."
-            )
-        if "sentences" in kwargs:  # sentence-transformers' older name for the texts
-            if inputs is not None:
-                raise TypeError(
-                    f"SparseEncoder.{method}() takes the texts once: as inputs (the first "
-                    f"argument) or as sentences=, not both."
-                )
-            inputs = kwargs.pop("sentences")
-        if prompt is None and prompt_name is None:
-            names = ("query",) if task == "query" else ("document", "passage", "corpus")
-            prompt_name = next((n for n in names if n in self.prompts), None)
-        return self.encode(
-            inputs=inputs, prompt_name=prompt_name, prompt=prompt, task=task, **kwargs
-        )
 
     # ------------------------------------------------------------------ reading rows
     def decode(

@@ -144,7 +144,7 @@ def plan_windows(
 
 def build_windows(tokenizer: Any, plan: WindowPlan) -> Iterator[SimpleNamespace]:
     """The windows of ``plan``: encoding-like objects (``ids``, ``type_ids``, ``tokens``,
-    ``overflowing``) for :meth:`bertattn.Bert._forward`."""
+    ``overflowing``) for :meth:`bertattn.Bert.forward_encodings`."""
     t = pair_template(tokenizer)
     head = [i for i, _ in t.prefix] + plan.query + [i for i, _ in t.middle]
     head_types = (
@@ -173,7 +173,7 @@ def pair_windows(
     tokens), consecutive windows overlapping by a quarter, the last one ending at the
     document's end (``most_tokens``: only the document's first that many tokens are read). A
     short document is one window. Each is an encoding-like object (``ids``, ``type_ids``,
-    ``tokens``, ``overflowing``) for :meth:`bertattn.Bert._forward`."""
+    ``tokens``, ``overflowing``) for :meth:`bertattn.Bert.forward_encodings`."""
     plan = plan_windows(
         tokenizer, query, document, max_length=max_length, doc_tokens=doc_tokens,
         most_tokens=most_tokens,

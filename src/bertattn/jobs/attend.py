@@ -19,6 +19,7 @@ from .inputs import check_input, stdin_buffer
 if TYPE_CHECKING:
     from ..encoder import Bert
     from ..encoder.steps import AttentionSteps
+    from ..heads.registry import FolderProbe, HeadKind
 
 __all__ = ["AttendResult", "read_text", "run_attend"]
 
@@ -162,31 +163,18 @@ def read_text(options: AttendOptions) -> str:
     return text
 
 
-def _load(model: str | None, device: object) -> tuple[Bert, object | None]:
-    """The encoder to show, and the head over it (None for a model without one): a
-    ``BertForSequenceClassification`` is loaded as a :class:`bertattn.CrossEncoder`, so the
-    page can say what it decided; a multi-vector folder as a
-    :class:`bertattn.MultiVectorEncoder`, so the page can show what each query token matched."""
-    from ..encoder import Bert
-    from ..heads import CrossEncoder
-    from ..heads.auto import resolve_auto
+def _load(kind: HeadKind, probe: FolderProbe, device: object) -> tuple[Bert, object | None]:
+    """The encoder to show, and the head over it (None for a model without one), as the
+    kind's record says (its ``attend`` view): a reranker or classifier is loaded as a
+    :class:`bertattn.CrossEncoder`, so the page can say what it decided; a multi-vector
+    folder as a :class:`bertattn.MultiVectorEncoder`, so the page can show what each query
+    token matched."""
+    if kind.attend == "encoder":
+        from ..encoder import Bert
 
-    folder, kind = resolve_auto(model)
-    if kind == "sequence-classification":
-        head = CrossEncoder(folder, device=device)  # type: ignore[arg-type]
-        return head.bert, head
-    if kind == "multi-vector":
-        from ..heads.multi_vector import MultiVectorEncoder
-
-        mve = MultiVectorEncoder(model, device=device)  # type: ignore[arg-type]
-        return mve.bert, mve
-    return Bert.load(folder, device=device), None  # type: ignore[arg-type]
-
-
-def _is_multi_vector(head: object) -> bool:
-    from ..heads.multi_vector import MultiVectorEncoder
-
-    return isinstance(head, MultiVectorEncoder)
+        return Bert.load(kind.encoder(probe), device=device), None  # type: ignore[arg-type]
+    head = kind.load(probe, device=device)  # type: ignore[misc]
+    return head.bert, head
 
 
 def _decision(head: object, text: str, pair: str | None, max_length: int | None) -> str:
@@ -222,15 +210,16 @@ def run_attend(options: AttendOptions) -> AttendResult:
     for path, kind in options.outputs:
         if path != "-":
             check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
-    from ..heads.auto import is_multi_vector_folder
+    from ..heads.registry import detect
 
-    if options.pair is None and is_multi_vector_folder(options.model):
+    kind, probe = detect(options.model)
+    if options.pair is None and kind.attend == "maxsim":
         raise attend_maxsim.need_pair()
     device = job_device(options.device)
     text = read_text(options)
-    bert, decider = _load(options.model, device)
+    bert, decider = _load(kind, probe, device)
     the_query, pair = text, options.pair  # a multi-vector model's query: TEXT as given
-    multi_vector = options.pair is not None and _is_multi_vector(decider)
+    multi_vector = options.pair is not None and kind.attend == "maxsim"
     if multi_vector:  # the attention of the pair each with its task's prompt
         text, pair = attend_maxsim.attention_texts(decider, the_query, options.pair)  # type: ignore[arg-type]
     cfg = bert.model.config

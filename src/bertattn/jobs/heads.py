@@ -42,13 +42,6 @@ __all__ = [
     "sparse_payload",
 ]
 
-#: head kind -> the pipeline task ``predict`` runs
-TASKS = {
-    "sequence-classification": "text-classification",
-    "token-classification": "token-classification",
-    "masked-lm": "fill-mask",
-}
-
 
 # ---------------------------------------------------------------------- checks before work
 def _head(model: str) -> tuple[ModelFolder, HeadConfig]:
@@ -62,8 +55,11 @@ def _head(model: str) -> tuple[ModelFolder, HeadConfig]:
 
 def _named(head: HeadConfig) -> str:
     """The head in words, for a refusal."""
+    from ..heads.registry import predicted
+
     arch = head.architecture or "not given (a bare encoder)"
-    if head.kind == "sequence-classification":
+    kind = predicted(head)
+    if kind is not None and kind.task == "text-classification":
         labels = ", ".join(head.id2label[i] for i in sorted(head.id2label)[:6])
         return f"{arch}, {head.num_labels} labels ({labels})"
     return arch
@@ -187,12 +183,15 @@ def run_rerank(options: RerankOptions) -> EncodeSummary:
     """Rank the documents of ``options.input`` for ``options.query``; JSON lines best first,
     each as :meth:`bertattn.CrossEncoder.rank` returns it (``id`` after ``corpus_id`` with
     ``--id-field``)."""
+    from ..heads.registry import CROSS_ENCODER, predicted
+
     folder, head = _head(options.model)
-    if head.kind != "sequence-classification" or head.num_labels != 1:
+    kind = predicted(head)
+    if kind is not CROSS_ENCODER:
         raise UsageError(
             f"--model {options.model}: rerank needs a one-label BertForSequenceClassification "
             f"(a reranker); this model's head is {_named(head)}"
-            + (": use bertattn predict." if head.kind in TASKS else ".")
+            + (": use bertattn predict." if kind is not None else ".")
         )
     _check_max_length(folder, options)
     load = _load(options)
@@ -240,13 +239,16 @@ def _check_query(query: str) -> None:
 # ---------------------------------------------------------------------- predict
 def _check_predict_options(options: PredictOptions, head: HeadConfig) -> str:
     """The task of the model's head; ``UsageError`` for an option that head does not take."""
-    if head.kind not in TASKS:
+    from ..heads.registry import predicted
+
+    kind = predicted(head)
+    if kind is None or kind.task is None:
         raise UsageError(
             f"--model {options.model}: predict needs a BertForSequenceClassification, "
             f"BertForTokenClassification or BertForMaskedLM checkpoint; this model's head is "
             f"{_named(head)} (for sentence embeddings use bertattn encode)."
         )
-    task = TASKS[head.kind]
+    task = kind.task
     takes = {
         "text-classification": ("top_k", "function_to_apply"),
         "token-classification": ("aggregation_strategy",),
@@ -398,16 +400,16 @@ def is_sparse_model(model: str | None) -> bool:
     """Whether ``encode`` writes sparse rows for ``model`` by default: a sentence-transformers
     folder whose ``modules.json`` has ``SpladePooling``. A plain ``BertForMaskedLM`` folder
     (SPLADE, or a plain BERT such as bert-base-uncased) stays dense unless ``--sparse``."""
-    from ..heads.auto import is_splade_folder
+    from ..heads.registry import sparse_rows
 
-    return is_splade_folder(model)
+    return sparse_rows(model, None)
 
 
 def can_be_sparse(model: str | None) -> bool:
     """Whether ``--sparse`` can run ``model``: a SpladePooling folder or a BertForMaskedLM."""
-    from ..heads.auto import is_masked_lm
+    from ..heads.registry import sparse_rows
 
-    return model is not None and is_masked_lm(model)
+    return sparse_rows(model, True)
 
 
 def check_sparse_options(options: EncodeOptions) -> None:
@@ -442,9 +444,9 @@ def check_sparse_options(options: EncodeOptions) -> None:
             f"pooling; {what} applies to dense embeddings only: drop it, or pass --no-sparse."
         )
     if options.max_length is not None:  # from the folder's config: before the model loads
-        from ..heads.sparse_folder import read_sparse_folder
+        from ..heads.registry import SPARSE, FolderProbe
 
-        limit = read_sparse_folder(name)[0].config.max_position_embeddings
+        limit = SPARSE.encoder(FolderProbe(name, sparse=True)).config.max_position_embeddings
         if options.max_length > limit:
             raise UsageError(
                 f"--max-length {options.max_length} exceeds what the model takes "

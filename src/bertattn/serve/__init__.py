@@ -11,8 +11,9 @@ Routes: OpenAI's ``POST /v1/embeddings``, Text Embeddings Inference's ``POST /em
 
 from __future__ import annotations
 
-from .app import ServeState, create_app
+from .app import create_app
 from .errors import ApiError
 from .limits import Limits
+from .state import ServeState
 
 __all__ = ["ApiError", "Limits", "ServeState", "create_app"]

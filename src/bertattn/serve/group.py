@@ -1,5 +1,5 @@
 """Several models in one server (``--model`` given more than once): an embedder beside its
-reranker, say. Each model keeps its own :class:`~.app.ServeState` — its own queue, model worker
+reranker, say. Each model keeps its own :class:`~.state.ServeState` — its own queue, model worker
 and tokenizer thread, so one model's backlog never waits behind another's — and they share the
 limits, the API key, the drain and one ``/metrics``.
 
@@ -12,17 +12,16 @@ the route; when several do, the request must name one (400 listing them).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
 from .errors import ApiError, shown
-from .served import ROUTES
+
+if TYPE_CHECKING:
+    from .routes import ServeRoute
 
 __all__ = ["ServeGroup"]
-
-#: the routes whose body carries a ``model`` field of its own
-_NAMED = ("/v1/embeddings", "/embeddings", "/v1/rerank")
 
 
 class _Batchers:
@@ -127,20 +126,17 @@ class ServeGroup:
             code="model_not_found",
         )
 
-    async def pick(self, request: Request, path: str, body: Any) -> Any:
-        """The model for a data request on ``path`` whose parsed body is ``body``."""
+    async def pick(self, request: Request, route: ServeRoute, body: Any) -> Any:
+        """The model for a data request on ``route`` whose parsed body is ``body``."""
+        path = route.path
         name = body.get("model") if isinstance(body, dict) else None
         if name is not None:
             if not isinstance(name, str):
                 raise ApiError(400, "'model' must be a string naming a model.", param="model")
-            if path not in _NAMED:
+            if not route.model_field:
                 del body["model"]  # it chose the model; the route's own body has no such field
             return self.by_name(name)
-        answering = [
-            s
-            for s in self.states
-            if path in ("/tokenize", "/decode") or path in ROUTES[s.served.kind]
-        ]
+        answering = [s for s in self.states if route.answers(s)]
         if len(answering) == 1:
             return answering[0]
         models = ", ".join(f"{s.names[0]!r} ({s.served.describe()})" for s in self.states)

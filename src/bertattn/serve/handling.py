@@ -22,7 +22,7 @@ from .encoding import dumps
 from .errors import ApiError, clip
 
 if TYPE_CHECKING:
-    from .app import ServeState
+    from .state import ServeState
 
 __all__ = [
     "BIG_BODY",
@@ -30,12 +30,19 @@ __all__ = [
     "disconnected",
     "json_response",
     "read_body",
+    "ranked",
     "run_model",
     "unavailable",
 ]
 
 #: bodies larger than this are parsed (and checked) off the event loop
 BIG_BODY = 256 << 10
+
+
+def ranked(scores: np.ndarray) -> list[int]:
+    """Indices of ``(N,)`` scores best first (a stable order for ties): how every rerank
+    route orders its answer."""
+    return sorted(range(len(scores)), key=lambda i: -float(scores[i]))
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -1,6 +1,7 @@
-"""The head routes: ``POST /rerank`` and ``/v1/rerank`` (a reranker), ``/predict`` (a
-reranker or classifier), ``/embed_sparse`` (SPLADE), on the same batcher as the embeddings
-(token budget, admission, deadlines, drain, metrics). Bodies: :mod:`.head_bodies`."""
+"""The head routes' handlers: ``POST /rerank`` and ``/v1/rerank`` (a reranker), ``/predict``
+(a reranker or classifier), ``/embed_sparse`` (SPLADE), on the same batcher as the embeddings
+(token budget, admission, deadlines, drain, metrics); the table of :mod:`.routes` maps the
+paths to them. Bodies: :mod:`.head_bodies`."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .handling import checked, json_response, read_body, run_model
+from .handling import checked, json_response, ranked, read_body, run_model
 from .head_bodies import check_predict, check_rerank, check_rerank_v1, check_sparse
 from .tokens import TRUNCATE_FIX, WindowTally, tokenize_inputs, window_plans, windows_of
 
 if TYPE_CHECKING:
-    from .app import ServeState
+    from .state import ServeState
 
-__all__ = ["HEAD_ROUTES"]
+__all__ = ["embed_sparse", "predict", "rerank", "rerank_v1"]
 
 #: how ``/v1/rerank`` (whose body has no ``truncate``) lets an over-long document through on a
 #: ``--no-truncate`` server
@@ -55,21 +56,15 @@ def _activate(state: ServeState, logits: np.ndarray) -> np.ndarray:
     return fn(torch.from_numpy(logits)).float().numpy()
 
 
-def _ranked(scores: np.ndarray) -> list[int]:
-    """Indices best first (a stable order for ties)."""
-    return sorted(range(len(scores)), key=lambda i: -float(scores[i]))
-
-
-async def _rerank(state: ServeState, request: Request) -> Response:
+async def rerank(state: ServeState, request: Request) -> Response:
     """TEI: ``[{"index", "score", "text"?}]`` best first."""
-    state.served.require("/rerank")
     obj = await read_body(state, request)
     req = await checked(request, check_rerank, obj, limit=state.limits.max_request_inputs)
     pairs = [(req.query, d) for d in req.documents]
     logits, _ = await _scores(state, request, pairs, req.truncate, "texts")
     scores = logits[:, 0] if req.raw_scores else _activate(state, logits)[:, 0]
     out = []
-    for i in _ranked(scores):
+    for i in ranked(scores):
         row: dict[str, Any] = {"index": i, "score": float(scores[i])}
         if req.return_documents:
             row["text"] = req.documents[i]
@@ -77,11 +72,10 @@ async def _rerank(state: ServeState, request: Request) -> Response:
     return json_response(out)
 
 
-async def _rerank_v1(state: ServeState, request: Request) -> Response:
+async def rerank_v1(state: ServeState, request: Request) -> Response:
     """Cohere / Jina: ``{"model", "results": [{"index", "relevance_score", "document"?}],
     "usage": {"total_tokens"}}``; ``max_tokens_per_doc``: a long document scored by its best
     window of that many tokens (:meth:`bertattn.CrossEncoder.rank`)."""
-    state.served.require("/v1/rerank")
     obj = await read_body(state, request)
     req = await checked(
         request, check_rerank_v1, obj, names=state.names, limit=state.limits.max_request_inputs
@@ -109,7 +103,7 @@ async def _rerank_v1(state: ServeState, request: Request) -> Response:
             scores[i], at = flat[at : at + len(g)].max(), at + len(g)
         tokens = int(sum(counts))
     results = []
-    for i in _ranked(scores)[: req.top_n]:
+    for i in ranked(scores)[: req.top_n]:
         row: dict[str, Any] = {"index": i, "relevance_score": float(scores[i])}
         if req.return_documents:
             row["document"] = {"text": req.documents[i]}
@@ -118,11 +112,10 @@ async def _rerank_v1(state: ServeState, request: Request) -> Response:
     return json_response({"model": state.names[0], "results": results, "usage": usage})
 
 
-async def _predict(state: ServeState, request: Request) -> Response:
+async def predict(state: ServeState, request: Request) -> Response:
     """TEI: per input ``[{"label", "score"}]`` over every label, best first (one list for a
     single input); scores through the pipeline's function (none for regression, sigmoid for
     one label or multi-label, else softmax), or the logits with ``raw_scores``."""
-    state.served.require("/predict")
     obj = await read_body(state, request)
     req = await checked(request, check_predict, obj, limit=state.limits.max_request_inputs)
     logits, _ = await _scores(state, request, req.inputs, req.truncate, "inputs")
@@ -145,9 +138,8 @@ async def _predict(state: ServeState, request: Request) -> Response:
     return json_response(out[0] if req.single else out)
 
 
-async def _embed_sparse(state: ServeState, request: Request) -> Response:
+async def embed_sparse(state: ServeState, request: Request) -> Response:
     """TEI: per input ``[{"index", "value"}]`` of its non-zero weights, by index."""
-    state.served.require("/embed_sparse")
     obj = await read_body(state, request)
     texts, truncate = await checked(
         request, check_sparse, obj, limit=state.limits.max_request_inputs
@@ -161,12 +153,3 @@ async def _embed_sparse(state: ServeState, request: Request) -> Response:
             nz = np.sort(nz[np.argsort(-np.abs(row[nz]), kind="stable")[:keep]])
         out.append([{"index": int(i), "value": float(row[i])} for i in nz])
     return json_response(out)
-
-
-#: (path, metrics name, handler)
-HEAD_ROUTES = (
-    ("/rerank", "rerank", _rerank),
-    ("/v1/rerank", "rerank", _rerank_v1),
-    ("/predict", "predict", _predict),
-    ("/embed_sparse", "embed_sparse", _embed_sparse),
-)

@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 
-from .app import ServeState
+from .state import ServeState
 
 logger = logging.getLogger("bertattn.serve")
 

@@ -11,7 +11,7 @@ drain, metrics) as every route:
 - ``POST /embed_m3``: bge-m3's dense, sparse and ColBERT outputs from one forward, as
   :meth:`bertattn.M3Encoder.encode` (lexical weights in ``/embed_sparse``'s shape);
 - ``POST /rerank`` and ``/v1/rerank`` on a multi-vector model: scored by MaxSim (the other
-  kinds keep the head routes' handlers).
+  kinds keep the head routes' handlers; the table of :mod:`.routes` says which).
 
 Token vectors are large: a request whose answer could hold more than ``--max-body-size``
 bytes (counted before the model runs, at the most a value takes in the asked format) is
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from starlette.responses import Response
 
 from .encoding import dumps
 from .errors import ApiError
-from .handling import checked, json_response, read_body, run_model
+from .handling import checked, json_response, ranked, read_body, run_model
 from .head_bodies import check_rerank, check_rerank_v1
 from .token_bodies import (
     Format,
@@ -47,11 +46,19 @@ from .token_steps import Job
 from .tokens import TokenIds, tokenize
 
 if TYPE_CHECKING:
-    from .app import ServeState
+    from .state import ServeState
 
-__all__ = ["TOKEN_ROUTES", "token_routes"]
+__all__ = [
+    "check_size",
+    "decode",
+    "embed_all",
+    "embed_late_chunks",
+    "embed_m3",
+    "embed_multi_vector",
+    "rerank_maxsim",
+    "rerank_v1_maxsim",
+]
 
-Handler = Callable[["ServeState", Request], Awaitable[Response]]
 #: values in a response above which it is written on a worker thread, not the event loop
 _INLINE_VALUES = 16384
 
@@ -121,10 +128,9 @@ async def _jobs(
 
 
 # ---------------------------------------------------------------------- /embed_all, /decode
-async def _embed_all(state: ServeState, request: Request) -> Response:
+async def embed_all(state: ServeState, request: Request) -> Response:
     """TEI: per input a list of token vectors (``[[[float]]]``; one input given bare: the
     same, a list of one); base64: one string per input, ``(tokens, dim)`` row-major."""
-    state.served.require("/embed_all")
     obj = await read_body(state, request)
     req = await checked(request, check_embed_all, obj, limit=state.limits.max_request_inputs)
     truncate = state.limits.truncate if req.truncate is None else req.truncate
@@ -141,7 +147,7 @@ def _decode_all(bert: Any, ids: list[list[int]], skip: bool) -> list[str]:
     return [bert.tokenizer.decode(row, skip_special_tokens=skip) for row in ids]
 
 
-async def _decode(state: ServeState, request: Request) -> Response:
+async def decode(state: ServeState, request: Request) -> Response:
     """TEI: the texts of token ids, one string per id list (``[str]``)."""
     obj = await read_body(state, request)
     req = await checked(
@@ -251,9 +257,8 @@ async def _multi_vector_rows(
     return rows, int(sum(counts))
 
 
-async def _embed_multi_vector(state: ServeState, request: Request) -> Response:
+async def embed_multi_vector(state: ServeState, request: Request) -> Response:
     """Per input its token rows, ``[[[float]]]`` (base64: one string per input)."""
-    state.served.require("/embed_multi_vector")
     model = state.served.model
     obj = await read_body(state, request)
     req = await checked(
@@ -290,18 +295,14 @@ async def _maxsim(
     return scores[0].numpy(), q_tokens + d_tokens
 
 
-def _ranked(scores: np.ndarray) -> list[int]:
-    return sorted(range(len(scores)), key=lambda i: -float(scores[i]))
-
-
-async def _rerank_maxsim(state: ServeState, request: Request) -> Response:
+async def rerank_maxsim(state: ServeState, request: Request) -> Response:
     """TEI's ``/rerank`` on a multi-vector model: ``[{"index", "score", "text"?}]`` best
     first, the score MaxSim (no activation: ``raw_scores`` changes nothing)."""
     obj = await read_body(state, request)
     req = await checked(request, check_rerank, obj, limit=state.limits.max_request_inputs)
     scores, _ = await _maxsim(state, request, req.query, req.documents, "texts")
     out = []
-    for i in _ranked(scores):
+    for i in ranked(scores):
         row: dict[str, Any] = {"index": i, "score": float(scores[i])}
         if req.return_documents:
             row["text"] = req.documents[i]
@@ -309,7 +310,7 @@ async def _rerank_maxsim(state: ServeState, request: Request) -> Response:
     return json_response(out)
 
 
-async def _rerank_v1_maxsim(state: ServeState, request: Request) -> Response:
+async def rerank_v1_maxsim(state: ServeState, request: Request) -> Response:
     """Cohere / Jina's ``/v1/rerank`` on a multi-vector model, scored by MaxSim."""
     obj = await read_body(state, request)
     req = await checked(
@@ -324,7 +325,7 @@ async def _rerank_v1_maxsim(state: ServeState, request: Request) -> Response:
         )
     scores, tokens = await _maxsim(state, request, req.query, req.documents, "documents")
     results = []
-    for i in _ranked(scores)[: req.top_n]:
+    for i in ranked(scores)[: req.top_n]:
         row: dict[str, Any] = {"index": i, "relevance_score": float(scores[i])}
         if req.return_documents:
             row["document"] = {"text": req.documents[i]}
@@ -334,13 +335,12 @@ async def _rerank_v1_maxsim(state: ServeState, request: Request) -> Response:
 
 
 # ---------------------------------------------------------------------- bge-m3
-async def _embed_m3(state: ServeState, request: Request) -> Response:
+async def embed_m3(state: ServeState, request: Request) -> Response:
     """``{"dense_vecs", "lexical_weights", "colbert_vecs"}`` (FlagEmbedding's keys; null for
     an output not asked): dense ``[[float]]``, lexical weights per input
     ``[{"index": token_id, "value": weight}]`` by id (``/embed_sparse``'s shape), ColBERT
     vectors per input ``[[float]]`` (base64: one string per vector / matrix). One input
     given bare: one row / list / matrix per key."""
-    state.served.require("/embed_m3")
     model = state.served.model
     obj = await read_body(state, request)
     req = await checked(request, check_m3, obj, limit=state.limits.max_request_inputs)
@@ -377,32 +377,5 @@ def _by_id(item: tuple[str, float]) -> int:
     return int(item[0])
 
 
-# ---------------------------------------------------------------------- registration
-def _by_kind(handlers: dict[str, Handler], other: Handler) -> Handler:
-    """A handler that answers with ``handlers[kind]`` for the model's kind, else ``other``."""
-
-    async def handler(state: ServeState, request: Request) -> Response:
-        return await handlers.get(state.served.kind, other)(state, request)
-
-    return handler
-
-
-#: (path, metrics name, handler) of the routes of their own
-TOKEN_ROUTES = (
-    ("/embed_all", "embed_all", _embed_all),
-    ("/decode", "decode", _decode),
-    ("/embed_late_chunks", "embed_late_chunks", _late_chunks),
-    ("/embed_multi_vector", "embed_multi_vector", _embed_multi_vector),
-    ("/embed_m3", "embed_m3", _embed_m3),
-)
-_MAXSIM = {"/rerank": _rerank_maxsim, "/v1/rerank": _rerank_v1_maxsim}
-
-
-def token_routes(head_routes: tuple[tuple[str, str, Handler], ...]) -> list[tuple[str, str, Any]]:
-    """The head routes (``/rerank`` and ``/v1/rerank`` answered by MaxSim for a multi-vector
-    model) and the token-vector routes, as ``(path, metrics name, handler)``."""
-    routes: list[tuple[str, str, Any]] = [
-        (path, name, _by_kind({"multi_vector": _MAXSIM[path]}, fn) if path in _MAXSIM else fn)
-        for path, name, fn in head_routes
-    ]
-    return routes + list(TOKEN_ROUTES)
+#: the late-chunking handler under the name the route table imports
+embed_late_chunks = _late_chunks

@@ -81,7 +81,7 @@ class TokenStep(ModelStep):
             return list(self._sentences.compute(items).float().cpu().numpy())
         encs = [j.encoding for j in items]
         if what == "hidden":
-            _, mask, hidden = bert._forward(encs)  # (B, L, E)
+            _, mask, hidden = bert.forward_encodings(encs)  # (B, L, E)
             hidden = hidden.float().cpu()
             return [hidden[j, : len(e.ids)].numpy() for j, e in enumerate(encs)]
         if what in ("query", "document"):

@@ -2,7 +2,7 @@
 
 The functions that tokenize texts run under the server's tokenizer lock (the tokenizer's
 truncation setting is state: one caller at a time), on the event loop for a small request and
-on the tokenizer thread for a large one (:meth:`bertattn.serve.app.ServeState.tokenize`);
+on the tokenizer thread for a large one (:meth:`bertattn.serve.state.ServeState.tokenize`);
 :func:`from_ids` needs no tokenizer and no lock. Texts are tokenized exactly as
 :meth:`bertattn.Bert.encode` tokenizes them, so a server's rows equal ``encode``'s."""
 

@@ -1,0 +1,107 @@
+"""The sentence-transformers surface the head classes share over their encoder ``bert`` (a
+:class:`bertattn.Bert`): where they run (``device``, ``dtype``), how long an input may be
+(``max_seq_length``), and ``encode_query`` / ``encode_document`` made from each class's own
+``encode`` (its signature, less ``task``), with sentence-transformers' prompt rule."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+
+from ..arguments import check_int
+
+__all__ = ["HeadSurface", "task_encode"]
+
+
+class HeadSurface:
+    """The attributes a head class (a :class:`bertattn.CrossEncoder`, ``SparseEncoder``,
+    ``MultiVectorEncoder``) shares with sentence-transformers' classes, read from its
+    encoder ``self.bert``."""
+
+    bert: Any
+    prompts: dict[str, Any]
+    #: the prompt names each task looks for, in order: the first the model has is used
+    TASK_PROMPTS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "query": ("query",),
+        "document": ("document", "passage", "corpus"),
+    }
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return self.bert.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The encoder's compute dtype."""
+        return self.bert.model.dtype
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens per input, specials included (settable), as sentence-transformers'."""
+        return self.bert.max_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self.bert.max_seq_length = check_int(value, "max_seq_length", low=3)
+
+    def get_max_seq_length(self) -> int:
+        """:attr:`max_seq_length` (sentence-transformers' accessor)."""
+        return self.max_seq_length
+
+    def task_prompt_name(self, task: str, prompt_name: str | None, prompt: str | None) -> Any:
+        """sentence-transformers' rule for ``encode_query`` / ``encode_document``: neither
+        ``prompt`` nor ``prompt_name`` given and the model has one of the task's prompts
+        (:attr:`TASK_PROMPTS`) -> that prompt's name; else ``prompt_name`` as given."""
+        if prompt is None and prompt_name is None:
+            return next((n for n in self.TASK_PROMPTS[task] if n in self.prompts), None)
+        return prompt_name
+
+
+def task_encode(task: str, encode: Callable[..., Any], doc: str) -> Callable[..., Any]:
+    """``encode_<task>`` of a head class: ``self.encode`` called by keyword, as
+    sentence-transformers calls it, with ``task=task`` and the prompt of
+    :meth:`HeadSurface.task_prompt_name` (``sentences=``, where ``encode`` takes it, passed as
+    ``inputs``); it takes ``encode``'s arguments (less ``task``) in the same order, and shows
+    that signature. ``doc``: its docstring."""
+    full = inspect.signature(encode)
+    shown = full.replace(parameters=[p for p in full.parameters.values() if p.name != "task"])
+    rest = next(
+        (p.name for p in shown.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD),
+        None,
+    )
+    name = f"encode_{task}"
+
+    def method(self: HeadSurface, *args: Any, **kwargs: Any) -> Any:
+        if "task" in kwargs:
+            raise TypeError(
+                f"{type(self).__name__}.{name}() sets task={task!r} itself; call "
+                f"encode(task=...) for another task."
+            )
+        given = dict(shown.bind(self, *args, **kwargs).arguments)
+        given.pop(next(iter(shown.parameters)))  # self
+        extra = given.pop(rest, {}) if rest is not None else {}
+        if "sentences" in given:  # sentence-transformers' older name for the texts
+            if given.get("inputs") is not None:
+                raise TypeError(
+                    f"{type(self).__name__}.{name}() takes the texts once: as inputs (the "
+                    f"first argument) or as sentences=, not both."
+                )
+            given["inputs"] = given.pop("sentences")
+        prompt_name, prompt = given.pop("prompt_name", None), given.pop("prompt", None)
+        return self.encode(  # by keyword, as sentence-transformers calls it
+            inputs=given.pop("inputs", None),
+            prompt_name=self.task_prompt_name(task, prompt_name, prompt),
+            prompt=prompt,
+            task=task,
+            **given,
+            **extra,
+        )
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    method.__signature__ = shown  # type: ignore[attr-defined]
+    return method
