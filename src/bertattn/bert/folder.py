@@ -106,13 +106,17 @@ class ModelFolder:
         model_dir: the Hugging Face BERT folder (``config.json``, weights, tokenizer): ``root``,
             or the sentence-transformers Transformer module's path.
         config: ``model_dir/config.json``, validated.
-        pooling: ``"mean"`` / ``"cls"`` / ``"max"`` (plain Hugging Face folders: ``"cls"``).
+        pooling: ``"mean"`` / ``"cls"`` / ``"max"``: the folder's Pooling module, or for a plain
+            Hugging Face folder (no ``modules.json``) ``"mean"``, as sentence-transformers pools
+            it (see :attr:`pooling_notice`).
         normalize: L2-normalize the embeddings (a sentence-transformers Normalize module).
         max_length: ``max_seq_length`` of ``sentence_bert_config.json`` (None: the tokenizer's).
         do_lower_case: ``sentence_bert_config.json``'s flag: sentence-transformers lowercases
             the texts before tokenizing.
         settings_files: the sentence-transformers files that were read (modules.json, the
             pooling config, sentence_bert_config.json).
+        pooling_given: False when no file says how to pool (a plain Hugging Face folder), and
+            ``pooling`` is sentence-transformers' default for such a folder.
     """
 
     name: str
@@ -124,6 +128,20 @@ class ModelFolder:
     max_length: int | None = None
     settings_files: tuple[Path, ...] = field(default=(), repr=False)
     do_lower_case: bool = False
+    pooling_given: bool = True
+
+    @property
+    def pooling_notice(self) -> str | None:
+        """The one line said when a plain folder's embeddings are mean-pooled without being
+        asked (sentence-transformers says it too, loading such a folder); None when the folder
+        says how to pool."""
+        if self.pooling_given:
+            return None
+        return (
+            f"{self.root}: no modules.json (a plain Hugging Face folder): creating a model with "
+            f"mean pooling, as sentence-transformers does; pooling='cls' (--pooling cls) takes "
+            f"the [CLS] state instead"
+        )
 
     @property
     def config_path(self) -> Path:
@@ -335,8 +353,8 @@ def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
     name = str(root) if name is None else name
     modules_path = root / "modules.json"
     if not modules_path.is_file():
-        config = _read_config(root)
-        return ModelFolder(name, root, root, config)
+        config = _read_config(root)  # pooled as sentence-transformers pools it: mean
+        return ModelFolder(name, root, root, config, pooling="mean", pooling_given=False)
     st = _read_modules(root, modules_path)
     config = _read_config(st.model_dir)
     if st.dimension is not None and st.dimension != config.hidden_size:
