@@ -1,5 +1,7 @@
 """`bertattn bench`: the module-level benchmark (the rest: `make bench`); `--dispatch`: the
-attention dispatch policy table in use (`--measure`: re-measured on this machine, short).
+attention dispatch policy table in use (`--measure`: re-measured on this machine, short), and
+the files where this machine's timed choices are kept (`--remeasure`: forgotten and timed
+again now).
 
 Every option is checked before any work (exit 2, one line): ``--repeats`` and ``--cases`` >= 1,
 ``--threads`` >= 0, the ``--json`` file writable (:func:`bertattn.files.check_output`).
@@ -43,6 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "table they give; the table in use is not changed (python -m benchmarks.dispatch "
         "regenerates it)",
     )
+    p.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="with --dispatch: forget this machine's kept timings (the dtype probe of "
+        "--dtype auto, the float32 product libraries) and time them again now",
+    )
 
 
 def _check_options(args: argparse.Namespace) -> Path | None:
@@ -51,8 +59,11 @@ def _check_options(args: argparse.Namespace) -> Path | None:
     from ..errors import UsageError
     from ..files import check_output
 
-    if args.measure and not args.dispatch:
-        raise UsageError("--measure goes with --dispatch (bertattn bench --dispatch --measure)")
+    for flag in ("measure", "remeasure"):
+        if getattr(args, flag) and not args.dispatch:
+            raise UsageError(
+                f"--{flag} goes with --dispatch (bertattn bench --dispatch --{flag})"
+            )
     if args.repeats < 1:
         raise UsageError(f"--repeats must be an integer >= 1, got {args.repeats}.")
     if args.cases is not None and args.cases < 1:
@@ -129,13 +140,22 @@ def _dispatch(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
     from ..attention import policy
     from ..bench import environment
 
+    caches = _timing_caches(forget=args.remeasure, human=human)
     env = environment()
     print(f"environment: {env}", file=human)
     print(_cpu_line(env), file=human)
+    for what, path in caches.items():
+        print(f"{what} kept in: {path}", file=human)
+    print(
+        "forget and time them again: bertattn bench --dispatch --remeasure "
+        "(a timing taken while the CPU is busy is not kept)",
+        file=human,
+    )
     print("in use (src/bertattn/attention/policy.py):", file=human)
     print(policy.format_table(), file=human)
     out: dict[str, object] = {
         "environment": env,
+        "caches": {what: str(path) for what, path in caches.items()},
         "table": [dataclasses.asdict(r) for r in policy.TABLE],
     }
     if args.measure:
@@ -157,6 +177,26 @@ def _dispatch(args: argparse.Namespace, human: TextIO) -> dict[str, object]:
             "table": [dataclasses.asdict(r) for r in table],
         }
     return out
+
+
+def _timing_caches(*, forget: bool, human: TextIO) -> dict[str, Path]:
+    """The files this machine's timed choices are kept in, by what they choose; with
+    ``forget``, removed first (and this process's answers with them), so that
+    :func:`bertattn.bench.environment` times them again."""
+    from ..attention import gemm
+    from ..bert import auto_dtype, probe
+
+    caches = {
+        "dtype probe (--dtype auto)": probe.cache_path(),
+        "product libraries": gemm.cache_path(),
+    }
+    if forget:
+        for path in caches.values():
+            gone = probe.forget(path)
+            print(f"{'forgot' if gone else 'nothing kept in'} {path}", file=human)
+        auto_dtype.reset()
+        gemm.reset()
+    return caches
 
 
 def _write_json(data: dict[str, object], out: Path | None, *, to_stdout: bool) -> None:
