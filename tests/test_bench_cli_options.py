@@ -33,7 +33,7 @@ def bench_calls(monkeypatch) -> list[tuple[list, int]]:
 
     calls: list[tuple[list, int]] = []
 
-    def fake(cases=None, *, repeats=5):
+    def fake(cases=None, *, repeats=5, progress=None):
         calls.append((list(cases or []), repeats))
         return []
 
