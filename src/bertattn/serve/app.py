@@ -31,6 +31,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..openmp import release_openmp_threads
+from .access_log import AccessLog
 from .batcher import Batcher
 from .bodies import (
     EmbedRequest,
@@ -587,7 +588,7 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(_CutShort)],
+        middleware=[Middleware(AccessLog), Middleware(_CutShort)],  # a line per request
         lifespan=lifespan,
         exception_handlers={HTTPException: not_found, Exception: server_error},
     )
