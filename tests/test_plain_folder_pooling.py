@@ -115,3 +115,12 @@ def test_the_server_mean_pools_and_says_so(plain_folder, st_rows, cli_subprocess
     assert info["pooling"] == "mean", info
     assert_rows_match(rows, st_rows)
     assert len(notices(stderr, plain_folder)) == 1, stderr
+
+
+def test_token_rows_alone_say_nothing_of_pooling(plain_folder):
+    bert = bertattn.Bert.load(plain_folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # token rows are not pooled: no notice
+        bert.encode(TEXTS, output_value="token_embeddings")
+    with pytest.warns(UserWarning, match="mean pooling"):  # still said for the first pooled rows
+        bert.encode(TEXTS)

@@ -193,13 +193,15 @@ class Bert(SentenceTransformerSurface):
         self.compile_choice: CompileChoice | None = None
         self._pooling_notice = None if folder is None else folder.pooling_notice
 
-    def pooling_for(self, pooling: str | None) -> str:
-        """``pooling`` checked, else :attr:`pooling`; the first time a plain folder's mean
-        pooling is taken by default, its notice is said (a ``UserWarning``, once per model; the
-        command line prints it as ``bertattn encode: warning: ...``)."""
+    def pooling_for(self, pooling: str | None, *, pooled: bool = True) -> str:
+        """``pooling`` checked, else :attr:`pooling`. The first time a plain folder's mean
+        pooling is taken by default for ``pooled`` rows (not token rows alone), its notice is
+        said (a ``UserWarning``, once per model; the command line prints it as
+        ``bertattn encode: warning: ...``)."""
         given = check_choice(pooling, "pooling", POOLINGS, optional=True)
-        if given is None and self._pooling_notice and self.pooling == "mean":
-            warnings.warn(self._pooling_notice, UserWarning, stacklevel=3)
+        notice = getattr(self, "_pooling_notice", None)
+        if given is None and pooled and notice and self.pooling == "mean":
+            warnings.warn(notice, UserWarning, stacklevel=3)
             self._pooling_notice = None
         return given or self.pooling
 
@@ -713,7 +715,7 @@ class Bert(SentenceTransformerSurface):
         """The one encoding loop. ``output_value="sentence_embedding"``: a ``(N, E)`` float32
         tensor (on the CPU when ``to_cpu``); otherwise a list, in input order (``None``: the
         rows of :meth:`_st_rows`). ``pairs``: the second text of each text pair."""
-        pooling = self.pooling_for(pooling)
+        pooling = self.pooling_for(pooling, pooled=output_value != "token_embeddings")
         normalize = check_bool(normalize, "normalize", optional=True)
         normalize = self.normalize if normalize is None else normalize
         batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
