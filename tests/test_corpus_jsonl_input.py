@@ -38,7 +38,7 @@ def _with_blanks() -> bytes:
 
 @pytest.fixture
 def model(tiny_checkpoint):
-    return ["--model", tiny_checkpoint, "-q"]
+    return ["--model", tiny_checkpoint, "-q", "--pooling", "cls"]  # cls: no mean-pooling notice
 
 
 # ---------------------------------------------------------------------- 1. blank lines

@@ -245,12 +245,140 @@ def test_the_real_probe_is_short_and_consistent(probing: Path) -> None:
     start = time.perf_counter()
     choice = choose_dtype(threads=1)
     took = time.perf_counter() - start
+    assert took < 30, took  # a few hundred ms on a quiet CPU; bounded by rounds and budget
+    if not probing.exists():  # this machine was busy: said, and nothing kept
+        assert "not timed: the dtype probe waited" in choice.reason, choice
+        assert choice == auto_dtype.flag_rule() or choice.reason.startswith(
+            auto_dtype.flag_rule().reason
+        )
+        return
     entry = next(iter(json.loads(probing.read_text())["entries"].values()))
     assert entry["fp32_ms"] > 0 and entry["bf16_ms"] > 0
     want = torch.bfloat16 if entry["ratio"] >= auto_dtype.MARGIN else torch.float32
     assert choice.dtype == want, choice
     assert choice.reason.startswith(f"bf16 {entry['ratio']:.2f}x fp32")
-    assert took < 30, took  # a few hundred ms on a quiet CPU; bounded by rounds and budget
+
+
+# ---------------------------------------------------------------------- a busy CPU, a bad file
+class Waits:
+    """A run-queue delay reader (``auto_dtype.RunDelay``) whose threads wait ``step_s`` more
+    seconds at each reading: 0 is a quiet CPU, 10 one held by other processes."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_ns, self.waited = int(step_s * 1e9), 0
+
+    def __call__(self) -> Waits:
+        return self
+
+    def total(self) -> int:
+        self.waited += self.step_ns
+        return self.waited
+
+
+def test_a_timing_on_a_busy_cpu_is_not_kept(monkeypatch, probing: Path, caplog) -> None:
+    monkeypatch.setattr(auto_dtype, "RunDelay", Waits(10.0))
+    with caplog.at_level(logging.INFO, logger="bertattn"):
+        choice = choose_dtype("cpu", threads=THREADS, timer=fixed(2.0, 1.0))
+    rule = auto_dtype.flag_rule()
+    assert choice.dtype == rule.dtype  # the CPU's flags, not the busy timing's bf16
+    assert choice.reason.startswith(rule.reason + " (not timed: the dtype probe waited ")
+    assert "not cached" in choice.reason and "--remeasure" in choice.reason
+    assert not probing.exists()  # nothing kept: a later, quiet process times it
+    said = [r.getMessage() for r in caplog.records]
+    assert any("for a CPU" in m and "the CPU's flags decide in this process" in m for m in said)
+    # this process does not time again; a new one (reset) on a quiet CPU times and keeps it
+    assert choose_dtype("cpu", threads=THREADS, timer=must_not_time) == choice
+    auto_dtype.reset()
+    monkeypatch.setattr(auto_dtype, "RunDelay", Waits(0))
+    assert choose_dtype("cpu", threads=THREADS, timer=fixed(2.0, 1.0)).dtype == torch.bfloat16
+    assert len(json.loads(probing.read_text())["entries"]) == 1
+
+
+def test_a_little_waiting_is_kept(monkeypatch, probing: Path) -> None:
+    """The share is the wait over the timing's threads x wall time: a few us of waiting in
+    seconds of timing is a quiet CPU."""
+    monkeypatch.setattr(auto_dtype, "RunDelay", Waits(1e-6))
+    slow = fixed(0.2, 0.1)  # (7 rounds x 0.3 s of wall time are not spent: the timer says it)
+
+    def timer(dtype: torch.dtype) -> float:
+        import time
+
+        time.sleep(0.01)
+        return slow(dtype)
+
+    assert choose_dtype("cpu", threads=THREADS, timer=timer).dtype == torch.bfloat16
+    assert probing.exists()
+
+
+def test_a_non_utf8_cache_file_is_measured_again_and_replaced(probing: Path, caplog) -> None:
+    probing.parent.mkdir(parents=True)
+    probing.write_bytes(b'{"format": 1, "entries": {"\xff\xfe": {}}}')
+    with caplog.at_level(logging.WARNING, logger="bertattn"):
+        choice = choose_dtype(threads=THREADS, timer=fixed(2.0, 1.0))
+    assert choice.dtype == torch.bfloat16 and choice.reason.startswith("bf16 2.00x fp32 (timed")
+    assert any("not UTF-8" in r.getMessage() for r in caplog.records)
+    assert len(json.loads(probing.read_text(encoding="utf-8"))["entries"]) == 1
+
+
+def in_a_thread(fn: Callable[[], object], timeout: float = 20) -> object:
+    """``fn()`` in a daemon thread; fails when it has not returned within ``timeout`` s (a read
+    that blocks or does not end), instead of hanging the suite."""
+    import threading
+
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(fn()), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    assert not worker.is_alive(), f"still reading the probe cache after {timeout} s"
+    return done[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "huge"])
+def test_what_is_no_cache_file_is_never_read_without_bound(kind, probing: Path, caplog) -> None:
+    probing.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(probing)  # an open for reading waits for a writer
+        said = "is not a regular file"
+    elif kind == "/dev/zero":
+        probing.symlink_to("/dev/zero")  # reads never end
+        said = "is not a regular file"
+    else:
+        probing.write_bytes(b" " * (probe.MAX_BYTES + 1) + b"{}")
+        said = f"over the {probe.MAX_BYTES}"
+    with caplog.at_level(logging.WARNING, logger="bertattn"):
+        choice = in_a_thread(lambda: choose_dtype(threads=THREADS, timer=fixed(2.0, 1.0)))
+    assert choice.dtype == torch.bfloat16  # type: ignore[attr-defined]
+    assert any(said in r.getMessage() for r in caplog.records), caplog.text
+    assert probing.is_file() and not probing.is_symlink()  # replaced by a cache file
+    assert len(json.loads(probing.read_text(encoding="utf-8"))["entries"]) == 1
+
+
+def test_forget_removes_the_file_so_the_next_choice_times_again(probing: Path) -> None:
+    choose_dtype(threads=THREADS, timer=fixed(2.0, 1.0))
+    assert probe.forget() is True and not probing.exists()
+    assert probe.forget() is False
+    auto_dtype.reset()
+    assert choose_dtype(threads=THREADS, timer=fixed(1.0, 2.0)).dtype == torch.float32
+
+
+def test_bench_dispatch_prints_the_cache_files_and_remeasures(probing: Path, cli) -> None:
+    from bertattn.attention import gemm
+
+    r = cli("bench", "--dispatch")
+    assert r.code == 0, r
+    assert f"dtype probe (--dtype auto) kept in: {probing}" in r.out
+    assert f"product libraries kept in: {gemm.cache_path()}" in r.out
+    assert "bertattn bench --dispatch --remeasure" in r.out
+    probing.write_text('{"format": 1, "entries": {}}')  # stands for an old, busy timing
+    r = cli("bench", "--dispatch", "--remeasure")
+    assert r.code == 0, r
+    assert f"forgot {probing}" in r.out
+    if probing.exists():  # timed again now (a busy machine keeps nothing: said in the line)
+        assert json.loads(probing.read_text())["entries"], probing.read_text()
+    else:
+        assert "not timed: the dtype probe waited" in r.out
+    r = cli("bench", "--remeasure")
+    assert r.code == 2 and "--remeasure goes with --dispatch" in r.err, r
 
 
 # ---------------------------------------------------------------------- where the reason goes
@@ -264,6 +392,7 @@ def bf16_faster(monkeypatch) -> list[tuple[int, int, int]]:
         return fixed(2.0e-3, 1.0e-3)
 
     monkeypatch.setattr(auto_dtype, "_product_timer", timer_for)
+    monkeypatch.setattr(auto_dtype, "RunDelay", Waits(0))  # a quiet CPU, whatever this one does
     return asked
 
 

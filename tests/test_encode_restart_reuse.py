@@ -224,7 +224,7 @@ def test_restart_keeps_nothing_of_other_work(
     src.write_bytes(fixed)
     model, kw = tiny_checkpoint, {}
     if change == "pooling":
-        kw = {"pooling": "mean"}  # the tiny folder's own is cls
+        kw = {"pooling": "cls"}  # the tiny (plain) folder's own is mean
     elif change == "model":
         model = tiny_checkpoint_factory(seed=1)
     else:

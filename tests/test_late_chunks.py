@@ -204,4 +204,4 @@ def test_a_family_model_with_its_own_specials_and_offsets(kind, tmp_path):
         got = bert.encode_late_chunks(text, spans, pooling="mean", max_length=max_length)
         np.testing.assert_allclose(got, want, atol=1e-5)
     with pytest.raises(ValueError, match=r"pooling 'cls' has one \[CLS\] state"):
-        bert.encode_late_chunks(text, spans)  # a plain folder pools [CLS]: refused, not guessed
+        bert.encode_late_chunks(text, spans, pooling="cls")  # refused, not guessed

@@ -6,6 +6,7 @@ loads, with messages that name the record and the fix."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -94,6 +95,18 @@ def test_refused_before_the_model_loads(cli, tmp_path, tiny_checkpoint, records,
 
 
 def test_cls_pooling_is_refused(cli, source, tmp_path, tiny_checkpoint):
-    r = cli("encode", source, "-o", tmp_path / "o.npy", "--late-chunks", "--model", tiny_checkpoint)
+    r = cli("encode", source, "-o", tmp_path / "o.npy", "--late-chunks", "--model", tiny_checkpoint,
+            "--pooling", "cls")  # fmt: skip
     assert r.code == 2
-    assert "the model folder pools [CLS]" in r.err and "--pooling mean" in r.err
+    assert "--pooling cls" in r.err and "add --pooling mean" in r.err, r
+    cls_folder = tmp_path / "st-cls"  # a sentence-transformers folder whose Pooling is CLS
+    shutil.copytree(tiny_checkpoint, cls_folder)
+    (cls_folder / "1_Pooling").mkdir()
+    (cls_folder / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    (cls_folder / "modules.json").write_text(json.dumps([
+        {"path": "", "type": "sentence_transformers.models.Transformer"},
+        {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]))  # fmt: skip
+    r = cli("encode", source, "-o", tmp_path / "o.npy", "--late-chunks", "--model", cls_folder)
+    assert r.code == 2
+    assert "the model folder pools [CLS]" in r.err and "--pooling mean" in r.err, r

@@ -81,9 +81,12 @@ def test_minilm_resolves_with_its_sentence_settings(minilm_dir):
     assert all(p.is_file() for p in folder.files())
 
 
-def test_plain_hf_folder_pools_cls(tiny_checkpoint):
+def test_plain_hf_folder_pools_mean_as_sentence_transformers(tiny_checkpoint):
     folder = resolve_model(tiny_checkpoint)
-    assert (folder.pooling, folder.normalize, folder.max_length) == ("cls", False, None)
+    assert (folder.pooling, folder.normalize, folder.max_length) == ("mean", False, None)
+    assert folder.pooling_given is False
+    notice = folder.pooling_notice
+    assert notice is not None and str(tiny_checkpoint) in notice and "mean pooling" in notice
     assert folder.model_dir == tiny_checkpoint
     assert [p.name for p in folder.files()] == [
         "config.json",
@@ -112,6 +115,7 @@ def test_transformer_in_a_subfolder(tiny_checkpoint, tmp_path):
     folder = resolve_model(root)
     assert folder.model_dir == root / "0_Transformer" and folder.root == root
     assert (folder.pooling, folder.normalize, folder.max_length) == ("cls", False, 16)
+    assert folder.pooling_given and folder.pooling_notice is None
     assert BertModel.from_pretrained(root).config.hidden_size == 32
     bert = Bert.load(root)
     assert bert.folder == folder and bert.max_length == 16
@@ -168,7 +172,7 @@ def test_hub_name_from_cache(tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.chdir(tmp_path)  # "org/tiny" must not exist as a relative folder
     folder = resolve_model("org/tiny")
-    assert folder.name == "org/tiny" and folder.root == snap and folder.pooling == "cls"
+    assert folder.name == "org/tiny" and folder.root == snap and folder.pooling == "mean"
     assert Bert.load("org/tiny").name == "org/tiny"
     with pytest.raises(FileNotFoundError, match="'org/missing' is not a local folder"):
         resolve_model("org/missing")

@@ -71,7 +71,7 @@ def test_embedding_model_token_routes(cli_subprocess, tiny_checkpoint):
     hf = transformers.AutoTokenizer.from_pretrained(tiny_checkpoint)
     width = bert.model.config.hidden_size
     want = [t.numpy() for t in bert.encode(TEXTS, output_value="token_embeddings")]
-    assert bert.pooling == "cls"  # the tiny folder's: late chunks pool each span's mean
+    assert bert.pooling == "mean"  # the tiny (plain) folder's, as sentence-transformers
     late = bert.encode_late_chunks(DOC, SPANS, pooling="mean")
     late_long = bert.encode_late_chunks(LONG, SPANS_LONG, pooling="mean")
     late_max = bert.encode_late_chunks(DOC, SPANS, pooling="max", normalize=False)
@@ -161,11 +161,10 @@ def test_embedding_model_token_routes(cli_subprocess, tiny_checkpoint):
         )  # fmt: skip
         wide = {"text": LONG, "spans": SPANS, **MEAN, "overlap": 500}  # a window holds 126
         refused(post(server, "/embed_late_chunks", wide), 400, "overlap", "overlap")
-        # the folder pools [CLS]: one state for the whole text, refused for spans
-        refused(
-            post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS}),
-            400, "pooling", "pooling 'cls'", "'mean'",
-        )  # fmt: skip
+        # the plain folder pools by mean: its spans' means, as pooling "mean" gives them
+        r = post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.array(r.json()), late, atol=1e-5)
         refused(
             post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS, "pooling": "cls"}),
             400, "pooling", "'mean' or 'max'",

@@ -164,11 +164,20 @@ def run_case(
 
 
 def run_module_bench(
-    cases: list[tuple[int, int, torch.dtype]] | None = None, *, repeats: int = 5
+    cases: list[tuple[int, int, torch.dtype]] | None = None,
+    *,
+    repeats: int = 5,
+    progress: Callable[[str], object] | None = None,
 ) -> list[dict[str, object]]:
-    """All cases, as JSON-ready dicts."""
+    """All cases, as JSON-ready dicts; ``progress`` is told each case as it starts."""
     chosen = cases or DEFAULT_CASES
-    return [asdict(run_case(b, length, dt, repeats=repeats)) for b, length, dt in chosen]
+    out = []
+    for i, (b, length, dt) in enumerate(chosen):
+        if progress is not None:
+            name = str(dt).replace("torch.", "")
+            progress(f"case {i + 1}/{len(chosen)}: B={b} L={length} {name}")
+        out.append(asdict(run_case(b, length, dt, repeats=repeats)))
+    return out
 
 
 def format_module_table(results: list[dict[str, object]]) -> str:

@@ -10,6 +10,13 @@ folder (:mod:`bertattn.runtime.probe`), so every later process there gets the sa
 timing again; its reason carries the numbers (``"bf16 1.62x fp32 (timed 2026-12-04, 2 threads;
 ...)"``). ``BERTATTN_DTYPE_PROBE=0`` turns the timing off.
 
+A timing taken while other processes held the cores is not kept: when the timing threads
+waited for a CPU more than :data:`bertattn.attention.gemm.MAX_WAIT_SHARE` of the time (the
+kernel's run-queue delay, as the product-library timing reads it), the process says so (an INFO
+log line, and the reason of the choice), follows the CPU's flags, and writes nothing: a later,
+quiet process times it. ``bertattn bench --dispatch --remeasure`` forgets the kept timings and
+takes them again.
+
 Where the probe is off or cannot run, the CPU's flags decide (measured on the CPUs of
 docs/performance.md):
 
@@ -42,6 +49,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +85,12 @@ Timer = Callable[[torch.dtype], float]
 
 #: what this process measured or read, by cache key: one answer per key for the process's life
 _seen: dict[str, dict] = {}
+#: keys whose timing was disturbed in this process -> why: the flag rule answers for them here
+_disturbed: dict[str, str] = {}
+#: the run-queue delay reader of the busy check (a class whose ``total()`` gives ns, or None);
+#: None: :class:`bertattn.runtime.threads._RunDelay`, and no check of a ``timer=`` given (tests
+#: set it)
+RunDelay: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,8 @@ def choose_dtype(
     if probe:
         try:
             return probe_dtype(threads=threads, widths=widths, timer=timer)
+        except _disturbed_error() as exc:  # nothing kept: a quiet process times it later
+            why_not = f" (not timed: {exc})"
         except Exception as exc:  # no bf16 kernel in this build, a failed allocation, ...
             log.warning(
                 "the dtype probe failed (%s: %s); the CPU's flags decide", type(exc).__name__, exc
@@ -185,15 +201,23 @@ def probe_dtype(
             f"{(hidden, inter)}, rows {rows}, threads {threads}."
         )
     key = _probe.machine_key("dtype", threads, hidden=hidden, intermediate=inter, rows=rows)
+    if key in _disturbed:  # this process's timing was disturbed: not timed again here
+        raise _disturbed_error()(_disturbed[key])
     entry = _seen.get(key)
     if entry is None:
 
         def measure() -> dict:
             with _threads(threads):
-                run = timer or _product_timer(hidden, inter, rows)
-                return _measure(run)
+                if timer is not None and RunDelay is None:  # a test's own times: no CPU waits
+                    return _measure(timer)
+                return _measure_quietly(timer or _product_timer(hidden, inter, rows), threads)
 
-        entry, fresh = _probe.cached(key, measure)
+        try:
+            entry, fresh = _probe.cached(key, measure)
+        except _disturbed_error() as exc:
+            _disturbed[key] = str(exc)
+            log.info("%s; the CPU's flags decide in this process", exc)
+            raise
         if fresh:
             log.info("dtype probe: %s", _reason(entry, threads, hidden, inter, rows))
         _seen[key] = entry
@@ -211,6 +235,38 @@ def probe_dtype(
 def reset() -> None:
     """Forget this process's answers (the cache file stays): the next call reads it again."""
     _seen.clear()
+    _disturbed.clear()
+
+
+def _disturbed_error() -> type[Exception]:
+    """The error of a timing taken on a busy CPU: the product-library timing's, shared."""
+    from ..attention.gemm import Disturbed  # attention/ imports nothing of bert/ at import
+
+    return Disturbed
+
+
+def _measure_quietly(run: Timer, threads: int) -> dict:
+    """:func:`_measure`, refused (``gemm.Disturbed``, so nothing is cached) when its threads
+    waited for a CPU more than ``gemm.MAX_WAIT_SHARE`` of the time, ``threads`` threads over
+    the wall time (another process held the cores). Where the delay cannot be read (not Linux),
+    the timing is kept."""
+    from ..attention.gemm import MAX_WAIT_SHARE
+    from ..runtime.threads import _RunDelay
+
+    delay = (RunDelay or _RunDelay)()
+    waited0, start = delay.total(), time.perf_counter()
+    entry = _measure(run)
+    waited1, wall = delay.total(), time.perf_counter() - start
+    if waited0 is None or waited1 is None:
+        return entry
+    share = (waited1 - waited0) * 1e-9 / max(wall * threads, 1e-9)
+    if share > MAX_WAIT_SHARE:
+        raise _disturbed_error()(
+            f"the dtype probe waited {share:.0%} of its time for a CPU (another process held "
+            f"the cores; kept from {MAX_WAIT_SHARE:.0%} at most), so it was not cached; "
+            f"bertattn bench --dispatch --remeasure times it again"
+        )
+    return entry
 
 
 def _measure(run: Timer) -> dict:

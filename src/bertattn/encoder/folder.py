@@ -106,13 +106,17 @@ class ModelFolder:
         model_dir: the Hugging Face BERT folder (``config.json``, weights, tokenizer): ``root``,
             or the sentence-transformers Transformer module's path.
         config: ``model_dir/config.json``, validated.
-        pooling: ``"mean"`` / ``"cls"`` / ``"max"`` (plain Hugging Face folders: ``"cls"``).
+        pooling: ``"mean"`` / ``"cls"`` / ``"max"``: the folder's Pooling module, or for a plain
+            Hugging Face folder (no ``modules.json``) ``"mean"``, as sentence-transformers pools
+            it (see :attr:`pooling_notice`).
         normalize: L2-normalize the embeddings (a sentence-transformers Normalize module).
         max_length: ``max_seq_length`` of ``sentence_bert_config.json`` (None: the tokenizer's).
         do_lower_case: ``sentence_bert_config.json``'s flag: sentence-transformers lowercases
             the texts before tokenizing.
         settings_files: the sentence-transformers files that were read (modules.json, the
             pooling config, sentence_bert_config.json).
+        pooling_given: False when no file says how to pool (a plain Hugging Face folder), and
+            ``pooling`` is sentence-transformers' default for such a folder.
     """
 
     name: str
@@ -124,6 +128,20 @@ class ModelFolder:
     max_length: int | None = None
     settings_files: tuple[Path, ...] = field(default=(), repr=False)
     do_lower_case: bool = False
+    pooling_given: bool = True
+
+    @property
+    def pooling_notice(self) -> str | None:
+        """The one line said when a plain folder's embeddings are mean-pooled without being
+        asked (sentence-transformers says it too, loading such a folder); None when the folder
+        says how to pool."""
+        if self.pooling_given:
+            return None
+        return (
+            f"{self.root}: no modules.json (a plain Hugging Face folder): creating a model with "
+            f"mean pooling, as sentence-transformers does; pooling='cls' (--pooling cls) takes "
+            f"the [CLS] state instead"
+        )
 
     @property
     def config_path(self) -> Path:
@@ -242,9 +260,12 @@ def locate_model(path: str | Path) -> Path:
     """Where ``path`` points, not yet validated: a local folder as it is; the bare name of a
     model ``bertattn get-model`` makes (``multilingual-e5-small``) as its folder in bertattn's
     cache (:mod:`bertattn.models.cache`), never the hub; the default model's
-    name (``sentence-transformers/all-MiniLM-L6-v2``) as the installed package's folder, offline;
-    another hub name (``name`` or ``org/name``) that is not a local path, from the Hugging Face
-    cache (downloaded unless ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed."""
+    name (``sentence-transformers/all-MiniLM-L6-v2``, or its short name ``all-MiniLM-L6-v2``, in
+    any case) as the installed package's folder, offline; another hub name (``name`` or
+    ``org/name``) that is not a local path, from the Hugging Face cache (downloaded unless
+    ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed. A name found nowhere raises
+    :class:`ModelPathNotFoundError` (a usage error: exit 2) in one line: the folder and the cache
+    looked in, a local folder of a close name if there is one, and the fix."""
     if str(path).strip() == "":
         raise ModelFolderError(
             "the model path is empty; pass a model folder or a hub name, or leave it out for "
@@ -261,7 +282,7 @@ def locate_model(path: str | Path) -> Path:
     name = str(path)
     if name in MODELS:  # a name `bertattn get-model` makes: bertattn's cache, never the hub
         return _gotten_model(name)
-    if name == DEFAULT_MODEL_NAME:  # the name bertattn prints for its installed default model
+    if name.lower() in _DEFAULT_NAMES:  # the installed default model, by its hub or short name
         try:
             return default_model_dir()
         except FileNotFoundError:
@@ -269,7 +290,7 @@ def locate_model(path: str | Path) -> Path:
     if not _HUB_NAME.match(name) or name.startswith((".", "~")):
         raise ModelPathNotFoundError(
             f"model folder {p} does not exist; pass the path of a folder with config.json "
-            f"(check the spelling), or a Hugging Face hub name such as org/name."
+            f"(check the spelling{_nearby(p)}), or a Hugging Face hub name such as org/name."
         )
     try:
         from huggingface_hub import snapshot_download
@@ -285,18 +306,74 @@ def locate_model(path: str | Path) -> Path:
             name, cache_dir=cache, local_files_only=offline, allow_patterns=_HUB_FILES
         )
     except Exception as exc:  # LocalEntryNotFoundError, RepositoryNotFoundError, HTTP errors
-        where = cache or "the default Hugging Face cache"
-        if offline:
-            raise ModelFolderNotFoundError(
-                f"model {name!r} is not a local folder and is not in the Hugging Face cache "
-                f"({where}); HF_HUB_OFFLINE=1 forbids downloading it. Download it once with "
-                f"network access, or pass the path of a model folder."
-            ) from None
-        raise ModelFolderNotFoundError(
-            f"model {name!r} is not a local folder and could not be fetched from the Hugging "
-            f"Face hub into {where}: {exc}"
-        ) from None
+        raise _not_found(name, p, cache, None if offline else exc) from None
     return Path(folder)
+
+
+#: names that mean the installed default model (lower case): its hub name and its short name,
+#: as sentence-transformers snippets write it (``SentenceTransformer("all-MiniLM-L6-v2")``)
+_DEFAULT_NAMES = {DEFAULT_MODEL_NAME.lower(), DEFAULT_MODEL_NAME.split("/")[1].lower()}
+
+
+def _not_found(name: str, p: Path, cache: str | None, exc: Exception | None) -> Exception:
+    """The one line for a name that is no local folder and that the Hugging Face cache does not
+    hold: what was looked for, where, and the fix. ``exc``: the hub's error when a download was
+    tried (None: ``HF_HUB_OFFLINE`` forbade it); only its kind is said, not its paragraph."""
+    if cache is None:
+        from huggingface_hub import constants
+
+        cache = str(constants.HF_HUB_CACHE)
+    where = cache
+    looked = f"no folder {p.absolute()}{_nearby(p)}"
+    if exc is None:
+        return ModelPathNotFoundError(
+            f"model {name!r} is not a local folder and is not in the Hugging Face cache "
+            f"({where}; {looked}); HF_HUB_OFFLINE=1 forbids downloading it. Pass a model "
+            f"folder's path, or download it once with network access."
+        )
+    return ModelPathNotFoundError(
+        f"model {name!r} is not a local folder and is not in the Hugging Face cache ({where}; "
+        f"{looked}), and the hub did not give it ({_hub_failure(exc)}). Check the name "
+        f"(org/name, as on huggingface.co), or pass a model folder's path."
+    )
+
+
+def _hub_failure(exc: BaseException) -> str:
+    """Why the hub gave nothing, in a few words: huggingface_hub's errors are paragraphs."""
+    chain = [exc, exc.__cause__, exc.__context__]
+    kinds = " ".join(type(e).__name__ for e in chain if e is not None)
+    if "RepositoryNotFound" in kinds:
+        return "no repository of that name, or a private one: log in with `hf auth login`"
+    if "GatedRepo" in kinds:
+        return "a gated repository: accept its terms on huggingface.co and log in"
+    if "RevisionNotFound" in kinds:
+        return "no such revision"
+    if any(w in kinds for w in ("Connect", "Timeout", "LocalEntryNotFound", "Offline")):
+        return "the hub could not be reached"
+    first = next((x.strip() for x in str(exc).splitlines() if x.strip()), "")
+    return f"{type(exc).__name__}: {first[:120]}" if first else type(exc).__name__
+
+
+def _nearby(p: Path) -> str:
+    """``"; did you mean ./my-reranker?"`` when a folder beside ``p`` has a name close to its
+    (``my_reranker`` for ``my-reranker``, another case); else ``""``."""
+    import difflib
+
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        names = [e.name for e in os.scandir(parent) if e.is_dir() and not e.name.startswith(".")]
+    except OSError:
+        return ""
+
+    def key(x: str) -> str:
+        return x.lower().replace("_", "-").replace(" ", "-")
+
+    same = [n for n in names if key(n) == key(p.name)]
+    near = same or difflib.get_close_matches(p.name, names, n=1, cutoff=0.8)
+    if not near:
+        return ""
+    shown = f"./{near[0]}" if str(parent) == "." else str(parent / near[0])
+    return f"; did you mean {shown}?"
 
 
 def _gotten_model(name: str) -> Path:
@@ -335,8 +412,8 @@ def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
     name = str(root) if name is None else name
     modules_path = root / "modules.json"
     if not modules_path.is_file():
-        config = _read_config(root)
-        return ModelFolder(name, root, root, config)
+        config = _read_config(root)  # pooled as sentence-transformers pools it: mean
+        return ModelFolder(name, root, root, config, pooling="mean", pooling_given=False)
     st = _read_modules(root, modules_path)
     config = _read_config(st.model_dir)
     if st.dimension is not None and st.dimension != config.hidden_size:

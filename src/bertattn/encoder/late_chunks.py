@@ -26,8 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import ArgumentTypeError, check_bool, check_choice, check_int, check_str, describe
-from ..choices import POOLINGS
+from ..arguments import ArgumentTypeError, check_bool, check_int, check_str, describe
 
 if TYPE_CHECKING:
     from .pipeline import Bert
@@ -249,7 +248,7 @@ def late_options(
 ) -> tuple[str, bool, int | None]:
     """``(pooling, normalize, truncate_dim)`` checked, the folder's where None; ``"cls"``
     refused (one [CLS] state for the whole text says nothing per span)."""
-    pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or bert.pooling
+    pooling = bert.pooling_for(pooling)
     if pooling == "cls":
         raise ValueError(
             "pooling 'cls' has one [CLS] state for the whole text, not one per span: late "

@@ -192,6 +192,19 @@ class Bert(SentenceTransformerSurface):
         self.dtype_choice: DtypeChoice | None = None
         self.compiled: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
         self.compile_choice: CompileChoice | None = None
+        self._pooling_notice = None if folder is None else folder.pooling_notice
+
+    def pooling_for(self, pooling: str | None, *, pooled: bool = True) -> str:
+        """``pooling`` checked, else :attr:`pooling`. The first time a plain folder's mean
+        pooling is taken by default for ``pooled`` rows (not token rows alone), its notice is
+        said (a ``UserWarning``, once per model; the command line prints it as
+        ``bertattn encode: warning: ...``)."""
+        given = check_choice(pooling, "pooling", POOLINGS, optional=True)
+        notice = getattr(self, "_pooling_notice", None)
+        if given is None and pooled and notice and self.pooling == "mean":
+            warnings.warn(notice, UserWarning, stacklevel=3)
+            self._pooling_notice = None
+        return given or self.pooling
 
     @classmethod
     def load(
@@ -708,7 +721,7 @@ class Bert(SentenceTransformerSurface):
         """The one encoding loop. ``output_value="sentence_embedding"``: a ``(N, E)`` float32
         tensor (on the CPU when ``to_cpu``); otherwise a list, in input order (``None``: the
         rows of :meth:`_st_rows`). ``pairs``: the second text of each text pair."""
-        pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or self.pooling
+        pooling = self.pooling_for(pooling, pooled=output_value != "token_embeddings")
         normalize = check_bool(normalize, "normalize", optional=True)
         normalize = self.normalize if normalize is None else normalize
         batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
@@ -843,7 +856,7 @@ class Bert(SentenceTransformerSurface):
             )
         if not encodings:
             raise ValueError("encodings is empty; give at least one tokenized input.")
-        pooling = check_choice(pooling, "pooling", POOLINGS, optional=True) or self.pooling
+        pooling = self.pooling_for(pooling)
         normalize = check_bool(normalize, "normalize", optional=True)
         normalize = self.normalize if normalize is None else normalize
         with torch.inference_mode():

@@ -5,15 +5,19 @@ the same in every later process on that machine, at that thread count, with that
 The file is ``CACHE/probes.json`` (``CACHE``: ``$BERTATTN_CACHE``, else
 ``$XDG_CACHE_HOME/bertattn``, else ``~/.cache/bertattn``; see :mod:`bertattn.models.cache`).
 Each entry is keyed by what it measured and where (:func:`machine_key`: the CPU's model name,
-torch's version, the thread count, and the shapes). Delete the file to measure again.
+torch's version, the thread count, and the shapes). ``bertattn bench --dispatch --remeasure``
+forgets them and measures again (:func:`forget`); ``bertattn bench --dispatch`` prints the path.
 
 Several processes may start at once (``encode --workers``, torchrun, a server's replicas):
 the first to miss an entry takes a lock file (``probes.json.lock``, ``fcntl.flock``), reads
 the file again, measures only if the entry is still missing, and writes the whole file to a
 temporary name beside it, then renames it into place (``os.replace``), so a reader never sees
 half a file and every process of a job reads the one measurement. Where the folder cannot be
-written the measurement is used in this process only (logged). A file that is not valid JSON is
-measured over and replaced (logged).
+written the measurement is used in this process only (logged). A file that is not valid UTF-8
+JSON, or is not a regular file (a FIFO, a device such as ``/dev/zero``), or is larger than
+:data:`MAX_BYTES`, is measured over and replaced (logged): it is opened without blocking, checked
+with ``fstat`` and read at most :data:`MAX_BYTES` + 1 bytes, so nothing in its place can hang a
+process or be read without bound.
 
 ``BERTATTN_DTYPE_PROBE`` (:func:`probing_enabled`): ``0``, ``false``, ``off``, ``no`` turn the
 timing off (``dtype="auto"`` then follows the CPU's flags alone); unset, ``1``, ``true``,
@@ -26,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -42,7 +47,9 @@ __all__ = [
     "CACHE_FILE",
     "PROBE_ENV",
     "cache_path",
+    "MAX_BYTES",
     "cached",
+    "forget",
     "machine_key",
     "probing_enabled",
 ]
@@ -58,6 +65,9 @@ _OFF = ("0", "false", "off", "no")
 CACHE_FILE = "probes.json"
 #: the layout of the file (an entry of another layout is measured again)
 _FORMAT = 1
+#: the largest file read as a probe cache (its entries take a few hundred bytes each); a larger
+#: one is measured over and replaced
+MAX_BYTES = 1 << 20
 #: the longest a process waits for another's measurement before measuring on its own
 _LOCK_WAIT_S = 30.0
 
@@ -94,30 +104,75 @@ def machine_key(kind: str, threads: int, **shape: object) -> str:
     return f"{kind} | {cpu_name()} | torch {torch.__version__} | {threads} threads | {sizes}"
 
 
-def _read(path: Path) -> dict[str, dict]:
-    """The file's entries (empty when there is no file, or it is not one this module wrote)."""
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes, None when there is no file; a :class:`ValueError` saying why when what
+    is there is no cache file (not a regular file, or over :data:`MAX_BYTES`). Opened without
+    blocking (a FIFO's open waits for a writer) and read at most ``MAX_BYTES + 1`` bytes."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("is not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise ValueError(f"has {info.st_size} bytes, over the {MAX_BYTES} a cache file has")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:  # grew while read
+            raise ValueError(f"has over {MAX_BYTES} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> dict[str, dict]:
+    """The file's entries (empty when there is no file, or it is not one this module wrote:
+    then the caller measures and replaces it)."""
+    try:
+        data = _read_bytes(path)
+    except ValueError as exc:
+        log.warning("the probe cache %s %s; measuring again and replacing it", path, exc)
         return {}
     except OSError as exc:
         log.info(
             "cannot read the probe cache %s (%s: %s); measuring", path, type(exc).__name__, exc
         )
         return {}
+    if data is None:
+        return {}
     try:
-        data = json.loads(text)
-    except ValueError:
-        log.warning("the probe cache %s is not valid JSON; measuring again and replacing it", path)
+        loaded = json.loads(data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError too
+        log.warning(
+            "the probe cache %s is not valid JSON (or not UTF-8); measuring again and replacing "
+            "it",
+            path,
+        )
         return {}
-    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+    if not isinstance(loaded, dict) or loaded.get("format") != _FORMAT:
         return {}
-    entries = data.get("entries")
+    entries = loaded.get("entries")
     return (
         {k: v for k, v in entries.items() if isinstance(v, dict)}
         if isinstance(entries, dict)
         else {}
     )
+
+
+def forget(path: Path | None = None) -> bool:
+    """Remove the cache file ``path`` (default :func:`cache_path`) under its lock, so that the
+    next choice measures again; whether there was one. What is in its place is removed as a
+    name (a FIFO or a link is not opened)."""
+    path = cache_path() if path is None else path
+    with _lock, _file_lock(path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+    log.info("forgot the probe cache %s", path)
+    return True
 
 
 def _write(path: Path, entries: dict[str, dict]) -> None:

@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from ..runtime.openmp import release_openmp_threads
 from . import routes
+from .access_log import AccessLog
 from .encoding import dumps
 from .errors import ApiError, clip, envelope
 from .group import ServeGroup
@@ -243,7 +244,7 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
     served = [_route(r) for r in routes.ROUTES]  # the table as it is now
     app = Starlette(
         routes=served,
-        middleware=[Middleware(_CutShort)],
+        middleware=[Middleware(AccessLog), Middleware(_CutShort)],  # a line per request
         lifespan=lifespan,
         exception_handlers={HTTPException: not_found, Exception: server_error},
     )
