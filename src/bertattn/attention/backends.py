@@ -73,6 +73,17 @@ class BackendSpec:
     packed_bias: bool = False
     #: a packed backend that honours a local window per sequence (``window=``)
     packed_window: bool = False
+    #: the :class:`~.inputs.AttentionInputs` fields this backend honours itself, by name
+    #: (besides those ``packed_bias`` / ``packed_window`` declare)
+    takes: frozenset[str] = frozenset()
+
+    def honours(self, field: str) -> bool:
+        """Whether this backend honours the attention input ``field`` itself."""
+        if field == "bias" and self.packed_bias:
+            return True
+        if field == "window" and self.packed_window:
+            return True
+        return field in self.takes
 
 
 def math_attention(

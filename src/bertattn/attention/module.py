@@ -9,6 +9,8 @@ Data flow of one call (B batch, Lq / Lk query / key length, E embed_dim, H heads
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,7 @@ from . import prepack as _prepack
 from . import steps as _steps
 from .backends import BackendSpec, get_backend
 from .dispatch import Dispatch, choose_backend, record, recording
+from .inputs import NO_INPUTS, AttentionInputs, check_inputs
 from .masks import PreparedMask, prepare_mask
 from .padding import PackedBatch, pack_padding_mask, pad, unpad
 from .rotary import (
@@ -30,6 +33,7 @@ from .rotary import (
     rotation_for_packed,
     rotation_for_positions,
 )
+from .steps import StepRecorder
 from .steps import recorder as steps_recorder
 from .window import WindowedMask, check_window, local_attention, window_pays
 
@@ -57,6 +61,58 @@ def _window_note(packed: PackedBatch, window: int) -> str:
         f"window {window}: exploited on {long} of {len(lengths)} sequences (query blocks see "
         f"only the keys in reach; the rest skipped)"
     )
+
+
+def _window_plan(
+    prepared: PreparedMask | WindowedMask,
+    name: str,
+    need_weights: bool,
+    key_value: Tensor | None,
+    x: Tensor,
+) -> tuple[PreparedMask, int | None, bool]:
+    """A padded call's mask and window: ``(mask, window, exploit)``. A local window (a
+    :class:`WindowedMask`) is exploited by ``sdpa`` (the keys out of reach skipped) where it
+    pays and the mask is a bias per key; else masked (the band added to the mask)."""
+    if not isinstance(prepared, WindowedMask):
+        return prepared, None, False
+    key_bias = prepared.key_bias()
+    exploit = (
+        name == "sdpa"
+        and not need_weights
+        and key_bias is not False
+        and key_value is None
+        and window_pays(x.shape[1], prepared.window)
+    )
+    return (prepared.base if exploit else prepared.banded()), prepared.window, exploit
+
+
+def _positioned(
+    q: Tensor, k: Tensor, inputs: AttentionInputs, rec: StepRecorder | None
+) -> tuple[Tensor, Tensor]:
+    """The seam's work on q and k, whatever their layout (``(B, H, L, D)`` or ``(T, H, D)``):
+    rotary positions turn them (v as it is). ``rec``: the steps recorder, told q and k as
+    they were and the position schemes of the call."""
+    rotation = inputs.rotation
+    if rec is not None and (rotation is not None or inputs.window is not None):
+        theta = None if rotation is None else rotation.theta
+        rec.note_positions(q, k, theta, inputs.window)  # q, k before the rotation
+    if rotation is not None:
+        q, k = apply_rotation(q, k, rotation)
+    return q, k
+
+
+#: how a padded call honoured its window, for ``explain()``: exploited / masked
+_WINDOW_HOW = {
+    True: "exploited (query blocks see only the keys in reach; the rest skipped)",
+    False: "masked (a band bias, no work skipped)",
+}
+
+
+def _describe(reason: str, inputs: AttentionInputs) -> str:
+    """``reason`` with what the call's position inputs did to q and k, for ``explain()``."""
+    if inputs.rotation is not None:
+        reason = f"{reason}; {inputs.rotation.describe()}"
+    return reason
 
 
 def _shape(t: Tensor) -> str:
@@ -357,12 +413,44 @@ class MultiHeadAttention(nn.Module):
             raise ArgumentTypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
         unbatched = x.dim() == 2
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        # every check below depends on shapes, dtypes, devices and flags only: a case that
-        # passed once skips them (a failing case is never stored, so it raises every time)
         compiling = torch.compiler.is_compiling()
-        if not isinstance(need_weights, bool):  # a key of the memo below: checked first
+        if not isinstance(need_weights, bool):  # a key of the decision's memo: checked first
             need_weights = check_bool(need_weights, "need_weights")  # type: ignore[assignment]
-        case = None if compiling else self._case(x, key_value, need_weights, dropout_p)
+        x, key_value, (name, reason) = self._decide(x, key_value, need_weights, dropout_p)
+        if unbatched and isinstance(key_padding_mask, Tensor) and key_padding_mask.dim() == 1:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+        spec = get_backend(name)
+        # the seam: every position scheme of this call as data (rotation, window), then the mask
+        inputs = self._inputs(x, key_value, positions, spec, key_padding_mask)
+        prepared = self._prepare(x, key_value, mask, key_padding_mask, attn_bias, inputs, spec)
+        if spec.layout == "packed":
+            extra = (("mask", mask), ("attn_bias", attn_bias), ("key_value", key_value))
+            out, weights = self._forward_packed(
+                x, key_padding_mask, name, reason, extra=extra, need_weights=need_weights,
+                inputs=inputs,
+            )  # fmt: skip
+        else:
+            out, weights = self._attend_padded(
+                x, prepared, key_value, need_weights, self.backend, name, reason, dropout_p,
+                compiling=compiling, spec=spec, inputs=inputs,
+            )  # fmt: skip
+        if unbatched:
+            out = out.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
+        return out, weights
+
+    def _decide(
+        self, x: Tensor, key_value: Tensor | None, need_weights: bool, dropout_p: float
+    ) -> tuple[Tensor, Tensor | None, tuple[str, str]]:
+        """Check ``x`` and ``key_value`` and decide the backend: ``(x, key_value, (name,
+        reason))``, both inputs batched (an unbatched ``(L, E)`` becomes ``(1, L, E)``).
+
+        Every check here depends on shapes, dtypes, devices and flags only: a case that passed
+        once skips them (a failing case is never stored, so it raises every time)."""
+        unbatched = x.dim() == 2
+        case = None if torch.compiler.is_compiling() else self._case(
+            x, key_value, need_weights, dropout_p
+        )  # fmt: skip
         decision = None if case is None else _CASES.get(case)
         if decision is None:
             self._check_input("x", x, batched=not unbatched)
@@ -371,31 +459,37 @@ class MultiHeadAttention(nn.Module):
         if unbatched:
             x = x.unsqueeze(0)
             key_value = None if key_value is None else key_value.unsqueeze(0)
-            if isinstance(key_padding_mask, Tensor) and key_padding_mask.dim() == 1:
-                key_padding_mask = key_padding_mask.unsqueeze(0)
-        batch, q_len, _ = x.shape
-        k_len = q_len if key_value is None else key_value.size(1)
-        if decision is None:
-            if key_value is not None and key_value.size(0) != x.size(0):
-                raise ValueError(
-                    f"key_value has batch size {key_value.size(0)} but x has {x.size(0)}; "
-                    f"they must match."
-                )
-            decision = choose_backend(
-                self.backend,
-                need_weights=need_weights,
-                device_type=x.device.type,
-                dtype=x.dtype,
-                key_len=k_len,
-                training=dropout_p > 0.0,
+        if decision is not None:
+            return x, key_value, decision
+        if key_value is not None and key_value.size(0) != x.size(0):
+            raise ValueError(
+                f"key_value has batch size {key_value.size(0)} but x has {x.size(0)}; "
+                f"they must match."
             )
-            get_backend(decision[0])  # an unknown name is refused before the masks are looked at
-            if case is not None:
-                if len(_CASES) > 256:
-                    _CASES.clear()
-                _CASES[case] = decision
-        name, reason = decision
-        spec = get_backend(name)
+        decision = choose_backend(
+            self.backend,
+            need_weights=need_weights,
+            device_type=x.device.type,
+            dtype=x.dtype,
+            key_len=x.size(1) if key_value is None else key_value.size(1),
+            training=dropout_p > 0.0,
+        )
+        get_backend(decision[0])  # an unknown name is refused before the masks are looked at
+        if case is not None:
+            if len(_CASES) > 256:
+                _CASES.clear()
+            _CASES[case] = decision
+        return x, key_value, decision
+
+    def _inputs(
+        self,
+        x: Tensor,
+        key_value: Tensor | None,
+        positions: Tensor | None,
+        spec: BackendSpec,
+        key_padding_mask: Tensor | None,
+    ) -> AttentionInputs:
+        """This module's position schemes for one :meth:`forward` call, as data."""
         rotation = self._rotation(x, key_value, positions, packed=spec.layout == "packed",
                                   key_padding_mask=key_padding_mask)  # fmt: skip
         if self.window is not None and key_value is not None:
@@ -403,51 +497,41 @@ class MultiHeadAttention(nn.Module):
                 "a local window is for self-attention: key_value= cannot be given to a module "
                 "built with window=."
             )
+        if rotation is None and self.window is None:
+            return NO_INPUTS
+        return AttentionInputs(rotation=rotation, window=self.window)
+
+    def _prepare(
+        self,
+        x: Tensor,
+        key_value: Tensor | None,
+        mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        attn_bias: Tensor | None,
+        inputs: AttentionInputs,
+        spec: BackendSpec,
+    ) -> PreparedMask | WindowedMask:
+        """The mask arguments validated and folded into one bias (whichever backend runs);
+        for a padded backend with a window, the window beside it (masked or exploited)."""
+        batch, q_len, _ = x.shape
         if mask is None and key_padding_mask is None and attn_bias is None:
             prepared = _NO_MASK
         else:
-            prepared = prepare_mask(  # validates every mask argument, whichever backend runs
+            prepared = prepare_mask(
                 mask,
                 key_padding_mask,
                 attn_bias,
                 batch=batch,
                 heads=self.num_heads,
                 query_len=q_len,
-                key_len=k_len,
+                key_len=q_len if key_value is None else key_value.size(1),
                 dtype=x.dtype,
                 device=x.device,
             )
-        if self.window is not None and spec.layout != "packed":  # masked or exploited
-            prepared = WindowedMask(prepared, self.window, q_len, heads=self.num_heads,
-                                    dtype=x.dtype)  # fmt: skip
-        if spec.layout == "packed":
-            out, weights = self._forward_packed(
-                x,
-                key_padding_mask,
-                name,
-                reason,
-                extra=(("mask", mask), ("attn_bias", attn_bias), ("key_value", key_value)),
-                need_weights=need_weights,
-                rotation=rotation,
-            )
-        else:
-            out, weights = self._attend_padded(
-                x,
-                prepared,
-                key_value,
-                need_weights,
-                self.backend,
-                name,
-                reason,
-                dropout_p,
-                compiling=compiling,
-                spec=spec,
-                rotation=rotation,
-            )
-        if unbatched:
-            out = out.squeeze(0)
-            weights = None if weights is None else weights.squeeze(0)
-        return out, weights
+        if inputs.window is not None and spec.layout != "packed":
+            return WindowedMask(prepared, inputs.window, q_len, heads=self.num_heads,
+                                dtype=x.dtype)  # fmt: skip
+        return prepared
 
     def _rotation(
         self,
@@ -561,7 +645,7 @@ class MultiHeadAttention(nn.Module):
             name,
             reason,
             dropout_p,
-            rotation=rotation,
+            inputs=NO_INPUTS if rotation is None else AttentionInputs(rotation=rotation),
         )
 
     def _record(
@@ -595,7 +679,7 @@ class MultiHeadAttention(nn.Module):
     def _attend_padded(
         self,
         x: Tensor,
-        prepared: PreparedMask,
+        prepared: PreparedMask | WindowedMask,
         key_value: Tensor | None,
         need_weights: bool,
         requested: str,
@@ -605,21 +689,13 @@ class MultiHeadAttention(nn.Module):
         *,
         compiling: bool | None = None,
         spec: BackendSpec | None = None,
-        rotation: Rotation | None = None,
+        inputs: AttentionInputs = NO_INPUTS,
     ) -> tuple[Tensor, Tensor | None]:
-        window = None
-        exploit = False
-        if isinstance(prepared, WindowedMask):  # a local window: skip the keys, or mask them
-            windowed, window = prepared, prepared.window
-            key_bias = windowed.key_bias()
-            exploit = (
-                name == "sdpa"
-                and not need_weights
-                and key_bias is not False
-                and key_value is None
-                and window_pays(x.shape[1], window)
-            )
-            prepared = windowed.base if exploit else windowed.banded()
+        """Project, apply ``inputs`` (the seam), run the backend, merge the heads, project out.
+        A window comes in ``prepared`` (a :class:`WindowedMask`): masked or exploited here."""
+        prepared, window, exploit = _window_plan(prepared, name, need_weights, key_value, x)
+        if window is not None:
+            inputs = replace(inputs, window=window)
         if compiling is None:
             compiling = torch.compiler.is_compiling()
         if spec is None:
@@ -629,21 +705,13 @@ class MultiHeadAttention(nn.Module):
                 f"backend {name!r} does not return attention weights; pass need_weights=False, "
                 f"or use backend='math' (or 'auto', which picks math when weights are needed)."
             )
+        check_inputs(spec, inputs)
         q, k, v = self.project_qkv(x, key_value)
         rec = None if compiling or not _steps._open_blocks else steps_recorder()
-        if rec is not None and (rotation is not None or window is not None):
-            theta = None if rotation is None else rotation.theta
-            rec.note_positions(q, k, theta, window)  # q, k before the rotation
-        if rotation is not None:  # rotary positions: q and k turned, v as it is
-            q, k = apply_rotation(q, k, rotation)
-            reason = f"{reason}; {rotation.describe()}"
+        q, k = _positioned(q, k, inputs, rec)
+        reason = _describe(reason, inputs)
         if window is not None:
-            how = (
-                "exploited (query blocks see only the keys in reach; the rest skipped)"
-                if exploit
-                else "masked (a band bias, no work skipped)"
-            )
-            reason = f"{reason}; window {window}: {how}"
+            reason = f"{reason}; window {window}: {_WINDOW_HOW[exploit]}"
         if dropout_p is None:
             dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
         out_linear = _fast.submodule(self, "out_linear")
@@ -651,7 +719,7 @@ class MultiHeadAttention(nn.Module):
             rec.note_module(x, out_linear.weight, out_linear.bias)
         if exploit:
             context = local_attention(
-                q, k, v, window, dropout_p=dropout_p, key_bias=prepared.bias
+                q, k, v, inputs.window, dropout_p=dropout_p, key_bias=prepared.bias
             )  # (B, H, Lq, D); a query with no key in reach: zeros
             weights = None
         else:
@@ -662,16 +730,19 @@ class MultiHeadAttention(nn.Module):
         if live is not None:  # rows with no key at all: zero weights, zero context
             context = context.masked_fill(~live, 0.0)
             weights = None if weights is None else weights.masked_fill(~live, 0.0)
+        output = self._merge_out(context, out_linear, compiling)
+        self._record(requested, name, reason, q, compiling)
+        return output, weights
+
+    def _merge_out(self, context: Tensor, out_linear: nn.Module, compiling: bool) -> Tensor:
+        """Merge the heads ``(B, H, Lq, D)`` -> ``(B, Lq, H * D)`` and project them out."""
         b, h, lq, d = context.shape
         context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)
         if type(out_linear) is nn.Linear and _fast.plain_call(out_linear, compiling):
             # exactly what the module call runs, without its per-call overhead
             params = out_linear._parameters
-            output = _prepack.linear(context, params["weight"], params["bias"])
-        else:
-            output = self.out_linear(context)  # (B, Lq, E)
-        self._record(requested, name, reason, q, compiling)
-        return output, weights
+            return _prepack.linear(context, params["weight"], params["bias"])
+        return self.out_linear(context)  # (B, Lq, E)
 
     def attend_packed(
         self,
@@ -696,41 +767,38 @@ class MultiHeadAttention(nn.Module):
         ``window``: local attention within each sequence (never across two), only on a backend
         registered with ``packed_window=True``.
         """
+        inputs = AttentionInputs(rotation=rotation, window=window, bias=bias)
+        return self._attend_packed(x, packed, backend, reason, requested or backend, inputs)
+
+    def _attend_packed(
+        self,
+        x: Tensor,
+        packed: PackedBatch,
+        backend: str,
+        reason: str,
+        requested: str,
+        inputs: AttentionInputs,
+    ) -> Tensor:
+        """:meth:`attend_packed` with its position inputs gathered: the seam's packed side."""
         spec = get_backend(backend)
         if spec.layout != "packed":
             raise ValueError(f"backend {backend!r} is not a packed backend; use attend().")
-        if bias is not None and not spec.packed_bias:
-            raise ValueError(
-                f"backend {backend!r} takes no attention bias, and this model adds one (MPNet's "
-                f"relative position bias); use backend 'varlen', 'sdpa', 'math' or 'auto'."
-            )
+        check_inputs(spec, inputs)
         t = x.size(0)
         h, d = self.num_heads, self.head_dim
         weight, qkv_bias = self.qkv_weight()
         qkv = _prepack.linear(x, weight, qkv_bias).view(t, 3, h, d)  # (T, 3, H, D)
         q, k, v = qkv.unbind(1)  # (T, H, D) each
-        if rotation is not None:  # rotary positions: q and k turned, v as it is
-            q, k = apply_rotation(q, k, rotation)
-            reason = f"{reason}; {rotation.describe()}"
+        q, k = _positioned(q, k, inputs, None)
+        reason = _describe(reason, inputs)
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        if window is not None:
-            if not spec.packed_window:
-                raise ValueError(
-                    f"backend {backend!r} cannot honour a local attention window (this model "
-                    f"has one); use backend 'varlen', 'sdpa', 'math' or 'auto'."
-                )
-            if bias is not None:
-                raise ValueError("a packed call takes a window or a bias, not both.")
-            context = spec.fn(q, k, v, packed, dropout_p=dropout_p, window=window)
-            reason = f"{reason}; {_window_note(packed, window)}"
-        elif bias is None:
-            context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)
-        else:
-            context = spec.fn(q, k, v, packed, dropout_p=dropout_p, bias=bias)  # (T, H, D)
-            if backend == "varlen":  # say which kernel the bias leaves (explain() shows it)
-                reason = f"{reason}; {_varlen_bias_note(q, dropout_p)}"
+        context = spec.fn(q, k, v, packed, dropout_p=dropout_p, **inputs.packed_kwargs())
+        if inputs.window is not None:  # (T, H, D); say what the window and bias left
+            reason = f"{reason}; {_window_note(packed, inputs.window)}"
+        elif inputs.bias is not None and backend == "varlen":
+            reason = f"{reason}; {_varlen_bias_note(q, dropout_p)}"
         output = _fast.linear(_fast.submodule(self, "out_linear"), context.reshape(t, h * d))
-        self._record(requested or backend, backend, reason, q)
+        self._record(requested, backend, reason, q)
         return output
 
     def _forward_packed(
@@ -742,7 +810,7 @@ class MultiHeadAttention(nn.Module):
         *,
         extra: tuple[tuple[str, Tensor | None], ...],
         need_weights: bool,
-        rotation: Rotation | None = None,
+        inputs: AttentionInputs = NO_INPUTS,
     ) -> tuple[Tensor, None]:
         given = [arg for arg, value in extra if value is not None]
         if given or need_weights:
@@ -755,15 +823,7 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is None:
             key_padding_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
         packed = pack_padding_mask(key_padding_mask.to(x.device))
-        out = self.attend_packed(
-            unpad(x, packed),
-            packed,
-            backend=name,
-            reason=reason,
-            requested=self.backend,
-            rotation=rotation,
-            window=self.window,
-        )  # (T, E)
+        out = self._attend_packed(unpad(x, packed), packed, name, reason, self.backend, inputs)
         return pad(out, packed), None  # (B, L, E); zeros at padding positions
 
     # ------------------------------------------------------------------ interop
