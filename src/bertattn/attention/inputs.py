@@ -7,12 +7,19 @@ Instead of one branch per scheme in ``MultiHeadAttention.forward``, a call gathe
 :class:`AttentionInputs` and :func:`check_inputs` asks the backend about each field given, by
 name: a backend honours it or the call is refused with a message naming it.
 
+The same seam carries what a module changes in the formula itself: a query that may not see
+the future (causal), a score factor other than ``1 / sqrt(d_k)``, fewer key/value heads than
+query heads (grouped-query, :mod:`.grouped`).
+
 Who honours what (``BackendSpec.takes`` names what a backend does itself)::
 
     field      padded backends                       packed backends
     rotation   the module turns q and k (every one)  the module turns q and k (every one)
     window     a band in the mask, or exploited      the backend's ``window=`` (per sequence)
     bias       folded into the mask (every one)      the backend's ``bias=`` (a block each)
+    causal     folded into the mask (every one)      the backend's ``causal=True``
+    scale      the backend's ``scale=``              the backend's ``scale=``
+    kv_heads   the backend, from k's and v's shape   the backend, from k's and v's shape
 """
 
 from __future__ import annotations
@@ -40,28 +47,40 @@ class AttentionInputs:
         window: local attention, query ``i`` sees key ``j`` when ``|i - j| <= window``.
         bias: a packed call's additive bias, one ``(1, H, l, l)`` block per sequence (None for
             an empty one); a padded call carries its bias in the prepared mask instead.
+        causal: query ``i`` sees key ``j`` only when ``j <= i`` (False: every key).
+        scale: the scores' factor (None: the article's ``1 / sqrt(d_k)``).
+        kv_heads: the key/value heads when fewer than the query heads (None: as many).
     """
 
     rotation: Rotation | None = None
     window: int | None = None
     bias: tuple[Tensor | None, ...] | None = None
+    causal: bool = False
+    scale: float | None = None
+    kv_heads: int | None = None
 
     def given(self) -> tuple[str, ...]:
-        """The names of the fields set, in declaration order."""
-        return tuple(f.name for f in fields(self) if getattr(self, f.name) is not None)
+        """The names of the fields set (not None, not False), in declaration order."""
+        values = ((f.name, getattr(self, f.name)) for f in fields(self))
+        return tuple(n for n, v in values if v is not None and v is not False)  # window 0 too
 
-    def packed_kwargs(self) -> dict[str, object]:
-        """The keyword arguments a packed backend receives: the fields it must honour itself
-        (the rotation is applied before, by the module)."""
-        return {n: getattr(self, n) for n in self.given() if n in _BACKEND_FIELDS["packed"]}
+    def backend_kwargs(self, layout: str) -> dict[str, object]:
+        """The keyword arguments a backend of ``layout`` receives: the fields given that it
+        honours itself, passed by their names (``kv_heads`` it reads from k's shape)."""
+        return {n: getattr(self, n) for n in self.given() if n in _KWARGS.get(layout, ())}
 
 
 NO_INPUTS = AttentionInputs()
 
 #: the fields a backend of each layout must honour itself (the others the module applies)
 _BACKEND_FIELDS: dict[str, frozenset[str]] = {
-    "padded": frozenset(),
-    "packed": frozenset({"window", "bias"}),
+    "padded": frozenset({"scale", "kv_heads"}),
+    "packed": frozenset({"window", "bias", "causal", "scale", "kv_heads"}),
+}
+#: of those, the ones passed as keyword arguments
+_KWARGS: dict[str, frozenset[str]] = {
+    "padded": frozenset({"scale"}),
+    "packed": frozenset({"window", "bias", "causal", "scale"}),
 }
 
 #: a refusal per field, ``{backend}`` filled in: what came, why it cannot run, the fix
@@ -74,6 +93,19 @@ _REFUSALS: dict[str, str] = {
         "backend {backend!r} cannot honour a local attention window (this model has one); use "
         "backend 'varlen', 'sdpa', 'math' or 'auto'."
     ),
+    "causal": (
+        "backend {backend!r} cannot honour a causal mask (this module was built with "
+        "causal=True); use backend 'varlen', 'sdpa', 'math' or 'auto'."
+    ),
+    "scale": (
+        "backend {backend!r} takes no score scale, and this module has one (scale={value!r}, "
+        "not 1/sqrt(head_dim)); use backend 'varlen', 'sdpa', 'math' or 'auto'."
+    ),
+    "kv_heads": (
+        "backend {backend!r} cannot share key/value heads, and this module has {value} of "
+        "them for more query heads (grouped-query); use backend 'varlen', 'sdpa', 'math' or "
+        "'auto'."
+    ),
 }
 
 
@@ -82,9 +114,12 @@ def check_inputs(spec: BackendSpec, inputs: AttentionInputs) -> None:
     own = _BACKEND_FIELDS.get(spec.layout, frozenset())
     for name in inputs.given():
         if name in own and not spec.honours(name):
-            raise ValueError(_REFUSALS[name].format(backend=spec.name))
-    if spec.layout == "packed" and inputs.window is not None and inputs.bias is not None:
-        raise ValueError(
-            "a packed call takes a window or a bias, not both; give the window as a band in "
-            "the bias blocks, or call without one of them."
-        )
+            value = getattr(inputs, name)
+            raise ValueError(_REFUSALS[name].format(backend=spec.name, value=value))
+    if spec.layout == "packed" and inputs.window is not None:
+        other = "a bias" if inputs.bias is not None else "a causal mask" if inputs.causal else ""
+        if other:
+            raise ValueError(
+                f"a packed call takes a window or {other}, not both; give the window as a band "
+                f"in the bias blocks, or call without one of them."
+            )

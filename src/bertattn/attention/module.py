@@ -23,8 +23,9 @@ from . import prepack as _prepack
 from . import steps as _steps
 from .backends import BackendSpec, get_backend
 from .dispatch import Dispatch, choose_backend, record, recording
+from .grouped import sharing_note
 from .inputs import NO_INPUTS, AttentionInputs, check_inputs
-from .masks import PreparedMask, prepare_mask
+from .masks import PreparedMask, add_causal, prepare_mask
 from .padding import PackedBatch, pack_padding_mask, pad, unpad
 from .rotary import (
     Rotation,
@@ -108,11 +109,20 @@ _WINDOW_HOW = {
 }
 
 
-def _describe(reason: str, inputs: AttentionInputs) -> str:
-    """``reason`` with what the call's position inputs did to q and k, for ``explain()``."""
+def _describe(reason: str, inputs: AttentionInputs, backend: str, heads: int, qk_norm: bool) -> str:
+    """``reason`` with what the call's inputs changed in the formula, for ``explain()``."""
+    notes = [reason]
+    if qk_norm:
+        notes.append("q/k norm: RMSNorm over the head size on q and k before the product")
     if inputs.rotation is not None:
-        reason = f"{reason}; {inputs.rotation.describe()}"
-    return reason
+        notes.append(inputs.rotation.describe())
+    if inputs.kv_heads is not None:
+        notes.append(sharing_note(backend, heads, inputs.kv_heads))
+    if inputs.causal:
+        notes.append("causal: query i sees keys j <= i only (a lower-triangular mask)")
+    if inputs.scale is not None:
+        notes.append(f"scores scaled by {inputs.scale:g} (not 1/sqrt(head_dim))")
+    return "; ".join(notes)
 
 
 def _shape(t: Tensor) -> str:
@@ -140,12 +150,80 @@ def _cat(parts: list[Tensor]) -> Tensor:
     return torch.cat(parts)
 
 
+def _check_widths(
+    embed_dim: object, num_heads: object, dropout: object, backend: object
+) -> tuple[int, int]:
+    """The constructor's ``embed_dim``, ``num_heads`` (as ints), ``dropout`` and ``backend``
+    checked: an error names the argument, what came and what is expected."""
+    if not is_int(embed_dim) or not is_int(num_heads):
+        raise ArgumentTypeError(
+            f"embed_dim and num_heads must be ints, got {embed_dim!r} and {num_heads!r}."
+        )
+    if isinstance(dropout, (bool, np.bool_)) or not isinstance(
+        dropout, (int, float, np.integer, np.floating)
+    ):
+        raise ArgumentTypeError(f"dropout must be a float in [0, 1), got {describe(dropout)}.")
+    check_str(backend, "backend")
+    if int(embed_dim) <= 0 or int(num_heads) <= 0:  # type: ignore[call-overload]
+        raise ValueError(
+            f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads}); "
+            f"for example embed_dim=64 * num_heads."
+        )
+    if not 0.0 <= float(dropout) < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
+    if backend != "auto":
+        get_backend(backend)  # type: ignore[arg-type]  # raises with the list of valid names
+    return int(embed_dim), int(num_heads)  # type: ignore[call-overload]
+
+
+def _check_heads(
+    embed_dim: int, num_heads: int, head_dim: object, num_kv_heads: object
+) -> tuple[int, int]:
+    """``(head_dim, num_kv_heads)`` with their defaults (``embed_dim // num_heads`` and
+    ``num_heads``), checked: a head size that is an int >= 1, query heads a multiple of the
+    key/value heads."""
+    if head_dim is None:
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be a positive multiple of num_heads "
+                f"({num_heads}); for example embed_dim=64 * num_heads, or give head_dim=."
+            )
+        head_dim = embed_dim // num_heads
+    elif not is_int(head_dim) or int(head_dim) < 1:  # type: ignore[call-overload]
+        raise ValueError(f"head_dim must be an int >= 1 (the size of one head), got {head_dim!r}.")
+    if num_kv_heads is None:
+        num_kv_heads = num_heads
+    elif (
+        not is_int(num_kv_heads)
+        or int(num_kv_heads) < 1  # type: ignore[call-overload]
+        or num_heads % int(num_kv_heads) != 0  # type: ignore[call-overload]
+    ):
+        raise ValueError(
+            f"num_kv_heads must be an int >= 1 that divides num_heads ({num_heads}), got "
+            f"{num_kv_heads!r}; each key/value head serves num_heads / num_kv_heads query heads."
+        )
+    return int(head_dim), int(num_kv_heads)  # type: ignore[call-overload]
+
+
+def _check_scale(scale: object) -> float | None:
+    """``scale`` as a positive float, or None (the article's ``1 / sqrt(head_dim)``)."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(
+            f"scale must be None (1/sqrt(head_dim)) or a positive number, got {scale!r}; for a "
+            f"config's query_pre_attn_scalar s, pass scale=s ** -0.5."
+        )
+    return float(scale)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the article's API: ``forward(x, mask) -> (output, attention)``.
 
     Args:
-        embed_dim: model width E; must be divisible by ``num_heads``.
-        num_heads: number of heads H.
+        embed_dim: model width E; must be divisible by ``num_heads`` unless ``head_dim`` is
+            given.
+        num_heads: number of (query) heads H.
         dropout: dropout probability on the attention probabilities (training only).
         bias: whether the four projections have a bias.
         backend: ``"auto"`` or a registered backend name (``"math"``, ``"sdpa"``, ...).
@@ -154,13 +232,25 @@ class MultiHeadAttention(nn.Module):
             None (the article): no rotation.
         window: local attention, query ``i`` sees key ``j`` only when ``|i - j| <= window``
             (:mod:`bertattn.attention.window`); None (the article): every key.
+        num_kv_heads: key/value heads Hkv, each shared by ``H / Hkv`` query heads
+            (grouped-query; 1: multi-query; :mod:`bertattn.attention.grouped`); None (the
+            article): ``num_heads``.
+        head_dim: the size D of one head; None (the article): ``embed_dim // num_heads``.
+        scale: the factor of the scores; None (the article): ``1 / sqrt(head_dim)``. A config's
+            ``query_pre_attn_scalar`` s gives ``scale = s ** -0.5``.
+        causal: query ``i`` sees key ``j`` only when ``j <= i`` (a decoder's mask); False (the
+            article): every key.
+        qk_norm: an RMSNorm over the head size on every query and key head, before the
+            product (``q_norm`` and ``k_norm``, one weight of D each); False (the article):
+            none. ``norm_eps``: its epsilon.
 
-    Neither option adds a parameter: the state dict is the article's with or without them.
-
-    The parameters are ``q_linear``, ``k_linear``, ``v_linear`` and ``out_linear`` as in the
-    article, so ``load_state_dict(article_module.state_dict(), strict=True)`` works. For
+    Shapes: ``q_linear`` ``(H * D, E)``, ``k_linear`` and ``v_linear`` ``(Hkv * D, E)``,
+    ``out_linear`` ``(E, H * D)``. With every option left out they are the article's four
+    ``(E, E)`` projections, and rotation and window add no parameter: the state dict is the
+    article's, so ``load_state_dict(article_module.state_dict(), strict=True)`` works. For
     self-attention the three input projections run as one GEMM: their weights share one
-    contiguous ``(3E, E)`` storage, so the fused weight costs no copy and no extra memory.
+    contiguous ``((H + 2 Hkv) D, E)`` storage, so the fused weight costs no copy and no extra
+    memory.
     """
 
     def __init__(
@@ -175,42 +265,44 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
         rotary_theta: float | None = None,
         window: int | None = None,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        causal: bool = False,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
-        if not is_int(embed_dim) or not is_int(num_heads):
-            raise ArgumentTypeError(
-                f"embed_dim and num_heads must be ints, got {embed_dim!r} and {num_heads!r}."
-            )
-        embed_dim, num_heads = int(embed_dim), int(num_heads)
-        if isinstance(dropout, (bool, np.bool_)) or not isinstance(
-            dropout, (int, float, np.integer, np.floating)
-        ):
-            raise ArgumentTypeError(f"dropout must be a float in [0, 1), got {describe(dropout)}.")
-        check_str(backend, "backend")
-        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads}); "
-                f"for example embed_dim=64 * num_heads."
-            )
-        if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
-        if backend != "auto":
-            get_backend(backend)  # raises with the list of valid names
+        embed_dim, num_heads = _check_widths(embed_dim, num_heads, dropout, backend)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim, self.num_kv_heads = _check_heads(embed_dim, num_heads, head_dim,
+                                                        num_kv_heads)  # fmt: skip
         self.backend = backend
         self.window = check_window(window)
+        self.scale = _check_scale(scale)
+        self.causal = check_bool(causal, "causal")
+        if self.causal and self.window is not None:
+            raise ValueError(
+                f"causal=True with window={self.window} is not supported (a causal local "
+                f"window); build the module with one of them."
+            )
         self.rotary_theta = None if rotary_theta is None else float(rotary_theta)
         if self.rotary_theta is not None:  # checked now: an odd head size cannot rotate (on
             inverse_frequencies(self.head_dim, self.rotary_theta, device="cpu")  # the CPU: meta's
             # arange would import torch._dynamo, see _cat)
         factory = {"device": device, "dtype": dtype}
-        self.q_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.k_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.v_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.out_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        inner, kv = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_linear = nn.Linear(embed_dim, inner, bias=bias, **factory)
+        self.k_linear = nn.Linear(embed_dim, kv, bias=bias, **factory)
+        self.v_linear = nn.Linear(embed_dim, kv, bias=bias, **factory)
+        self.out_linear = nn.Linear(inner, embed_dim, bias=bias, **factory)
+        if check_bool(qk_norm, "qk_norm"):  # q_norm / k_norm: Qwen3's and Gemma 3's names
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)
         self.dropout = nn.Dropout(dropout)
+        #: the article's shape: none of the options that change the formula (fastcall.py)
+        self._article = inner == embed_dim == kv and not (self.causal or qk_norm) and scale is None
         self.last_dispatch = None  # a property: the Dispatch is built when first read
         self._packed_weight: Tensor | None = None
         self._packed_bias: Tensor | None = None
@@ -224,19 +316,26 @@ class MultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def _pack_qkv(self) -> None:
-        """Move the q/k/v weights (and biases) into one contiguous ``(3E, E)`` storage."""
+        """Move the q/k/v weights (and biases) into one contiguous ``((H + 2 Hkv) D, E)``
+        storage (``(3E, E)`` for the article's shape)."""
         lins = self._qkv_linears()
-        weight = _cat([lin.weight for lin in lins])  # (3E, E)
+        ends = np.cumsum([0, *self._qkv_rows()]).tolist()  # where q, k, v start and end
+        weight = _cat([lin.weight for lin in lins])  # ((H + 2 Hkv) D, E)
         for i, lin in enumerate(lins):
-            lin.weight.data = weight[i * self.embed_dim : (i + 1) * self.embed_dim]
+            lin.weight.data = weight[ends[i] : ends[i + 1]]
         self._packed_weight = weight
         self._packed_bias = None
         if lins[0].bias is not None:
-            bias = _cat([lin.bias for lin in lins])  # (3E,)
+            bias = _cat([lin.bias for lin in lins])  # ((H + 2 Hkv) D,)
             for i, lin in enumerate(lins):
-                lin.bias.data = bias[i * self.embed_dim : (i + 1) * self.embed_dim]
+                lin.bias.data = bias[ends[i] : ends[i + 1]]
             self._packed_bias = bias
         self._packed_ptrs = [t.data_ptr() for t in self._qkv_tensors()]  # where they must stay
+
+    def _qkv_rows(self) -> tuple[int, int, int]:
+        """The output sizes of q, k and v: ``(H D, Hkv D, Hkv D)``."""
+        inner, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return inner, kv, kv
 
     def _qkv_tensors(self) -> tuple[Tensor, ...]:
         out = []
@@ -298,7 +397,9 @@ class MultiHeadAttention(nn.Module):
             module._pack_qkv()
 
     def qkv_weight(self) -> tuple[Tensor, Tensor | None]:
-        """The fused ``(3E, E)`` weight and ``(3E,)`` bias of the q, k, v projections.
+        """The fused ``(3E, E)`` weight and ``(3E,)`` bias of the q, k, v projections
+        (``((H + 2 Hkv) D, E)`` and ``((H + 2 Hkv) D,)`` with grouped heads or a head size
+        other than ``E / H``).
 
         Without autograd this is the shared storage itself (no copy); with autograd, or when a
         parameter was replaced behind the module's back, a ``torch.cat`` that gradients flow
@@ -585,20 +686,43 @@ class MultiHeadAttention(nn.Module):
         return rot
 
     def project_qkv(self, x: Tensor, key_value: Tensor | None = None) -> tuple[Tensor, ...]:
-        """Q, K, V split into heads, each ``(B, H, L, D)``; one GEMM for self-attention."""
+        """Q ``(B, H, Lq, D)``, K and V ``(B, Hkv, Lk, D)`` split into heads, one GEMM for
+        self-attention; with ``qk_norm``, q and k normalized per head."""
         b, lq, _ = x.shape
-        h, d, e = self.num_heads, self.head_dim, self.embed_dim
+        h, d = self.num_heads, self.head_dim
         weight, bias = self.qkv_weight()
-        if key_value is None:
+        if key_value is None and self._article:
             qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)
             qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
             return tuple(qkv.unbind(0))
-        lk = key_value.size(1)
-        q = F.linear(x, weight[:e], None if bias is None else bias[:e])  # (B, Lq, E)
-        q = q.view(b, lq, h, d).transpose(1, 2)  # (B, H, Lq, D)
-        kv = F.linear(key_value, weight[e:], None if bias is None else bias[e:])  # (B, Lk, 2E)
-        kv = kv.view(b, lk, 2, h, d).permute(2, 0, 3, 1, 4)  # (2, B, H, Lk, D)
-        return (q, *kv.unbind(0))
+        if key_value is None:
+            q, k, v = self._split_heads(_prepack.linear(x, weight, bias))  # (B, L, H|Hkv, D)
+        else:
+            e = self._qkv_rows()[0]
+            q = F.linear(x, weight[:e], None if bias is None else bias[:e])  # (B, Lq, H D)
+            q = q.view(b, lq, h, d)
+            kv = F.linear(key_value, weight[e:], None if bias is None else bias[e:])
+            _, k, v = self._split_heads(kv, with_q=False)  # (B, Lk, Hkv, D) each
+        q, k = self._normed(q, k)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|Hkv, L, D)
+
+    def _split_heads(self, qkv: Tensor, *, with_q: bool = True) -> tuple[Tensor | None, ...]:
+        """``(..., (H + 2 Hkv) D)`` (or ``(..., 2 Hkv D)`` without q) -> q ``(..., H, D)``
+        (None without it), k and v ``(..., Hkv, D)``: views, no copy."""
+        rows = self._qkv_rows() if with_q else self._qkv_rows()[1:]
+        parts = qkv.split(list(rows), dim=-1)
+        lead = qkv.shape[:-1]
+        heads = (self.num_heads, self.num_kv_heads, self.num_kv_heads)[3 - len(rows) :]
+        views = [p.view(*lead, n, self.head_dim) for p, n in zip(parts, heads, strict=True)]
+        return (*views,) if with_q else (None, *views)
+
+    def _normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """With ``qk_norm``: an RMSNorm over the head size of every query and key head,
+        before the product (their last dimension is D); else ``q, k`` as they are."""
+        mods = self._modules
+        if "q_norm" not in mods:
+            return q, k
+        return mods["q_norm"](q), mods["k_norm"](k)  # type: ignore[misc]
 
     def attend(
         self,
@@ -693,9 +817,11 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Project, apply ``inputs`` (the seam), run the backend, merge the heads, project out.
         A window comes in ``prepared`` (a :class:`WindowedMask`): masked or exploited here."""
-        prepared, window, exploit = _window_plan(prepared, name, need_weights, key_value, x)
-        if window is not None:
-            inputs = replace(inputs, window=window)
+        causal = self.causal
+        prepared, window, exploit = _window_plan(  # a causal call: the band masked
+            prepared, name, need_weights or causal, key_value, x
+        )
+        inputs = self._own(inputs if window is None else replace(inputs, window=window))
         if compiling is None:
             compiling = torch.compiler.is_compiling()
         if spec is None:
@@ -706,10 +832,16 @@ class MultiHeadAttention(nn.Module):
                 f"or use backend='math' (or 'auto', which picks math when weights are needed)."
             )
         check_inputs(spec, inputs)
+        if causal:  # query i sees keys j <= i: the triangle added to the mask
+            prepared = add_causal(
+                prepared, heads=self.num_heads, query_len=x.size(1),
+                key_len=x.size(1) if key_value is None else key_value.size(1),
+                dtype=x.dtype, device=x.device,
+            )  # fmt: skip
         q, k, v = self.project_qkv(x, key_value)
         rec = None if compiling or not _steps._open_blocks else steps_recorder()
         q, k = _positioned(q, k, inputs, rec)
-        reason = _describe(reason, inputs)
+        reason = _describe(reason, inputs, name, self.num_heads, "q_norm" in self._modules)
         if window is not None:
             reason = f"{reason}; window {window}: {_WINDOW_HOW[exploit]}"
         if dropout_p is None:
@@ -719,13 +851,14 @@ class MultiHeadAttention(nn.Module):
             rec.note_module(x, out_linear.weight, out_linear.bias)
         if exploit:
             context = local_attention(
-                q, k, v, inputs.window, dropout_p=dropout_p, key_bias=prepared.bias
+                q, k, v, window, dropout_p=dropout_p, key_bias=prepared.bias, scale=inputs.scale
             )  # (B, H, Lq, D); a query with no key in reach: zeros
             weights = None
         else:
             context, weights = spec.fn(
-                q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights
-            )  # (B, H, Lq, D), (B, H, Lq, Lk) | None
+                q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights,
+                **inputs.backend_kwargs("padded"),
+            )  # (B, H, Lq, D), (B, H, Lq, Lk) | None; k, v (B, Hkv, Lk, D)  # fmt: skip
         live = prepared.live_rows
         if live is not None:  # rows with no key at all: zero weights, zero context
             context = context.masked_fill(~live, 0.0)
@@ -733,6 +866,15 @@ class MultiHeadAttention(nn.Module):
         output = self._merge_out(context, out_linear, compiling)
         self._record(requested, name, reason, q, compiling)
         return output, weights
+
+    def _own(self, inputs: AttentionInputs) -> AttentionInputs:
+        """``inputs`` with what this module itself changes in the formula: the causal mask,
+        the scores' scale, key/value heads shared by the query heads."""
+        if self._article:
+            return inputs
+        shared = self.num_kv_heads != self.num_heads
+        return replace(inputs, causal=self.causal, scale=self.scale,
+                       kv_heads=self.num_kv_heads if shared else None)  # fmt: skip
 
     def _merge_out(self, context: Tensor, out_linear: nn.Module, compiling: bool) -> Tensor:
         """Merge the heads ``(B, H, Lq, D)`` -> ``(B, Lq, H * D)`` and project them out."""
@@ -783,16 +925,21 @@ class MultiHeadAttention(nn.Module):
         spec = get_backend(backend)
         if spec.layout != "packed":
             raise ValueError(f"backend {backend!r} is not a packed backend; use attend().")
+        inputs = self._own(inputs)
         check_inputs(spec, inputs)
         t = x.size(0)
         h, d = self.num_heads, self.head_dim
         weight, qkv_bias = self.qkv_weight()
-        qkv = _prepack.linear(x, weight, qkv_bias).view(t, 3, h, d)  # (T, 3, H, D)
-        q, k, v = qkv.unbind(1)  # (T, H, D) each
+        qkv = _prepack.linear(x, weight, qkv_bias)  # (T, (H + 2 Hkv) D)
+        if self._article:
+            q, k, v = qkv.view(t, 3, h, d).unbind(1)  # (T, H, D) each
+        else:
+            q, k, v = self._split_heads(qkv)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
+            q, k = self._normed(q, k)  # type: ignore[arg-type]
         q, k = _positioned(q, k, inputs, None)
-        reason = _describe(reason, inputs)
+        reason = _describe(reason, inputs, backend, h, "q_norm" in self._modules)
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        context = spec.fn(q, k, v, packed, dropout_p=dropout_p, **inputs.packed_kwargs())
+        context = spec.fn(q, k, v, packed, dropout_p=dropout_p, **inputs.backend_kwargs("packed"))
         if inputs.window is not None:  # (T, H, D); say what the window and bias left
             reason = f"{reason}; {_window_note(packed, inputs.window)}"
         elif inputs.bias is not None and backend == "varlen":
@@ -880,7 +1027,14 @@ class MultiHeadAttention(nn.Module):
         return new
 
     def extra_repr(self) -> str:
-        return (
+        out = (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
             f"dropout={self.dropout.p}, backend={self.backend!r}"
         )
+        if self.num_kv_heads != self.num_heads:
+            out += f", num_kv_heads={self.num_kv_heads}"
+        if self.head_dim * self.num_heads != self.embed_dim:
+            out += f", head_dim={self.head_dim}"
+        if self.scale is not None:
+            out += f", scale={self.scale:g}"
+        return out + (", causal=True" if self.causal else "")
