@@ -884,7 +884,8 @@ class MultiHeadAttention(nn.Module):
             # exactly what the module call runs, without its per-call overhead
             params = out_linear._parameters
             return _prepack.linear(context, params["weight"], params["bias"])
-        return self.out_linear(context)  # (B, Lq, E)
+        output = self.out_linear(context)  # (B, Lq, E)
+        return output
 
     def attend_packed(
         self,

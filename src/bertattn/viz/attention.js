@@ -239,7 +239,7 @@
         "output = output.transpose(1, 2).contiguous().view(batch_size, -1, self.embed_dim)",
         "output = self.out_linear(output)",
       ],
-      file: "attention/module.py", fn: "_attend_padded",
+      file: "attention/module.py", fn: "_merge_out",
       ours: [
         "context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)",
         "output = self.out_linear(context)  # (B, Lq, E)",
