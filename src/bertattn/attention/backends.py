@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .disentangled import RelativeTerms, relative_bias, relative_scores
 from .grouped import expand_kv, sdpa
 from .masks import causal_bias, score_dtype
 from .padding import PackedBatch
@@ -97,12 +98,14 @@ def math_attention(
     dropout_p: float,
     need_weights: bool,
     scale: float | None = None,
+    relative: RelativeTerms | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """The reference: the article's steps, written out. Softmax in float32 for half inputs.
 
     ``k`` and ``v`` may have fewer heads than ``q`` (grouped-query, :mod:`.grouped`): each is
     then repeated for the query heads it serves, as its own step. ``scale``: the scores'
-    factor (None: the article's ``1 / sqrt(d_k)``).
+    factor (None: the article's ``1 / sqrt(d_k)``). ``relative``: DeBERTa's disentangled
+    positions (:mod:`.disentangled`), two more terms added to the scaled scores.
 
     When nothing records the steps and no graph is built, the scaling and the bias are applied
     in place on the scores' one buffer: the same operations on the same values (bit for bit),
@@ -115,11 +118,17 @@ def math_attention(
     k, v = expand_kv(k, groups), expand_kv(v, groups)
     # the article: scores = Q K^T / sqrt(d_k)                       # (B, H, Lq, Lk)
     raw = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype))
-    if rec is None and _in_place_ok(raw, bias):
+    in_place = rec is None and _in_place_ok(raw, bias)
+    # DeBERTa: + q_i . Pk[r(i, j)] (content-to-position) + k_j . Pq[r'(i, j)]
+    # (position-to-content), scaled as the content term         # (B, H, Lq, Lk) each
+    c2p, p2c = (None, None) if relative is None else relative_scores(q, k, relative)
+    if in_place:
         scaled = raw.div_(math.sqrt(d)) if scale is None else raw.mul_(scale)
+        scaled = _plus_terms(scaled, (c2p, p2c), in_place=True)
         scores = scaled if bias is None else scaled.add_(bias)
     else:
         scaled = raw / math.sqrt(d) if scale is None else raw * scale
+        scaled = _plus_terms(scaled, (c2p, p2c), in_place=False)
         # the article: masked_fill(mask == 0, -1e9); here an additive -inf bias (every dtype)
         scores = scaled if bias is None else scaled + bias
     # the article: softmax over the keys, then dropout on the probabilities
@@ -130,8 +139,17 @@ def math_attention(
     # the article: context = attention @ V                         # (B, H, Lq, D)
     context = torch.matmul(weights, v)
     if rec is not None:  # bertattn.attention.steps: the values above, as they are
-        rec.add(StepRecord(q, k, v, raw, scaled, bias, probs, context))
+        rec.add(StepRecord(q, k, v, raw, scaled, bias, probs, context, c2p=c2p, p2c=p2c))
     return context, (weights if need_weights else None)
+
+
+def _plus_terms(scaled: Tensor, terms: tuple[Tensor | None, ...], *, in_place: bool) -> Tensor:
+    """``scaled`` plus every term that is not None (in place on ``scaled``'s buffer when
+    ``in_place``)."""
+    for term in terms:
+        if term is not None:
+            scaled = scaled.add_(term) if in_place else scaled + term
+    return scaled
 
 
 def _in_place_ok(scores: Tensor, bias: Tensor | None) -> bool:
@@ -155,15 +173,20 @@ def sdpa_attention(
     dropout_p: float,
     need_weights: bool,
     scale: float | None = None,
+    relative: RelativeTerms | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Fused ``torch.nn.functional.scaled_dot_product_attention``: O(L) memory, no weights.
     Grouped-query ``k``, ``v`` (fewer heads than ``q``) are shared by the kernel where torch
-    can (:func:`.grouped.sdpa`); ``scale``: the scores' factor (None: ``1 / sqrt(D)``)."""
+    can (:func:`.grouped.sdpa`); ``scale``: the scores' factor (None: ``1 / sqrt(D)``);
+    ``relative``: DeBERTa's relative terms, computed from q and k and given to the kernel
+    with the mask as its additive ``attn_mask`` (``(B, H, Lq, Lk)``: O(L^2) memory)."""
     if need_weights:
         raise ValueError(
             "backend 'sdpa' does not return attention weights; pass need_weights=False, "
             "or use backend='math' (or 'auto', which picks math when weights are needed)."
         )
+    if relative is not None:  # DeBERTa's two relative terms, with the mask, as one bias
+        bias = relative_bias(q, k, relative, bias)
     work = q.dtype
     if _needs_fp32_backward(q, k, v):
         work = torch.float32
@@ -226,6 +249,7 @@ def varlen_attention(
     window: int | None = None,
     causal: bool = False,
     scale: float | None = None,
+    relative: RelativeTerms | None = None,
 ) -> Tensor:
     """Attention per sequence on packed tokens: no compute, no memory spent on padding.
 
@@ -241,7 +265,9 @@ def varlen_attention(
     mask at all. A window never runs the flash kernel. ``causal``: token ``i`` of a sequence
     sees its tokens ``j <= i`` only. ``k``, ``v`` ``(T, Hkv, D)`` with fewer heads than ``q``:
     grouped-query heads, shared without a copy where torch can (:mod:`.grouped`).
-    ``scale``: the scores' factor (None: ``1 / sqrt(D)``).
+    ``scale``: the scores' factor (None: ``1 / sqrt(D)``). ``relative``: DeBERTa's relative
+    terms (:mod:`.disentangled`; positions restart in every sequence), computed per sequence
+    and given to its SDPA call as a bias block.
     """
     if bias is not None and len(bias) != packed.batch:
         raise ValueError(
@@ -249,6 +275,7 @@ def varlen_attention(
             f"one (1, H, l, l) block per sequence."
         )
     plain = dropout_p == 0.0 and bias is None and window is None and not causal
+    plain = plain and relative is None
     kernel = _cuda_varlen(q) if plain else None
     kwargs = None if kernel is None else _kernel_kwargs(kernel, q, k, scale)
     if kernel is not None and kwargs is not None:
@@ -275,6 +302,8 @@ def varlen_attention(
         if causal:  # token i sees tokens j <= i of its own sequence
             tri = causal_bias(n, n, dtype=q.dtype, device=q.device)  # (l, l)
             block = tri if block is None else block + tri
+        if relative is not None:  # DeBERTa's terms of this sequence, (1, H, l, l)
+            block = relative_bias(qs, ks, relative, block)
         if scale is None and ks.size(1) == qs.size(1):  # the article's call, as it always was
             o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=block, dropout_p=dropout_p)
         else:
@@ -320,8 +349,9 @@ def get_backend(name: str) -> BackendSpec:
         raise ValueError(f"unknown attention backend {name!r}; valid names: {valid}.") from None
 
 
-#: what the built-in backends honour themselves, besides a packed bias and window
-_SHARES_AND_SCALES = frozenset({"kv_heads", "scale"})
+#: what the built-in backends honour themselves, besides a packed bias and window: shared
+#: key/value heads, a scale of the scores, DeBERTa's relative terms
+_SHARES_AND_SCALES = frozenset({"kv_heads", "scale", "relative"})
 
 register_backend(
     BackendSpec("math", math_attention, returns_weights=True, takes=_SHARES_AND_SCALES)

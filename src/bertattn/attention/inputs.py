@@ -20,6 +20,10 @@ Who honours what (``BackendSpec.takes`` names what a backend does itself)::
     causal     folded into the mask (every one)      the backend's ``causal=True``
     scale      the backend's ``scale=``              the backend's ``scale=``
     kv_heads   the backend, from k's and v's shape   the backend, from k's and v's shape
+    relative   the backend's ``relative=``           the backend's ``relative=``
+
+``relative`` is DeBERTa's disentangled attention (:mod:`.disentangled`): two more terms of the
+scores, content-to-position and position-to-content, that depend on q and k themselves.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from .disentangled import RelativeTerms
 from .rotary import Rotation
 
 if TYPE_CHECKING:
@@ -50,6 +55,7 @@ class AttentionInputs:
         causal: query ``i`` sees key ``j`` only when ``j <= i`` (False: every key).
         scale: the scores' factor (None: the article's ``1 / sqrt(d_k)``).
         kv_heads: the key/value heads when fewer than the query heads (None: as many).
+        relative: DeBERTa's relative terms of one layer (:class:`.disentangled.RelativeTerms`).
     """
 
     rotation: Rotation | None = None
@@ -58,6 +64,7 @@ class AttentionInputs:
     causal: bool = False
     scale: float | None = None
     kv_heads: int | None = None
+    relative: RelativeTerms | None = None
 
     def given(self) -> tuple[str, ...]:
         """The names of the fields set (not None, not False), in declaration order."""
@@ -74,13 +81,13 @@ NO_INPUTS = AttentionInputs()
 
 #: the fields a backend of each layout must honour itself (the others the module applies)
 _BACKEND_FIELDS: dict[str, frozenset[str]] = {
-    "padded": frozenset({"scale", "kv_heads"}),
-    "packed": frozenset({"window", "bias", "causal", "scale", "kv_heads"}),
+    "padded": frozenset({"scale", "kv_heads", "relative"}),
+    "packed": frozenset({"window", "bias", "causal", "scale", "kv_heads", "relative"}),
 }
 #: of those, the ones passed as keyword arguments
 _KWARGS: dict[str, frozenset[str]] = {
-    "padded": frozenset({"scale"}),
-    "packed": frozenset({"window", "bias", "causal", "scale"}),
+    "padded": frozenset({"scale", "relative"}),
+    "packed": frozenset({"window", "bias", "causal", "scale", "relative"}),
 }
 
 #: a refusal per field, ``{backend}`` filled in: what came, why it cannot run, the fix
@@ -106,6 +113,11 @@ _REFUSALS: dict[str, str] = {
         "them for more query heads (grouped-query); use backend 'varlen', 'sdpa', 'math' or "
         "'auto'."
     ),
+    "relative": (
+        "backend {backend!r} cannot add disentangled relative positions (DeBERTa's "
+        "content-to-position and position-to-content terms), and this model has them; use "
+        "backend 'varlen', 'sdpa', 'math' or 'auto'."
+    ),
 }
 
 
@@ -117,7 +129,15 @@ def check_inputs(spec: BackendSpec, inputs: AttentionInputs) -> None:
             value = getattr(inputs, name)
             raise ValueError(_REFUSALS[name].format(backend=spec.name, value=value))
     if spec.layout == "packed" and inputs.window is not None:
-        other = "a bias" if inputs.bias is not None else "a causal mask" if inputs.causal else ""
+        other = (
+            "a bias"
+            if inputs.bias is not None
+            else "a causal mask"
+            if inputs.causal
+            else "disentangled positions"
+            if inputs.relative is not None
+            else ""
+        )
         if other:
             raise ValueError(
                 f"a packed call takes a window or {other}, not both; give the window as a band "

@@ -22,6 +22,7 @@ from . import policy as _policy
 from . import prepack as _prepack
 from . import steps as _steps
 from .backends import BackendSpec, get_backend
+from .disentangled import TERMS, RelativeTerms, content_scale, relative_buckets
 from .dispatch import Dispatch, choose_backend, record, recording
 from .grouped import sharing_note
 from .inputs import NO_INPUTS, AttentionInputs, check_inputs
@@ -120,7 +121,9 @@ def _describe(reason: str, inputs: AttentionInputs, backend: str, heads: int, qk
         notes.append(sharing_note(backend, heads, inputs.kv_heads))
     if inputs.causal:
         notes.append("causal: query i sees keys j <= i only (a lower-triangular mask)")
-    if inputs.scale is not None:
+    if inputs.relative is not None:
+        notes.append(inputs.relative.describe())
+    elif inputs.scale is not None:
         notes.append(f"scores scaled by {inputs.scale:g} (not 1/sqrt(head_dim))")
     return "; ".join(notes)
 
@@ -243,6 +246,14 @@ class MultiHeadAttention(nn.Module):
         qk_norm: an RMSNorm over the head size on every query and key head, before the
             product (``q_norm`` and ``k_norm``, one weight of D each); False (the article):
             none. ``norm_eps``: its epsilon.
+        disentangled: DeBERTa's relative terms, ``("c2p", "p2c")`` or one of them
+            (:mod:`bertattn.attention.disentangled`); every call then takes the relative
+            position table as ``rel_embeddings=``, and the scores' scale becomes
+            ``1 / sqrt(D * (1 + #terms))``. None (the article): none. ``position_buckets``,
+            ``max_relative_positions``: the config's, the span ``S`` being the buckets when
+            > 0, else ``max_relative_positions`` (>= 1). ``share_att_key``: the position table
+            projected by ``q_linear`` / ``k_linear`` (DeBERTa-v3); False: by
+            ``pos_query_proj`` / ``pos_key_proj`` of their own.
 
     Shapes: ``q_linear`` ``(H * D, E)``, ``k_linear`` and ``v_linear`` ``(Hkv * D, E)``,
     ``out_linear`` ``(E, H * D)``. With every option left out they are the article's four
@@ -271,6 +282,10 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         qk_norm: bool = False,
         norm_eps: float = 1e-6,
+        disentangled: tuple[str, ...] | None = None,
+        position_buckets: int = -1,
+        max_relative_positions: int = -1,
+        share_att_key: bool = True,
     ) -> None:
         super().__init__()
         embed_dim, num_heads = _check_widths(embed_dim, num_heads, dropout, backend)
@@ -301,14 +316,113 @@ class MultiHeadAttention(nn.Module):
             self.q_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)
             self.k_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)
         self.dropout = nn.Dropout(dropout)
+        self._disentangle(disentangled, position_buckets, max_relative_positions, share_att_key)
         #: the article's shape: none of the options that change the formula (fastcall.py)
-        self._article = inner == embed_dim == kv and not (self.causal or qk_norm) and scale is None
+        self._article = (
+            inner == embed_dim == kv and not (self.causal or qk_norm) and self.scale is None
+        )
         self.last_dispatch = None  # a property: the Dispatch is built when first read
         self._packed_weight: Tensor | None = None
         self._packed_bias: Tensor | None = None
         self._packed_ptrs: list[int] = []
         self._pack_qkv()
         self.register_load_state_dict_post_hook(MultiHeadAttention._repack_after_load)
+
+    # ------------------------------------------------------------------ disentangled positions
+    def _disentangle(
+        self, terms: object, buckets: int, max_relative: int, share_att_key: bool
+    ) -> None:
+        """Set up DeBERTa's relative terms (see ``disentangled`` in the class docstring)."""
+        self.disentangled: tuple[str, ...] = ()
+        if terms is None:
+            return
+        if (
+            isinstance(terms, str)
+            or not isinstance(terms, (tuple, list))
+            or not terms
+            or any(t not in TERMS for t in terms)
+        ):
+            raise ValueError(
+                f"disentangled must be a tuple of relative terms from {TERMS}, got {terms!r}; "
+                f"e.g. disentangled=('c2p', 'p2c') as DeBERTa-v3's pos_att_type."
+            )
+        span = buckets if buckets > 0 else max_relative
+        if not is_int(span) or span < 1:
+            raise ValueError(
+                f"disentangled attention needs position_buckets > 0 or max_relative_positions "
+                f">= 1 (the span of the relative table), got {buckets} and {max_relative}; "
+                f"pass the config's max_position_embeddings as max_relative_positions."
+            )
+        if self.num_kv_heads != self.num_heads or self.scale is not None:
+            raise ValueError(
+                "disentangled attention takes no num_kv_heads and no scale of its own (its "
+                "scale is 1/sqrt(head_dim * (1 + #terms))); leave them out."
+            )
+        self.disentangled = tuple(t for t in TERMS if t in terms)
+        self.position_buckets, self.max_relative_positions = buckets, max_relative
+        self.relative_span = int(span)
+        self.share_att_key = check_bool(share_att_key, "share_att_key")
+        self.scale = content_scale(self.head_dim, len(self.disentangled))
+        inner = self.num_heads * self.head_dim
+        ref = self.q_linear.weight
+        factory = {"device": ref.device, "dtype": ref.dtype}
+        if not self.share_att_key and "c2p" in self.disentangled:
+            self.pos_key_proj = nn.Linear(self.embed_dim, inner, **factory)
+        if not self.share_att_key and "p2c" in self.disentangled:
+            self.pos_query_proj = nn.Linear(self.embed_dim, inner, **factory)
+
+    def relative_terms(self, rel_embeddings: Tensor, q_len: int, k_len: int) -> RelativeTerms:
+        """This layer's disentangled position input for ``q_len`` queries and ``k_len`` keys:
+        the table ``(>= 2S, E)`` projected into position queries and keys ``(H, 2S, D)`` and
+        the indices of every pair's relative position (:mod:`.disentangled`)."""
+        span, h, d = self.relative_span, self.num_heads, self.head_dim
+        table = rel_embeddings[: 2 * span]  # (2S, E)
+        shared = self.share_att_key
+        pos_q = pos_k = None
+        if "c2p" in self.disentangled:
+            lin = self.k_linear if shared else self.pos_key_proj
+            pos_k = _fast.linear(lin, table).view(-1, h, d).transpose(0, 1)  # (H, 2S, D)
+        if "p2c" in self.disentangled:
+            lin = self.q_linear if shared else self.pos_query_proj
+            pos_q = _fast.linear(lin, table).view(-1, h, d).transpose(0, 1)  # (H, 2S, D)
+        where = {"buckets": self.position_buckets, "max_position": self.max_relative_positions,
+                 "device": table.device}  # fmt: skip
+        rel = relative_buckets(q_len, k_len, **where)  # (Lq, Lk): bucket(i - j)
+        back = relative_buckets(k_len, q_len, **where)  # (Lk, Lq): bucket(j - i)
+        top = 2 * span - 1
+        c2p_index = (rel + span).clamp(0, top)
+        p2c_index = (span - back).clamp(0, top)
+        return RelativeTerms(pos_q, pos_k, c2p_index, p2c_index, self.scale)  # type: ignore[arg-type]
+
+    def _relative_for(
+        self, x: Tensor, key_value: Tensor | None, rel_embeddings: Tensor | None
+    ) -> RelativeTerms | None:
+        """:meth:`relative_terms` for one :meth:`forward` call, ``rel_embeddings`` checked."""
+        if not self.disentangled:
+            if rel_embeddings is not None:
+                raise ValueError(
+                    "rel_embeddings= was given, but this module has no disentangled positions; "
+                    "build it with disentangled=('c2p', 'p2c'), or leave rel_embeddings out."
+                )
+            return None
+        want = (2 * self.relative_span, self.embed_dim)
+        if (
+            not isinstance(rel_embeddings, Tensor)
+            or rel_embeddings.dim() != 2
+            or rel_embeddings.size(0) < want[0]
+            or rel_embeddings.size(1) != want[1]
+        ):
+            got = (
+                tuple(rel_embeddings.shape)
+                if isinstance(rel_embeddings, Tensor)
+                else describe(rel_embeddings)
+            )
+            raise ValueError(
+                f"this module has disentangled positions: rel_embeddings must be the relative "
+                f"position table of shape {want} (2 * span rows, embed_dim wide), got {got}."
+            )
+        k_len = x.size(1) if key_value is None else key_value.size(1)
+        return self.relative_terms(rel_embeddings.to(x.dtype), x.size(1), k_len)
 
     # ------------------------------------------------------------------ fused QKV storage
     def _qkv_linears(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
@@ -482,6 +596,7 @@ class MultiHeadAttention(nn.Module):
         attn_bias: Tensor | None = None,
         need_weights: bool = True,
         positions: Tensor | None = None,
+        rel_embeddings: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself (or to ``key_value``).
 
@@ -495,6 +610,8 @@ class MultiHeadAttention(nn.Module):
                 under ``auto``); False lets a fused backend run in O(L) memory.
             positions: ``(Lq,)`` or ``(B, Lq)`` integer positions for ``rotary_theta``
                 (default ``0..Lq-1``); refused when the module does not rotate.
+            rel_embeddings: ``(2S, E)`` (or longer) relative position table for a
+                ``disentangled`` module (DeBERTa's, after its norm); refused otherwise.
 
         Returns:
             ``(output, attention)``: output ``(B, Lq, E)``; attention ``(B, H, Lq, Lk)`` or
@@ -506,6 +623,7 @@ class MultiHeadAttention(nn.Module):
             and key_value is None
             and attn_bias is None
             and positions is None
+            and rel_embeddings is None
         ):
             fast = _fast.self_attention(self, x, key_padding_mask)
             if fast is not None:
@@ -522,7 +640,7 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask = key_padding_mask.unsqueeze(0)
         spec = get_backend(name)
         # the seam: every position scheme of this call as data (rotation, window), then the mask
-        inputs = self._inputs(x, key_value, positions, spec, key_padding_mask)
+        inputs = self._inputs(x, key_value, positions, spec, key_padding_mask, rel_embeddings)
         prepared = self._prepare(x, key_value, mask, key_padding_mask, attn_bias, inputs, spec)
         if spec.layout == "packed":
             extra = (("mask", mask), ("attn_bias", attn_bias), ("key_value", key_value))
@@ -589,6 +707,7 @@ class MultiHeadAttention(nn.Module):
         positions: Tensor | None,
         spec: BackendSpec,
         key_padding_mask: Tensor | None,
+        rel_embeddings: Tensor | None = None,
     ) -> AttentionInputs:
         """This module's position schemes for one :meth:`forward` call, as data."""
         rotation = self._rotation(x, key_value, positions, packed=spec.layout == "packed",
@@ -598,9 +717,10 @@ class MultiHeadAttention(nn.Module):
                 "a local window is for self-attention: key_value= cannot be given to a module "
                 "built with window=."
             )
-        if rotation is None and self.window is None:
+        relative = self._relative_for(x, key_value, rel_embeddings)
+        if rotation is None and self.window is None and relative is None:
             return NO_INPUTS
-        return AttentionInputs(rotation=rotation, window=self.window)
+        return AttentionInputs(rotation=rotation, window=self.window, relative=relative)
 
     def _prepare(
         self,
@@ -733,6 +853,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         backend: str | None = None,
         rotation: Rotation | None = None,
+        relative: RelativeTerms | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The core of :meth:`forward` for callers that prepared the mask once (an encoder).
 
@@ -743,7 +864,8 @@ class MultiHeadAttention(nn.Module):
         the caller). A local window comes as ``prepared``, a
         :class:`~bertattn.attention.window.WindowedMask`: ``sdpa`` skips the keys out of reach
         on a sequence long enough for it to pay (exploited), ``math`` and the other backends
-        add the band to the mask (masked); ``explain()`` says which.
+        add the band to the mask (masked); ``explain()`` says which. ``relative``: a
+        ``disentangled`` module's terms (:meth:`relative_terms`, once per forward and layer).
         """
         requested = self.backend if backend is None else backend
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
@@ -769,7 +891,7 @@ class MultiHeadAttention(nn.Module):
             name,
             reason,
             dropout_p,
-            inputs=NO_INPUTS if rotation is None else AttentionInputs(rotation=rotation),
+            inputs=AttentionInputs(rotation=rotation, relative=relative),
         )
 
     def _record(
@@ -819,7 +941,7 @@ class MultiHeadAttention(nn.Module):
         A window comes in ``prepared`` (a :class:`WindowedMask`): masked or exploited here."""
         causal = self.causal
         prepared, window, exploit = _window_plan(  # a causal call: the band masked
-            prepared, name, need_weights or causal, key_value, x
+            prepared, name, need_weights or causal or inputs.relative is not None, key_value, x
         )
         inputs = self._own(inputs if window is None else replace(inputs, window=window))
         if compiling is None:
@@ -872,6 +994,12 @@ class MultiHeadAttention(nn.Module):
         the scores' scale, key/value heads shared by the query heads."""
         if self._article:
             return inputs
+        if self.disentangled and inputs.relative is None:
+            raise ValueError(
+                "this module has disentangled positions (DeBERTa): forward takes "
+                "rel_embeddings=, attend() and attend_packed() take "
+                "relative=module.relative_terms(rel_embeddings, q_len, k_len)."
+            )
         shared = self.num_kv_heads != self.num_heads
         return replace(inputs, causal=self.causal, scale=self.scale,
                        kv_heads=self.num_kv_heads if shared else None)  # fmt: skip
@@ -898,6 +1026,7 @@ class MultiHeadAttention(nn.Module):
         bias: tuple[Tensor | None, ...] | None = None,
         rotation: Rotation | None = None,
         window: int | None = None,
+        relative: RelativeTerms | None = None,
     ) -> Tensor:
         """Self-attention over packed real tokens: ``x`` ``(T, E)`` -> ``(T, E)``.
 
@@ -908,9 +1037,10 @@ class MultiHeadAttention(nn.Module):
         takes one (``varlen``). ``rotation``: ``(T, 1, D)`` rotary tables, positions restarting
         at 0 in every sequence (:func:`bertattn.attention.rotary.rotation_for_packed`);
         ``window``: local attention within each sequence (never across two), only on a backend
-        registered with ``packed_window=True``.
+        registered with ``packed_window=True``. ``relative``: a ``disentangled`` module's terms
+        (:meth:`relative_terms` for the longest sequence; every sequence reads its corner).
         """
-        inputs = AttentionInputs(rotation=rotation, window=window, bias=bias)
+        inputs = AttentionInputs(rotation=rotation, window=window, bias=bias, relative=relative)
         return self._attend_packed(x, packed, backend, reason, requested or backend, inputs)
 
     def _attend_packed(

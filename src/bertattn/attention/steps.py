@@ -53,6 +53,10 @@ class StepRecord:
     theta: float | None = None
     #: the local window the band bias holds (None: every key)
     window: int | None = None
+    #: DeBERTa's relative terms, ``(B, H, Lq, Lk)`` each and scaled, added to ``scaled``
+    #: before the mask (None: the model has no such term)
+    c2p: Tensor | None = None
+    p2c: Tensor | None = None
 
 
 @dataclass
