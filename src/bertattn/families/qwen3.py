@@ -18,12 +18,10 @@ What it changes against BERT, in the attention and around it:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..attention import MultiHeadAttention
 from ..blocks import (
@@ -37,11 +35,28 @@ from ..blocks import (
 )
 from ..errors import ModelFolderError
 from .registry import Family, register
+from .rotary_bert import Variant, rename
 
 __all__ = ["Qwen3Arch", "read_config"]
 
 
 # ---------------------------------------------------------------------- config
+#: the checkpoint's names as :func:`.rotary_bert.rename` reads them: ``mlp.gate_proj`` and
+#: ``mlp.up_proj`` joined into one ``(2I, E)`` ``mlp.gate_up`` (the activated gate first, as
+#: :class:`~bertattn.blocks.GatedFeedForward` keeps it); every other name as it is
+NAMES = Variant(
+    name="qwen3",
+    title="Qwen3",
+    prefix="model.",
+    gated=True,
+    attention_bias=False,
+    mlp_in_bias=False,
+    mlp_out_bias=False,
+    default_theta=1_000_000.0,
+    default_act="silu",
+)
+
+
 @dataclass(frozen=True)
 class Qwen3Arch:
     """Qwen3's settings beyond BERT's sizes."""
@@ -52,6 +67,8 @@ class Qwen3Arch:
     norm_eps: float
     attention_bias: bool
     causal: bool
+    #: the names :func:`.rotary_bert.rename` reads (the same renaming as GTE's gated layers)
+    variant: Variant = NAMES
 
 
 def _refuse(source: str, field: str, value: object, expected: str) -> ModelFolderError:
@@ -177,31 +194,8 @@ def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module
 
 
 # ---------------------------------------------------------------------- names
-_GLU = re.compile(r"^(.*\.mlp\.)(gate|up)_proj\.weight$")
-
-
-def rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
-    """The checkpoint's ``mlp.gate_proj`` and ``mlp.up_proj`` joined into one ``(2I, E)``
-    ``mlp.gate_up`` (the activated gate first, as :class:`~bertattn.blocks.GatedFeedForward`
-    keeps it); every other name as it is."""
-    out: dict[str, Tensor] = {}
-    halves: dict[str, dict[str, Tensor]] = {}
-    for key, tensor in state.items():
-        m = _GLU.match(key)
-        if m is None:
-            out[key] = tensor
-        else:
-            halves.setdefault(f"{m.group(1)}gate_up.weight", {})[m.group(2)] = tensor
-    for name, parts in halves.items():
-        if set(parts) != {"gate", "up"}:
-            have = ", ".join(sorted(parts))
-            raise ModelFolderError(f"{name}: the checkpoint has the {have} projection only.")
-        out[name] = torch.cat([parts["gate"], parts["up"]], dim=0)  # (2I, E): activated first
-    return out
-
-
 def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
-    """Qwen3's names (after :func:`rename`, without ``model.``) -> bertattn's."""
+    """Qwen3's names (after :func:`.rotary_bert.rename`, without ``model.``) -> bertattn's."""
     arch: Qwen3Arch = config.arch
     attn = ["weight", "bias"] if arch.attention_bias else ["weight"]
     keys = {"embed_tokens.weight": "embeddings.word.weight"}
