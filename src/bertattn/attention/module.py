@@ -955,11 +955,7 @@ class MultiHeadAttention(nn.Module):
             )
         check_inputs(spec, inputs)
         if causal:  # query i sees keys j <= i: the triangle added to the mask
-            prepared = add_causal(
-                prepared, heads=self.num_heads, query_len=x.size(1),
-                key_len=x.size(1) if key_value is None else key_value.size(1),
-                dtype=x.dtype, device=x.device,
-            )  # fmt: skip
+            prepared = self._causal_mask(prepared, x, key_value)
         q, k, v = self.project_qkv(x, key_value)
         rec = None if compiling or not _steps._open_blocks else steps_recorder()
         q, k = _positioned(q, k, inputs, rec)
@@ -988,6 +984,19 @@ class MultiHeadAttention(nn.Module):
         output = self._merge_out(context, out_linear, compiling)
         self._record(requested, name, reason, q, compiling)
         return output, weights
+
+    def _causal_mask(
+        self, prepared: PreparedMask, x: Tensor, key_value: Tensor | None
+    ) -> PreparedMask:
+        """``prepared`` with the causal triangle added: query ``i`` sees keys ``j <= i``."""
+        return add_causal(
+            prepared,
+            heads=self.num_heads,
+            query_len=x.size(1),
+            key_len=x.size(1) if key_value is None else key_value.size(1),
+            dtype=x.dtype,
+            device=x.device,
+        )
 
     def _own(self, inputs: AttentionInputs) -> AttentionInputs:
         """``inputs`` with what this module itself changes in the formula: the causal mask,
