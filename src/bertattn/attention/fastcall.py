@@ -168,7 +168,9 @@ def self_attention(
     computes it, or None where this case is not the one handled here (the caller then takes
     the general path, which also raises for wrong arguments).
 
-    Handled: :data:`FAST_CALL` on; ``mod`` in eval mode, without rotary positions or a window,
+    Handled: :data:`FAST_CALL` on; ``mod`` in eval mode, of the article's shape (no grouped
+    heads, head size, scale, causal mask or q/k norm of its own), without rotary positions or a
+    window,
     its q/k/v still in their fused storage; no autograd (``torch.no_grad`` or
     ``torch.inference_mode``), no steps recording, no tracing, compiling or global module hook;
     ``x`` a ``(B, L, E)`` tensor of the module's dtype, device and width; ``out_linear`` a plain
@@ -181,6 +183,7 @@ def self_attention(
         not FAST_CALL
         or d["training"]
         or d["rotary_theta"] is not None
+        or not d.get("_article", True)  # grouped heads, causal, q/k norm, another scale
         or d["window"] is not None
         or torch.is_grad_enabled()
         or _steps._open_blocks

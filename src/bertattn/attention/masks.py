@@ -31,7 +31,14 @@ from torch import Tensor
 from ..arguments import ArgumentTypeError
 from ..capture import is_capturing
 
-__all__ = ["PreparedMask", "prepare_mask", "score_dtype"]
+__all__ = [
+    "PreparedMask",
+    "add_bias",
+    "add_causal",
+    "causal_bias",
+    "prepare_mask",
+    "score_dtype",
+]
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,16 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype scores and softmax are computed in: float32 for half inputs, else ``dtype``."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
+
+
+def causal_bias(
+    q_len: int, k_len: int, *, dtype: torch.dtype, device: torch.device | str | None = None
+) -> Tensor:
+    """A causal mask as an additive bias ``(q_len, k_len)``: 0 where query ``i`` may see key
+    ``j`` (``j <= i``, the lower triangle), ``-inf`` above the diagonal."""
+    future = torch.ones(q_len, k_len, dtype=torch.bool, device=device).triu(1)  # j > i
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(future, torch.full((), float("-inf"), dtype=dtype, device=device), zero)
 
 def _shape(t: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
@@ -292,3 +309,48 @@ def _fill_values(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tens
             )
         _FILL[key] = pair
     return pair
+
+
+def add_bias(
+    prepared: PreparedMask,
+    extra: Tensor,
+    *,
+    heads: int,
+    query_len: int,
+    key_len: int,
+    dtype: torch.dtype,
+) -> PreparedMask:
+    """``prepared`` with ``extra`` (an additive ``(Lq, Lk)`` bias, ``-inf`` where a key is out
+    of reach: a band, a causal triangle) added: the keys it masked stay masked, and a query row
+    that had no key keeps none. ``dtype``: the attention inputs' dtype."""
+    bias = extra if prepared.bias is None else prepared.bias + extra
+    if prepared.live_rows is not None:  # rows with no key at all: none after the extra either
+        bias = bias.masked_fill(~prepared.live_rows, float("-inf"))
+    return prepare_mask(
+        attn_bias=bias,
+        batch=bias.shape[0] if bias.dim() == 4 else 1,
+        heads=heads,
+        query_len=query_len,
+        key_len=key_len,
+        dtype=dtype,
+        device=bias.device,
+    )
+
+
+def add_causal(
+    prepared: PreparedMask,
+    *,
+    heads: int,
+    query_len: int,
+    key_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> PreparedMask:
+    """``prepared`` with a causal mask added: query ``i`` sees key ``j`` only when ``j <= i``
+    (the lower triangle of :func:`causal_bias`), besides what ``prepared`` masks."""
+    if prepared.bias is not None:
+        device = prepared.bias.device
+    tri = causal_bias(query_len, key_len, dtype=score_dtype(dtype), device=device)  # (Lq, Lk)
+    return add_bias(
+        prepared, tri, heads=heads, query_len=query_len, key_len=key_len, dtype=dtype
+    )

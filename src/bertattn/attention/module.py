@@ -9,6 +9,8 @@ Data flow of one call (B batch, Lq / Lk query / key length, E embed_dim, H heads
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -20,8 +22,11 @@ from . import policy as _policy
 from . import prepack as _prepack
 from . import steps as _steps
 from .backends import BackendSpec, get_backend
+from .disentangled import TERMS, RelativeTerms, content_scale, relative_buckets
 from .dispatch import Dispatch, choose_backend, record, recording
-from .masks import PreparedMask, prepare_mask
+from .grouped import sharing_note
+from .inputs import NO_INPUTS, AttentionInputs, check_inputs
+from .masks import PreparedMask, add_causal, prepare_mask
 from .padding import PackedBatch, pack_padding_mask, pad, unpad
 from .rotary import (
     Rotation,
@@ -30,6 +35,7 @@ from .rotary import (
     rotation_for_packed,
     rotation_for_positions,
 )
+from .steps import StepRecorder
 from .steps import recorder as steps_recorder
 from .window import WindowedMask, check_window, local_attention, window_pays
 
@@ -59,6 +65,69 @@ def _window_note(packed: PackedBatch, window: int) -> str:
     )
 
 
+def _window_plan(
+    prepared: PreparedMask | WindowedMask,
+    name: str,
+    need_weights: bool,
+    key_value: Tensor | None,
+    x: Tensor,
+) -> tuple[PreparedMask, int | None, bool]:
+    """A padded call's mask and window: ``(mask, window, exploit)``. A local window (a
+    :class:`WindowedMask`) is exploited by ``sdpa`` (the keys out of reach skipped) where it
+    pays and the mask is a bias per key; else masked (the band added to the mask)."""
+    if not isinstance(prepared, WindowedMask):
+        return prepared, None, False
+    key_bias = prepared.key_bias()
+    exploit = (
+        name == "sdpa"
+        and not need_weights
+        and key_bias is not False
+        and key_value is None
+        and window_pays(x.shape[1], prepared.window)
+    )
+    return (prepared.base if exploit else prepared.banded()), prepared.window, exploit
+
+
+def _positioned(
+    q: Tensor, k: Tensor, inputs: AttentionInputs, rec: StepRecorder | None
+) -> tuple[Tensor, Tensor]:
+    """The seam's work on q and k, whatever their layout (``(B, H, L, D)`` or ``(T, H, D)``):
+    rotary positions turn them (v as it is). ``rec``: the steps recorder, told q and k as
+    they were and the position schemes of the call."""
+    rotation = inputs.rotation
+    if rec is not None and (rotation is not None or inputs.window is not None):
+        theta = None if rotation is None else rotation.theta
+        rec.note_positions(q, k, theta, inputs.window)  # q, k before the rotation
+    if rotation is not None:
+        q, k = apply_rotation(q, k, rotation)
+    return q, k
+
+
+#: how a padded call honoured its window, for ``explain()``: exploited / masked
+_WINDOW_HOW = {
+    True: "exploited (query blocks see only the keys in reach; the rest skipped)",
+    False: "masked (a band bias, no work skipped)",
+}
+
+
+def _describe(reason: str, inputs: AttentionInputs, backend: str, heads: int, qk_norm: bool) -> str:
+    """``reason`` with what the call's inputs changed in the formula, for ``explain()``."""
+    notes = [reason]
+    if qk_norm:
+        notes.append("q/k norm: RMSNorm over the head size on q and k before the product")
+    if inputs.rotation is not None:
+        notes.append(inputs.rotation.describe())
+    if inputs.kv_heads is not None:
+        notes.append(sharing_note(backend, heads, inputs.kv_heads))
+    if inputs.causal:
+        notes.append("causal: query i sees keys j <= i only (a lower-triangular mask)")
+    if inputs.relative is not None:
+        notes.append(inputs.relative.describe())
+    elif inputs.scale is not None:
+        notes.append(f"scores scaled by {inputs.scale:g} (not 1/sqrt(head_dim))")
+    return "; ".join(notes)
+
+
 def _shape(t: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
@@ -84,12 +153,80 @@ def _cat(parts: list[Tensor]) -> Tensor:
     return torch.cat(parts)
 
 
+def _check_widths(
+    embed_dim: object, num_heads: object, dropout: object, backend: object
+) -> tuple[int, int]:
+    """The constructor's ``embed_dim``, ``num_heads`` (as ints), ``dropout`` and ``backend``
+    checked: an error names the argument, what came and what is expected."""
+    if not is_int(embed_dim) or not is_int(num_heads):
+        raise ArgumentTypeError(
+            f"embed_dim and num_heads must be ints, got {embed_dim!r} and {num_heads!r}."
+        )
+    if isinstance(dropout, (bool, np.bool_)) or not isinstance(
+        dropout, (int, float, np.integer, np.floating)
+    ):
+        raise ArgumentTypeError(f"dropout must be a float in [0, 1), got {describe(dropout)}.")
+    check_str(backend, "backend")
+    if int(embed_dim) <= 0 or int(num_heads) <= 0:  # type: ignore[call-overload]
+        raise ValueError(
+            f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads}); "
+            f"for example embed_dim=64 * num_heads."
+        )
+    if not 0.0 <= float(dropout) < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
+    if backend != "auto":
+        get_backend(backend)  # type: ignore[arg-type]  # raises with the list of valid names
+    return int(embed_dim), int(num_heads)  # type: ignore[call-overload]
+
+
+def _check_heads(
+    embed_dim: int, num_heads: int, head_dim: object, num_kv_heads: object
+) -> tuple[int, int]:
+    """``(head_dim, num_kv_heads)`` with their defaults (``embed_dim // num_heads`` and
+    ``num_heads``), checked: a head size that is an int >= 1, query heads a multiple of the
+    key/value heads."""
+    if head_dim is None:
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be a positive multiple of num_heads "
+                f"({num_heads}); for example embed_dim=64 * num_heads, or give head_dim=."
+            )
+        head_dim = embed_dim // num_heads
+    elif not is_int(head_dim) or int(head_dim) < 1:  # type: ignore[call-overload]
+        raise ValueError(f"head_dim must be an int >= 1 (the size of one head), got {head_dim!r}.")
+    if num_kv_heads is None:
+        num_kv_heads = num_heads
+    elif (
+        not is_int(num_kv_heads)
+        or int(num_kv_heads) < 1  # type: ignore[call-overload]
+        or num_heads % int(num_kv_heads) != 0  # type: ignore[call-overload]
+    ):
+        raise ValueError(
+            f"num_kv_heads must be an int >= 1 that divides num_heads ({num_heads}), got "
+            f"{num_kv_heads!r}; each key/value head serves num_heads / num_kv_heads query heads."
+        )
+    return int(head_dim), int(num_kv_heads)  # type: ignore[call-overload]
+
+
+def _check_scale(scale: object) -> float | None:
+    """``scale`` as a positive float, or None (the article's ``1 / sqrt(head_dim)``)."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(
+            f"scale must be None (1/sqrt(head_dim)) or a positive number, got {scale!r}; for a "
+            f"config's query_pre_attn_scalar s, pass scale=s ** -0.5."
+        )
+    return float(scale)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the article's API: ``forward(x, mask) -> (output, attention)``.
 
     Args:
-        embed_dim: model width E; must be divisible by ``num_heads``.
-        num_heads: number of heads H.
+        embed_dim: model width E; must be divisible by ``num_heads`` unless ``head_dim`` is
+            given.
+        num_heads: number of (query) heads H.
         dropout: dropout probability on the attention probabilities (training only).
         bias: whether the four projections have a bias.
         backend: ``"auto"`` or a registered backend name (``"math"``, ``"sdpa"``, ...).
@@ -98,13 +235,33 @@ class MultiHeadAttention(nn.Module):
             None (the article): no rotation.
         window: local attention, query ``i`` sees key ``j`` only when ``|i - j| <= window``
             (:mod:`bertattn.attention.window`); None (the article): every key.
+        num_kv_heads: key/value heads Hkv, each shared by ``H / Hkv`` query heads
+            (grouped-query; 1: multi-query; :mod:`bertattn.attention.grouped`); None (the
+            article): ``num_heads``.
+        head_dim: the size D of one head; None (the article): ``embed_dim // num_heads``.
+        scale: the factor of the scores; None (the article): ``1 / sqrt(head_dim)``. A config's
+            ``query_pre_attn_scalar`` s gives ``scale = s ** -0.5``.
+        causal: query ``i`` sees key ``j`` only when ``j <= i`` (a decoder's mask); False (the
+            article): every key.
+        qk_norm: an RMSNorm over the head size on every query and key head, before the
+            product (``q_norm`` and ``k_norm``, one weight of D each); False (the article):
+            none. ``norm_eps``: its epsilon.
+        disentangled: DeBERTa's relative terms, ``("c2p", "p2c")`` or one of them
+            (:mod:`bertattn.attention.disentangled`); every call then takes the relative
+            position table as ``rel_embeddings=``, and the scores' scale becomes
+            ``1 / sqrt(D * (1 + #terms))``. None (the article): none. ``position_buckets``,
+            ``max_relative_positions``: the config's, the span ``S`` being the buckets when
+            > 0, else ``max_relative_positions`` (>= 1). ``share_att_key``: the position table
+            projected by ``q_linear`` / ``k_linear`` (DeBERTa-v3); False: by
+            ``pos_query_proj`` / ``pos_key_proj`` of their own.
 
-    Neither option adds a parameter: the state dict is the article's with or without them.
-
-    The parameters are ``q_linear``, ``k_linear``, ``v_linear`` and ``out_linear`` as in the
-    article, so ``load_state_dict(article_module.state_dict(), strict=True)`` works. For
+    Shapes: ``q_linear`` ``(H * D, E)``, ``k_linear`` and ``v_linear`` ``(Hkv * D, E)``,
+    ``out_linear`` ``(E, H * D)``. With every option left out they are the article's four
+    ``(E, E)`` projections, and rotation and window add no parameter: the state dict is the
+    article's, so ``load_state_dict(article_module.state_dict(), strict=True)`` works. For
     self-attention the three input projections run as one GEMM: their weights share one
-    contiguous ``(3E, E)`` storage, so the fused weight costs no copy and no extra memory.
+    contiguous ``((H + 2 Hkv) D, E)`` storage, so the fused weight costs no copy and no extra
+    memory.
     """
 
     def __init__(
@@ -119,42 +276,51 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
         rotary_theta: float | None = None,
         window: int | None = None,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        causal: bool = False,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        disentangled: tuple[str, ...] | None = None,
+        position_buckets: int = -1,
+        max_relative_positions: int = -1,
+        share_att_key: bool = True,
     ) -> None:
         super().__init__()
-        if not is_int(embed_dim) or not is_int(num_heads):
-            raise ArgumentTypeError(
-                f"embed_dim and num_heads must be ints, got {embed_dim!r} and {num_heads!r}."
-            )
-        embed_dim, num_heads = int(embed_dim), int(num_heads)
-        if isinstance(dropout, (bool, np.bool_)) or not isinstance(
-            dropout, (int, float, np.integer, np.floating)
-        ):
-            raise ArgumentTypeError(f"dropout must be a float in [0, 1), got {describe(dropout)}.")
-        check_str(backend, "backend")
-        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads}); "
-                f"for example embed_dim=64 * num_heads."
-            )
-        if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
-        if backend != "auto":
-            get_backend(backend)  # raises with the list of valid names
+        embed_dim, num_heads = _check_widths(embed_dim, num_heads, dropout, backend)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim, self.num_kv_heads = _check_heads(embed_dim, num_heads, head_dim,
+                                                        num_kv_heads)  # fmt: skip
         self.backend = backend
         self.window = check_window(window)
+        self.scale = _check_scale(scale)
+        self.causal = check_bool(causal, "causal")
+        if self.causal and self.window is not None:
+            raise ValueError(
+                f"causal=True with window={self.window} is not supported (a causal local "
+                f"window); build the module with one of them."
+            )
         self.rotary_theta = None if rotary_theta is None else float(rotary_theta)
         if self.rotary_theta is not None:  # checked now: an odd head size cannot rotate (on
             inverse_frequencies(self.head_dim, self.rotary_theta, device="cpu")  # the CPU: meta's
             # arange would import torch._dynamo, see _cat)
         factory = {"device": device, "dtype": dtype}
-        self.q_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.k_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.v_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.out_linear = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        inner, kv = num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_linear = nn.Linear(embed_dim, inner, bias=bias, **factory)
+        self.k_linear = nn.Linear(embed_dim, kv, bias=bias, **factory)
+        self.v_linear = nn.Linear(embed_dim, kv, bias=bias, **factory)
+        self.out_linear = nn.Linear(inner, embed_dim, bias=bias, **factory)
+        if check_bool(qk_norm, "qk_norm"):  # q_norm / k_norm: Qwen3's and Gemma 3's names
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=norm_eps, **factory)
         self.dropout = nn.Dropout(dropout)
+        self._disentangle(disentangled, position_buckets, max_relative_positions, share_att_key)
+        #: the article's shape: none of the options that change the formula (fastcall.py)
+        self._article = (
+            inner == embed_dim == kv and not (self.causal or qk_norm) and self.scale is None
+        )
         self.last_dispatch = None  # a property: the Dispatch is built when first read
         self._packed_weight: Tensor | None = None
         self._packed_bias: Tensor | None = None
@@ -162,25 +328,128 @@ class MultiHeadAttention(nn.Module):
         self._pack_qkv()
         self.register_load_state_dict_post_hook(MultiHeadAttention._repack_after_load)
 
+    # ------------------------------------------------------------------ disentangled positions
+    def _disentangle(
+        self, terms: object, buckets: int, max_relative: int, share_att_key: bool
+    ) -> None:
+        """Set up DeBERTa's relative terms (see ``disentangled`` in the class docstring)."""
+        self.disentangled: tuple[str, ...] = ()
+        if terms is None:
+            return
+        if (
+            isinstance(terms, str)
+            or not isinstance(terms, (tuple, list))
+            or not terms
+            or any(t not in TERMS for t in terms)
+        ):
+            raise ValueError(
+                f"disentangled must be a tuple of relative terms from {TERMS}, got {terms!r}; "
+                f"e.g. disentangled=('c2p', 'p2c') as DeBERTa-v3's pos_att_type."
+            )
+        span = buckets if buckets > 0 else max_relative
+        if not is_int(span) or span < 1:
+            raise ValueError(
+                f"disentangled attention needs position_buckets > 0 or max_relative_positions "
+                f">= 1 (the span of the relative table), got {buckets} and {max_relative}; "
+                f"pass the config's max_position_embeddings as max_relative_positions."
+            )
+        if self.num_kv_heads != self.num_heads or self.scale is not None:
+            raise ValueError(
+                "disentangled attention takes no num_kv_heads and no scale of its own (its "
+                "scale is 1/sqrt(head_dim * (1 + #terms))); leave them out."
+            )
+        self.disentangled = tuple(t for t in TERMS if t in terms)
+        self.position_buckets, self.max_relative_positions = buckets, max_relative
+        self.relative_span = int(span)
+        self.share_att_key = check_bool(share_att_key, "share_att_key")
+        self.scale = content_scale(self.head_dim, len(self.disentangled))
+        inner = self.num_heads * self.head_dim
+        ref = self.q_linear.weight
+        factory = {"device": ref.device, "dtype": ref.dtype}
+        if not self.share_att_key and "c2p" in self.disentangled:
+            self.pos_key_proj = nn.Linear(self.embed_dim, inner, **factory)
+        if not self.share_att_key and "p2c" in self.disentangled:
+            self.pos_query_proj = nn.Linear(self.embed_dim, inner, **factory)
+
+    def relative_terms(self, rel_embeddings: Tensor, q_len: int, k_len: int) -> RelativeTerms:
+        """This layer's disentangled position input for ``q_len`` queries and ``k_len`` keys:
+        the table ``(>= 2S, E)`` projected into position queries and keys ``(H, 2S, D)`` and
+        the indices of every pair's relative position (:mod:`.disentangled`)."""
+        span, h, d = self.relative_span, self.num_heads, self.head_dim
+        table = rel_embeddings[: 2 * span]  # (2S, E)
+        shared = self.share_att_key
+        pos_q = pos_k = None
+        if "c2p" in self.disentangled:
+            lin = self.k_linear if shared else self.pos_key_proj
+            pos_k = _fast.linear(lin, table).view(-1, h, d).transpose(0, 1)  # (H, 2S, D)
+        if "p2c" in self.disentangled:
+            lin = self.q_linear if shared else self.pos_query_proj
+            pos_q = _fast.linear(lin, table).view(-1, h, d).transpose(0, 1)  # (H, 2S, D)
+        where = {"buckets": self.position_buckets, "max_position": self.max_relative_positions,
+                 "device": table.device}  # fmt: skip
+        rel = relative_buckets(q_len, k_len, **where)  # (Lq, Lk): bucket(i - j)
+        back = relative_buckets(k_len, q_len, **where)  # (Lk, Lq): bucket(j - i)
+        top = 2 * span - 1
+        c2p_index = (rel + span).clamp(0, top)
+        p2c_index = (span - back).clamp(0, top)
+        return RelativeTerms(pos_q, pos_k, c2p_index, p2c_index, self.scale)  # type: ignore[arg-type]
+
+    def _relative_for(
+        self, x: Tensor, key_value: Tensor | None, rel_embeddings: Tensor | None
+    ) -> RelativeTerms | None:
+        """:meth:`relative_terms` for one :meth:`forward` call, ``rel_embeddings`` checked."""
+        if not self.disentangled:
+            if rel_embeddings is not None:
+                raise ValueError(
+                    "rel_embeddings= was given, but this module has no disentangled positions; "
+                    "build it with disentangled=('c2p', 'p2c'), or leave rel_embeddings out."
+                )
+            return None
+        want = (2 * self.relative_span, self.embed_dim)
+        if (
+            not isinstance(rel_embeddings, Tensor)
+            or rel_embeddings.dim() != 2
+            or rel_embeddings.size(0) < want[0]
+            or rel_embeddings.size(1) != want[1]
+        ):
+            got = (
+                tuple(rel_embeddings.shape)
+                if isinstance(rel_embeddings, Tensor)
+                else describe(rel_embeddings)
+            )
+            raise ValueError(
+                f"this module has disentangled positions: rel_embeddings must be the relative "
+                f"position table of shape {want} (2 * span rows, embed_dim wide), got {got}."
+            )
+        k_len = x.size(1) if key_value is None else key_value.size(1)
+        return self.relative_terms(rel_embeddings.to(x.dtype), x.size(1), k_len)
+
     # ------------------------------------------------------------------ fused QKV storage
     def _qkv_linears(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
         return self.q_linear, self.k_linear, self.v_linear
 
     @torch.no_grad()
     def _pack_qkv(self) -> None:
-        """Move the q/k/v weights (and biases) into one contiguous ``(3E, E)`` storage."""
+        """Move the q/k/v weights (and biases) into one contiguous ``((H + 2 Hkv) D, E)``
+        storage (``(3E, E)`` for the article's shape)."""
         lins = self._qkv_linears()
-        weight = _cat([lin.weight for lin in lins])  # (3E, E)
+        ends = np.cumsum([0, *self._qkv_rows()]).tolist()  # where q, k, v start and end
+        weight = _cat([lin.weight for lin in lins])  # ((H + 2 Hkv) D, E)
         for i, lin in enumerate(lins):
-            lin.weight.data = weight[i * self.embed_dim : (i + 1) * self.embed_dim]
+            lin.weight.data = weight[ends[i] : ends[i + 1]]
         self._packed_weight = weight
         self._packed_bias = None
         if lins[0].bias is not None:
-            bias = _cat([lin.bias for lin in lins])  # (3E,)
+            bias = _cat([lin.bias for lin in lins])  # ((H + 2 Hkv) D,)
             for i, lin in enumerate(lins):
-                lin.bias.data = bias[i * self.embed_dim : (i + 1) * self.embed_dim]
+                lin.bias.data = bias[ends[i] : ends[i + 1]]
             self._packed_bias = bias
         self._packed_ptrs = [t.data_ptr() for t in self._qkv_tensors()]  # where they must stay
+
+    def _qkv_rows(self) -> tuple[int, int, int]:
+        """The output sizes of q, k and v: ``(H D, Hkv D, Hkv D)``."""
+        inner, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return inner, kv, kv
 
     def _qkv_tensors(self) -> tuple[Tensor, ...]:
         out = []
@@ -242,7 +511,9 @@ class MultiHeadAttention(nn.Module):
             module._pack_qkv()
 
     def qkv_weight(self) -> tuple[Tensor, Tensor | None]:
-        """The fused ``(3E, E)`` weight and ``(3E,)`` bias of the q, k, v projections.
+        """The fused ``(3E, E)`` weight and ``(3E,)`` bias of the q, k, v projections
+        (``((H + 2 Hkv) D, E)`` and ``((H + 2 Hkv) D,)`` with grouped heads or a head size
+        other than ``E / H``).
 
         Without autograd this is the shared storage itself (no copy); with autograd, or when a
         parameter was replaced behind the module's back, a ``torch.cat`` that gradients flow
@@ -325,6 +596,7 @@ class MultiHeadAttention(nn.Module):
         attn_bias: Tensor | None = None,
         need_weights: bool = True,
         positions: Tensor | None = None,
+        rel_embeddings: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself (or to ``key_value``).
 
@@ -338,6 +610,8 @@ class MultiHeadAttention(nn.Module):
                 under ``auto``); False lets a fused backend run in O(L) memory.
             positions: ``(Lq,)`` or ``(B, Lq)`` integer positions for ``rotary_theta``
                 (default ``0..Lq-1``); refused when the module does not rotate.
+            rel_embeddings: ``(2S, E)`` (or longer) relative position table for a
+                ``disentangled`` module (DeBERTa's, after its norm); refused otherwise.
 
         Returns:
             ``(output, attention)``: output ``(B, Lq, E)``; attention ``(B, H, Lq, Lk)`` or
@@ -349,6 +623,7 @@ class MultiHeadAttention(nn.Module):
             and key_value is None
             and attn_bias is None
             and positions is None
+            and rel_embeddings is None
         ):
             fast = _fast.self_attention(self, x, key_padding_mask)
             if fast is not None:
@@ -357,12 +632,44 @@ class MultiHeadAttention(nn.Module):
             raise ArgumentTypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
         unbatched = x.dim() == 2
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        # every check below depends on shapes, dtypes, devices and flags only: a case that
-        # passed once skips them (a failing case is never stored, so it raises every time)
         compiling = torch.compiler.is_compiling()
-        if not isinstance(need_weights, bool):  # a key of the memo below: checked first
+        if not isinstance(need_weights, bool):  # a key of the decision's memo: checked first
             need_weights = check_bool(need_weights, "need_weights")  # type: ignore[assignment]
-        case = None if compiling else self._case(x, key_value, need_weights, dropout_p)
+        x, key_value, (name, reason) = self._decide(x, key_value, need_weights, dropout_p)
+        if unbatched and isinstance(key_padding_mask, Tensor) and key_padding_mask.dim() == 1:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+        spec = get_backend(name)
+        # the seam: every position scheme of this call as data (rotation, window), then the mask
+        inputs = self._inputs(x, key_value, positions, spec, key_padding_mask, rel_embeddings)
+        prepared = self._prepare(x, key_value, mask, key_padding_mask, attn_bias, inputs, spec)
+        if spec.layout == "packed":
+            extra = (("mask", mask), ("attn_bias", attn_bias), ("key_value", key_value))
+            out, weights = self._forward_packed(
+                x, key_padding_mask, name, reason, extra=extra, need_weights=need_weights,
+                inputs=inputs,
+            )  # fmt: skip
+        else:
+            out, weights = self._attend_padded(
+                x, prepared, key_value, need_weights, self.backend, name, reason, dropout_p,
+                compiling=compiling, spec=spec, inputs=inputs,
+            )  # fmt: skip
+        if unbatched:
+            out = out.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
+        return out, weights
+
+    def _decide(
+        self, x: Tensor, key_value: Tensor | None, need_weights: bool, dropout_p: float
+    ) -> tuple[Tensor, Tensor | None, tuple[str, str]]:
+        """Check ``x`` and ``key_value`` and decide the backend: ``(x, key_value, (name,
+        reason))``, both inputs batched (an unbatched ``(L, E)`` becomes ``(1, L, E)``).
+
+        Every check here depends on shapes, dtypes, devices and flags only: a case that passed
+        once skips them (a failing case is never stored, so it raises every time)."""
+        unbatched = x.dim() == 2
+        case = None if torch.compiler.is_compiling() else self._case(
+            x, key_value, need_weights, dropout_p
+        )  # fmt: skip
         decision = None if case is None else _CASES.get(case)
         if decision is None:
             self._check_input("x", x, batched=not unbatched)
@@ -371,31 +678,38 @@ class MultiHeadAttention(nn.Module):
         if unbatched:
             x = x.unsqueeze(0)
             key_value = None if key_value is None else key_value.unsqueeze(0)
-            if isinstance(key_padding_mask, Tensor) and key_padding_mask.dim() == 1:
-                key_padding_mask = key_padding_mask.unsqueeze(0)
-        batch, q_len, _ = x.shape
-        k_len = q_len if key_value is None else key_value.size(1)
-        if decision is None:
-            if key_value is not None and key_value.size(0) != x.size(0):
-                raise ValueError(
-                    f"key_value has batch size {key_value.size(0)} but x has {x.size(0)}; "
-                    f"they must match."
-                )
-            decision = choose_backend(
-                self.backend,
-                need_weights=need_weights,
-                device_type=x.device.type,
-                dtype=x.dtype,
-                key_len=k_len,
-                training=dropout_p > 0.0,
+        if decision is not None:
+            return x, key_value, decision
+        if key_value is not None and key_value.size(0) != x.size(0):
+            raise ValueError(
+                f"key_value has batch size {key_value.size(0)} but x has {x.size(0)}; "
+                f"they must match."
             )
-            get_backend(decision[0])  # an unknown name is refused before the masks are looked at
-            if case is not None:
-                if len(_CASES) > 256:
-                    _CASES.clear()
-                _CASES[case] = decision
-        name, reason = decision
-        spec = get_backend(name)
+        decision = choose_backend(
+            self.backend,
+            need_weights=need_weights,
+            device_type=x.device.type,
+            dtype=x.dtype,
+            key_len=x.size(1) if key_value is None else key_value.size(1),
+            training=dropout_p > 0.0,
+        )
+        get_backend(decision[0])  # an unknown name is refused before the masks are looked at
+        if case is not None:
+            if len(_CASES) > 256:
+                _CASES.clear()
+            _CASES[case] = decision
+        return x, key_value, decision
+
+    def _inputs(
+        self,
+        x: Tensor,
+        key_value: Tensor | None,
+        positions: Tensor | None,
+        spec: BackendSpec,
+        key_padding_mask: Tensor | None,
+        rel_embeddings: Tensor | None = None,
+    ) -> AttentionInputs:
+        """This module's position schemes for one :meth:`forward` call, as data."""
         rotation = self._rotation(x, key_value, positions, packed=spec.layout == "packed",
                                   key_padding_mask=key_padding_mask)  # fmt: skip
         if self.window is not None and key_value is not None:
@@ -403,51 +717,42 @@ class MultiHeadAttention(nn.Module):
                 "a local window is for self-attention: key_value= cannot be given to a module "
                 "built with window=."
             )
+        relative = self._relative_for(x, key_value, rel_embeddings)
+        if rotation is None and self.window is None and relative is None:
+            return NO_INPUTS
+        return AttentionInputs(rotation=rotation, window=self.window, relative=relative)
+
+    def _prepare(
+        self,
+        x: Tensor,
+        key_value: Tensor | None,
+        mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        attn_bias: Tensor | None,
+        inputs: AttentionInputs,
+        spec: BackendSpec,
+    ) -> PreparedMask | WindowedMask:
+        """The mask arguments validated and folded into one bias (whichever backend runs);
+        for a padded backend with a window, the window beside it (masked or exploited)."""
+        batch, q_len, _ = x.shape
         if mask is None and key_padding_mask is None and attn_bias is None:
             prepared = _NO_MASK
         else:
-            prepared = prepare_mask(  # validates every mask argument, whichever backend runs
+            prepared = prepare_mask(
                 mask,
                 key_padding_mask,
                 attn_bias,
                 batch=batch,
                 heads=self.num_heads,
                 query_len=q_len,
-                key_len=k_len,
+                key_len=q_len if key_value is None else key_value.size(1),
                 dtype=x.dtype,
                 device=x.device,
             )
-        if self.window is not None and spec.layout != "packed":  # masked or exploited
-            prepared = WindowedMask(prepared, self.window, q_len, heads=self.num_heads,
-                                    dtype=x.dtype)  # fmt: skip
-        if spec.layout == "packed":
-            out, weights = self._forward_packed(
-                x,
-                key_padding_mask,
-                name,
-                reason,
-                extra=(("mask", mask), ("attn_bias", attn_bias), ("key_value", key_value)),
-                need_weights=need_weights,
-                rotation=rotation,
-            )
-        else:
-            out, weights = self._attend_padded(
-                x,
-                prepared,
-                key_value,
-                need_weights,
-                self.backend,
-                name,
-                reason,
-                dropout_p,
-                compiling=compiling,
-                spec=spec,
-                rotation=rotation,
-            )
-        if unbatched:
-            out = out.squeeze(0)
-            weights = None if weights is None else weights.squeeze(0)
-        return out, weights
+        if inputs.window is not None and spec.layout != "packed":
+            return WindowedMask(prepared, inputs.window, q_len, heads=self.num_heads,
+                                dtype=x.dtype)  # fmt: skip
+        return prepared
 
     def _rotation(
         self,
@@ -501,20 +806,43 @@ class MultiHeadAttention(nn.Module):
         return rot
 
     def project_qkv(self, x: Tensor, key_value: Tensor | None = None) -> tuple[Tensor, ...]:
-        """Q, K, V split into heads, each ``(B, H, L, D)``; one GEMM for self-attention."""
+        """Q ``(B, H, Lq, D)``, K and V ``(B, Hkv, Lk, D)`` split into heads, one GEMM for
+        self-attention; with ``qk_norm``, q and k normalized per head."""
         b, lq, _ = x.shape
-        h, d, e = self.num_heads, self.head_dim, self.embed_dim
+        h, d = self.num_heads, self.head_dim
         weight, bias = self.qkv_weight()
-        if key_value is None:
+        if key_value is None and self._article:
             qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)
             qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
             return tuple(qkv.unbind(0))
-        lk = key_value.size(1)
-        q = F.linear(x, weight[:e], None if bias is None else bias[:e])  # (B, Lq, E)
-        q = q.view(b, lq, h, d).transpose(1, 2)  # (B, H, Lq, D)
-        kv = F.linear(key_value, weight[e:], None if bias is None else bias[e:])  # (B, Lk, 2E)
-        kv = kv.view(b, lk, 2, h, d).permute(2, 0, 3, 1, 4)  # (2, B, H, Lk, D)
-        return (q, *kv.unbind(0))
+        if key_value is None:
+            q, k, v = self._split_heads(_prepack.linear(x, weight, bias))  # (B, L, H|Hkv, D)
+        else:
+            e = self._qkv_rows()[0]
+            q = F.linear(x, weight[:e], None if bias is None else bias[:e])  # (B, Lq, H D)
+            q = q.view(b, lq, h, d)
+            kv = F.linear(key_value, weight[e:], None if bias is None else bias[e:])
+            _, k, v = self._split_heads(kv, with_q=False)  # (B, Lk, Hkv, D) each
+        q, k = self._normed(q, k)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|Hkv, L, D)
+
+    def _split_heads(self, qkv: Tensor, *, with_q: bool = True) -> tuple[Tensor | None, ...]:
+        """``(..., (H + 2 Hkv) D)`` (or ``(..., 2 Hkv D)`` without q) -> q ``(..., H, D)``
+        (None without it), k and v ``(..., Hkv, D)``: views, no copy."""
+        rows = self._qkv_rows() if with_q else self._qkv_rows()[1:]
+        parts = qkv.split(list(rows), dim=-1)
+        lead = qkv.shape[:-1]
+        heads = (self.num_heads, self.num_kv_heads, self.num_kv_heads)[3 - len(rows) :]
+        views = [p.view(*lead, n, self.head_dim) for p, n in zip(parts, heads, strict=True)]
+        return (*views,) if with_q else (None, *views)
+
+    def _normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """With ``qk_norm``: an RMSNorm over the head size of every query and key head,
+        before the product (their last dimension is D); else ``q, k`` as they are."""
+        mods = self._modules
+        if "q_norm" not in mods:
+            return q, k
+        return mods["q_norm"](q), mods["k_norm"](k)  # type: ignore[misc]
 
     def attend(
         self,
@@ -525,6 +853,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         backend: str | None = None,
         rotation: Rotation | None = None,
+        relative: RelativeTerms | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The core of :meth:`forward` for callers that prepared the mask once (an encoder).
 
@@ -535,7 +864,8 @@ class MultiHeadAttention(nn.Module):
         the caller). A local window comes as ``prepared``, a
         :class:`~bertattn.attention.window.WindowedMask`: ``sdpa`` skips the keys out of reach
         on a sequence long enough for it to pay (exploited), ``math`` and the other backends
-        add the band to the mask (masked); ``explain()`` says which.
+        add the band to the mask (masked); ``explain()`` says which. ``relative``: a
+        ``disentangled`` module's terms (:meth:`relative_terms`, once per forward and layer).
         """
         requested = self.backend if backend is None else backend
         dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
@@ -561,7 +891,7 @@ class MultiHeadAttention(nn.Module):
             name,
             reason,
             dropout_p,
-            rotation=rotation,
+            inputs=AttentionInputs(rotation=rotation, relative=relative),
         )
 
     def _record(
@@ -595,7 +925,7 @@ class MultiHeadAttention(nn.Module):
     def _attend_padded(
         self,
         x: Tensor,
-        prepared: PreparedMask,
+        prepared: PreparedMask | WindowedMask,
         key_value: Tensor | None,
         need_weights: bool,
         requested: str,
@@ -605,21 +935,15 @@ class MultiHeadAttention(nn.Module):
         *,
         compiling: bool | None = None,
         spec: BackendSpec | None = None,
-        rotation: Rotation | None = None,
+        inputs: AttentionInputs = NO_INPUTS,
     ) -> tuple[Tensor, Tensor | None]:
-        window = None
-        exploit = False
-        if isinstance(prepared, WindowedMask):  # a local window: skip the keys, or mask them
-            windowed, window = prepared, prepared.window
-            key_bias = windowed.key_bias()
-            exploit = (
-                name == "sdpa"
-                and not need_weights
-                and key_bias is not False
-                and key_value is None
-                and window_pays(x.shape[1], window)
-            )
-            prepared = windowed.base if exploit else windowed.banded()
+        """Project, apply ``inputs`` (the seam), run the backend, merge the heads, project out.
+        A window comes in ``prepared`` (a :class:`WindowedMask`): masked or exploited here."""
+        causal = self.causal
+        prepared, window, exploit = _window_plan(  # a causal call: the band masked
+            prepared, name, need_weights or causal or inputs.relative is not None, key_value, x
+        )
+        inputs = self._own(inputs if window is None else replace(inputs, window=window))
         if compiling is None:
             compiling = torch.compiler.is_compiling()
         if spec is None:
@@ -629,21 +953,15 @@ class MultiHeadAttention(nn.Module):
                 f"backend {name!r} does not return attention weights; pass need_weights=False, "
                 f"or use backend='math' (or 'auto', which picks math when weights are needed)."
             )
+        check_inputs(spec, inputs)
+        if causal:  # query i sees keys j <= i: the triangle added to the mask
+            prepared = self._causal_mask(prepared, x, key_value)
         q, k, v = self.project_qkv(x, key_value)
         rec = None if compiling or not _steps._open_blocks else steps_recorder()
-        if rec is not None and (rotation is not None or window is not None):
-            theta = None if rotation is None else rotation.theta
-            rec.note_positions(q, k, theta, window)  # q, k before the rotation
-        if rotation is not None:  # rotary positions: q and k turned, v as it is
-            q, k = apply_rotation(q, k, rotation)
-            reason = f"{reason}; {rotation.describe()}"
+        q, k = _positioned(q, k, inputs, rec)
+        reason = _describe(reason, inputs, name, self.num_heads, "q_norm" in self._modules)
         if window is not None:
-            how = (
-                "exploited (query blocks see only the keys in reach; the rest skipped)"
-                if exploit
-                else "masked (a band bias, no work skipped)"
-            )
-            reason = f"{reason}; window {window}: {how}"
+            reason = f"{reason}; window {window}: {_WINDOW_HOW[exploit]}"
         if dropout_p is None:
             dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
         out_linear = _fast.submodule(self, "out_linear")
@@ -651,27 +969,60 @@ class MultiHeadAttention(nn.Module):
             rec.note_module(x, out_linear.weight, out_linear.bias)
         if exploit:
             context = local_attention(
-                q, k, v, window, dropout_p=dropout_p, key_bias=prepared.bias
+                q, k, v, window, dropout_p=dropout_p, key_bias=prepared.bias, scale=inputs.scale
             )  # (B, H, Lq, D); a query with no key in reach: zeros
             weights = None
         else:
             context, weights = spec.fn(
-                q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights
-            )  # (B, H, Lq, D), (B, H, Lq, Lk) | None
+                q, k, v, prepared.bias, dropout_p=dropout_p, need_weights=need_weights,
+                **inputs.backend_kwargs("padded"),
+            )  # (B, H, Lq, D), (B, H, Lq, Lk) | None; k, v (B, Hkv, Lk, D)  # fmt: skip
         live = prepared.live_rows
         if live is not None:  # rows with no key at all: zero weights, zero context
             context = context.masked_fill(~live, 0.0)
             weights = None if weights is None else weights.masked_fill(~live, 0.0)
+        output = self._merge_out(context, out_linear, compiling)
+        self._record(requested, name, reason, q, compiling)
+        return output, weights
+
+    def _causal_mask(
+        self, prepared: PreparedMask, x: Tensor, key_value: Tensor | None
+    ) -> PreparedMask:
+        """``prepared`` with the causal triangle added: query ``i`` sees keys ``j <= i``."""
+        return add_causal(
+            prepared,
+            heads=self.num_heads,
+            query_len=x.size(1),
+            key_len=x.size(1) if key_value is None else key_value.size(1),
+            dtype=x.dtype,
+            device=x.device,
+        )
+
+    def _own(self, inputs: AttentionInputs) -> AttentionInputs:
+        """``inputs`` with what this module itself changes in the formula: the causal mask,
+        the scores' scale, key/value heads shared by the query heads."""
+        if self._article:
+            return inputs
+        if self.disentangled and inputs.relative is None:
+            raise ValueError(
+                "this module has disentangled positions (DeBERTa): forward takes "
+                "rel_embeddings=, attend() and attend_packed() take "
+                "relative=module.relative_terms(rel_embeddings, q_len, k_len)."
+            )
+        shared = self.num_kv_heads != self.num_heads
+        return replace(inputs, causal=self.causal, scale=self.scale,
+                       kv_heads=self.num_kv_heads if shared else None)  # fmt: skip
+
+    def _merge_out(self, context: Tensor, out_linear: nn.Module, compiling: bool) -> Tensor:
+        """Merge the heads ``(B, H, Lq, D)`` -> ``(B, Lq, H * D)`` and project them out."""
         b, h, lq, d = context.shape
         context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)
         if type(out_linear) is nn.Linear and _fast.plain_call(out_linear, compiling):
             # exactly what the module call runs, without its per-call overhead
             params = out_linear._parameters
-            output = _prepack.linear(context, params["weight"], params["bias"])
-        else:
-            output = self.out_linear(context)  # (B, Lq, E)
-        self._record(requested, name, reason, q, compiling)
-        return output, weights
+            return _prepack.linear(context, params["weight"], params["bias"])
+        output = self.out_linear(context)  # (B, Lq, E)
+        return output
 
     def attend_packed(
         self,
@@ -684,6 +1035,7 @@ class MultiHeadAttention(nn.Module):
         bias: tuple[Tensor | None, ...] | None = None,
         rotation: Rotation | None = None,
         window: int | None = None,
+        relative: RelativeTerms | None = None,
     ) -> Tensor:
         """Self-attention over packed real tokens: ``x`` ``(T, E)`` -> ``(T, E)``.
 
@@ -694,43 +1046,46 @@ class MultiHeadAttention(nn.Module):
         takes one (``varlen``). ``rotation``: ``(T, 1, D)`` rotary tables, positions restarting
         at 0 in every sequence (:func:`bertattn.attention.rotary.rotation_for_packed`);
         ``window``: local attention within each sequence (never across two), only on a backend
-        registered with ``packed_window=True``.
+        registered with ``packed_window=True``. ``relative``: a ``disentangled`` module's terms
+        (:meth:`relative_terms` for the longest sequence; every sequence reads its corner).
         """
+        inputs = AttentionInputs(rotation=rotation, window=window, bias=bias, relative=relative)
+        return self._attend_packed(x, packed, backend, reason, requested or backend, inputs)
+
+    def _attend_packed(
+        self,
+        x: Tensor,
+        packed: PackedBatch,
+        backend: str,
+        reason: str,
+        requested: str,
+        inputs: AttentionInputs,
+    ) -> Tensor:
+        """:meth:`attend_packed` with its position inputs gathered: the seam's packed side."""
         spec = get_backend(backend)
         if spec.layout != "packed":
             raise ValueError(f"backend {backend!r} is not a packed backend; use attend().")
-        if bias is not None and not spec.packed_bias:
-            raise ValueError(
-                f"backend {backend!r} takes no attention bias, and this model adds one (MPNet's "
-                f"relative position bias); use backend 'varlen', 'sdpa', 'math' or 'auto'."
-            )
+        inputs = self._own(inputs)
+        check_inputs(spec, inputs)
         t = x.size(0)
         h, d = self.num_heads, self.head_dim
         weight, qkv_bias = self.qkv_weight()
-        qkv = _prepack.linear(x, weight, qkv_bias).view(t, 3, h, d)  # (T, 3, H, D)
-        q, k, v = qkv.unbind(1)  # (T, H, D) each
-        if rotation is not None:  # rotary positions: q and k turned, v as it is
-            q, k = apply_rotation(q, k, rotation)
-            reason = f"{reason}; {rotation.describe()}"
-        dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
-        if window is not None:
-            if not spec.packed_window:
-                raise ValueError(
-                    f"backend {backend!r} cannot honour a local attention window (this model "
-                    f"has one); use backend 'varlen', 'sdpa', 'math' or 'auto'."
-                )
-            if bias is not None:
-                raise ValueError("a packed call takes a window or a bias, not both.")
-            context = spec.fn(q, k, v, packed, dropout_p=dropout_p, window=window)
-            reason = f"{reason}; {_window_note(packed, window)}"
-        elif bias is None:
-            context = spec.fn(q, k, v, packed, dropout_p=dropout_p)  # (T, H, D)
+        qkv = _prepack.linear(x, weight, qkv_bias)  # (T, (H + 2 Hkv) D)
+        if self._article:
+            q, k, v = qkv.view(t, 3, h, d).unbind(1)  # (T, H, D) each
         else:
-            context = spec.fn(q, k, v, packed, dropout_p=dropout_p, bias=bias)  # (T, H, D)
-            if backend == "varlen":  # say which kernel the bias leaves (explain() shows it)
-                reason = f"{reason}; {_varlen_bias_note(q, dropout_p)}"
+            q, k, v = self._split_heads(qkv)  # (T, H, D), (T, Hkv, D), (T, Hkv, D)
+            q, k = self._normed(q, k)  # type: ignore[arg-type]
+        q, k = _positioned(q, k, inputs, None)
+        reason = _describe(reason, inputs, backend, h, "q_norm" in self._modules)
+        dropout_p = _fast.submodule(self, "dropout").p if self.training else 0.0
+        context = spec.fn(q, k, v, packed, dropout_p=dropout_p, **inputs.backend_kwargs("packed"))
+        if inputs.window is not None:  # (T, H, D); say what the window and bias left
+            reason = f"{reason}; {_window_note(packed, inputs.window)}"
+        elif inputs.bias is not None and backend == "varlen":
+            reason = f"{reason}; {_varlen_bias_note(q, dropout_p)}"
         output = _fast.linear(_fast.submodule(self, "out_linear"), context.reshape(t, h * d))
-        self._record(requested or backend, backend, reason, q)
+        self._record(requested, backend, reason, q)
         return output
 
     def _forward_packed(
@@ -742,7 +1097,7 @@ class MultiHeadAttention(nn.Module):
         *,
         extra: tuple[tuple[str, Tensor | None], ...],
         need_weights: bool,
-        rotation: Rotation | None = None,
+        inputs: AttentionInputs = NO_INPUTS,
     ) -> tuple[Tensor, None]:
         given = [arg for arg, value in extra if value is not None]
         if given or need_weights:
@@ -755,15 +1110,7 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is None:
             key_padding_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
         packed = pack_padding_mask(key_padding_mask.to(x.device))
-        out = self.attend_packed(
-            unpad(x, packed),
-            packed,
-            backend=name,
-            reason=reason,
-            requested=self.backend,
-            rotation=rotation,
-            window=self.window,
-        )  # (T, E)
+        out = self._attend_packed(unpad(x, packed), packed, name, reason, self.backend, inputs)
         return pad(out, packed), None  # (B, L, E); zeros at padding positions
 
     # ------------------------------------------------------------------ interop
@@ -820,7 +1167,14 @@ class MultiHeadAttention(nn.Module):
         return new
 
     def extra_repr(self) -> str:
-        return (
+        out = (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
             f"dropout={self.dropout.p}, backend={self.backend!r}"
         )
+        if self.num_kv_heads != self.num_heads:
+            out += f", num_kv_heads={self.num_kv_heads}"
+        if self.head_dim * self.num_heads != self.embed_dim:
+            out += f", head_dim={self.head_dim}"
+        if self.scale is not None:
+            out += f", scale={self.scale:g}"
+        return out + (", causal=True" if self.causal else "")

@@ -8,9 +8,10 @@ one integer test per call.
 Shapes (B batch, H heads, Lq / Lk query / key length, D head size, E embedding size):
     x        (B, Lq, E)   the module's input (the layer's hidden states)
     q        (B, H, Lq, D)
-    k, v     (B, H, Lk, D)
+    k, v     (B, H, Lk, D)    with grouped-query heads: each key/value head already repeated
+                              for the query heads it serves (math's sharing step)
     scores   (B, H, Lq, Lk)   q · k, before scaling (float32 for half inputs)
-    scaled   (B, H, Lq, Lk)   scores / sqrt(D)
+    scaled   (B, H, Lq, Lk)   scores / sqrt(D) (scores * scale with a module's own scale)
     bias     broadcastable to (B, H, Lq, Lk), or None: the mask as an additive bias (0 / -inf)
     weights  (B, H, Lq, Lk)   softmax(scaled + bias), before dropout
     context  (B, H, Lq, D)    weights @ v
@@ -52,6 +53,10 @@ class StepRecord:
     theta: float | None = None
     #: the local window the band bias holds (None: every key)
     window: int | None = None
+    #: DeBERTa's relative terms, ``(B, H, Lq, Lk)`` each and scaled, added to ``scaled``
+    #: before the mask (None: the model has no such term)
+    c2p: Tensor | None = None
+    p2c: Tensor | None = None
 
 
 @dataclass

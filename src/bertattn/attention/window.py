@@ -13,10 +13,10 @@ layers: ``w = local_attention // 2``, 64 for its 128-token window). Two ways to 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .masks import PreparedMask, prepare_mask, score_dtype
+from .grouped import sdpa
+from .masks import PreparedMask, add_bias, score_dtype
 
 __all__ = [
     "LOCAL_BLOCK",
@@ -78,6 +78,7 @@ def local_attention(
     dropout_p: float = 0.0,
     block: int = LOCAL_BLOCK,
     key_bias: Tensor | None = None,
+    scale: float | None = None,
 ) -> Tensor:
     """Exact banded attention, with the work outside the band skipped.
 
@@ -87,6 +88,8 @@ def local_attention(
     scores instead of ``L^2``. ``key_bias``: an additive bias per key, ``(B|1, 1, 1, L)``
     (a padded batch's padding, ``-inf`` at padding), added in every tile; a query whose tile
     holds no key it may see (a padding position far past its row's end) gets a zero context.
+    ``k``, ``v`` may have fewer heads than ``q`` (grouped-query, shared by the kernel:
+    :func:`.grouped.sdpa`); ``scale``: the scores' factor (None: ``1 / sqrt(D)``).
     """
     length = q.shape[-2]
     out = torch.empty_like(q)
@@ -98,8 +101,13 @@ def local_attention(
         )
         if key_bias is not None:
             bias = bias + key_bias[..., ks:ke].to(q.dtype)  # (B|1, 1, e - s, ke - ks)
-        tile = F.scaled_dot_product_attention(
-            q[..., s:e, :], k[..., ks:ke, :], v[..., ks:ke, :], attn_mask=bias, dropout_p=dropout_p
+        tile = sdpa(
+            q[..., s:e, :],
+            k[..., ks:ke, :],
+            v[..., ks:ke, :],
+            bias,
+            dropout_p=dropout_p,
+            scale=scale,
         )  # (B, H, e - s, D)
         if key_bias is not None:
             dead = torch.isinf(bias).all(dim=-1, keepdim=True)  # rows with no key at all
@@ -149,16 +157,4 @@ def banded(
     had no key keeps none. ``length``: the padded length L; ``dtype``: the attention inputs'."""
     device = prepared.bias.device if prepared.bias is not None else None
     band = band_bias(length, length, window, dtype=score_dtype(dtype), device=device)  # (L, L)
-    bias = band if prepared.bias is None else prepared.bias + band
-    if prepared.live_rows is not None:  # rows with no key at all: none after the band either
-        bias = bias.masked_fill(~prepared.live_rows, float("-inf"))
-    batch = bias.shape[0] if bias.dim() == 4 else 1
-    return prepare_mask(
-        attn_bias=bias,
-        batch=batch,
-        heads=heads,
-        query_len=length,
-        key_len=length,
-        dtype=dtype,
-        device=bias.device,
-    )
+    return add_bias(prepared, band, heads=heads, query_len=length, key_len=length, dtype=dtype)

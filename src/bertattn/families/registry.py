@@ -191,4 +191,13 @@ def _load_all() -> None:
     if _LOADED[0]:
         return
     _LOADED[0] = True
-    from . import bert, distilbert, gte, jina_embeddings_v3, modernbert, mpnet, nomic_bert  # noqa: F401
+    from . import (  # noqa: F401
+        bert,
+        distilbert,
+        gte,
+        jina_embeddings_v3,
+        modernbert,
+        mpnet,
+        nomic_bert,
+        qwen3,
+    )

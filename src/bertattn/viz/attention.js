@@ -257,7 +257,7 @@
     },
     merge: {
       article: D.article.merge,
-      file: "attention/module.py", fn: "_attend_padded",
+      file: "attention/module.py", fn: "_merge_out",
       ours: [
         "context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)",
         "output = self.out_linear(context)  # (B, Lq, E)",

@@ -1,0 +1,236 @@
+"""Qwen3 (``model_type: qwen3``: the Qwen3-Embedding backbones), read top to bottom: config,
+embeddings, layer, encoder, names, record.
+
+What it changes against BERT, in the attention and around it:
+
+* grouped-query heads: ``num_key_value_heads`` key/value heads, each shared by
+  ``num_attention_heads / num_key_value_heads`` query heads, of ``head_dim`` each (not
+  ``hidden_size / num_attention_heads``);
+* q/k norms: an RMSNorm over the head size on every query and key head before the rotation;
+* rotary positions (``rope_parameters.rope_theta``), no position table, no token types;
+* causal attention, a decoder's: query ``i`` sees keys ``j <= i``. A bidirectional embedder of
+  the same backbone says so in its config (``use_bidirectional_attention: true``, or
+  ``is_causal: false``) and every query sees every key;
+* pre-norm blocks with RMSNorm (``x + attn(norm(x))``), a final norm; a SiLU-gated
+  feed-forward (``down(act(gate(x)) * up(x))``); no bias but the four attention projections'
+  when ``attention_bias``; no pooler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from ..attention import MultiHeadAttention
+from ..blocks import (
+    EncoderBlock,
+    GatedFeedForward,
+    LayerKind,
+    RotaryEncoder,
+    TokenEmbeddings,
+    activation,
+    make_norm,
+)
+from ..errors import ModelFolderError
+from .registry import Family, register
+from .rotary_bert import Variant, rename
+
+__all__ = ["Qwen3Arch", "read_config"]
+
+
+# ---------------------------------------------------------------------- config
+#: the checkpoint's names as :func:`.rotary_bert.rename` reads them: ``mlp.gate_proj`` and
+#: ``mlp.up_proj`` joined into one ``(2I, E)`` ``mlp.gate_up`` (the activated gate first, as
+#: :class:`~bertattn.blocks.GatedFeedForward` keeps it); every other name as it is
+NAMES = Variant(
+    name="qwen3",
+    title="Qwen3",
+    prefix="model.",
+    gated=True,
+    attention_bias=False,
+    mlp_in_bias=False,
+    mlp_out_bias=False,
+    default_theta=1_000_000.0,
+    default_act="silu",
+)
+
+
+@dataclass(frozen=True)
+class Qwen3Arch:
+    """Qwen3's settings beyond BERT's sizes."""
+
+    kv_heads: int
+    head_dim: int
+    theta: float
+    norm_eps: float
+    attention_bias: bool
+    causal: bool
+    #: the names :func:`.rotary_bert.rename` reads (the same renaming as GTE's gated layers)
+    variant: Variant = NAMES
+
+
+def _refuse(source: str, field: str, value: object, expected: str) -> ModelFolderError:
+    return ModelFolderError(
+        f"{source}: {field}={value!r} is not supported; bertattn loads Qwen3 checkpoints with "
+        f"{expected}."
+    )
+
+
+def _positive(data: dict[str, Any], field: str, default: object, source: str) -> int:
+    value = data.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _refuse(source, field, value, "an int >= 1")
+    return value
+
+
+def _theta(data: dict[str, Any], source: str) -> float:
+    if data.get("rope_scaling") is not None:
+        raise _refuse(source, "rope_scaling", data["rope_scaling"], "rope_scaling null")
+    params = data.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise _refuse(source, "rope_parameters", params, "a dict with rope_type and rope_theta")
+    if params.get("rope_type", "default") != "default":
+        raise _refuse(source, "rope_parameters.rope_type", params["rope_type"], "'default'")
+    theta = params.get("rope_theta", data.get("rope_theta", 1_000_000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise _refuse(source, "rope_parameters.rope_theta", theta, "a number > 0")
+    return float(theta)
+
+
+def _causal(data: dict[str, Any], source: str) -> bool:
+    """Causal unless the config asks for bidirectional attention (either field)."""
+    bidirectional = data.get("use_bidirectional_attention", False)
+    is_causal = data.get("is_causal", True)
+    if not isinstance(bidirectional, bool) or not isinstance(is_causal, bool):
+        raise _refuse(source, "use_bidirectional_attention / is_causal",
+                      (bidirectional, is_causal), "booleans")  # fmt: skip
+    if data.get("use_sliding_window", False):  # a window on some layers: not implemented
+        raise _refuse(source, "use_sliding_window", True, "use_sliding_window false")
+    return is_causal and not bidirectional
+
+
+def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Qwen3Arch]:
+    """``config.json`` -> BERT's sizes (every job reads those) and :class:`Qwen3Arch`."""
+    layers = _positive(data, "num_hidden_layers", 28, source)
+    heads = _positive(data, "num_attention_heads", 16, source)
+    kv_heads = _positive(data, "num_key_value_heads", heads, source)
+    if heads % kv_heads:
+        raise _refuse(source, "num_key_value_heads", kv_heads,
+                      f"a divisor of num_attention_heads ({heads})")  # fmt: skip
+    hidden = _positive(data, "hidden_size", 1024, source)
+    act = data.get("hidden_act", "silu")
+    try:
+        activation(act)
+    except ValueError as exc:
+        raise ModelFolderError(f"{source}: {exc}") from None
+    arch = Qwen3Arch(
+        kv_heads=kv_heads,
+        head_dim=_positive(data, "head_dim", hidden // heads, source),
+        theta=_theta(data, source),
+        norm_eps=float(data.get("rms_norm_eps", 1e-6)),
+        attention_bias=bool(data.get("attention_bias", False)),
+        causal=_causal(data, source),
+    )
+    sizes = {
+        "model_type": "bert",
+        "vocab_size": data.get("vocab_size", 151936),
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": data.get("intermediate_size", 3072),
+        "hidden_act": act,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": data.get("attention_dropout", 0.0),
+        "max_position_embeddings": data.get("max_position_embeddings", 40960),
+        "type_vocab_size": 2,  # token type ids are read past: a pair's segments are not told apart
+        "layer_norm_eps": arch.norm_eps,
+        "pad_token_id": data.get("pad_token_id"),
+    }
+    return sizes, arch
+
+
+# ---------------------------------------------------------------------- embeddings
+def embeddings(config: Any) -> TokenEmbeddings:
+    """Word embeddings only: no positions (the layers rotate), no token types, no norm."""
+    return TokenEmbeddings(config.vocab_size, config.hidden_size, nn.Identity(),
+                           padding_idx=config.pad_token_id)  # fmt: skip
+
+
+# ---------------------------------------------------------------------- layer
+def _layer(config: Any, backend: str) -> EncoderBlock:
+    """One layer: RMSNorm, grouped-query attention with q/k norms and rotation (causal unless
+    the config is bidirectional), RMSNorm, the SiLU-gated feed-forward."""
+    arch: Qwen3Arch = config.arch
+    e = config.hidden_size
+    attn = MultiHeadAttention(
+        e,
+        config.num_attention_heads,
+        config.attention_probs_dropout_prob,
+        bias=arch.attention_bias,
+        backend=backend,
+        rotary_theta=arch.theta,
+        num_kv_heads=arch.kv_heads,
+        head_dim=arch.head_dim,
+        causal=arch.causal,
+        qk_norm=True,
+        norm_eps=arch.norm_eps,
+    )
+    mlp = GatedFeedForward(e, config.intermediate_size, config.hidden_act)
+    attn_norm = make_norm(e, arch.norm_eps, bias=False, kind="rms_norm")
+    mlp_norm = make_norm(e, arch.norm_eps, bias=False, kind="rms_norm")
+    return EncoderBlock(attn, mlp, attn_norm, mlp_norm, prenorm=True)
+
+
+# ---------------------------------------------------------------------- encoder
+def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, None]:
+    """Qwen3's embeddings and encoder (its layers, then the final RMSNorm); no pooler."""
+    arch: Qwen3Arch = config.arch
+    n = config.num_hidden_layers
+    layers = [_layer(config, backend) for _ in range(n)]
+    final = make_norm(config.hidden_size, arch.norm_eps, bias=False, kind="rms_norm")
+    return embeddings(config), RotaryEncoder(layers, [LayerKind(arch.theta)] * n, final), None
+
+
+# ---------------------------------------------------------------------- names
+def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
+    """Qwen3's names (after :func:`.rotary_bert.rename`, without ``model.``) -> bertattn's."""
+    arch: Qwen3Arch = config.arch
+    attn = ["weight", "bias"] if arch.attention_bias else ["weight"]
+    keys = {"embed_tokens.weight": "embeddings.word.weight"}
+    for i in range(config.num_hidden_layers):
+        theirs, ours = f"layers.{i}.", f"encoder.layers.{i}."
+        for a, b in (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
+                     ("o_proj", "out_linear")):  # fmt: skip
+            for p in attn:
+                keys[f"{theirs}self_attn.{a}.{p}"] = f"{ours}attn.{b}.{p}"
+        for a in ("q_norm", "k_norm"):
+            keys[f"{theirs}self_attn.{a}.weight"] = f"{ours}attn.{a}.weight"
+        keys[f"{theirs}mlp.gate_up.weight"] = f"{ours}mlp.w_in.weight"
+        keys[f"{theirs}mlp.down_proj.weight"] = f"{ours}mlp.w_out.weight"
+        keys[f"{theirs}input_layernorm.weight"] = f"{ours}attn_norm.weight"
+        keys[f"{theirs}post_attention_layernorm.weight"] = f"{ours}mlp_norm.weight"
+    keys["norm.weight"] = "encoder.final_norm.weight"
+    return keys
+
+
+register(
+    Family(
+        "qwen3",
+        "Qwen3",
+        read_config,
+        rename,
+        key_map,
+        build,
+        prefix="model.",
+        head_prefixes=("lm_head.", "score."),
+        needs_tokenizer_json=True,
+        missing={
+            "steps": "Qwen3's grouped-query heads, q/k norms and rotary positions",
+            "int8": "Qwen3's gated pre-norm layers",
+            "cuda_graphs": "Qwen3's encoder",
+            "onnx": "Qwen3's encoder (not exported yet)",
+        },
+    )
+)
