@@ -24,9 +24,9 @@ class Limits:
     the model's max length); ``truncate``: cut longer inputs (False: 400 naming the input);
     ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the data
     routes require (None: open); ``body_timeout_s``: seconds a request body may take to arrive
-    (then 408); ``max_wait_s``: an input waiting this long goes into the next
-    batch ahead of shorter ones (aging: long inputs are not starved); ``names``: extra model
-    names the ``model`` field may carry (the served name is always accepted); ``served_name``:
+    (then 408); ``max_wait_s``: how often, in seconds, the idle model worker looks at the queue
+    again (requests take turns in batches: no input is starved); ``names``: extra model names
+    the ``model`` field may carry (the served name is always accepted); ``served_name``:
     the name responses carry (default: the model's hub name, or its folder's name)."""
 
     max_batch_tokens: int = default.MAX_BATCH_TOKENS
