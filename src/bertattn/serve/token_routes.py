@@ -145,9 +145,10 @@ async def _decode(state: ServeState, request: Request) -> Response:
     """TEI: the texts of token ids, one string per id list (``[str]``)."""
     obj = await read_body(state, request)
     req = await checked(
-        request, check_decode, obj, limit=state.limits.max_request_inputs, vocab=state.vocab
-    )
-    if sum(map(len, req.ids)) > 65536:
+        request, check_decode, obj, limit=state.limits.max_request_inputs, vocab=state.vocab,
+        most=state.limits.max_decode_ids,
+    )  # fmt: skip
+    if sum(map(len, req.ids)) > 4096:  # off the loop: it gets the interpreter between lists
         texts = await run_in_threadpool(_decode_all, state.bert, req.ids, req.skip_special_tokens)
     else:
         texts = _decode_all(state.bert, req.ids, req.skip_special_tokens)
