@@ -19,7 +19,7 @@ from ..arguments import check_bool, check_dtype, check_str
 from ..errors import ModelFolderError
 from ..families import registry
 from ..families.bert import BERT_HEADS
-from .config import BertConfig
+from .config import BertConfig, check_against_tensors
 from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weight_file
 
 if TYPE_CHECKING:
@@ -267,7 +267,12 @@ def load_pretrained(
     if auto:
         target = _checkpoint_dtype(folder)
     wfile = weight_file(folder)
-    state, skipped, has_pooler = remap_state_dict(read_state_dict(wfile), config, source=str(wfile))
+    raw = read_state_dict(wfile)
+    shapes = {k: tuple(v.shape) for k, v in raw.items()}
+    check_against_tensors(  # before any module or key map is built from config.json's sizes
+        config, shapes, config_source=str(folder / "config.json"), weights=str(wfile)
+    )
+    state, skipped, has_pooler = remap_state_dict(raw, config, source=str(wfile))
     if skipped:
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)
