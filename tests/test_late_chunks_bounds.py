@@ -66,6 +66,42 @@ def test_best_window_memory_is_linear_in_the_text():
     assert small < 40 * 20_000, small  # a few int64 arrays of the tokens, no table
 
 
+def test_gather_reads_each_window_once_and_keeps_none(monkeypatch):
+    """The token states from a stream of windows: each token's row from the window the rule
+    names (by hand here), and no more than the window at hand and the one before alive (a
+    (windows, length, width) stack cost twice the windows' memory)."""
+    import gc
+    import weakref
+
+    from bertattn.bert.late_chunks import WindowPlan, gather_states
+
+    n, width, head = 300, 64, 1
+    starts = plan_windows(n, width, 32)
+    length = head + width + 1
+    plan = WindowPlan(np.zeros((len(starts), length)), np.zeros((len(starts), length)), head,
+                      width, n, np.zeros((n, 2), dtype=np.int64), starts)  # fmt: skip
+    rng = np.random.default_rng(0)
+    made = [rng.standard_normal((length, 4)).astype(np.float32) for _ in starts]
+    alive: list[weakref.ref] = []
+    most = 0
+
+    def stream():  # type: ignore[no-untyped-def]
+        nonlocal most
+        for window in made:
+            gc.collect()
+            most = max(most, sum(r() is not None for r in alive))
+            fresh = torch.from_numpy(window.copy())
+            alive.append(weakref.ref(fresh))
+            yield fresh
+            del fresh
+
+    got = gather_states(plan, stream()).states
+    pick = _best_by_hand(starts, width, n)
+    want = np.stack([made[w][head + p - starts[w]] for p, w in enumerate(pick)])
+    assert np.array_equal(got.numpy(), want)
+    assert most <= 1, most  # the one before is let go before the next is made
+
+
 def _text_and_offsets(words: int) -> tuple[str, np.ndarray]:
     """``words`` words of 3 to 7 letters, one space apart (some lines break); one token a
     word with its leading space, as SentencePiece's ``▁word``."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -222,13 +222,27 @@ def plan_text(bert: Bert, text: str, *, max_length: int | None, overlap: int | N
     return WindowPlan(rows, kinds, len(head), w, n, offsets, starts)
 
 
-def gather_states(plan: WindowPlan, windows: Tensor) -> TokenWindows:
-    """``windows`` ``(W, L, E)``: the windows' last hidden states (special tokens included)
-    -> each token's state from the window where it has the most context."""
-    inner = windows[:, plan.head : plan.head + plan.width].float()  # (W, w, E)
-    pick = torch.from_numpy(best_window(plan.starts, plan.width, plan.n))  # (n,)
-    where = torch.arange(plan.n) - torch.tensor(plan.starts)[pick]  # (n,) place in its window
-    states = inner[pick, where]  # (n, E)
+def gather_states(plan: WindowPlan, windows: Iterable[Tensor | np.ndarray]) -> TokenWindows:
+    """``windows``: each window's ``(L, E)`` last hidden states (special tokens included), in
+    order (a ``(W, L, E)`` tensor, a list, or a generator) -> each token's state from the window
+    where it has the most context. Each window is read once, in turn, and not kept: with a
+    generator only the token states ``(n, E)`` and the window at hand are held."""
+    pick = best_window(plan.starts, plan.width, plan.n)  # (n,)
+    where = np.arange(plan.n) - np.asarray(plan.starts)[pick]  # (n,) place in its window
+    order = np.argsort(pick, kind="stable")  # (n,) the tokens, window by window
+    ends = np.cumsum(np.bincount(pick, minlength=len(plan.starts)))  # (W,)
+    states: Tensor | None = None
+    low = 0
+    for w, window in enumerate(windows):
+        rows = torch.as_tensor(window)  # (L, E)
+        if states is None:
+            states = torch.empty((plan.n, rows.shape[-1]), dtype=torch.float32)
+        high = int(ends[w])
+        mine = order[low:high]  # the tokens read from this window
+        places = torch.from_numpy(plan.head + where[mine])
+        states[torch.from_numpy(mine)] = rows[places].float()
+        low = high
+    assert states is not None and low == plan.n, "fewer windows than the plan"
     if len(plan.starts) > 1:
         logger.info(
             "late chunks: %d tokens in %d windows of %d", plan.n, len(plan.starts), plan.width
@@ -236,21 +250,26 @@ def gather_states(plan: WindowPlan, windows: Tensor) -> TokenWindows:
     return TokenWindows(states, plan.offsets, plan.starts)
 
 
+def _windows(bert: Bert, plan: WindowPlan, batch_size: int) -> Iterator[Tensor]:
+    """The plan's windows through ``bert``, ``batch_size`` at a time, one ``(L, E)`` float32
+    CPU tensor each (a batch is dropped once its windows are read)."""
+    device = bert.model.device
+    for i in range(0, len(plan.starts), batch_size):
+        ids_t = torch.from_numpy(plan.rows[i : i + batch_size]).to(device)  # (b, L)
+        mask = torch.ones_like(ids_t)
+        kinds_t = torch.from_numpy(plan.kinds[i : i + batch_size]).to(device)  # (b, L)
+        yield from bert._last_hidden(ids_t, mask, kinds_t).float().cpu()  # (b, L, E)
+
+
 def token_states(
     bert: Bert, text: str, *, max_length: int | None, overlap: int | None, batch_size: int
 ) -> TokenWindows:
     """Every token of ``text`` through ``bert``: one forward when it fits ``max_length``
-    (default ``bert.max_length``), else overlapping windows (see the module's docstring)."""
+    (default ``bert.max_length``), else overlapping windows (see the module's docstring);
+    memory: the token states and one batch of windows."""
     plan = plan_text(bert, text, max_length=max_length, overlap=overlap)
-    device = bert.model.device
-    parts = []
     with torch.inference_mode():
-        for i in range(0, len(plan.starts), batch_size):
-            ids_t = torch.from_numpy(plan.rows[i : i + batch_size]).to(device)  # (b, L)
-            mask = torch.ones_like(ids_t)
-            kinds_t = torch.from_numpy(plan.kinds[i : i + batch_size]).to(device)  # (b, L)
-            parts.append(bert._last_hidden(ids_t, mask, kinds_t).float().cpu())  # (b, L, E)
-    return gather_states(plan, torch.cat(parts))
+        return gather_states(plan, _windows(bert, plan, batch_size))
 
 
 def late_options(
@@ -368,7 +387,7 @@ def pool_windows(
     """``(S, E)`` float32: the spans pooled from a plan's computed ``windows`` (each
     ``(L, E)``), as :func:`encode_late_chunks`: :func:`gather_states` then :func:`pool_spans`.
     A server runs it off its event loop."""
-    tokens = gather_states(plan, torch.from_numpy(np.stack(windows)))  # (W, L, E) -> (n, E)
+    tokens = gather_states(plan, windows)  # W x (L, E) -> (n, E), no (W, L, E) copy
     return pool_spans(
         text, tokens, spans, pooling=pooling, normalize=normalize, truncate_dim=truncate_dim
     ).numpy()
