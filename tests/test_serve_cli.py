@@ -28,6 +28,7 @@ def test_defaults():
         (["--max-batch-tokens", "0"], "--max-batch-tokens"),
         (["--max-queue-tokens", "100"], "--max-queue-tokens"),
         (["--max-request-inputs", "0"], "--max-request-inputs"),
+        (["--max-decode-ids", "0"], "--max-decode-ids"),
         (["--max-input-tokens", "2"], "--max-input-tokens"),
         (["--max-input-tokens", "512", "--max-batch-tokens", "256"], "--max-input-tokens"),
         (["--drain-timeout", "-1"], "--drain-timeout"),

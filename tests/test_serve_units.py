@@ -1,6 +1,6 @@
 """The server's parts in process, fast: the Prometheus formatter, the batcher (token budget,
-shortest first, aging, admission, cancel) on a stand-in model, the limits, and create_app
-mounted inside another ASGI app."""
+requests taking turns, shortest first, admission, cancel) on a stand-in model, the limits, and
+create_app mounted inside another ASGI app."""
 
 from __future__ import annotations
 
@@ -162,6 +162,57 @@ def test_aged_input_goes_first():
 
     batches = asyncio.run(go())
     assert batches[1] == [100], batches  # not starved behind 200 tokens of short inputs
+
+
+def test_a_short_request_waits_for_at_most_one_batch_of_a_large_one():
+    """The hostile round's head-of-line blocking: a large request's aged inputs anchored every
+    batch and filled it with their neighbours, so a short request waited for all of it. The
+    requests take turns: the short one is in the first batch after the one computing."""
+
+    async def go():
+        fake = FakeBert()
+        b, _ = _batcher(fake, max_wait_s=0.05)
+        _submit(b, [1], tag=9)  # held at the gate
+        await _held(fake)
+        large = _submit(b, [20] * 40, tag=1)  # 800 tokens: 8 batches of 100
+        short = _submit(b, [5], tag=2)
+        await asyncio.sleep(0.1)  # both older than max_wait_s
+        fake.gate.set()
+        await asyncio.wait_for(asyncio.gather(large.future, short.future), 10)
+        b.stop(10)
+        return fake.batches
+
+    batches = asyncio.run(go())
+    assert len(batches) == 10, batches  # the held one, 8 of the large request's, the short one
+    with_short = [i for i, x in enumerate(batches) if 5 in x]
+    assert with_short == [1], batches  # not after the large request's 8 batches
+
+
+def test_requests_take_turns_batch_after_batch():
+    """Two large requests: each batch takes from each in turn, so neither waits for all of the
+    other's work (rows tagged by request)."""
+
+    class Tagged(FakeBert):
+        def embed_encodings(self, encodings, normalize=None):  # type: ignore[no-untyped-def]
+            self.entered.set()
+            if not self.batches:
+                self.gate.wait(10)
+            self.batches.append([e.ids[0] for e in encodings])
+            return torch.zeros((len(encodings), 2))
+
+    async def go():
+        fake = Tagged()
+        b, _ = _batcher(fake)
+        _submit(b, [1], tag=9)  # held at the gate
+        await _held(fake)
+        a = b.submit([_enc(50, 1) for _ in range(4)], [50] * 4)
+        c = b.submit([_enc(50, 2) for _ in range(4)], [50] * 4)
+        fake.gate.set()
+        await asyncio.wait_for(asyncio.gather(a.future, c.future), 10)
+        b.stop(10)
+        return fake.batches
+
+    assert asyncio.run(go())[1:] == [[1, 2]] * 4  # one of each request in every batch
 
 
 def test_admission_by_queued_tokens_and_cancel():

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "MAX_BATCH_TOKENS",
     "MAX_BODY_MIB",
+    "MAX_DECODE_IDS",
     "MAX_QUEUE_S",
     "MAX_QUEUE_TOKENS",
     "MAX_REQUEST_INPUTS",
@@ -21,6 +22,9 @@ MAX_BATCH_TOKENS = 16384
 MAX_QUEUE_TOKENS = 16 * MAX_BATCH_TOKENS
 #: inputs in one request (OpenAI's own cap on inputs per embeddings request)
 MAX_REQUEST_INPUTS = 2048
+#: token ids in one ``/decode`` request: the tokenizer holds Python's GIL while it decodes a
+#: list (about 1 s a million ids), so every other request, /live included, waits that long
+MAX_DECODE_IDS = 65536
 #: largest request body, in MiB (``--max-body-size 16M``)
 MAX_BODY_MIB = 16
 #: seconds of queued work, at the measured speed, before new requests get 429

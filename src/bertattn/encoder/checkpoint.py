@@ -19,7 +19,7 @@ from ..arguments import check_bool, check_dtype, check_str
 from ..errors import ModelFolderError
 from ..families import registry
 from ..families.bert import BERT_HEADS
-from .config import BertConfig
+from .config import BertConfig, check_against_tensors
 from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weight_file
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ __all__ = [
     "hf_to_bertattn_keys",
     "bertattn_to_hf_keys",
     "read_state_dict",
+    "warn_not_finite",
     "remap_state_dict",
     "resolve_model_dir",
     "load_pretrained",
@@ -77,6 +78,30 @@ def read_state_dict(path: Path) -> dict[str, Tensor]:
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ModelFolderError(f"weights file {path} does not hold a flat dict of tensors.")
     return state
+
+
+def warn_not_finite(state: dict[str, Tensor], source: str) -> list[str]:
+    """Warn (``warnings`` and the ``bertattn.encoder`` logger) when tensors of ``state`` hold NaN
+    or infinite values, naming them: every output computed through one is NaN, and nothing
+    else would say why. The names warned of (empty: all finite). One float32 sum a tensor;
+    the elements are counted only in a tensor whose sum is not finite."""
+    bad = []
+    for name, tensor in state.items():
+        if not tensor.is_floating_point() or torch.isfinite(tensor.sum(dtype=torch.float32)):
+            continue
+        count = int((~torch.isfinite(tensor)).sum())
+        if count:  # else a sum that overflowed float32, of finite values
+            bad.append(f"{name} ({count} of {tensor.numel()} values)")
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        msg = (
+            f"{source}: NaN or infinite values in {len(bad)} of its {len(state)} tensors: "
+            f"{shown}; every output computed through them will be NaN. The file is damaged or "
+            f"the training diverged: download it again or use another checkpoint."
+        )
+        logger.warning("%s", msg)
+        warnings.warn(msg, stacklevel=4)
+    return bad
 
 
 def _load_failure(exc: Exception) -> str:
@@ -267,7 +292,13 @@ def load_pretrained(
     if auto:
         target = _checkpoint_dtype(folder)
     wfile = weight_file(folder)
-    state, skipped, has_pooler = remap_state_dict(read_state_dict(wfile), config, source=str(wfile))
+    raw = read_state_dict(wfile)
+    warn_not_finite(raw, str(wfile))
+    shapes = {k: tuple(v.shape) for k, v in raw.items()}
+    check_against_tensors(  # before any module or key map is built from config.json's sizes
+        config, shapes, config_source=str(folder / "config.json"), weights=str(wfile)
+    )
+    state, skipped, has_pooler = remap_state_dict(raw, config, source=str(wfile))
     if skipped:
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,7 +14,7 @@ from .jsonfile import check_int, check_real, check_str, json_type, read_json
 
 logger = logging.getLogger("bertattn.encoder")
 
-__all__ = ["BertConfig", "ACTIVATIONS", "check_values"]
+__all__ = ["BertConfig", "ACTIVATIONS", "check_against_tensors", "check_values"]
 
 # hidden_act names of Hugging Face configs that bertattn implements (see model.activation)
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
@@ -118,6 +120,41 @@ class BertConfig:
 
 
 _DEFAULTS = {f.name: f.default for f in fields(BertConfig)}
+
+#: a layer's index in a tensor name of every family (``encoder.layer.3.``, ``layers.3.``)
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
+#: the vocabulary's embedding table, ``(vocab, width)``, in every family
+_WORD_TABLE = re.compile(r"(?:^|\.)(?:word_embeddings|tok_embeddings)\.weight$")
+
+
+def check_against_tensors(
+    config: BertConfig, shapes: Mapping[str, tuple[int, ...]], *, config_source: str, weights: str
+) -> None:
+    """The sizes ``config`` claims against the checkpoint's tensors (``shapes``: name ->
+    shape), before any module or key map is built from them: a ``num_hidden_layers`` above the
+    layers the tensor names hold, or a width the vocabulary's table does not have, raises
+    :class:`ModelFolderError` naming ``config_source`` (config.json), the field and the value
+    to write. (A config.json claiming a million layers cost gigabytes before it was refused.)"""
+    found = {int(m.group(1)) for name in shapes if (m := _LAYER_INDEX.search(name))}
+    layers = max(found) + 1 if found else 0
+    if config.num_hidden_layers > layers:
+        holds = f"{layers} layers (0 to {layers - 1})" if layers else "no layer tensors"
+        raise ModelFolderError(
+            f"{config_source}: num_hidden_layers={config.num_hidden_layers} but {weights} "
+            f"holds {holds}; the config.json belongs to another model: use the one that came "
+            f"with these weights (num_hidden_layers={layers})."
+        )
+    field = "hidden_size" if config.embedding_size is None else "embedding_size"
+    width = getattr(config, field)
+    for name, shape in shapes.items():
+        if _WORD_TABLE.search(name) and len(shape) == 2 and shape[1] != width:
+            raise ModelFolderError(
+                f"{config_source}: {field}={width} but {weights} has {name} of shape "
+                f"{tuple(shape)}: its vectors are {shape[1]} wide; use the config.json that came "
+                f"with these weights ({field}={shape[1]})."
+            )
+
+
 _POSITIVE_INTS = (
     "vocab_size",
     "hidden_size",

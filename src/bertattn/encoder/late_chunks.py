@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +44,19 @@ __all__ = [
     "plan_text",
     "plan_windows",
     "pool_spans",
+    "pool_windows",
     "span_members",
 ]
 
 #: far more tokens than any text: the whole text in one encoding (no truncation)
 _WHOLE = 2**31 - 1
+
+#: every character ``str.isspace()`` holds (all are below U+3001)
+_SPACES = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
+
+#: the most float32 values :func:`pool_spans` gathers at once (64 MiB): spans are pooled in
+#: groups of about this many (span, token) cells, so pooling's memory is bounded
+_POOL_CELLS = 1 << 24
 
 
 def check_spans(spans: object, text: str) -> list[tuple[int, int]]:
@@ -106,13 +114,19 @@ def plan_windows(n: int, width: int, overlap: int) -> list[int]:
 
 def best_window(starts: Sequence[int], width: int, n: int) -> np.ndarray:
     """``(n,)`` the index of the window each token is read from: the one where its context,
-    ``min(before, after)`` inside the window, is largest (the earlier on a tie)."""
-    pos = np.arange(n)[None, :]  # (1, n)
-    s = np.asarray(starts)[:, None]  # (W, 1)
-    inside = (pos >= s) & (pos < s + width)  # (W, n)
-    context = np.minimum(pos - s, s + width - 1 - pos)  # (W, n)
-    context = np.where(inside, context, -1)
-    return context.argmax(0)  # the first maximum: the earlier window
+    ``min(before, after)`` inside the window, is largest (the earlier on a tie). Memory
+    ``O(n + width)``, work ``O(windows x width)``: each window updates its own tokens only."""
+    pick = np.zeros(n, dtype=np.int64)
+    best = np.full(n, -1, dtype=np.int64)
+    ramp = np.arange(width)
+    context = np.minimum(ramp, width - 1 - ramp)  # (width,) a token's context at each place
+    for w, start in enumerate(starts):
+        end = min(start + width, n)
+        here = context[: end - start]
+        better = here > best[start:end]  # strictly: the earlier window keeps a tie
+        best[start:end][better] = here[better]
+        pick[start:end][better] = w
+    return pick
 
 
 def first_characters(text: str, offsets: np.ndarray) -> np.ndarray:
@@ -120,13 +134,11 @@ def first_characters(text: str, offsets: np.ndarray) -> np.ndarray:
     looking on past the token when it is all space. A SentencePiece piece such as ``▁It``,
     or a lone ``▁`` before its word, covers the space before the word and belongs with the
     word, not with the chunk that ends at the space."""
-    out = offsets[:, 0].copy()
-    n = len(text)
-    for i, a in enumerate(out.tolist()):
-        while a < n and text[a].isspace():
-            a += 1
-        out[i] = a
-    return out
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")  # (len,)
+    solid = np.flatnonzero(~np.isin(codes, _SPACES))  # the characters that are not space
+    after = np.searchsorted(solid, offsets[:, 0])  # (n,) the first of them at or after each
+    found = after < len(solid)
+    return np.where(found, solid[np.minimum(after, len(solid) - 1)], len(text)).astype(np.int64)
 
 
 @dataclass
@@ -209,13 +221,27 @@ def plan_text(bert: Bert, text: str, *, max_length: int | None, overlap: int | N
     return WindowPlan(rows, kinds, len(head), w, n, offsets, starts)
 
 
-def gather_states(plan: WindowPlan, windows: Tensor) -> TokenWindows:
-    """``windows`` ``(W, L, E)``: the windows' last hidden states (special tokens included)
-    -> each token's state from the window where it has the most context."""
-    inner = windows[:, plan.head : plan.head + plan.width].float()  # (W, w, E)
-    pick = torch.from_numpy(best_window(plan.starts, plan.width, plan.n))  # (n,)
-    where = torch.arange(plan.n) - torch.tensor(plan.starts)[pick]  # (n,) place in its window
-    states = inner[pick, where]  # (n, E)
+def gather_states(plan: WindowPlan, windows: Iterable[Tensor | np.ndarray]) -> TokenWindows:
+    """``windows``: each window's ``(L, E)`` last hidden states (special tokens included), in
+    order (a ``(W, L, E)`` tensor, a list, or a generator) -> each token's state from the window
+    where it has the most context. Each window is read once, in turn, and not kept: with a
+    generator only the token states ``(n, E)`` and the window at hand are held."""
+    pick = best_window(plan.starts, plan.width, plan.n)  # (n,)
+    where = np.arange(plan.n) - np.asarray(plan.starts)[pick]  # (n,) place in its window
+    order = np.argsort(pick, kind="stable")  # (n,) the tokens, window by window
+    ends = np.cumsum(np.bincount(pick, minlength=len(plan.starts)))  # (W,)
+    states: Tensor | None = None
+    low = 0
+    for w, window in enumerate(windows):
+        rows = torch.as_tensor(window)  # (L, E)
+        if states is None:
+            states = torch.empty((plan.n, rows.shape[-1]), dtype=torch.float32)
+        high = int(ends[w])
+        mine = order[low:high]  # the tokens read from this window
+        places = torch.from_numpy(plan.head + where[mine])
+        states[torch.from_numpy(mine)] = rows[places].float()
+        low = high
+    assert states is not None and low == plan.n, "fewer windows than the plan"
     if len(plan.starts) > 1:
         logger.info(
             "late chunks: %d tokens in %d windows of %d", plan.n, len(plan.starts), plan.width
@@ -223,21 +249,26 @@ def gather_states(plan: WindowPlan, windows: Tensor) -> TokenWindows:
     return TokenWindows(states, plan.offsets, plan.starts)
 
 
+def _windows(bert: Bert, plan: WindowPlan, batch_size: int) -> Iterator[Tensor]:
+    """The plan's windows through ``bert``, ``batch_size`` at a time, one ``(L, E)`` float32
+    CPU tensor each (a batch is dropped once its windows are read)."""
+    device = bert.model.device
+    for i in range(0, len(plan.starts), batch_size):
+        ids_t = torch.from_numpy(plan.rows[i : i + batch_size]).to(device)  # (b, L)
+        mask = torch.ones_like(ids_t)
+        kinds_t = torch.from_numpy(plan.kinds[i : i + batch_size]).to(device)  # (b, L)
+        yield from bert._last_hidden(ids_t, mask, kinds_t).float().cpu()  # (b, L, E)
+
+
 def token_states(
     bert: Bert, text: str, *, max_length: int | None, overlap: int | None, batch_size: int
 ) -> TokenWindows:
     """Every token of ``text`` through ``bert``: one forward when it fits ``max_length``
-    (default ``bert.max_length``), else overlapping windows (see the module's docstring)."""
+    (default ``bert.max_length``), else overlapping windows (see the module's docstring);
+    memory: the token states and one batch of windows."""
     plan = plan_text(bert, text, max_length=max_length, overlap=overlap)
-    device = bert.model.device
-    parts = []
     with torch.inference_mode():
-        for i in range(0, len(plan.starts), batch_size):
-            ids_t = torch.from_numpy(plan.rows[i : i + batch_size]).to(device)  # (b, L)
-            mask = torch.ones_like(ids_t)
-            kinds_t = torch.from_numpy(plan.kinds[i : i + batch_size]).to(device)  # (b, L)
-            parts.append(bert._last_hidden(ids_t, mask, kinds_t).float().cpu())  # (b, L, E)
-    return gather_states(plan, torch.cat(parts))
+        return gather_states(plan, _windows(bert, plan, batch_size))
 
 
 def late_options(
@@ -261,12 +292,19 @@ def late_options(
     return str(pooling), bool(normalize), truncate_dim
 
 
-def span_members(text: str, offsets: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
-    """``(S, n)`` bool: the tokens whose first character lies in each checked span;
+def span_members(
+    text: str, offsets: np.ndarray, spans: list[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, bounds)``: the tokens whose first character lies in checked span ``i`` are
+    ``order[bounds[i, 0] : bounds[i, 1]]`` (``order`` ``(n,)`` the token indices by where
+    their word starts, ``bounds`` ``(S, 2)``); memory linear in the tokens and the spans.
     ``ValueError`` naming the first span that holds none."""
     starts = first_characters(text, offsets)  # (n,)
-    member = np.stack([(starts >= a) & (starts < b) for a, b in spans])  # (S, n)
-    empty = np.flatnonzero(~member.any(1))
+    order = np.argsort(starts, kind="stable")  # (n,) already sorted for every tokenizer seen
+    ranked = starts[order]
+    edges = np.asarray(spans, dtype=np.int64).reshape(-1, 2)  # (S, 2) characters
+    bounds = np.searchsorted(ranked, edges)  # (S, 2) token ranks: [first char >= a, >= b)
+    empty = np.flatnonzero(bounds[:, 1] <= bounds[:, 0])
     if len(empty):
         i = int(empty[0])
         a, b = spans[i]
@@ -274,7 +312,44 @@ def span_members(text: str, offsets: np.ndarray, spans: list[tuple[int, int]]) -
             f"spans[{i}] = ({a}, {b}) holds no token's first character (text {text[a:b]!r}): "
             f"{len(empty)} of {len(spans)} spans have no tokens; widen or drop them."
         )
-    return member
+    return order, bounds
+
+
+def _pool_group(
+    states: Tensor, order: np.ndarray, bounds: np.ndarray, out: Tensor, pooling: str
+) -> None:
+    """Pool the spans of ``bounds`` ``(G, 2)`` into ``out`` ``(G, E)`` (zeros for ``"mean"``:
+    their sums; -inf for ``"max"``) with one gather and one segment reduction."""
+    counts = bounds[:, 1] - bounds[:, 0]  # (G,)
+    segment = np.repeat(np.arange(len(bounds)), counts)  # (P,) each cell's span
+    offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    tokens = torch.from_numpy(order[np.repeat(bounds[:, 0], counts) + offset])  # (P,)
+    rows = states.index_select(0, tokens)  # (P, E)
+    index = torch.from_numpy(segment)
+    if pooling == "mean":
+        out.index_add_(0, index, rows)
+    else:
+        out.scatter_reduce_(0, index[:, None].expand_as(rows), rows, "amax")
+
+
+def _pool(states: Tensor, order: np.ndarray, bounds: np.ndarray, pooling: str) -> Tensor:
+    """``(S, E)``: each span's mean or max over its tokens (``order`` / ``bounds`` of
+    :func:`span_members`), in groups of spans of about ``_POOL_CELLS`` values at once."""
+    width = int(states.shape[1])
+    fill = 0.0 if pooling == "mean" else float("-inf")
+    out = torch.full((len(bounds), width), fill, dtype=states.dtype)  # (S, E)
+    ends = np.cumsum(bounds[:, 1] - bounds[:, 0])  # (S,) cells up to each span's end
+    cells = max(1, _POOL_CELLS // max(width, 1))
+    first = 0
+    while first < len(bounds):
+        before = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, before + cells, side="right")))
+        _pool_group(states, order, bounds[first:last], out[first:last], pooling)
+        first = last
+    if pooling == "mean":
+        counts = torch.from_numpy(bounds[:, 1] - bounds[:, 0]).to(states.dtype)  # (S,)
+        out /= counts[:, None]
+    return out
 
 
 def pool_spans(
@@ -287,18 +362,34 @@ def pool_spans(
     truncate_dim: int | None,
 ) -> Tensor:
     """``(S, E)`` float32: each checked span's pooling over the tokens whose first character
-    lies in it; ``ValueError`` naming the first span that holds none."""
-    member = span_members(text, tokens.offsets, spans)  # (S, n)
-    if pooling == "mean":
-        weights = torch.from_numpy(member.astype(np.float32))  # (S, n)
-        emb = (weights @ tokens.states) / weights.sum(1, keepdim=True)  # (S, E)
-    else:  # max: each span's element-wise maximum
-        emb = torch.stack([tokens.states[torch.from_numpy(m)].amax(0) for m in member])  # (S, E)
+    lies in it; ``ValueError`` naming the first span that holds none. Vectorized (no loop over
+    the spans) and bounded: memory linear in the tokens and the spans."""
+    order, bounds = span_members(text, tokens.offsets, spans)
+    emb = _pool(tokens.states, order, bounds, pooling)
     if normalize:
         emb = torch.nn.functional.normalize(emb, p=2, dim=1)
     if truncate_dim is not None:
         emb = emb[:, :truncate_dim]
     return emb
+
+
+def pool_windows(
+    plan: WindowPlan,
+    windows: Sequence[np.ndarray],
+    text: str,
+    spans: list[tuple[int, int]],
+    *,
+    pooling: str,
+    normalize: bool,
+    truncate_dim: int | None,
+) -> np.ndarray:
+    """``(S, E)`` float32: the spans pooled from a plan's computed ``windows`` (each
+    ``(L, E)``), as :func:`encode_late_chunks`: :func:`gather_states` then :func:`pool_spans`.
+    A server runs it off its event loop."""
+    tokens = gather_states(plan, windows)  # W x (L, E) -> (n, E), no (W, L, E) copy
+    return pool_spans(
+        text, tokens, spans, pooling=pooling, normalize=normalize, truncate_dim=truncate_dim
+    ).numpy()
 
 
 def encode_late_chunks(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from ..blocks import (
 )
 from ..errors import ModelFolderError
 from .registry import Family, HeadSpec, register
+from .rope import even_head_size, rope_object, rope_theta
 
 __all__ = ["ModernBertArch", "ModernBertMaskedLMHead", "ModernBertSequenceHead", "read_config"]
 
@@ -98,20 +100,23 @@ def _layer_types(data: dict[str, Any], layers: int, source: str) -> tuple[str, .
 def _thetas(data: dict[str, Any], source: str) -> dict[str, float]:
     if data.get("rope_scaling") is not None:
         raise _refuse(source, "rope_scaling", data["rope_scaling"], "rope_scaling null")
-    params = data.get("rope_parameters") or {}
-    if not isinstance(params, dict):
-        raise _refuse(source, "rope_parameters", params, "a dict per layer type")
-    old = {GLOBAL: data.get("global_rope_theta"), LOCAL: data.get("local_rope_theta")}
+    refuse = partial(_refuse, source)
+    params = rope_object(data.get("rope_parameters"), "rope_parameters", refuse,
+                         "a dict per layer type")  # fmt: skip
     out = {}
     for kind in (GLOBAL, LOCAL):
-        p = params.get(kind) or {}
+        field = f"rope_parameters.{kind}"
+        p = rope_object(params.get(kind), field, refuse, "a dict with rope_type and rope_theta")
         rope_type = p.get("rope_type", "default")
         if rope_type != "default":
-            raise _refuse(source, f"rope_parameters.{kind}.rope_type", rope_type, "'default'")
-        theta = p.get("rope_theta", old[kind] or _DEFAULT_THETA[kind])
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-            raise _refuse(source, f"rope_parameters.{kind}.rope_theta", theta, "a number > 0")
-        out[kind] = float(theta)
+            raise refuse(f"{field}.rope_type", rope_type, "'default'")
+        old = "global_rope_theta" if kind == GLOBAL else "local_rope_theta"  # older configs
+        if "rope_theta" in p:
+            out[kind] = rope_theta(p["rope_theta"], f"{field}.rope_theta", refuse)
+        elif data.get(old) is not None:
+            out[kind] = rope_theta(data[old], old, refuse)
+        else:
+            out[kind] = _DEFAULT_THETA[kind]
     return out
 
 
@@ -120,6 +125,8 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Mode
     layers = data.get("num_hidden_layers", 22)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise _refuse(source, "num_hidden_layers", layers, "an int >= 1")
+    hidden, heads = data.get("hidden_size", 768), data.get("num_attention_heads", 12)
+    even_head_size(hidden, heads, partial(_refuse, source))
     act = data.get("hidden_activation", "gelu")
     try:
         activation(act, "hidden_activation")

@@ -37,6 +37,7 @@ from ..blocks import (
 )
 from ..errors import ModelFolderError
 from .registry import Family
+from .rope import even_head_size, rope_object, rope_theta
 
 __all__ = ["RotaryArch", "Variant", "embeddings", "family"]
 
@@ -88,15 +89,18 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
 
     if data.get("rope_scaling") is not None:
         raise refuse("rope_scaling", data["rope_scaling"], "rope_scaling null")
-    params = data.get("rope_parameters") or {}
-    if not isinstance(params, dict):
-        raise refuse("rope_parameters", params, "a dict with rope_type and rope_theta")
+    params = rope_object(data.get("rope_parameters"), "rope_parameters", refuse,
+                         "a dict with rope_type and rope_theta")  # fmt: skip
     if params.get("rope_type", "default") != "default":
         raise refuse("rope_parameters.rope_type", params["rope_type"], "'default'")
-    theta = params.get("rope_theta", data.get("rope_theta", variant.default_theta))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise refuse("rope_parameters.rope_theta", theta, "a number > 0")
+    if "rope_theta" in params:
+        theta = rope_theta(params["rope_theta"], "rope_parameters.rope_theta", refuse)
+    elif data.get("rope_theta") is not None:
+        theta = rope_theta(data["rope_theta"], "rope_theta", refuse)
+    else:
+        theta = variant.default_theta
     hidden, heads = data.get("hidden_size", 768), data.get("num_attention_heads", 12)
+    even_head_size(hidden, heads, refuse)
     head_dim = data.get("head_dim")
     if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads:
         if head_dim != hidden // heads:

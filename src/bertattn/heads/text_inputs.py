@@ -15,7 +15,7 @@ from ..arguments import check_int
 from ..encoder import Bert
 from ..encoder.st_compat import UnsupportedArgumentError, processing_max_length
 
-__all__ = ["call_max_length", "encode_inputs"]
+__all__ = ["call_max_length", "encode_inputs", "pair_minimum"]
 
 #: the shortest limit bertattn's tokenizer takes for a pair: [CLS] a [SEP] b [SEP]
 _PAIR_FLOOR = 5
@@ -41,6 +41,13 @@ def call_max_length(bert: Bert, processing_kwargs: object) -> int:
         high=top,
         why=f"[CLS], [SEP] and a token of the text; the model's max_position_embeddings is {top}",
     )
+
+
+def pair_minimum(bert: Bert) -> int:
+    """The fewest tokens a pair may be cut to and keep a token of each text: the special tokens
+    the model's tokenizer adds to a pair (3 for BERT's ``[CLS] a [SEP] b [SEP]``, 4 for
+    RoBERTa's ``<s> a </s></s> b </s>``) plus two."""
+    return int(bert.tokenizer._tok.num_special_tokens_to_add(True)) + 2
 
 
 def encode_inputs(

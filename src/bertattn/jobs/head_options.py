@@ -20,9 +20,12 @@ from .fields import (
     option,
 )
 
-__all__ = ["HEAD_OUTPUTS", "PredictOptions", "RerankOptions"]
+__all__ = ["HEAD_OUTPUTS", "PAIR_FLOOR", "PredictOptions", "RerankOptions"]
 
 HEAD_OUTPUTS = (".jsonl",)
+#: the shortest --max-length that keeps a token of each text of a pair, with BERT's template
+#: ``[CLS] a [SEP] b [SEP]`` (a tokenizer that adds more is checked once the model is loaded)
+PAIR_FLOOR = 5
 
 
 def _head_common(cls: type, obj: Any) -> None:
@@ -123,6 +126,13 @@ class RerankOptions(_HeadRun):
         if not isinstance(self.query, str) or not self.query.strip():
             raise UsageError("QUERY is empty; give the text the documents are ranked for.")
         _head_common(cls, self)
+        check_int(  # below, every document would score the same: a pair cut to its specials
+            cls,
+            self,
+            "max_length",
+            low=PAIR_FLOOR,
+            because="[CLS], [SEP], [SEP] and at least one token of the query and of the document",
+        )
         check_text(cls, self, "id_field")
         check_int(cls, self, "max_tokens_per_doc")
 

@@ -100,6 +100,20 @@ def _check_max_length(folder: ModelFolder, options: RerankOptions | PredictOptio
         )
 
 
+def _check_pair_room(bert: Any, options: RerankOptions) -> None:
+    """``--max-length`` holds the model's pair template and a token of the query and of each
+    document (else every document scores the same: its pair cut to the special tokens)."""
+    from ..heads.text_inputs import pair_minimum
+
+    least = pair_minimum(bert)
+    if options.max_length is not None and options.max_length < least:
+        raise UsageError(
+            f"--max-length {options.max_length} cannot hold a query-document pair for this "
+            f"model: its tokenizer adds {least - 2} special tokens to a pair, and the query and "
+            f"the document need a token each; use --max-length {least} or more."
+        )
+
+
 def _max_length(bert: Any, options: RerankOptions | PredictOptions) -> None:
     """``--max-length`` (checked by :func:`_check_max_length`) set on the loaded encoder."""
     if options.max_length is not None:
@@ -206,6 +220,7 @@ def run_rerank(options: RerankOptions) -> EncodeSummary:
     start = time.perf_counter()
     model = CrossEncoder(folder, **load)
     _max_length(model.bert, options)
+    _check_pair_room(model.bert, options)
     ranked = model.rank(
         options.query,
         docs,

@@ -160,6 +160,7 @@ def run_serve(
             max_queue_s=options.max_queue_time or None,
             min_queue_requests=options.min_queue_requests,
             max_request_inputs=options.max_request_inputs,
+            max_decode_ids=options.max_decode_ids,
             max_input_tokens=options.max_input_tokens,
             truncate=options.truncate is not False,
             max_body_bytes=options.max_body_bytes,

@@ -27,6 +27,7 @@ from .fields import (
 __all__ = [
     "SERVE_BATCH_TOKENS",
     "SERVE_BODY_SIZE",
+    "SERVE_DECODE_IDS",
     "SERVE_DRAIN_TIMEOUT",
     "SERVE_HEADER_TIMEOUT",
     "SERVE_MAX_CONNECTIONS",
@@ -42,6 +43,7 @@ __all__ = [
 SERVE_BATCH_TOKENS = serve_defaults.MAX_BATCH_TOKENS
 SERVE_QUEUE_TOKENS = serve_defaults.MAX_QUEUE_TOKENS
 SERVE_REQUEST_INPUTS = serve_defaults.MAX_REQUEST_INPUTS
+SERVE_DECODE_IDS = serve_defaults.MAX_DECODE_IDS
 SERVE_BODY_SIZE = f"{serve_defaults.MAX_BODY_MIB}M"
 SERVE_DRAIN_TIMEOUT = 30.0
 SERVE_QUEUE_TIME = serve_defaults.MAX_QUEUE_S
@@ -119,6 +121,13 @@ class ServeOptions:
     max_request_inputs: int = option(
         SERVE_REQUEST_INPUTS,
         f"inputs in one request (default {SERVE_REQUEST_INPUTS})",
+        type=int,
+        metavar="N",
+    )
+    max_decode_ids: int = option(
+        SERVE_DECODE_IDS,
+        f"token ids in one POST /decode request: decoding holds the interpreter, so /live and "
+        f"every other request wait for it (default {SERVE_DECODE_IDS})",
         type=int,
         metavar="N",
     )
@@ -216,6 +225,7 @@ class ServeOptions:
         check_int(cls, self, "max_batch_tokens", optional=False)
         check_int(cls, self, "max_queue_tokens", optional=False)
         check_int(cls, self, "max_request_inputs", optional=False)
+        check_int(cls, self, "max_decode_ids", optional=False)
         check_int(cls, self, "max_input_tokens", low=3, because=MAX_LENGTH_WHY)
         if self.max_queue_tokens < self.max_batch_tokens:
             raise UsageError(

@@ -1,11 +1,13 @@
 """One model worker thread, fed by a token-budget queue.
 
 Each admitted input waits as an item with its real token count. The worker forms a batch of at
-most ``max_batch_tokens`` real tokens (and at most twice that once padded), shortest inputs
-first (little padding, short requests answered fast); an input that has waited ``max_wait_s``
-anchors the next batch instead, filled with the inputs nearest its length, so long inputs are
-never starved. A request larger than one
-batch is spread over several and answered when its last row is in, rows in input order.
+most ``max_batch_tokens`` real tokens (and at most twice that once padded) by taking turns
+between the waiting requests, round robin: each request in turn gives its shortest waiting input,
+round after round until nothing more fits, and the requests that gave go to the back of the line.
+So a short request waits for at most the batch being computed and one more, however large the
+requests ahead of it (a request of 512 long texts no longer holds every later one behind all of
+its work), and no request is starved. A request larger than one batch is spread over several and
+answered when its last row is in, rows in input order.
 
 The event loop only admits (:meth:`Batcher.submit`, a lock and a few additions) and awaits a
 future; the worker resolves it with ``loop.call_soon_threadsafe``, exactly once, or drops the
@@ -78,6 +80,7 @@ class Ticket:
     inference_s: float = 0.0
     finished: bool = False  # resolved (rows, or an error): never twice
     items: list[_Item] = field(default_factory=list)  # its inputs, in input order
+    pending: deque[_Item] = field(default_factory=deque)  # its items to batch, shortest first
 
 
 @dataclass(eq=False)
@@ -129,14 +132,13 @@ class Batcher:
         #: says (never past ``max_queue_tokens``): a burst of small requests gets in although
         #: the speed measured on tiny batches (or a cold first one) makes the time cap small
         self.min_queue_requests = min_queue_requests
-        self.max_wait_s = max_wait_s
+        self.max_wait_s = max_wait_s  # the idle worker looks at the queue this often
         #: padded tokens (inputs x the longest) a batch may reach: short inputs batched with a
         #: long one would otherwise pad to thousands of times their length
         self.max_padded = 2 * max_batch_tokens
         self.metrics = metrics
         self._cond = threading.Condition()
-        self._by_len: dict[int, deque[_Item]] = {}
-        self._fifo: deque[_Item] = deque()
+        self._line: deque[Ticket] = deque()  # requests with items to batch, whose turn first
         self._queued_tokens = 0
         self._queued_tickets: set[Ticket] = set()
         self._running = 0  # items in the batch being computed
@@ -227,8 +229,8 @@ class Batcher:
             for i, (enc, n) in enumerate(zip(encodings, tokens, strict=True)):
                 item = _Item(ticket, i, enc, int(n), now)
                 ticket.items.append(item)
-                self._by_len.setdefault(int(n), deque()).append(item)
-                self._fifo.append(item)
+            ticket.pending.extend(sorted(ticket.items, key=lambda it: it.tokens))
+            self._line.append(ticket)
             self._queued_tokens += total  # the one place that adds (see _retire)
             self._queued_tickets.add(ticket)
             if self.metrics is not None:
@@ -299,32 +301,29 @@ class Batcher:
 
     # ---------------------------------------------------------------- the worker's side
     def _take(self) -> list[_Item]:
-        """(lock held) The next batch: items out of the queue, at most max_batch_tokens."""
+        """(lock held) The next batch: items out of the queue, at most max_batch_tokens, the
+        waiting requests taking turns (see the module docstring)."""
         now = time.monotonic()
-        fifo = self._fifo
-        while fifo and fifo[0].taken:
-            fifo.popleft()
         batch: list[_Item] = []
-        budget = self.max_batch_tokens
-        longest = 0
-        lengths = sorted(k for k, dq in self._by_len.items() if dq)  # shortest first
-        if fifo and now - fifo[0].enqueued >= self.max_wait_s:  # aged: it goes first
-            anchor = fifo.popleft()
-            if self._accept(anchor, now):
-                batch.append(anchor)
-                budget -= anchor.tokens
-                longest = anchor.tokens
-                lengths.sort(key=lambda k: (abs(k - anchor.tokens), k))  # then its neighbours
-        for k in lengths:
-            dq = self._by_len[k]
-            while dq and (dq[0].taken or self._fits(k, budget, len(batch), longest)):
-                item = dq.popleft()
+        gave: dict[Ticket, None] = {}  # the requests with an item in the batch, in turn order
+        real = longest = 0
+        active = list(self._line)
+        while active:  # one round: each request in turn gives its shortest input that fits
+            still = []
+            for ticket in active:
+                item = self._next(ticket)
+                if item is None:
+                    continue
+                if batch and not self._fits(item.tokens, real, len(batch), longest):
+                    continue  # its shortest does not fit: nor will its others, in this batch
+                ticket.pending.popleft()
                 if self._accept(item, now):
                     batch.append(item)
-                    budget -= k
-                    longest = max(longest, k)
-            if not dq:
-                del self._by_len[k]
+                    real, longest = real + item.tokens, max(longest, item.tokens)
+                    gave[ticket] = None
+                still.append(ticket)
+            active = still
+        self._rotate(list(gave))
         for item in batch:
             ticket = item.ticket
             if ticket.started is None:
@@ -335,10 +334,28 @@ class Batcher:
         self._batch = batch
         return batch
 
-    def _fits(self, k: int, budget: int, size: int, longest: int) -> bool:
-        """An input of ``k`` tokens joins a batch of ``size`` inputs: real tokens within the
-        budget left, padded tokens within ``max_padded``."""
-        return k <= budget and (size + 1) * max(longest, k) <= self.max_padded
+    @staticmethod
+    def _next(ticket: Ticket) -> _Item | None:
+        """(lock held) The ticket's shortest item still to batch (dropped ones skipped)."""
+        pending = ticket.pending
+        while pending and pending[0].taken:
+            pending.popleft()
+        return pending[0] if pending else None
+
+    def _rotate(self, gave: list[Ticket]) -> None:
+        """(lock held) The requests that gave to this batch go to the back of the line, in
+        their order; those with nothing left to batch leave it."""
+        given = set(gave)
+        kept = [t for t in self._line if t not in given and self._next(t) is not None]
+        self._line = deque([*kept, *(t for t in gave if self._next(t) is not None)])
+
+    def _fits(self, k: int, real: int, size: int, longest: int) -> bool:
+        """An input of ``k`` tokens joins a batch of ``size`` inputs, ``real`` tokens, the
+        longest ``longest``: real tokens within ``max_batch_tokens``, padded tokens within
+        ``max_padded``. Once false for ``k`` it stays false while the batch fills and for any
+        longer input (the batch only grows)."""
+        padded = (size + 1) * max(longest, k)
+        return real + k <= self.max_batch_tokens and padded <= self.max_padded
 
     def _accept(self, item: _Item, now: float) -> bool:
         """(lock held) Whether ``item`` goes into the batch: not taken or dropped, its request

@@ -20,18 +20,20 @@ class Limits:
     (None: tokens only), so that an admitted request waits about that long at most;
     ``min_queue_requests``: while fewer requests wait, the time cap does not apply (the token
     cap does), so that a burst of small requests is admitted;
-    ``max_request_inputs``: inputs per request; ``max_input_tokens``: tokens per input (None:
-    the model's max length); ``truncate``: cut longer inputs (False: 400 naming the input);
-    ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the data
-    routes require (None: open); ``body_timeout_s``: seconds a request body may take to arrive
-    (then 408); ``max_wait_s``: an input waiting this long goes into the next
-    batch ahead of shorter ones (aging: long inputs are not starved); ``names``: extra model
-    names the ``model`` field may carry (the served name is always accepted); ``served_name``:
+    ``max_request_inputs``: inputs per request; ``max_decode_ids``: token ids in one ``/decode``
+    request (a decode holds the GIL: /live waits for it); ``max_input_tokens``: tokens per input
+    (None: the model's max length); ``truncate``: cut longer inputs (False: 400 naming the
+    input); ``max_body_bytes``: request body size before 413; ``api_key``: the Bearer key the
+    data routes require (None: open); ``body_timeout_s``: seconds a request body may take to
+    arrive (then 408); ``max_wait_s``: how often, in seconds, the idle model worker looks at the
+    queue again (requests take turns in batches: no input is starved); ``names``: extra model names
+    the ``model`` field may carry (the served name is always accepted); ``served_name``:
     the name responses carry (default: the model's hub name, or its folder's name)."""
 
     max_batch_tokens: int = default.MAX_BATCH_TOKENS
     max_queue_tokens: int = default.MAX_QUEUE_TOKENS
     max_request_inputs: int = default.MAX_REQUEST_INPUTS
+    max_decode_ids: int = default.MAX_DECODE_IDS
     max_input_tokens: int | None = None
     truncate: bool = True
     max_body_bytes: int = default.MAX_BODY_MIB << 20
@@ -47,7 +49,7 @@ class Limits:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("max_batch_tokens", "max_queue_tokens", "max_request_inputs",
-                          "max_body_bytes", "max_input_tokens"):  # fmt: skip
+                          "max_body_bytes", "max_input_tokens", "max_decode_ids"):  # fmt: skip
                 if value is None and f.name == "max_input_tokens":
                     continue
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:

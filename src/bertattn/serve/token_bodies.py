@@ -178,12 +178,22 @@ class Decode:
     skip_special_tokens: bool
 
 
-def check_decode(obj: dict[str, Any], *, limit: int, vocab: int) -> Decode:
-    """TEI's ``POST /decode`` body: ``ids`` as one array of token ids or an array of them."""
+def check_decode(obj: dict[str, Any], *, limit: int, vocab: int, most: int) -> Decode:
+    """TEI's ``POST /decode`` body: ``ids`` as one array of token ids or an array of them, at
+    most ``most`` ids in all (413 before any is looked at)."""
     check_unknown(obj, ("ids", "skip_special_tokens"))
     if "ids" not in obj:
         raise ApiError(400, "'ids' is required: the token ids to decode.", param="ids")
     value = obj["ids"]
+    count = _id_count(value)
+    if count > most:
+        raise ApiError(
+            413,
+            f"'ids' holds {count} token ids, more than this server decodes in one request "
+            f"({most}, --max-decode-ids): split them over several requests.",
+            param="ids",
+            code="request_too_large",
+        )
     if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
         req = check_inputs(value, "ids", limit, vocab, ids=True)
     elif isinstance(value, list) and value and not isinstance(value[0], list):
@@ -201,6 +211,13 @@ def check_decode(obj: dict[str, Any], *, limit: int, vocab: int) -> Decode:
         )  # fmt: skip
     skip = bool_field(obj, "skip_special_tokens")
     return Decode(req.ids, True if skip is None else skip)
+
+
+def _id_count(value: object) -> int:
+    """How many ids a ``/decode`` body's ``ids`` holds (0 for a shape that is not ids)."""
+    if not isinstance(value, list):
+        return 0
+    return sum(len(v) if isinstance(v, list) else 1 for v in value)
 
 
 @dataclass

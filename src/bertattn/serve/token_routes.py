@@ -151,9 +151,10 @@ async def decode(state: ServeState, request: Request) -> Response:
     """TEI: the texts of token ids, one string per id list (``[str]``)."""
     obj = await read_body(state, request)
     req = await checked(
-        request, check_decode, obj, limit=state.limits.max_request_inputs, vocab=state.vocab
-    )
-    if sum(map(len, req.ids)) > 65536:
+        request, check_decode, obj, limit=state.limits.max_request_inputs, vocab=state.vocab,
+        most=state.limits.max_decode_ids,
+    )  # fmt: skip
+    if sum(map(len, req.ids)) > 4096:  # off the loop: it gets the interpreter between lists
         texts = await run_in_threadpool(_decode_all, state.bert, req.ids, req.skip_special_tokens)
     else:
         texts = _decode_all(state.bert, req.ids, req.skip_special_tokens)
@@ -185,7 +186,7 @@ def _plan(bert: Any, texts: list[str], limit: int, overlap: int | None, most: in
 async def _late_chunks(state: ServeState, request: Request) -> Response:
     """One row per span: ``[[float]]`` (base64: one string per row), equal to
     ``Bert.encode_late_chunks(text, spans)`` with the windows of ``--max-input-tokens``."""
-    from ..encoder.late_chunks import gather_states, late_options, pool_spans, span_members
+    from ..encoder.late_chunks import late_options, pool_windows, span_members
 
     state.served.require("/embed_late_chunks")
     obj = await read_body(state, request)
@@ -209,11 +210,10 @@ async def _late_chunks(state: ServeState, request: Request) -> Response:
     ]
     counts = [len(j.encoding.ids) for j in jobs]
     windows = await run_model(state, request, jobs, counts, "text", stack=False)
-    tokens = gather_states(plan, torch.from_numpy(np.stack(windows)))  # (W, L, E) -> (n, E)
-    emb = pool_spans(
-        req.text, tokens, req.spans, pooling=pooling, normalize=normalize,
+    emb = await run_in_threadpool(  # off the event loop: (S, E)
+        pool_windows, plan, windows, req.text, req.spans, pooling=pooling, normalize=normalize,
         truncate_dim=state.bert.truncate_dim,
-    ).numpy()  # fmt: skip
+    )  # fmt: skip
     return await _answer(state, emb.size, _rows_each(emb, req.format))
 
 
