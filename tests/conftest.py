@@ -75,6 +75,7 @@ _LONG_FIRST = ("tests/test_serve_soak.py::test_soak_real_server",)
 #: follows in the order pytest collected it. Re-measure when a file grows or shrinks a lot.
 _COSTLY_FILES = (
     "tests/test_docs_blocks.py",  # 356 s
+    "tests/test_int8.py",  # int8 runs on AVX2 CPUs too now: compiles and verifies
     "tests/test_deploy_onnx.py",  # 194
     "tests/test_deploy_compile.py",  # 119
     "tests/test_distributed_encode.py",  # 88

@@ -61,8 +61,18 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-#: the forms this CPU runs exactly and fast (what a model loaded here may get)
-KEPT = [] if REFUSED else [s.form for s in int8_speed.time_forms() if s.passes()]
+#: the forms a model loaded here may get: every fast exact float32-output form, and the one
+#: check_speed keeps (a 16-bit output only where it is clearly faster)
+KEPT = (
+    []
+    if REFUSED
+    else list(
+        dict.fromkeys(
+            [s.form for s in int8_speed.time_forms() if s.passes() and s.form.out == torch.float32]
+            + [int8.check_speed().form]
+        )
+    )
+)
 #: what each output dtype's rounding may add to the quantization, of the output's largest value
 #: (float16 and bfloat16 keep 11 and 8 significant bits)
 ROUNDING = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}

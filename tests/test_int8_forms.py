@@ -87,6 +87,16 @@ def test_the_fastest_exact_form_is_kept(monkeypatch) -> None:
     assert kept.form == U8_F32 and kept.ratio == pytest.approx(4.6)
 
 
+@pytest.mark.parametrize(("bf16_ratio", "kept"), [(4.8, U8_F32), (5.2, U8_F32), (5.4, U8_BF16)])
+def test_a_16_bit_output_must_be_clearly_faster(monkeypatch, bf16_ratio, kept) -> None:
+    """bfloat16 out rounds before the zero-point correction: kept over float32 out only at
+    1.15x its speed (4.6 x 1.15 = 5.29)."""
+    timed = {U8_F32: _speed(U8_F32, 4.6), U8_BF16: _speed(U8_BF16, bf16_ratio, 0.001)}
+    monkeypatch.setattr(int8_speed, "candidates", lambda flags: tuple(timed))
+    monkeypatch.setattr(int8_speed, "time_speed", lambda form, **k: timed[form])
+    assert int8.check_speed().form == kept
+
+
 def test_no_fast_exact_form_is_refused_with_every_forms_numbers(monkeypatch) -> None:
     timed = {U8_F32: _speed(U8_F32, 0.26, None), S8_F32: _speed(S8_F32, 3.0, 0.1)}
     monkeypatch.setattr(int8_speed, "candidates", lambda flags: tuple(timed))

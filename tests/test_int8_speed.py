@@ -284,3 +284,17 @@ def test_encode_cli_names_the_speeds_and_writes_nothing(
     assert r.code == 1, r
     assert "int8 is refused on this CPU (Test CPU 9000)" in r.err and "0.02x" in r.err, r.err
     assert not out.exists()
+
+
+def test_the_kept_form_reaches_explain_and_the_dtype_reason(int8_steps, minilm_dir) -> None:
+    """What users read of int8: the form its products run in and their measured speed, in
+    ``explain()`` around an encode and in ``dtype_reason`` (what /info and encode's manifest
+    show)."""
+    import bertattn
+
+    bert = Bert.load(minilm_dir, dtype="int8")
+    assert bert.dtype_reason.startswith("int8 products as u8 x s8 -> float32: int8 ")
+    assert "3x, a 256x384 -> 1536 product" in bert.dtype_reason
+    with bertattn.explain() as log, torch.inference_mode():
+        bert.encode(["one text"])
+    assert any(n.startswith("encode: int8 products as u8 x s8 -> float32") for n in log.notes)
