@@ -1,14 +1,5 @@
-"""Moved to :mod:`bertattn.runtime.cpu`; this name still imports it for one release, with a
-``DeprecationWarning``."""
+"""Moved to :mod:`bertattn.runtime.cpu`; this name imports it for one release, warning."""
 
-import sys
-import warnings
+from ._moved import moved
 
-from .runtime import cpu as _moved
-
-warnings.warn(
-    "bertattn.cpu is deprecated: import bertattn.runtime.cpu instead.",
-    DeprecationWarning,
-    stacklevel=2,
-)
-sys.modules[__name__] = _moved
+moved(__name__, "bertattn.runtime.cpu")

@@ -1,14 +1,5 @@
-"""Moved to :mod:`bertattn.runtime.openmp`; this name still imports it for one release, with a
-``DeprecationWarning``."""
+"""Moved to :mod:`bertattn.runtime.openmp`; this name imports it for one release, warning."""
 
-import sys
-import warnings
+from ._moved import moved
 
-from .runtime import openmp as _moved
-
-warnings.warn(
-    "bertattn.openmp is deprecated: import bertattn.runtime.openmp instead.",
-    DeprecationWarning,
-    stacklevel=2,
-)
-sys.modules[__name__] = _moved
+moved(__name__, "bertattn.runtime.openmp")

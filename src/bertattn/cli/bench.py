@@ -249,7 +249,8 @@ def _timing_caches(*, forget: bool, human: TextIO) -> dict[str, Path]:
     ``forget``, removed first (and this process's answers with them), so that
     :func:`bertattn.bench.environment` times them again."""
     from ..attention import gemm
-    from ..encoder import auto_dtype, probe
+    from ..encoder import auto_dtype
+    from ..runtime import probe
 
     caches = {
         "dtype probe (--dtype auto)": probe.cache_path(),
