@@ -821,7 +821,7 @@ class Bert(SentenceTransformerSurface):
             explain_note(f"encode: {self.threads.describe()}{state}")
         if self.dtype_choice is not None and explaining():
             explain_note(f"encode: dtype auto: {self.dtype_choice}")
-        elif self.precision == "int8" and explaining():
+        elif explaining() and getattr(self.model, "int8_speed", None) is not None:
             explain_note(f"encode: {self.dtype_reason}", once=True)
         if self.compile_choice is not None and explaining():
             explain_note(f"encode: compile: {self.compile_choice}", once=True)
