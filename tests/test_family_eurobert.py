@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_helpers import padded_batch
+from family_helpers import assert_encode_equals_sentence_transformers, padded_batch
 from tiny_bert import save_random
 
 from bertattn import BertModel
@@ -27,17 +27,20 @@ SIZES = dict(
 BACKENDS = ("auto", "math", "sdpa", "varlen")
 
 
-def _save(folder: Path, seed: int = 0, **overrides: object) -> torch.nn.Module:
+def _save(
+    folder: Path, seed: int = 0, tokenizer_from: Path | None = None, **overrides: object
+) -> torch.nn.Module:
     import transformers
 
     config = transformers.EuroBertConfig(**{**SIZES, **overrides})
-    return save_random(transformers.EuroBertModel, config, folder, seed)
+    return save_random(transformers.EuroBertModel, config, folder, seed, tokenizer_from)
 
 
 @pytest.fixture(scope="module")
-def eurobert(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+def eurobert(tmp_path_factory, tiny_checkpoint) -> tuple[Path, torch.nn.Module]:
+    """The random EuroBERT folder, with the tiny BERT's tokenizer (99 tokens, as the model)."""
     folder = tmp_path_factory.mktemp("eurobert")
-    return folder, _save(folder)
+    return folder, _save(folder, tokenizer_from=tiny_checkpoint)
 
 
 def _ours(folder: Path, backend: str, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -74,6 +77,12 @@ def test_mixed_lengths_equal_transformers_one_text_at_a_time(eurobert, backend: 
         for row, n in enumerate(lengths):
             want = hf(input_ids=ids[row : row + 1, :n]).last_hidden_state[0]
             torch.testing.assert_close(got[row, :n], want, atol=1e-5, rtol=1e-5)
+
+
+def test_encode_equals_sentence_transformers(eurobert, tmp_path: Path) -> None:
+    folder, _ = eurobert
+    texts = ["the attention head looks at every token", "hello", "a model and a layer, ok"]
+    assert_encode_equals_sentence_transformers(folder, SIZES["hidden_size"], texts, tmp_path)
 
 
 def test_bidirectional_a_token_sees_the_tokens_after_it(eurobert) -> None:
