@@ -101,6 +101,22 @@ def test_biased_projections_load(tmp_path: Path) -> None:
         _assert_equal(tmp_path, hf, backend, *padded_batch([21, 9]))
 
 
+def test_a_masked_lm_checkpoint_loads_its_encoder(tmp_path: Path) -> None:
+    """The hub's EuroBERT folders are ``EuroBertForMaskedLM`` checkpoints (``model.`` + the
+    encoder, ``lm_head``): the encoder loads, the head is skipped and said."""
+    import transformers
+
+    config = transformers.EuroBertConfig(**SIZES)
+    hf = save_random(transformers.EuroBertForMaskedLM, config, tmp_path, 2)
+    ids, mask = padded_batch([20, 7])
+    with torch.no_grad():
+        want = hf.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    with pytest.warns(UserWarning, match=r"skipped 1 task-head tensors: lm_head.weight"):
+        got = _ours(tmp_path, "auto", ids, mask)
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
+
+
 def test_a_hub_folders_rope_theta_is_read(eurobert, tmp_path: Path) -> None:
     """The hub's EuroBERT folders write ``rope_theta`` at the top (no ``rope_parameters``):
     the same rotation."""
