@@ -1,5 +1,6 @@
-"""Checks the family tests share: ``Bert.encode`` against sentence-transformers on a folder of
-the family, and a reranker head of the family against transformers and sentence-transformers."""
+"""Checks the family tests share: a seeded padded batch, ``Bert.encode`` against
+sentence-transformers on a folder of the family, and a reranker head of the family against
+transformers and sentence-transformers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,23 @@ import numpy as np
 import torch
 
 from bertattn import Bert, CrossEncoder
+
+
+def padded_batch(
+    lengths: list[int], *, left: bool = False, seed: int = 1, vocab: int = 99
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded ids in ``[5, vocab)`` ``(B, L)`` and their attention mask ``(B, L)`` for texts of
+    ``lengths`` tokens, padded (id 0) on the right, or on the left when ``left``."""
+    g = torch.Generator().manual_seed(seed)
+    n = max(lengths)
+    ids = torch.randint(5, vocab, (len(lengths), n), generator=g)
+    mask = torch.zeros(len(lengths), n, dtype=torch.long)
+    for i, length in enumerate(lengths):
+        if left:
+            mask[i, n - length :] = 1
+        else:
+            mask[i, :length] = 1
+    return ids.masked_fill(mask == 0, 0), mask
 
 
 def assert_encode_equals_sentence_transformers(

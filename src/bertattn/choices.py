@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = ["AGGREGATIONS", "FUNCTIONS", "POOLINGS"]
 
 #: sentence-embedding poolings (``Bert(pooling=...)``, ``--pooling``)
-POOLINGS = ("mean", "cls", "max")
+POOLINGS = ("mean", "cls", "max", "lasttoken")
 #: what a classifier applies to its logits (``function_to_apply``, ``--function-to-apply``)
 FUNCTIONS = ("sigmoid", "softmax", "none")
 #: how a token classifier groups its tokens (``aggregation_strategy``, ``--aggregation-strategy``)

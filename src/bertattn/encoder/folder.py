@@ -91,6 +91,7 @@ _POOLING_MODES = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
 }
 
 
@@ -106,9 +107,9 @@ class ModelFolder:
         model_dir: the Hugging Face BERT folder (``config.json``, weights, tokenizer): ``root``,
             or the sentence-transformers Transformer module's path.
         config: ``model_dir/config.json``, validated.
-        pooling: ``"mean"`` / ``"cls"`` / ``"max"``: the folder's Pooling module, or for a plain
-            Hugging Face folder (no ``modules.json``) ``"mean"``, as sentence-transformers pools
-            it (see :attr:`pooling_notice`).
+        pooling: ``"mean"`` / ``"cls"`` / ``"max"`` / ``"lasttoken"``: the folder's Pooling
+            module, or for a plain Hugging Face folder (no ``modules.json``) ``"mean"``, as
+            sentence-transformers pools it (see :attr:`pooling_notice`).
         normalize: L2-normalize the embeddings (a sentence-transformers Normalize module).
         max_length: ``max_seq_length`` of ``sentence_bert_config.json`` (None: the tokenizer's).
         do_lower_case: ``sentence_bert_config.json``'s flag: sentence-transformers lowercases
@@ -572,7 +573,7 @@ def _read_pooling(path: Path) -> tuple[str, int | None]:
         )
     if modes[0] not in _POOLING_MODES:
         raise ModelFolderError(
-            f"{path}: {modes[0]} is not supported; bertattn pools 'mean', 'cls' or 'max' "
+            f"{path}: {modes[0]} is not supported; bertattn pools {'/'.join(POOLINGS)} "
             f"({supported})."
         )
     return _POOLING_MODES[modes[0]], dimension  # type: ignore[return-value]

@@ -278,11 +278,12 @@ def late_options(
     truncate_dim: int | None,
 ) -> tuple[str, bool, int | None]:
     """``(pooling, normalize, truncate_dim)`` checked, the folder's where None; ``"cls"``
-    refused (one [CLS] state for the whole text says nothing per span)."""
+    and ``"lasttoken"`` refused (one state for the whole text says nothing per span)."""
     pooling = bert.pooling_for(pooling)
-    if pooling == "cls":
+    if pooling in ("cls", "lasttoken"):
+        state = "[CLS] state" if pooling == "cls" else "last-token state"
         raise ValueError(
-            "pooling 'cls' has one [CLS] state for the whole text, not one per span: late "
+            f"pooling {pooling!r} has one {state} for the whole text, not one per span: late "
             "chunking pools each span's own tokens; pass pooling='mean' (or 'max')."
         )
     normalize = check_bool(normalize, "normalize", optional=True)

@@ -666,10 +666,10 @@ class Bert(SentenceTransformerSurface):
         convert_to_tensor: bool = False,
     ) -> Any:
         """Late chunking: ``(S, E)`` float32, one row per span of ``text``, each pooled (the
-        folder's pooling, or ``pooling="mean"`` / ``"max"``; ``"cls"`` is refused) over the
-        tokens whose first character lies in the span, from one forward of the whole text,
-        then normalized as the folder says (``normalize=`` overrides) and cut to
-        ``truncate_dim``. ``spans``: ``(start, end)`` character offsets (end exclusive) in
+        folder's pooling, or ``pooling="mean"`` / ``"max"``; ``"cls"`` and ``"lasttoken"`` are
+        refused) over the tokens whose first character lies in the span, from one forward of
+        the whole text, then normalized as the folder says (``normalize=`` overrides) and cut
+        to ``truncate_dim``. ``spans``: ``(start, end)`` character offsets (end exclusive) in
         order of their start; they may overlap. A text longer than ``max_length`` (default
         :attr:`max_length`) runs as windows sharing ``overlap`` tokens (default half a window),
         each token's state from the window where it has the most context on both sides (see

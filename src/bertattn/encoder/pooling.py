@@ -26,8 +26,11 @@ class EncodeStats:
 def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     """``(B, L, E)`` -> ``(B, E)``, over the positions where ``attention_mask`` is 1, as
     sentence-transformers' Pooling does: ``"mean"`` of them, their element-wise ``"max"``
-    (masked positions set to -inf), or ``"cls"``: the first of them ([CLS] unless a prompt
-    is masked out)."""
+    (masked positions set to -inf), ``"cls"``: the first of them ([CLS] unless a prompt
+    is masked out), or ``"lasttoken"``: the last of them, wherever the padding is (a causal
+    model's one state that has seen the whole text; zeros for a row with none)."""
+    if pooling == "lasttoken":
+        return _last_token(hidden, attention_mask)
     if pooling == "cls":
         if bool(attention_mask[:, 0].all()):
             return hidden[:, 0]
@@ -41,6 +44,16 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     # hidden states are tens of MB)
     total = torch.bmm(m, hidden).squeeze(1)  # (B, E)
     return total / m.sum(2).clamp(min=1e-9)  # (B, E)
+
+
+def _last_token(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """``(B, L, E)`` -> ``(B, E)``: each row's state at its last position where
+    ``attention_mask`` is 1 (right padding: its length - 1; left padding: L - 1)."""
+    b, n = attention_mask.shape
+    real = attention_mask.to(torch.bool)  # (B, L)
+    last = n - 1 - real.flip(1).to(torch.int).argmax(1)  # (B,): the last real position
+    rows = hidden[torch.arange(b, device=hidden.device), last]  # (B, E)
+    return rows * real.any(1, keepdim=True).to(hidden.dtype)  # a row without tokens: zeros
 
 
 def length_batches(

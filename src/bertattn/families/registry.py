@@ -194,6 +194,7 @@ def _load_all() -> None:
     from . import (  # noqa: F401
         bert,
         distilbert,
+        eurobert,
         gte,
         jina_embeddings_v3,
         modernbert,

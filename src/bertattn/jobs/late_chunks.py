@@ -97,8 +97,8 @@ def _payload(
 
 
 def check_pooling(options: EncodeOptions) -> None:
-    """``cls`` pooling (given, or the folder's) cannot pool a span: refused before the model
-    loads."""
+    """``cls`` or ``lasttoken`` pooling (given, or the folder's) cannot pool a span: refused
+    before the model loads."""
     pooling = options.pooling
     if pooling is None:
         from ..encoder import resolve_model
@@ -107,8 +107,9 @@ def check_pooling(options: EncodeOptions) -> None:
             pooling = resolve_model(options.model).pooling
         except (OSError, ValueError):
             return  # the loading reports the folder
-    if pooling == "cls":
-        given = "--pooling cls" if options.pooling else "the model folder pools [CLS]"
+    if pooling in ("cls", "lasttoken"):
+        token = "[CLS]" if pooling == "cls" else "its last token"
+        given = f"--pooling {pooling}" if options.pooling else f"the model folder pools {token}"
         raise UsageError(
             f"--late-chunks pools each span's own tokens, and {given}: one state for the whole "
             f"text; add --pooling mean (or max)."
