@@ -27,6 +27,7 @@ from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
 from .base import HeadSurface
+from .card_keywords import card_keywords, check_num_labels
 from .config import HeadConfig
 from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
@@ -154,13 +155,19 @@ class CrossEncoder(HeadSurface):
     ``device``, ``dtype``, ``threads``, ``backend``: as :meth:`bertattn.Bert.load`.
     ``prompts`` / ``default_prompt_name``: as sentence-transformers' (merged over the
     folder's ``config_sentence_transformers.json``; a prompt goes before the first text of
-    each pair).
+    each pair). The keywords model cards pass (``revision``, ``local_files_only``,
+    ``cache_folder``, ``token``, ``torch_dtype``, ``model_kwargs``, ``automodel_args``,
+    ``trust_remote_code``, ``num_labels``) are taken as :mod:`bertattn.heads.card_keywords`
+    says.
 
     Attributes: ``bert`` (the encoder, a :class:`bertattn.Bert`), ``head`` (its
     :class:`HeadConfig`), ``classifier`` (``nn.Linear(E, num_labels)``), ``num_labels``,
     ``id2label``, ``activation_fn`` (a ``torch.nn`` module unless you gave a function),
     ``prompts``, ``default_prompt_name``.
     """
+
+    #: ``num_labels=`` is taken (checked against the folder's head)
+    TAKES_NUM_LABELS = True
 
     def __init__(
         self,
@@ -174,7 +181,9 @@ class CrossEncoder(HeadSurface):
         backend: str = "auto",
         prompts: dict[str, str] | None = None,
         default_prompt_name: str | None = None,
+        **card: Any,
     ) -> None:
+        options = card_keywords(self, card, dtype=dtype)
         if activation_fn is not None and not callable(activation_fn):
             raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
         if prompts is not None and (
@@ -185,7 +194,7 @@ class CrossEncoder(HeadSurface):
                 f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
                 f"got {describe(prompts)}."
             )
-        folder = resolve_model(model)
+        folder = resolve_model(model, hub=options.hub)
         #: what sentence-transformers' evaluators record on the model (their metrics)
         self.model_card_data = EvaluationMetrics()
         saved, saved_default = _folder_prompts(folder)
@@ -201,8 +210,9 @@ class CrossEncoder(HeadSurface):
                 f"{list(self.prompts)}; name one of them, or pass prompts="
                 f"{{{self.default_prompt_name!r}: '...'}}."
             )
-        load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
+        load = {"dtype": options.dtype, "backend": backend, "device": device, "threads": threads}
         bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
+        check_num_labels(options.num_labels, head.num_labels, folder.config_path)
         family = bert.model.config.family
         record = families.get(family)
         own = record.heads.get("sequence-classification")

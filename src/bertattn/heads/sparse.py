@@ -27,6 +27,7 @@ from ..arguments import check_bool, check_choice, check_int, describe
 from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
 from .base import HeadSurface, task_encode
+from .card_keywords import card_keywords
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
 from .runner import head_step, run_head
@@ -46,7 +47,9 @@ class SparseEncoder(HeadSurface):
     (MLM transformer + ``SpladePooling``), or a cached hub name. ``max_active_dims``: keep at
     most that many largest weights per row (None: all). ``device``, ``dtype``, ``threads``,
     ``backend``: as :meth:`bertattn.Bert.load`. ``chunk_tokens``: tokens whose vocabulary
-    logits are held at once.
+    logits are held at once. The keywords model cards pass (``revision``, ``local_files_only``,
+    ``cache_folder``, ``token``, ``torch_dtype``, ``model_kwargs``, ``automodel_args``,
+    ``trust_remote_code``) are taken as :mod:`bertattn.heads.card_keywords` says.
 
     Attributes: ``bert`` (the encoder), ``head`` (:class:`MaskedLMHead`), ``settings``
     (:class:`SparseSettings`), ``prompts`` (the folder's, e.g. ``"query"``).
@@ -65,7 +68,9 @@ class SparseEncoder(HeadSurface):
         prompts: dict[str, str] | None = None,
         default_prompt_name: str | None = None,
         similarity_fn_name: str | None = None,
+        **card: Any,
     ) -> None:
+        options = card_keywords(self, card, dtype=dtype)
         self.max_active_dims = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         self.chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
         if prompts is not None and (
@@ -79,8 +84,8 @@ class SparseEncoder(HeadSurface):
         self._similarity_fn_name: str | None = None
         if similarity_fn_name is not None:
             self.similarity_fn_name = similarity_fn_name  # checked before the model loads
-        folder, settings = read_sparse_folder(model)
-        load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
+        folder, settings = read_sparse_folder(model, hub=options.hub)
+        load = {"dtype": options.dtype, "backend": backend, "device": device, "threads": threads}
         bert, _ = load_encoder(folder, "masked-lm", "a SparseEncoder (SPLADE)", **load)
         self.bert = bert
         self.settings: SparseSettings = settings

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..encoder.folder import (
+    HubOptions,
     ModelFolder,
     _read_config,
     _read_sbert_config,
@@ -125,12 +126,14 @@ def _refuse_other_sparse(modules: Path, data: object) -> None:
             )
 
 
-def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSettings]:
+def read_sparse_folder(
+    path: str | Path | None, *, hub: HubOptions | None = None
+) -> tuple[ModelFolder, SparseSettings]:
     """The encoder's :class:`ModelFolder` and the SPLADE settings of ``path`` (a folder or a
-    cached hub name)."""
+    cached hub name, fetched with ``hub``)."""
     if path is None:
         raise ValueError("a SparseEncoder needs a model: a SPLADE folder or a cached hub name.")
-    root = locate_model(path)
+    root = locate_model(path, hub=hub)
     modules = root / "modules.json"
     if not modules.is_file():
         folder = read_model_folder(root, name=str(path))
