@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -12,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..arguments import check_int
+from .config_view import ConfigView, config_view
 
 __all__ = ["HeadSurface", "task_encode"]
 
@@ -28,6 +30,29 @@ class HeadSurface:
         "query": ("query",),
         "document": ("document", "passage", "corpus"),
     }
+
+    @functools.cached_property
+    def config(self) -> ConfigView:
+        """A read-only, transformers-like view of the model's config (``model_type``,
+        ``hidden_size``, ``num_hidden_layers``, ...; on a classifier ``num_labels``,
+        ``id2label``, ``label2id``): the folder's ``config.json`` over bertattn's defaults."""
+        labels = getattr(self, "id2label", None)
+        if labels is not None and not labels:  # a head with no names: transformers' names
+            labels = {i: f"LABEL_{i}" for i in range(int(getattr(self, "num_labels", 0)))}
+        return config_view(self.bert, labels)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer the model holds (bertattn's ``BertTokenizer``, over Hugging Face
+        ``tokenizers``): called on texts, ``encode_batch``, ``token_to_id``, ``decode``."""
+        return self.bert.tokenizer
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The underlying encoder module (a :class:`bertattn.BertModel`, a ``torch.nn.Module``:
+        ``(B, L)`` ids -> ``(B, L, E)`` hidden states); the head's layers are the class's
+        own attributes."""
+        return self.bert.model
 
     @property
     def device(self) -> torch.device:
