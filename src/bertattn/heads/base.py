@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
 from ..arguments import check_int
 from .config_view import ConfigView, config_view
+from .saving import save_folder
 
 __all__ = ["HeadSurface", "task_encode"]
 
@@ -53,6 +56,23 @@ class HeadSurface:
         ``(B, L)`` ids -> ``(B, L, E)`` hidden states); the head's layers are the class's
         own attributes."""
         return self.bert.model
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The files :meth:`save` writes over the copied folder (a path in it -> the JSON
+        keys written over that file, or a list for a whole file); each class says its own."""
+        raise NotImplementedError
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model to ``path`` (a new or empty folder) so that sentence-transformers
+        and bertattn both load it with the same outputs: the folder it was loaded from (weights,
+        tokenizer, modules), with the settings as they are now (prompts, default prompt,
+        similarity, max length, ...). Whole or not at all (written under a temporary name, then
+        renamed). Returns the folder's path; ``FileExistsError`` when ``path`` holds files."""
+        return save_folder(self.bert.folder, path, self._saved_files())
+
+    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
+        """:meth:`save` (transformers' and sentence-transformers' other name)."""
+        return self.save(path)
 
     @property
     def device(self) -> torch.device:

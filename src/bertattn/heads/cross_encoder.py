@@ -28,11 +28,12 @@ from ..errors import ModelFolderError
 from ..families import registry as families
 from .base import HeadSurface
 from .card_keywords import card_keywords, check_num_labels
-from .config import HeadConfig
+from .config import ACTIVATIONS, HeadConfig
 from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
 from .model_card import EvaluationMetrics
 from .runner import head_step, run_head
+from .saving import model_files, transformer_modules
 from .text_inputs import call_max_length, encode_inputs
 from .weights import read_head
 from .windows import pair_windows
@@ -309,6 +310,27 @@ class CrossEncoder(HeadSurface):
         """The activation the folder names, else ``nn.Sigmoid()`` for one label and
         ``nn.Identity()`` for several (a new module; :attr:`activation_fn` is the one used)."""
         return self.head.default_activation()
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The prompts, default prompt, activation (by its torch name) and max length, as
+        sentence-transformers' ``CrossEncoder.save`` writes them; a plain Hugging Face folder
+        also gets its module list."""
+        act = self.activation_fn
+        name = f"{type(act).__module__}.{type(act).__qualname__}"
+        st: dict[str, Any] = {"model_type": "CrossEncoder", "prompts": self.prompts,
+                              "default_prompt_name": self.default_prompt_name}  # fmt: skip
+        if name in ACTIVATIONS:
+            st["activation_fn"] = name
+        else:
+            logger.warning(
+                "CrossEncoder.save: activation_fn %r is not one a folder can name "
+                "(torch.nn.Sigmoid, Identity or Tanh); the saved folder keeps its own.", act
+            )  # fmt: skip
+        folder = self.bert.folder
+        files = {"config_sentence_transformers.json": st, **model_files(folder, self.max_length)}
+        if not (folder.root / "modules.json").is_file():  # else its prompts would not be read
+            files.update(transformer_modules("sequence-classification", "scores"))
+        return files
 
     def __repr__(self) -> str:
         return (

@@ -38,6 +38,7 @@ from ..errors import ModelFolderError
 from .base import HeadSurface, task_encode
 from .card_keywords import card_keywords
 from .runner import token_batches
+from .saving import model_files
 
 logger = logging.getLogger("bertattn.heads")
 
@@ -596,6 +597,18 @@ class MultiVectorEncoder(HeadSurface):
             if isinstance(step, Projection):
                 width = step.weight.shape[0]
         return width if self.truncate_dim is None else min(width, self.truncate_dim)
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The prompts, default prompt, similarity, ``truncate_dim`` and max length, as
+        sentence-transformers' ``MultiVectorEncoder.save`` writes them."""
+        files: dict[str, Any] = model_files(self.bert.folder, self.max_seq_length)
+        files["config_sentence_transformers.json"] = {
+            "prompts": self.prompts,
+            "default_prompt_name": self.default_prompt_name,
+            "similarity_fn_name": self.similarity_fn_name,
+            "truncate_dim": self.truncate_dim,
+        }
+        return files
 
     def __repr__(self) -> str:
         s = self.settings

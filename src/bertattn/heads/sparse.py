@@ -31,6 +31,7 @@ from .card_keywords import card_keywords
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
 from .runner import head_step, run_head
+from .saving import model_files, transformer_modules
 from .sparse_folder import SparseSettings, read_sparse_folder
 from .text_inputs import call_max_length, encode_inputs
 
@@ -104,6 +105,8 @@ class SparseEncoder(HeadSurface):
             )
         if self._similarity_fn_name is None:
             self._similarity_fn_name = settings.similarity_fn_name
+        if self.max_active_dims is None:
+            self.max_active_dims = settings.max_active_dims
 
     # ------------------------------------------------------------------ settings
     @property
@@ -169,6 +172,23 @@ class SparseEncoder(HeadSurface):
     def get_sentence_embedding_dimension(self) -> int:
         """:meth:`get_embedding_dimension` under sentence-transformers' older name."""
         return self.vocab_size
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The prompts, default prompt, similarity, ``max_active_dims`` and max length, as
+        sentence-transformers' ``SparseEncoder.save`` writes them; a plain masked-LM folder
+        also gets the module list (the MLM transformer, then ``SpladePooling``)."""
+        folder = self.bert.folder
+        files: dict[str, Any] = model_files(folder, self.max_seq_length)
+        files["config_sentence_transformers.json"] = {
+            "model_type": "SparseEncoder",
+            "prompts": self.prompts,
+            "default_prompt_name": self.default_prompt_name,
+            "similarity_fn_name": self.similarity_fn_name,
+            "max_active_dims": self.max_active_dims,
+        }
+        if not (folder.root / "modules.json").is_file():
+            files.update(_splade_modules(self.settings))
+        return files
 
     def __repr__(self) -> str:
         s = self.settings
@@ -408,6 +428,21 @@ class SparseEncoder(HeadSurface):
             "active_dims": float(active.mean()),
             "sparsity_ratio": float(1 - (active / rows.shape[1]).mean()),
         }
+
+
+def _splade_modules(settings: SparseSettings) -> dict[str, Any]:
+    """The sentence-transformers module files of a SPLADE model saved from a plain masked-LM
+    folder: the MLM transformer, then ``1_SpladePooling`` with its settings."""
+    splade = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
+    files = transformer_modules(
+        "fill-mask", "token_embeddings", {"path": "1_SpladePooling", "type": splade}
+    )
+    files["1_SpladePooling/config.json"] = {
+        "pooling_strategy": settings.pooling,
+        "activation_function": settings.activation,
+        "embedding_dimension": None,
+    }
+    return files
 
 
 def _as_rows(embeddings: object, name: str) -> Tensor:

@@ -52,6 +52,19 @@ class SparseSettings:
     activation: str = "relu"
     #: ``config_sentence_transformers.json``'s similarity function (None: not said, dot)
     similarity_fn_name: str | None = None
+    #: ``config_sentence_transformers.json``'s ``max_active_dims`` (None: all)
+    max_active_dims: int | None = None
+
+
+def _read_max_active_dims(root: Path) -> int | None:
+    """The folder's ``max_active_dims`` (``config_sentence_transformers.json``; None: all)."""
+    path = root / "config_sentence_transformers.json"
+    value = read_json_object(path).get("max_active_dims") if path.is_file() else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ModelFolderError(
+            f"{path}: max_active_dims must be null or an int >= 1, got {str(value)[:40]!r}."
+        )
+    return value
 
 
 def _read_similarity(root: Path) -> str | None:
@@ -91,7 +104,7 @@ def _read_pooling(path: Path, root: Path) -> SparseSettings:
             f"{path}: pooling_strategy must be one of {STRATEGIES} and activation_function one "
             f"of {ACTIVATIONS}; got {str(pooling)[:40]!r} and {str(act)[:40]!r}."
         )
-    return SparseSettings(pooling, act, _read_similarity(root))
+    return SparseSettings(pooling, act, _read_similarity(root), _read_max_active_dims(root))
 
 
 #: sparse architectures sentence-transformers' SparseEncoder also loads, which are not SPLADE:
@@ -137,7 +150,9 @@ def read_sparse_folder(
     modules = root / "modules.json"
     if not modules.is_file():
         folder = read_model_folder(root, name=str(path))
-        return folder, SparseSettings(similarity_fn_name=_read_similarity(root))
+        return folder, SparseSettings(
+            similarity_fn_name=_read_similarity(root), max_active_dims=_read_max_active_dims(root)
+        )
     data = read_json(modules)
     _refuse_other_sparse(modules, data)
     if not isinstance(data, list) or len(data) != 2 or not all(isinstance(m, dict) for m in data):
