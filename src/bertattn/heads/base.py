@@ -16,6 +16,7 @@ import torch
 
 from ..arguments import check_int
 from .config_view import ConfigView, config_view
+from .model_card import EvaluationMetrics
 from .saving import save_folder
 
 __all__ = ["HeadSurface", "task_encode"]
@@ -33,6 +34,12 @@ class HeadSurface:
         "query": ("query",),
         "document": ("document", "passage", "corpus"),
     }
+
+    @functools.cached_property
+    def model_card_data(self) -> EvaluationMetrics:
+        """What sentence-transformers' evaluators write on the model after they run: their
+        metrics, kept in ``model_card_data.runs``."""
+        return EvaluationMetrics()
 
     @functools.cached_property
     def config(self) -> ConfigView:

@@ -31,7 +31,6 @@ from .card_keywords import card_keywords, check_num_labels
 from .config import ACTIVATIONS, HeadConfig
 from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
-from .model_card import EvaluationMetrics
 from .runner import head_step, run_head
 from .saving import model_files, transformer_modules
 from .text_inputs import call_max_length, encode_inputs
@@ -196,8 +195,6 @@ class CrossEncoder(HeadSurface):
                 f"got {describe(prompts)}."
             )
         folder = resolve_model(model, hub=options.hub)
-        #: what sentence-transformers' evaluators record on the model (their metrics)
-        self.model_card_data = EvaluationMetrics()
         saved, saved_default = _folder_prompts(folder)
         #: the prompts by name: the folder's, then yours over them
         self.prompts: dict[str, str] = {**saved, **(prompts or {})}

@@ -364,12 +364,13 @@ class SparseEncoder(HeadSurface):
             out.append([(tok.id_to_token(int(nz[j])), float(values[j])) for j in order])
         return out[0] if one else out
 
-    def similarity(self, embeddings1: Tensor, embeddings2: Tensor) -> Tensor:
+    def similarity(self, embeddings1: object, embeddings2: object) -> Tensor:
         """``(N, M)`` similarities of the rows (sparse or dense) by :attr:`similarity_fn_name`:
         dot products by default (SPLADE's), cosine, or the negative euclidean / manhattan
-        distance."""
-        a = _as_rows(embeddings1, "embeddings1")
-        b = _as_rows(embeddings2, "embeddings2")
+        distance. Rows: a tensor, a NumPy array, or a list of ``(V,)`` rows (what
+        ``encode(convert_to_tensor=False)`` gives; sentence-transformers' evaluators pass it)."""
+        a = _as_rows(_collected(embeddings1), "embeddings1")
+        b = _as_rows(_collected(embeddings2), "embeddings2")
         _same_width(a, b)
         name = self.similarity_fn_name
         if name == "cosine":
@@ -379,11 +380,11 @@ class SparseEncoder(HeadSurface):
         exact = "donot_use_mm_for_euclid_dist"  # a row against itself: 0, not 2e-3
         return -torch.cdist(a, b, p=2.0 if name == "euclidean" else 1.0, compute_mode=exact)
 
-    def similarity_pairwise(self, embeddings1: Tensor, embeddings2: Tensor) -> Tensor:
+    def similarity_pairwise(self, embeddings1: object, embeddings2: object) -> Tensor:
         """``(N,)``: the similarity of each row of ``embeddings1`` with the same row of
         ``embeddings2`` (:attr:`similarity_fn_name`, as :meth:`similarity`)."""
-        a = _as_rows(embeddings1, "embeddings1")
-        b = _as_rows(embeddings2, "embeddings2")
+        a = _as_rows(_collected(embeddings1), "embeddings1")
+        b = _as_rows(_collected(embeddings2), "embeddings2")
         _same_width(a, b)
         if a.shape[0] != b.shape[0]:
             raise ValueError(f"{a.shape[0]} rows and {b.shape[0]} rows; pairwise similarity "
@@ -443,6 +444,20 @@ def _splade_modules(settings: SparseSettings) -> dict[str, Any]:
         "embedding_dimension": None,
     }
     return files
+
+
+def _collected(embeddings: object) -> object:
+    """A list of row tensors (sparse or dense) as one ``(N, V)`` dense tensor, a NumPy array
+    as a tensor; anything else as it is (for :func:`_as_rows` to check)."""
+    if isinstance(embeddings, np.ndarray) and embeddings.dtype.kind in "fiu":
+        return torch.from_numpy(embeddings)
+    if (
+        isinstance(embeddings, (list, tuple))
+        and embeddings
+        and all(isinstance(t, Tensor) and t.ndim == 1 for t in embeddings)
+    ):
+        return torch.stack([t.to_dense() if t.is_sparse else t for t in embeddings])
+    return embeddings
 
 
 def _as_rows(embeddings: object, name: str) -> Tensor:
