@@ -10,6 +10,7 @@ with sentence-transformers' ``predict`` / ``rank`` API, on bertattn's encoder.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
 from ..encoder import ModelFolder, resolve_model
+from ..encoder.folder import HubOptions, locate_model, read_model_folder
 from ..encoder.jsonfile import read_json_object
 from ..encoder.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
@@ -33,6 +35,7 @@ from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
 from .runner import head_step, run_head
 from .saving import model_files, transformer_modules
+from .sparse_folder import refuse_other_sparse_folder
 from .text_inputs import call_max_length, encode_inputs
 from .weights import read_head
 from .windows import pair_windows
@@ -85,6 +88,16 @@ def _folder_prompts(folder: ModelFolder) -> tuple[dict[str, str], str | None]:
         raise ModelFolderError(f"{path}: default_prompt_name must be a string or null, got "
                                f"{describe(name)}.")  # fmt: skip
     return {k: v or "" for k, v in prompts.items()}, name
+
+
+def _reranker_folder(model: object, hub: HubOptions) -> ModelFolder:
+    """The :class:`ModelFolder` of ``model`` (see :func:`resolve_model`), a sparse model that
+    is not SPLADE (CSR, inference-free SPLADE) refused by name first."""
+    if not isinstance(model, (str, os.PathLike)):
+        return resolve_model(model, hub=hub)  # type: ignore[arg-type]  # None, a ModelFolder
+    root = locate_model(model, hub=hub)
+    refuse_other_sparse_folder(root, "a CrossEncoder")
+    return read_model_folder(root, name=str(model))
 
 
 def _deprecated_rank_keywords(kwargs: dict[str, Any]) -> None:
@@ -194,7 +207,7 @@ class CrossEncoder(HeadSurface):
                 f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
                 f"got {describe(prompts)}."
             )
-        folder = resolve_model(model, hub=options.hub)
+        folder = _reranker_folder(model, options.hub)
         saved, saved_default = _folder_prompts(folder)
         #: the prompts by name: the folder's, then yours over them
         self.prompts: dict[str, str] = {**saved, **(prompts or {})}

@@ -39,6 +39,7 @@ from .base import HeadSurface, task_encode
 from .card_keywords import card_keywords
 from .runner import token_batches
 from .saving import model_files
+from .sparse_folder import refuse_other_sparse
 
 logger = logging.getLogger("bertattn.heads")
 
@@ -352,6 +353,7 @@ def read_multi_vector_folder(
             f"Normalize). A plain Hugging Face folder has no projection to read."
         )
     data = read_json(modules)
+    refuse_other_sparse(modules, data, "a MultiVectorEncoder")
     if not isinstance(data, list) or not data or not all(isinstance(m, dict) for m in data):
         raise ModelFolderError(f"{modules}: expected a JSON array of modules.")
     out = MultiVectorSettings(files=[modules])

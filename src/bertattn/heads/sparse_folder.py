@@ -21,7 +21,12 @@ from ..errors import ModelFolderError
 
 logger = logging.getLogger("bertattn.heads")
 
-__all__ = ["SparseSettings", "read_sparse_folder"]
+__all__ = [
+    "SparseSettings",
+    "read_sparse_folder",
+    "refuse_other_sparse",
+    "refuse_other_sparse_folder",
+]
 
 _MLM_TYPES = {
     "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer",
@@ -125,18 +130,33 @@ _OTHER_SPARSE = {
 }
 
 
-def _refuse_other_sparse(modules: Path, data: object) -> None:
-    """A sparse architecture that is not SPLADE (CSR, inference-free SPLADE) refused by name."""
+def refuse_other_sparse(modules: Path, data: object, who: str | None = None) -> None:
+    """A sparse architecture that is not SPLADE (CSR, inference-free SPLADE) in ``modules.json``
+    (``data``: its contents) refused by name, with what loads it; ``who``: the class asked
+    to load it when that is not a SparseEncoder (``"a CrossEncoder"``), said too."""
     if not isinstance(data, list):
         return
     for i, entry in enumerate(data):
         kind = str(entry.get("type", "")) if isinstance(entry, dict) else ""
         why = _OTHER_SPARSE.get(kind.rsplit(".", 1)[-1])
         if why is not None:
+            other = f"; {who} does not run it either" if who else ""
             raise ModelFolderError(
-                f"{modules}: entry {i} is {kind[:120]}: {why}; load it with "
+                f"{modules}: entry {i} is {kind[:120]}: {why}{other}; load it with "
                 f"sentence-transformers' SparseEncoder."
             )
+
+
+def refuse_other_sparse_folder(root: Path, who: str) -> None:
+    """:func:`refuse_other_sparse` on ``root``'s ``modules.json``, when it has one that
+    parses (anything else is left for the folder's own reader to explain)."""
+    modules = root / "modules.json"
+    if modules.is_file():
+        try:
+            data = read_json(modules)
+        except ModelFolderError:
+            return
+        refuse_other_sparse(modules, data, who)
 
 
 def read_sparse_folder(
@@ -154,7 +174,7 @@ def read_sparse_folder(
             similarity_fn_name=_read_similarity(root), max_active_dims=_read_max_active_dims(root)
         )
     data = read_json(modules)
-    _refuse_other_sparse(modules, data)
+    refuse_other_sparse(modules, data)
     if not isinstance(data, list) or len(data) != 2 or not all(isinstance(m, dict) for m in data):
         raise ModelFolderError(
             f"{modules}: a SPLADE model has two modules (the MLM transformer, then "
