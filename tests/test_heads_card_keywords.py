@@ -158,6 +158,8 @@ def test_num_labels_is_checked_against_the_folder(reranker):
         (SparseEncoder, {"zzz": 1}, r"'zzz'; it takes .*max_active_dims.*torch_dtype"),
         (MultiVectorEncoder, {"cache_dir": "x"}, r"equivalent is cache_folder="),
         (MultiVectorEncoder, {"revision": 3}, r"revision must be a str"),
+        (SparseEncoder, {"cache_folder": 3}, r"cache_folder must be a folder path or None"),
+        (CrossEncoder, {"token": 3}, r"token must be a hub token \(str\), True/False or None"),
     ],
 )  # fmt: skip
 def test_other_keywords_are_refused_with_the_equivalent(

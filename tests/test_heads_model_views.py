@@ -43,7 +43,10 @@ def test_cross_encoder_config_as_transformers_reads_it(nli):
                  "vocab_size", "max_position_embeddings", "architectures"):  # fmt: skip
         assert config[name] == getattr(want, name), name
         assert getattr(config, name) == getattr(want, name), name
-    assert config.to_dict()["id2label"] == {str(k): v for k, v in LABELS.items()}
+    copied = config.to_dict()
+    assert copied["id2label"] == want.to_dict()["id2label"] == LABELS
+    copied["id2label"][0] = "changed"
+    assert config.id2label[0] == "contradiction"
 
 
 def test_labels_a_folder_does_not_name_are_transformers_names(unnamed):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,11 +136,17 @@ def card_keywords(owner: object, given: dict[str, Any], *, dtype: Any = None) ->
     for name in ("model_kwargs", "automodel_args"):
         if given.get(name) is not None:
             dtypes.append((name, _dtype_of(who, name, given[name], accepted)))
+    cache, token = given.get("cache_folder"), given.get("token")
+    if cache is not None and not isinstance(cache, (str, os.PathLike)):
+        raise TypeError(f"cache_folder must be a folder path or None, got {describe(cache)}.")
+    if token is not None and not isinstance(token, (str, bool)):
+        raise TypeError(f"token must be a hub token (str), True/False or None, got "
+                        f"{describe(token)}.")  # fmt: skip
     hub = HubOptions(
         revision=_optional_str(given.get("revision"), "revision"),
         local_files_only=check_bool(given.get("local_files_only", False), "local_files_only"),
-        cache_folder=given.get("cache_folder"),
-        token=given.get("token"),
+        cache_folder=cache,
+        token=token,
     )
     labels = check_int(given.get("num_labels"), "num_labels", low=1, optional=True)
     return CardKeywords(hub, _one_dtype(who, dtypes), labels)

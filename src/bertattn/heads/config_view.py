@@ -6,6 +6,7 @@ defaults of the fields bertattn reads, so code copied from transformers that rea
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Iterator, Mapping
@@ -50,8 +51,9 @@ class ConfigView(Mapping[str, Any]):
         return len(self._fields)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields, a copy (transformers' ``PretrainedConfig.to_dict``)."""
-        return json.loads(json.dumps(self._fields, default=str))
+        """The fields, a deep copy (transformers' ``PretrainedConfig.to_dict``: ``id2label``
+        keeps its int keys)."""
+        return copy.deepcopy(self._fields)
 
     def __repr__(self) -> str:
         return f"ConfigView({json.dumps(self._fields, default=str, sort_keys=True)[:400]})"
