@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_MODEL_NAME",
     "POOLINGS",
     "WEIGHT_FILES",
+    "HubOptions",
     "ModelFolder",
     "ModelFolderError",
     "ModelFolderNotFoundError",
@@ -213,11 +214,14 @@ def default_model_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
-def resolve_model(path: str | Path | ModelFolder | None = None) -> ModelFolder:
+def resolve_model(
+    path: str | Path | ModelFolder | None = None, *, hub: HubOptions | None = None
+) -> ModelFolder:
     """The validated :class:`ModelFolder` for ``path``: None (the default model), a local
-    folder, or a hub name from the Hugging Face cache. A :class:`ModelFolder` is returned as
-    it is. Raises :class:`ModelFolderError` (``ModelFolderNotFoundError``, also a
-    ``FileNotFoundError``, when something does not exist) naming the file, field and fix."""
+    folder, or a hub name from the Hugging Face cache (``hub``: the :class:`HubOptions` it is
+    fetched with). A :class:`ModelFolder` is returned as it is. Raises
+    :class:`ModelFolderError` (``ModelFolderNotFoundError``, also a ``FileNotFoundError``, when
+    something does not exist) naming the file, field and fix."""
     if isinstance(path, ModelFolder):
         return path
     if path is not None and not isinstance(path, (str, os.PathLike)):
@@ -227,7 +231,22 @@ def resolve_model(path: str | Path | ModelFolder | None = None) -> ModelFolder:
         )
     if path is None:
         return read_model_folder(default_model_dir(), name=DEFAULT_MODEL_NAME)
-    return read_model_folder(locate_model(path), name=str(path))
+    return read_model_folder(locate_model(path, hub=hub), name=str(path))
+
+
+@dataclass(frozen=True)
+class HubOptions:
+    """How a hub name is fetched, with huggingface_hub's meaning (the keywords model cards pass
+    to sentence-transformers): ``revision`` (a branch, tag or commit; None: ``main``),
+    ``local_files_only`` (read the local cache only, as ``HF_HUB_OFFLINE=1`` does),
+    ``cache_folder`` (the Hugging Face cache to use; None: ``HF_HUB_CACHE`` / ``HF_HOME`` /
+    huggingface_hub's default), ``token`` (a hub token, or True for the saved login). A local
+    folder ignores them."""
+
+    revision: str | None = None
+    local_files_only: bool = False
+    cache_folder: str | Path | None = None
+    token: str | bool | None = None
 
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
@@ -257,14 +276,15 @@ def _hub_cache_dir() -> str | None:
     return None  # huggingface_hub's own default
 
 
-def locate_model(path: str | Path) -> Path:
+def locate_model(path: str | Path, *, hub: HubOptions | None = None) -> Path:
     """Where ``path`` points, not yet validated: a local folder as it is; the bare name of a
     model ``bertattn get-model`` makes (``multilingual-e5-small``) as its folder in bertattn's
     cache (:mod:`bertattn.models.cache`), never the hub; the default model's
     name (``sentence-transformers/all-MiniLM-L6-v2``, or its short name ``all-MiniLM-L6-v2``, in
     any case) as the installed package's folder, offline; another hub name (``name`` or
     ``org/name``) that is not a local path, from the Hugging Face cache (downloaded unless
-    ``HF_HUB_OFFLINE`` is set), if ``huggingface_hub`` is installed. A name found nowhere raises
+    ``HF_HUB_OFFLINE`` is set or ``hub.local_files_only``; ``hub``: :class:`HubOptions`), if
+    ``huggingface_hub`` is installed. A name found nowhere raises
     :class:`ModelPathNotFoundError` (a usage error: exit 2) in one line: the folder and the cache
     looked in, a local folder of a close name if there is one, and the fix."""
     if str(path).strip() == "":
@@ -300,14 +320,20 @@ def locate_model(path: str | Path) -> Path:
             f"model folder {p} does not exist; to load {name!r} from the Hugging Face hub, "
             f'install bertattn\'s hub extra: pip install "bertattn[hub]" (huggingface-hub).'
         ) from None
-    offline = _offline()
-    cache = _hub_cache_dir()
+    hub = hub or HubOptions()
+    offline = _offline() or hub.local_files_only
+    cache = _hub_cache_dir() if hub.cache_folder is None else str(hub.cache_folder)
     try:
         folder = snapshot_download(
-            name, cache_dir=cache, local_files_only=offline, allow_patterns=_HUB_FILES
+            name,
+            revision=hub.revision,
+            cache_dir=cache,
+            local_files_only=offline,
+            token=hub.token,
+            allow_patterns=_HUB_FILES,
         )
     except Exception as exc:  # LocalEntryNotFoundError, RepositoryNotFoundError, HTTP errors
-        raise _not_found(name, p, cache, None if offline else exc) from None
+        raise _not_found(name, p, cache, None if offline else exc, hub.revision) from None
     return Path(folder)
 
 
@@ -316,21 +342,28 @@ def locate_model(path: str | Path) -> Path:
 _DEFAULT_NAMES = {DEFAULT_MODEL_NAME.lower(), DEFAULT_MODEL_NAME.split("/")[1].lower()}
 
 
-def _not_found(name: str, p: Path, cache: str | None, exc: Exception | None) -> Exception:
+def _not_found(
+    name: str, p: Path, cache: str | None, exc: Exception | None, revision: str | None = None
+) -> Exception:
     """The one line for a name that is no local folder and that the Hugging Face cache does not
-    hold: what was looked for, where, and the fix. ``exc``: the hub's error when a download was
-    tried (None: ``HF_HUB_OFFLINE`` forbade it); only its kind is said, not its paragraph."""
+    hold (at ``revision``, when one was asked for): what was looked for, where, and the fix.
+    ``exc``: the hub's error when a download was tried (None: offline, by ``HF_HUB_OFFLINE`` or
+    ``local_files_only``); only its kind is said, not its paragraph."""
     if cache is None:
         from huggingface_hub import constants
 
         cache = str(constants.HF_HUB_CACHE)
     where = cache
     looked = f"no folder {p.absolute()}{_nearby(p)}"
+    if revision is not None:
+        name = f"{name}@{revision}"
+        looked = f"no revision {revision!r} of it there; {looked}"
     if exc is None:
         return ModelPathNotFoundError(
             f"model {name!r} is not a local folder and is not in the Hugging Face cache "
-            f"({where}; {looked}); HF_HUB_OFFLINE=1 forbids downloading it. Pass a model "
-            f"folder's path, or download it once with network access."
+            f"({where}; {looked}); {'HF_HUB_OFFLINE=1' if _offline() else 'local_files_only=True'}"
+            f" forbids downloading it. Pass a model folder's path, or download it once with "
+            f"network access."
         )
     return ModelPathNotFoundError(
         f"model {name!r} is not a local folder and is not in the Hugging Face cache ({where}; "

@@ -5,13 +5,19 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
 from ..arguments import check_int
+from .config_view import ConfigView, config_view
+from .model_card import EvaluationMetrics
+from .saving import save_folder
 
 __all__ = ["HeadSurface", "task_encode"]
 
@@ -28,6 +34,52 @@ class HeadSurface:
         "query": ("query",),
         "document": ("document", "passage", "corpus"),
     }
+
+    @functools.cached_property
+    def model_card_data(self) -> EvaluationMetrics:
+        """What sentence-transformers' evaluators write on the model after they run: their
+        metrics, kept in ``model_card_data.runs``."""
+        return EvaluationMetrics()
+
+    @functools.cached_property
+    def config(self) -> ConfigView:
+        """A read-only, transformers-like view of the model's config (``model_type``,
+        ``hidden_size``, ``num_hidden_layers``, ...; on a classifier ``num_labels``,
+        ``id2label``, ``label2id``): the folder's ``config.json`` over bertattn's defaults."""
+        labels = getattr(self, "id2label", None)
+        if labels is not None and not labels:  # a head with no names: transformers' names
+            labels = {i: f"LABEL_{i}" for i in range(int(getattr(self, "num_labels", 0)))}
+        return config_view(self.bert, labels)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer the model holds (bertattn's ``BertTokenizer``, over Hugging Face
+        ``tokenizers``): called on texts, ``encode_batch``, ``token_to_id``, ``decode``."""
+        return self.bert.tokenizer
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The underlying encoder module (a :class:`bertattn.BertModel`, a ``torch.nn.Module``:
+        ``(B, L)`` ids -> ``(B, L, E)`` hidden states); the head's layers are the class's
+        own attributes."""
+        return self.bert.model
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The files :meth:`save` writes over the copied folder (a path in it -> the JSON
+        keys written over that file, or a list for a whole file); each class says its own."""
+        raise NotImplementedError
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model to ``path`` (a new or empty folder) so that sentence-transformers
+        and bertattn both load it with the same outputs: the folder it was loaded from (weights,
+        tokenizer, modules), with the settings as they are now (prompts, default prompt,
+        similarity, max length, ...). Whole or not at all (written under a temporary name, then
+        renamed). Returns the folder's path; ``FileExistsError`` when ``path`` holds files."""
+        return save_folder(self.bert.folder, path, self._saved_files())
+
+    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
+        """:meth:`save` (transformers' and sentence-transformers' other name)."""
+        return self.save(path)
 
     @property
     def device(self) -> torch.device:

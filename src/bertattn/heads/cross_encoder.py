@@ -10,6 +10,7 @@ with sentence-transformers' ``predict`` / ``rank`` API, on bertattn's encoder.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,17 +22,20 @@ from torch import Tensor
 
 from ..arguments import check_bool, check_int, describe
 from ..encoder import ModelFolder, resolve_model
+from ..encoder.folder import HubOptions, locate_model, read_model_folder
 from ..encoder.jsonfile import read_json_object
 from ..encoder.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
 from .base import HeadSurface
-from .config import HeadConfig
+from .card_keywords import card_keywords, check_num_labels
+from .config import ACTIVATIONS, HeadConfig
 from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
-from .model_card import EvaluationMetrics
 from .runner import head_step, run_head
+from .saving import model_files, transformer_modules
+from .sparse_folder import refuse_other_sparse_folder
 from .text_inputs import call_max_length, encode_inputs
 from .weights import read_head
 from .windows import pair_windows
@@ -84,6 +88,16 @@ def _folder_prompts(folder: ModelFolder) -> tuple[dict[str, str], str | None]:
         raise ModelFolderError(f"{path}: default_prompt_name must be a string or null, got "
                                f"{describe(name)}.")  # fmt: skip
     return {k: v or "" for k, v in prompts.items()}, name
+
+
+def _reranker_folder(model: object, hub: HubOptions) -> ModelFolder:
+    """The :class:`ModelFolder` of ``model`` (see :func:`resolve_model`), a sparse model that
+    is not SPLADE (CSR, inference-free SPLADE) refused by name first."""
+    if not isinstance(model, (str, os.PathLike)):
+        return resolve_model(model, hub=hub)  # type: ignore[arg-type]  # None, a ModelFolder
+    root = locate_model(model, hub=hub)
+    refuse_other_sparse_folder(root, "a CrossEncoder")
+    return read_model_folder(root, name=str(model))
 
 
 def _deprecated_rank_keywords(kwargs: dict[str, Any]) -> None:
@@ -154,13 +168,19 @@ class CrossEncoder(HeadSurface):
     ``device``, ``dtype``, ``threads``, ``backend``: as :meth:`bertattn.Bert.load`.
     ``prompts`` / ``default_prompt_name``: as sentence-transformers' (merged over the
     folder's ``config_sentence_transformers.json``; a prompt goes before the first text of
-    each pair).
+    each pair). The keywords model cards pass (``revision``, ``local_files_only``,
+    ``cache_folder``, ``token``, ``torch_dtype``, ``model_kwargs``, ``automodel_args``,
+    ``trust_remote_code``, ``num_labels``) are taken as :mod:`bertattn.heads.card_keywords`
+    says.
 
     Attributes: ``bert`` (the encoder, a :class:`bertattn.Bert`), ``head`` (its
     :class:`HeadConfig`), ``classifier`` (``nn.Linear(E, num_labels)``), ``num_labels``,
     ``id2label``, ``activation_fn`` (a ``torch.nn`` module unless you gave a function),
     ``prompts``, ``default_prompt_name``.
     """
+
+    #: ``num_labels=`` is taken (checked against the folder's head)
+    TAKES_NUM_LABELS = True
 
     def __init__(
         self,
@@ -174,7 +194,9 @@ class CrossEncoder(HeadSurface):
         backend: str = "auto",
         prompts: dict[str, str] | None = None,
         default_prompt_name: str | None = None,
+        **card: Any,
     ) -> None:
+        options = card_keywords(self, card, dtype=dtype)
         if activation_fn is not None and not callable(activation_fn):
             raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
         if prompts is not None and (
@@ -185,9 +207,7 @@ class CrossEncoder(HeadSurface):
                 f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
                 f"got {describe(prompts)}."
             )
-        folder = resolve_model(model)
-        #: what sentence-transformers' evaluators record on the model (their metrics)
-        self.model_card_data = EvaluationMetrics()
+        folder = _reranker_folder(model, options.hub)
         saved, saved_default = _folder_prompts(folder)
         #: the prompts by name: the folder's, then yours over them
         self.prompts: dict[str, str] = {**saved, **(prompts or {})}
@@ -201,8 +221,9 @@ class CrossEncoder(HeadSurface):
                 f"{list(self.prompts)}; name one of them, or pass prompts="
                 f"{{{self.default_prompt_name!r}: '...'}}."
             )
-        load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
+        load = {"dtype": options.dtype, "backend": backend, "device": device, "threads": threads}
         bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
+        check_num_labels(options.num_labels, head.num_labels, folder.config_path)
         family = bert.model.config.family
         record = families.get(family)
         own = record.heads.get("sequence-classification")
@@ -299,6 +320,27 @@ class CrossEncoder(HeadSurface):
         """The activation the folder names, else ``nn.Sigmoid()`` for one label and
         ``nn.Identity()`` for several (a new module; :attr:`activation_fn` is the one used)."""
         return self.head.default_activation()
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The prompts, default prompt, activation (by its torch name) and max length, as
+        sentence-transformers' ``CrossEncoder.save`` writes them; a plain Hugging Face folder
+        also gets its module list."""
+        act = self.activation_fn
+        name = f"{type(act).__module__}.{type(act).__qualname__}"
+        st: dict[str, Any] = {"model_type": "CrossEncoder", "prompts": self.prompts,
+                              "default_prompt_name": self.default_prompt_name}  # fmt: skip
+        if name in ACTIVATIONS:
+            st["activation_fn"] = name
+        else:
+            logger.warning(
+                "CrossEncoder.save: activation_fn %r is not one a folder can name "
+                "(torch.nn.Sigmoid, Identity or Tanh); the saved folder keeps its own.", act
+            )  # fmt: skip
+        folder = self.bert.folder
+        files = {"config_sentence_transformers.json": st, **model_files(folder, self.max_length)}
+        if not (folder.root / "modules.json").is_file():  # else its prompts would not be read
+            files.update(transformer_modules("sequence-classification", "scores"))
+        return files
 
     def __repr__(self) -> str:
         return (

@@ -1,7 +1,8 @@
 """What sentence-transformers' evaluators write on a model after they run: their metrics, on
-``model.model_card_data``. bertattn writes no model card (saving is not part of its
-``CrossEncoder`` / ``SparseEncoder``); it keeps the metrics, so that an evaluator such as
-``CrossEncoderRerankingEvaluator`` runs on a bertattn model and its results can be read back."""
+``model.model_card_data``. bertattn writes no model card (``save`` keeps the folder's own
+README); it keeps the metrics, so that evaluators such as ``CrossEncoderRerankingEvaluator``,
+``SparseInformationRetrievalEvaluator`` and ``MultiVectorInformationRetrievalEvaluator`` run on
+a bertattn model and their results can be read back."""
 
 from __future__ import annotations
 

@@ -31,12 +31,15 @@ from torch import Tensor
 
 from ..arguments import ArgumentTypeError, check_bool, check_int, check_str, describe
 from ..encoder import Bert
-from ..encoder.folder import ModelFolder, _read_config, locate_model
+from ..encoder.folder import HubOptions, ModelFolder, _read_config, locate_model
 from ..encoder.jsonfile import read_json, read_json_object, show
 from ..encoder.st_compat import UnsupportedArgumentError, _text_list
 from ..errors import ModelFolderError
 from .base import HeadSurface, task_encode
+from .card_keywords import card_keywords
 from .runner import token_batches
+from .saving import model_files
+from .sparse_folder import refuse_other_sparse
 
 logger = logging.getLogger("bertattn.heads")
 
@@ -333,12 +336,15 @@ def _read_st_config(root: Path, out: MultiVectorSettings) -> None:
     out.truncate_dim = dim
 
 
-def read_multi_vector_folder(path: str | Path) -> tuple[ModelFolder, MultiVectorSettings]:
+def read_multi_vector_folder(
+    path: str | Path, *, hub: HubOptions | None = None
+) -> tuple[ModelFolder, MultiVectorSettings]:
     """The encoder's :class:`ModelFolder` and the :class:`MultiVectorSettings` of ``path`` (a
-    folder saved by sentence-transformers' ``MultiVectorEncoder``, or a cached hub name).
+    folder saved by sentence-transformers' ``MultiVectorEncoder``, or a cached hub name,
+    fetched with ``hub``).
     Raises :class:`~bertattn.errors.ModelFolderError` naming the file and what it holds that
     bertattn does not run."""
-    root = locate_model(path)
+    root = locate_model(path, hub=hub)
     modules = root / "modules.json"
     if not modules.is_file():
         raise ModelFolderError(
@@ -347,6 +353,7 @@ def read_multi_vector_folder(path: str | Path) -> tuple[ModelFolder, MultiVector
             f"Normalize). A plain Hugging Face folder has no projection to read."
         )
     data = read_json(modules)
+    refuse_other_sparse(modules, data, "a MultiVectorEncoder")
     if not isinstance(data, list) or not data or not all(isinstance(m, dict) for m in data):
         raise ModelFolderError(f"{modules}: expected a JSON array of modules.")
     out = MultiVectorSettings(files=[modules])
@@ -493,7 +500,10 @@ class MultiVectorEncoder(HeadSurface):
     ``model``: the folder (or a cached hub name); ``device``, ``dtype``, ``threads``,
     ``backend``: as :meth:`bertattn.Bert.load`; ``truncate_dim``: default for the encode
     methods (None: the folder's); ``similarity_fn_name``: ``"maxsim"`` (default) or
-    ``"meanmaxsim"`` (None: the folder's).
+    ``"meanmaxsim"`` (None: the folder's). The keywords model cards pass (``revision``,
+    ``local_files_only``, ``cache_folder``, ``token``, ``torch_dtype``, ``model_kwargs``,
+    ``automodel_args``, ``trust_remote_code``) are taken as :mod:`bertattn.heads.card_keywords`
+    says.
 
     Attributes: ``bert`` (the encoder), ``settings`` (:class:`MultiVectorSettings`),
     ``prompts``, ``default_prompt_name``, ``truncate_dim``, ``similarity_fn_name``.
@@ -512,21 +522,23 @@ class MultiVectorEncoder(HeadSurface):
         backend: str = "auto",
         truncate_dim: int | None = None,
         similarity_fn_name: str | None = None,
+        **card: Any,
     ) -> None:
+        options = card_keywords(self, card, dtype=dtype)
         if model is None or not isinstance(model, (str, Path)):
             raise ArgumentTypeError(
                 f"model must be a MultiVectorEncoder folder (str or Path) or a cached hub name, "
                 f"got {describe(model)}."
             )
         truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
-        folder, settings = read_multi_vector_folder(model)
+        folder, settings = read_multi_vector_folder(model, hub=options.hub)
         self.settings = settings
         st_logger = logging.getLogger("bertattn.encoder")
         quiet = _DropSimilarityNote()
         st_logger.addFilter(quiet)  # "maxsim is not a sentence similarity": not for this model
         try:
             self.bert = Bert.load(
-                folder, dtype=dtype, device=device, threads=threads, backend=backend
+                folder, dtype=options.dtype, device=device, threads=threads, backend=backend
             )
         finally:
             st_logger.removeFilter(quiet)
@@ -587,6 +599,18 @@ class MultiVectorEncoder(HeadSurface):
             if isinstance(step, Projection):
                 width = step.weight.shape[0]
         return width if self.truncate_dim is None else min(width, self.truncate_dim)
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The prompts, default prompt, similarity, ``truncate_dim`` and max length, as
+        sentence-transformers' ``MultiVectorEncoder.save`` writes them."""
+        files: dict[str, Any] = model_files(self.bert.folder, self.max_seq_length)
+        files["config_sentence_transformers.json"] = {
+            "prompts": self.prompts,
+            "default_prompt_name": self.default_prompt_name,
+            "similarity_fn_name": self.similarity_fn_name,
+            "truncate_dim": self.truncate_dim,
+        }
+        return files
 
     def __repr__(self) -> str:
         s = self.settings

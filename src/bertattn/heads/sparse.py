@@ -27,9 +27,11 @@ from ..arguments import check_bool, check_choice, check_int, describe
 from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
 from .base import HeadSurface, task_encode
+from .card_keywords import card_keywords
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
 from .runner import head_step, run_head
+from .saving import model_files, transformer_modules
 from .sparse_folder import SparseSettings, read_sparse_folder
 from .text_inputs import call_max_length, encode_inputs
 
@@ -46,7 +48,9 @@ class SparseEncoder(HeadSurface):
     (MLM transformer + ``SpladePooling``), or a cached hub name. ``max_active_dims``: keep at
     most that many largest weights per row (None: all). ``device``, ``dtype``, ``threads``,
     ``backend``: as :meth:`bertattn.Bert.load`. ``chunk_tokens``: tokens whose vocabulary
-    logits are held at once.
+    logits are held at once. The keywords model cards pass (``revision``, ``local_files_only``,
+    ``cache_folder``, ``token``, ``torch_dtype``, ``model_kwargs``, ``automodel_args``,
+    ``trust_remote_code``) are taken as :mod:`bertattn.heads.card_keywords` says.
 
     Attributes: ``bert`` (the encoder), ``head`` (:class:`MaskedLMHead`), ``settings``
     (:class:`SparseSettings`), ``prompts`` (the folder's, e.g. ``"query"``).
@@ -65,7 +69,9 @@ class SparseEncoder(HeadSurface):
         prompts: dict[str, str] | None = None,
         default_prompt_name: str | None = None,
         similarity_fn_name: str | None = None,
+        **card: Any,
     ) -> None:
+        options = card_keywords(self, card, dtype=dtype)
         self.max_active_dims = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         self.chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
         if prompts is not None and (
@@ -79,8 +85,8 @@ class SparseEncoder(HeadSurface):
         self._similarity_fn_name: str | None = None
         if similarity_fn_name is not None:
             self.similarity_fn_name = similarity_fn_name  # checked before the model loads
-        folder, settings = read_sparse_folder(model)
-        load = {"dtype": dtype, "backend": backend, "device": device, "threads": threads}
+        folder, settings = read_sparse_folder(model, hub=options.hub)
+        load = {"dtype": options.dtype, "backend": backend, "device": device, "threads": threads}
         bert, _ = load_encoder(folder, "masked-lm", "a SparseEncoder (SPLADE)", **load)
         self.bert = bert
         self.settings: SparseSettings = settings
@@ -99,6 +105,8 @@ class SparseEncoder(HeadSurface):
             )
         if self._similarity_fn_name is None:
             self._similarity_fn_name = settings.similarity_fn_name
+        if self.max_active_dims is None:
+            self.max_active_dims = settings.max_active_dims
 
     # ------------------------------------------------------------------ settings
     @property
@@ -164,6 +172,23 @@ class SparseEncoder(HeadSurface):
     def get_sentence_embedding_dimension(self) -> int:
         """:meth:`get_embedding_dimension` under sentence-transformers' older name."""
         return self.vocab_size
+
+    def _saved_files(self) -> dict[str, Any]:
+        """The prompts, default prompt, similarity, ``max_active_dims`` and max length, as
+        sentence-transformers' ``SparseEncoder.save`` writes them; a plain masked-LM folder
+        also gets the module list (the MLM transformer, then ``SpladePooling``)."""
+        folder = self.bert.folder
+        files: dict[str, Any] = model_files(folder, self.max_seq_length)
+        files["config_sentence_transformers.json"] = {
+            "model_type": "SparseEncoder",
+            "prompts": self.prompts,
+            "default_prompt_name": self.default_prompt_name,
+            "similarity_fn_name": self.similarity_fn_name,
+            "max_active_dims": self.max_active_dims,
+        }
+        if not (folder.root / "modules.json").is_file():
+            files.update(_splade_modules(self.settings))
+        return files
 
     def __repr__(self) -> str:
         s = self.settings
@@ -339,12 +364,13 @@ class SparseEncoder(HeadSurface):
             out.append([(tok.id_to_token(int(nz[j])), float(values[j])) for j in order])
         return out[0] if one else out
 
-    def similarity(self, embeddings1: Tensor, embeddings2: Tensor) -> Tensor:
+    def similarity(self, embeddings1: object, embeddings2: object) -> Tensor:
         """``(N, M)`` similarities of the rows (sparse or dense) by :attr:`similarity_fn_name`:
         dot products by default (SPLADE's), cosine, or the negative euclidean / manhattan
-        distance."""
-        a = _as_rows(embeddings1, "embeddings1")
-        b = _as_rows(embeddings2, "embeddings2")
+        distance. Rows: a tensor, a NumPy array, or a list of ``(V,)`` rows (what
+        ``encode(convert_to_tensor=False)`` gives; sentence-transformers' evaluators pass it)."""
+        a = _as_rows(_collected(embeddings1), "embeddings1")
+        b = _as_rows(_collected(embeddings2), "embeddings2")
         _same_width(a, b)
         name = self.similarity_fn_name
         if name == "cosine":
@@ -354,11 +380,11 @@ class SparseEncoder(HeadSurface):
         exact = "donot_use_mm_for_euclid_dist"  # a row against itself: 0, not 2e-3
         return -torch.cdist(a, b, p=2.0 if name == "euclidean" else 1.0, compute_mode=exact)
 
-    def similarity_pairwise(self, embeddings1: Tensor, embeddings2: Tensor) -> Tensor:
+    def similarity_pairwise(self, embeddings1: object, embeddings2: object) -> Tensor:
         """``(N,)``: the similarity of each row of ``embeddings1`` with the same row of
         ``embeddings2`` (:attr:`similarity_fn_name`, as :meth:`similarity`)."""
-        a = _as_rows(embeddings1, "embeddings1")
-        b = _as_rows(embeddings2, "embeddings2")
+        a = _as_rows(_collected(embeddings1), "embeddings1")
+        b = _as_rows(_collected(embeddings2), "embeddings2")
         _same_width(a, b)
         if a.shape[0] != b.shape[0]:
             raise ValueError(f"{a.shape[0]} rows and {b.shape[0]} rows; pairwise similarity "
@@ -403,6 +429,35 @@ class SparseEncoder(HeadSurface):
             "active_dims": float(active.mean()),
             "sparsity_ratio": float(1 - (active / rows.shape[1]).mean()),
         }
+
+
+def _splade_modules(settings: SparseSettings) -> dict[str, Any]:
+    """The sentence-transformers module files of a SPLADE model saved from a plain masked-LM
+    folder: the MLM transformer, then ``1_SpladePooling`` with its settings."""
+    splade = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
+    files = transformer_modules(
+        "fill-mask", "token_embeddings", {"path": "1_SpladePooling", "type": splade}
+    )
+    files["1_SpladePooling/config.json"] = {
+        "pooling_strategy": settings.pooling,
+        "activation_function": settings.activation,
+        "embedding_dimension": None,
+    }
+    return files
+
+
+def _collected(embeddings: object) -> object:
+    """A list of row tensors (sparse or dense) as one ``(N, V)`` dense tensor, a NumPy array
+    as a tensor; anything else as it is (for :func:`_as_rows` to check)."""
+    if isinstance(embeddings, np.ndarray) and embeddings.dtype.kind in "fiu":
+        return torch.from_numpy(embeddings)
+    if (
+        isinstance(embeddings, (list, tuple))
+        and embeddings
+        and all(isinstance(t, Tensor) and t.ndim == 1 for t in embeddings)
+    ):
+        return torch.stack([t.to_dense() if t.is_sparse else t for t in embeddings])
+    return embeddings
 
 
 def _as_rows(embeddings: object, name: str) -> Tensor:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..encoder.folder import (
+    HubOptions,
     ModelFolder,
     _read_config,
     _read_sbert_config,
@@ -20,7 +21,12 @@ from ..errors import ModelFolderError
 
 logger = logging.getLogger("bertattn.heads")
 
-__all__ = ["SparseSettings", "read_sparse_folder"]
+__all__ = [
+    "SparseSettings",
+    "read_sparse_folder",
+    "refuse_other_sparse",
+    "refuse_other_sparse_folder",
+]
 
 _MLM_TYPES = {
     "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer",
@@ -51,6 +57,19 @@ class SparseSettings:
     activation: str = "relu"
     #: ``config_sentence_transformers.json``'s similarity function (None: not said, dot)
     similarity_fn_name: str | None = None
+    #: ``config_sentence_transformers.json``'s ``max_active_dims`` (None: all)
+    max_active_dims: int | None = None
+
+
+def _read_max_active_dims(root: Path) -> int | None:
+    """The folder's ``max_active_dims`` (``config_sentence_transformers.json``; None: all)."""
+    path = root / "config_sentence_transformers.json"
+    value = read_json_object(path).get("max_active_dims") if path.is_file() else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ModelFolderError(
+            f"{path}: max_active_dims must be null or an int >= 1, got {str(value)[:40]!r}."
+        )
+    return value
 
 
 def _read_similarity(root: Path) -> str | None:
@@ -90,7 +109,7 @@ def _read_pooling(path: Path, root: Path) -> SparseSettings:
             f"{path}: pooling_strategy must be one of {STRATEGIES} and activation_function one "
             f"of {ACTIVATIONS}; got {str(pooling)[:40]!r} and {str(act)[:40]!r}."
         )
-    return SparseSettings(pooling, act, _read_similarity(root))
+    return SparseSettings(pooling, act, _read_similarity(root), _read_max_active_dims(root))
 
 
 #: sparse architectures sentence-transformers' SparseEncoder also loads, which are not SPLADE:
@@ -111,32 +130,51 @@ _OTHER_SPARSE = {
 }
 
 
-def _refuse_other_sparse(modules: Path, data: object) -> None:
-    """A sparse architecture that is not SPLADE (CSR, inference-free SPLADE) refused by name."""
+def refuse_other_sparse(modules: Path, data: object, who: str | None = None) -> None:
+    """A sparse architecture that is not SPLADE (CSR, inference-free SPLADE) in ``modules.json``
+    (``data``: its contents) refused by name, with what loads it; ``who``: the class asked
+    to load it when that is not a SparseEncoder (``"a CrossEncoder"``), said too."""
     if not isinstance(data, list):
         return
     for i, entry in enumerate(data):
         kind = str(entry.get("type", "")) if isinstance(entry, dict) else ""
         why = _OTHER_SPARSE.get(kind.rsplit(".", 1)[-1])
         if why is not None:
+            other = f"; {who} does not run it either" if who else ""
             raise ModelFolderError(
-                f"{modules}: entry {i} is {kind[:120]}: {why}; load it with "
+                f"{modules}: entry {i} is {kind[:120]}: {why}{other}; load it with "
                 f"sentence-transformers' SparseEncoder."
             )
 
 
-def read_sparse_folder(path: str | Path | None) -> tuple[ModelFolder, SparseSettings]:
+def refuse_other_sparse_folder(root: Path, who: str) -> None:
+    """:func:`refuse_other_sparse` on ``root``'s ``modules.json``, when it has one that
+    parses (anything else is left for the folder's own reader to explain)."""
+    modules = root / "modules.json"
+    if modules.is_file():
+        try:
+            data = read_json(modules)
+        except ModelFolderError:
+            return
+        refuse_other_sparse(modules, data, who)
+
+
+def read_sparse_folder(
+    path: str | Path | None, *, hub: HubOptions | None = None
+) -> tuple[ModelFolder, SparseSettings]:
     """The encoder's :class:`ModelFolder` and the SPLADE settings of ``path`` (a folder or a
-    cached hub name)."""
+    cached hub name, fetched with ``hub``)."""
     if path is None:
         raise ValueError("a SparseEncoder needs a model: a SPLADE folder or a cached hub name.")
-    root = locate_model(path)
+    root = locate_model(path, hub=hub)
     modules = root / "modules.json"
     if not modules.is_file():
         folder = read_model_folder(root, name=str(path))
-        return folder, SparseSettings(similarity_fn_name=_read_similarity(root))
+        return folder, SparseSettings(
+            similarity_fn_name=_read_similarity(root), max_active_dims=_read_max_active_dims(root)
+        )
     data = read_json(modules)
-    _refuse_other_sparse(modules, data)
+    refuse_other_sparse(modules, data)
     if not isinstance(data, list) or len(data) != 2 or not all(isinstance(m, dict) for m in data):
         raise ModelFolderError(
             f"{modules}: a SPLADE model has two modules (the MLM transformer, then "
