@@ -8,14 +8,14 @@ On MiniLM (the default model), float32, ``torch.inference_mode()``:
   the plain ops in the same rounds (interleaved, per-round ratios, medians):
   ``gelu in place`` (the exact GELU written over the first product's output),
   ``residual folded`` (the second product accumulating onto ``x + bias``, ``addmm_``),
-  ``both`` (what :meth:`bertattn.encoder.model.BertMLP.forward_residual` runs), and
+  ``both`` (what :meth:`bertattn.families.bert_layers.BertMLP.forward_residual` runs), and
   ``oneDNN bias+GELU`` (the first product with its bias and GELU inside oneDNN's kernel,
   :mod:`bertattn.attention.fused`, which runs where oneDNN computes the products);
 - **the attention output's layout copy**: a packed batch's attention (``varlen``, one SDPA
   call per paragraph) against the same calls without writing their outputs into the packed
   ``(T, H, D)`` tensor: the share of the attention that copy is;
 - **end to end**: ``Bert.encode`` of the paragraphs (256 tokens at most) with the fold on
-  (the default) and off (``bertattn.encoder.model.FOLD_RESIDUAL = False``), interleaved, and
+  (the default) and off (``bertattn.families.bert_layers.FOLD_RESIDUAL = False``), interleaved, and
   OpenVINO f32 on the same ONNX export and texts when it is installed
   (``pip install -r requirements-bench.txt``; its threads set to this process's; then every
   peer on the wall clock, as OpenVINO computes on threads of its own).

@@ -72,6 +72,7 @@ def run_head(
     batch_size: int,
     show_progress_bar: bool = False,
     each: Callable[[Tensor], Sequence[Any]] | None = None,
+    fill: bool = True,
 ) -> list[Any]:
     """``step`` over every input of ``encodings`` (from ``bert.tokenizer.encode_batch``): one
     CPU row per input, in input order. The longest inputs go first, ``batch_size`` at a time
@@ -80,11 +81,14 @@ def run_head(
     applied to each batch's ``(B, ...)`` rows as they come, one result per row kept instead of
     the row (a SPLADE row made sparse at once: memory holds one batch's dense rows, never
     the whole input's). On the CPU a batch of short inputs takes more than ``batch_size``,
-    as :meth:`bertattn.Bert.encode` does (:meth:`bertattn.BertModel.fill_tokens`)."""
+    as :meth:`bertattn.Bert.encode` does (:meth:`bertattn.BertModel.fill_tokens`); ``fill``
+    False keeps ``batch_size`` (a head whose step makes ``(tokens, V)`` vocabulary logits:
+    its own product gives each row work enough, and a filled batch multiplies the logits'
+    memory: 4,096 short tokens of SPLADE's are 500 MB of logits)."""
     from tqdm import tqdm
 
-    fill = _fill(bert, batch_size, bert.max_length)
-    order, lengths, ranges = _longest_first(encodings, batch_size, fill)
+    tokens = _fill(bert, batch_size, bert.max_length) if fill else 0
+    order, lengths, ranges = _longest_first(encodings, batch_size, tokens)
     out: list[Any] = [None] * len(encodings)
     engine = head_step(bert, step, "rows")
     bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)

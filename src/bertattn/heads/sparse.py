@@ -298,7 +298,7 @@ class SparseEncoder(HeadSurface):
             encodings = encode_inputs(self.bert, firsts, seconds, limit)
             rows = run_head(
                 self.bert, encodings, self._pool, batch_size=batch_size,
-                show_progress_bar=bool(show_progress_bar), each=finish,
+                show_progress_bar=bool(show_progress_bar), each=finish, fill=False,
             )  # fmt: skip
         else:
             rows = []
