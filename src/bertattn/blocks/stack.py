@@ -1,8 +1,8 @@
 """The encoder stack of the rotary architectures (ModernBERT, GTE, NomicBERT, Jina v3): a list
 of :class:`~.block.EncoderBlock`, each with its :class:`~.rotary.LayerKind`, and an optional
-final norm. The same contract as BERT's encoder, so :class:`bertattn.BertModel` runs it padded
-or packed (every layer on the real tokens only, positions restarting per sequence, the window
-never crossing a sequence)."""
+final norm. It declares the encoder contract (:class:`~.contract.EncoderStack`), as BERT's
+encoder does, so :class:`bertattn.BertModel` runs it padded or packed (every layer on the real
+tokens only, positions restarting per sequence, the window never crossing a sequence)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from ..attention import PreparedMask, get_backend
 from ..attention.padding import PackedBatch
 from ..attention.window import WindowedMask
 from .block import EncoderBlock
+from .contract import EncoderStack, StackInfo
 from .rotary import LayerKind, RotaryTables, packed_positions
 
 __all__ = ["RotaryEncoder"]
 
 
-class RotaryEncoder(nn.Module):
+class RotaryEncoder(nn.Module, EncoderStack):
     """``layers`` with their ``kinds`` (one each), then ``final_norm`` (None: none)."""
 
     def __init__(
@@ -32,15 +33,15 @@ class RotaryEncoder(nn.Module):
         head_dim = layers[0].attn.head_dim if layers else 2
         self.tables = RotaryTables(head_dim)
 
-    # BERT's encoder contract: no relative position bias here
-    def relative_table(self) -> Tensor | None:
-        return None
+    @property
+    def info(self) -> StackInfo:
+        """Packed: yes; no relative position bias (positions rotate the queries and keys); no
+        lean path."""
+        return StackInfo(packed=True, relative_bias=False, lean=False)
 
     def position_bias(self, length: int, dtype: object) -> Tensor | None:
+        """None: no relative position bias here."""
         return None
-
-    def lean(self) -> bool:
-        return False
 
     def _finish(self, hidden: Tensor, collect: list[Tensor] | None) -> Tensor:
         if self.final_norm is not None:

@@ -48,6 +48,7 @@ from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
 from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
+from ..blocks.contract import EncoderStack, missing_members
 from ..capture import is_capturing
 from ..families.bert_layers import (
     HALF_DTYPES,
@@ -80,6 +81,20 @@ def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
             f"slower than in float32 here; use float32 on this machine.",
             stacklevel=3,
         )
+
+
+def _check_stack(stack: object, family: str) -> None:
+    """Refuse, by its class and the members it lacks, an encoder stack ``family`` built that
+    does not keep the encoder contract (:class:`bertattn.blocks.contract.EncoderStack`)."""
+    if isinstance(stack, EncoderStack):
+        return
+    lacks = ", ".join(missing_members(stack))
+    raise ValueError(
+        f"family {family!r} built a {type(stack).__name__} as its encoder stack, which does "
+        f"not keep the encoder contract (it lacks {lacks}); build a stack that declares "
+        f"bertattn.blocks.contract.EncoderStack (layers, info, forward, forward_packed, "
+        f"position_bias)."
+    )
 
 
 #: what :meth:`BertModel.to_compute_dtype` takes
@@ -163,6 +178,7 @@ class BertModel(nn.Module):
         self.embeddings, self.encoder, self.pooler = family.build(
             config, backend, add_pooling_layer
         )
+        _check_stack(self.encoder, family.name)
         self.name_or_path = ""
 
     @property
@@ -258,6 +274,14 @@ class BertModel(nn.Module):
         tracing never packs (the per-sequence loop depends on tensor values).
         """
         explicit = self.backend != "auto" and get_backend(self.backend).layout == "packed"
+        if not _fast.submodule(self, "encoder").info.packed:  # type: ignore[union-attr]
+            if explicit:
+                raise ValueError(
+                    f"backend {self.backend!r} packs the real tokens, but this model's encoder "
+                    f"stack ({type(self.encoder).__name__}) has no packed path (its info says "
+                    f"packed=False); use 'sdpa' or 'auto'."
+                )
+            return None, ""
         if not explicit and (self.backend != "auto" or want or attention_mask is None):
             return None, ""
         device = self.device
@@ -612,9 +636,10 @@ class BertModel(nn.Module):
             if collect is not None:
                 collect.append(hidden)
             encoder = _fast.submodule(self, "encoder")
+            relative = encoder.info.relative_bias  # type: ignore[union-attr]
             mask = prepare_mask(  # once per forward, shared by every layer
                 key_padding_mask=attention_mask,
-                attn_bias=encoder.position_bias(seq_len, hidden.dtype),  # type: ignore[operator]
+                attn_bias=encoder.position_bias(seq_len, hidden.dtype) if relative else None,  # type: ignore[operator]
                 batch=b,
                 heads=self.config.num_attention_heads,
                 query_len=seq_len,

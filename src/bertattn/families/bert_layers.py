@@ -28,6 +28,7 @@ from ..attention import steps as _steps
 from ..attention.padding import PackedBatch
 from ..blocks import activation
 from ..blocks import relative as _relative
+from ..blocks.contract import EncoderStack, StackInfo
 from ..blocks.tables import embedding
 
 if TYPE_CHECKING:
@@ -350,9 +351,10 @@ class BertLayer(nn.Module):
         return _fast.layer_norm(norm, residual_add(x, m), checked=lean)  # (..., E)
 
 
-class BertEncoder(nn.Module):
-    """The stack of layers. One entry point, so a padding-free (varlen) path can replace the
-    loop without touching the layers: ``forward(hidden, mask, output_attentions)``."""
+class BertEncoder(nn.Module, EncoderStack):
+    """The stack of BERT's layers, on the encoder contract (:class:`~bertattn.blocks.contract.
+    EncoderStack`): padded ``forward(hidden, mask, output_attentions, collect)``, packed
+    :meth:`forward_packed`, and :attr:`info` (packed: yes; relative bias: MPNet's; lean: yes)."""
 
     def __init__(self, config: BertConfig, backend: str = "auto") -> None:
         super().__init__()
@@ -363,6 +365,13 @@ class BertEncoder(nn.Module):
             self.relative_attention_bias = embedding(
                 config.relative_attention_num_buckets, config.num_attention_heads
             )
+
+    @property
+    def info(self) -> StackInfo:
+        """What this stack can do: packed and lean always, a relative bias where it has the
+        table (MPNet)."""
+        has_table = self._modules.get("relative_attention_bias") is not None
+        return StackInfo(packed=True, relative_bias=has_table, lean=True)
 
     def relative_table(self) -> Tensor | None:
         """MPNet's relative position bias table ``(buckets, H)``; None for BERT (no such bias)."""
@@ -383,7 +392,9 @@ class BertEncoder(nn.Module):
         output_attentions: frozenset[int] = frozenset(),
         collect: list[Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-        """``collect``: when a list, each layer's output is appended to it."""
+        """Padded: ``(B, L, E)`` -> ``(B, L, E)`` and per layer ``(B, H, L, L)`` weights for
+        the layers in ``output_attentions`` (None for the others). ``collect``: when a list,
+        each layer's output is appended to it."""
         lean = not output_attentions and self.lean()
         attentions: list[Tensor | None] = []
         for i, layer in enumerate(self.layers):

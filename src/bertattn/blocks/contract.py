@@ -1,0 +1,97 @@
+"""The contract an encoder stack keeps with :class:`bertattn.BertModel`, written once.
+
+The model reads the embeddings, prepares the padding mask (or packs the real tokens) once per
+forward, and hands the hidden states to its encoder stack, whatever family built it (BERT's
+:class:`~bertattn.families.bert_layers.BertEncoder`, the rotary families'
+:class:`~bertattn.blocks.stack.RotaryEncoder`). A stack declares :class:`EncoderStack`::
+
+    padded:  forward(hidden (B, L, E), mask, want, collect)   -> (B, L, E), weights per layer
+    packed:  forward_packed(hidden (T, E), packed, reason, collect) -> (T, E)
+    info:    StackInfo (what it can do: a packed path, a relative position bias, a lean path)
+
+B batch, L sequence length, E hidden size, T the batch's real tokens, H heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import PreparedMask
+from ..attention.padding import PackedBatch
+
+__all__ = ["EncoderStack", "StackInfo", "missing_members"]
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What an encoder stack can do, read by the model once per forward.
+
+    Attributes:
+        packed: :meth:`EncoderStack.forward_packed` runs (False: the model never packs for it;
+            an explicit packed backend is refused by the stack's name).
+        relative_bias: the stack adds a relative position bias to every layer's scores
+            (MPNet): the model asks :meth:`EncoderStack.position_bias` for the padded form.
+        lean: the stack may run its layers as plain tensor ops when they are stock
+            (``BertLayer.forward(..., lean=True)``).
+    """
+
+    packed: bool = True
+    relative_bias: bool = False
+    lean: bool = False
+
+
+@runtime_checkable
+class EncoderStack(Protocol):
+    """An encoder stack :class:`bertattn.BertModel` runs (see the module docstring)."""
+
+    #: the stack's layers, each with an ``attn`` (:class:`bertattn.MultiHeadAttention`)
+    layers: nn.ModuleList
+
+    @property
+    def info(self) -> StackInfo:
+        """What this stack can do (:class:`StackInfo`)."""
+        ...
+
+    def forward(
+        self,
+        hidden: Tensor,
+        mask: PreparedMask,
+        output_attentions: frozenset[int] = frozenset(),
+        collect: list[Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+        """Padded: ``hidden`` ``(B, L, E)`` -> ``(B, L, E)``, and one entry per layer:
+        ``(B, H, L, L)`` weights for the layers in ``output_attentions``, None for the others.
+        ``mask`` is prepared once by the model (padding, and the relative bias when
+        :attr:`StackInfo.relative_bias`). ``collect``: when a list, each layer's output
+        ``(B, L, E)`` is appended to it."""
+        ...
+
+    def forward_packed(
+        self,
+        hidden: Tensor,
+        packed: PackedBatch,
+        reason: str,
+        collect: list[Tensor] | None = None,
+    ) -> Tensor:
+        """Packed: the real tokens ``hidden`` ``(T, E)`` -> ``(T, E)``, each sequence of
+        ``packed`` attending to its own tokens only; no weights. ``reason``: why the model
+        packs (what ``explain()`` says). ``collect``: as in :meth:`forward`, ``(T, E)`` each."""
+        ...
+
+    def position_bias(self, length: int, dtype: torch.dtype) -> Tensor | None:
+        """The relative position bias of a padded batch of ``length`` tokens,
+        ``(1, H, L, L)`` in ``dtype``, computed once per forward; None without one."""
+        ...
+
+
+#: what :func:`missing_members` looks for, in the order a message names them
+_MEMBERS = ("layers", "info", "forward", "forward_packed", "position_bias")
+
+
+def missing_members(stack: object) -> list[str]:
+    """The members of :class:`EncoderStack` that ``stack`` lacks (empty: none)."""
+    return [name for name in _MEMBERS if not hasattr(stack, name)]
