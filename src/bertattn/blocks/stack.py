@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..attention import PreparedMask, get_backend
-from ..attention.padding import PackedBatch
+from ..attention import PreparedMask
 from ..attention.window import WindowedMask
 from .block import EncoderBlock
-from .contract import EncoderStack, StackInfo
+from .contract import EncoderStack, Packing, StackInfo
 from .rotary import LayerKind, RotaryTables, packed_positions
 
 __all__ = ["RotaryEncoder"]
@@ -41,6 +40,10 @@ class RotaryEncoder(nn.Module, EncoderStack):
 
     def position_bias(self, length: int, dtype: object) -> Tensor | None:
         """None: no relative position bias here."""
+        return None
+
+    def relative_table(self) -> Tensor | None:
+        """None: no relative position bias table (what the steps view asks BERT's stack)."""
         return None
 
     def _finish(self, hidden: Tensor, collect: list[Tensor] | None) -> Tensor:
@@ -86,28 +89,22 @@ class RotaryEncoder(nn.Module, EncoderStack):
         return self._finish(hidden, collect), tuple(attentions)
 
     def forward_packed(
-        self,
-        hidden: Tensor,
-        packed: PackedBatch,
-        reason: str,
-        collect: list[Tensor] | None = None,
+        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
     ) -> Tensor:
-        """Packed: ``(T, E)`` real tokens -> ``(T, E)``, no weights."""
+        """Packed: ``(T, E)`` real tokens -> ``(T, E)``, every layer on ``packing.backend``,
+        no weights."""
+        packed = packing.batch
         rotations = self.tables.packed(self.kinds, packed_positions(packed, hidden.device))
         for layer, kind in zip(self.layers, self.kinds, strict=True):
-            requested = layer.attn.backend
-            explicit = requested != "auto" and get_backend(requested).layout == "packed"
-            backend = requested if explicit else "varlen"
             rotation = rotations.get(kind.theta)
 
-            def attend(x: Tensor, layer=layer, rotation=rotation, kind=kind, backend=backend,
-                       requested=requested) -> Tensor:  # fmt: skip
+            def attend(x: Tensor, layer=layer, rotation=rotation, kind=kind) -> Tensor:
                 return layer.attn.attend_packed(
                     x,
                     packed,
-                    backend=backend,
-                    reason=reason,
-                    requested=requested,
+                    backend=packing.backend,
+                    reason=packing.reason,
+                    requested=layer.attn.backend,
                     rotation=rotation,
                     window=kind.window,
                 )
