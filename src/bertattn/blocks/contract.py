@@ -6,8 +6,12 @@ forward, and hands the hidden states to its encoder stack, whatever family built
 :class:`~bertattn.blocks.stack.RotaryEncoder`). A stack declares :class:`EncoderStack`::
 
     padded:  forward(hidden (B, L, E), mask, want, collect)   -> (B, L, E), weights per layer
-    packed:  forward_packed(hidden (T, E), packed, reason, collect) -> (T, E)
+    packed:  forward_packed(hidden (T, E), packing, collect)        -> (T, E)
     info:    StackInfo (what it can do: a packed path, a relative position bias, a lean path)
+
+Whether a forward packs is decided once, by the model (:func:`packs` is the one place a
+backend's layout is asked), and handed down as a :class:`Packing`: the stack and its layers
+run the packed backend it names and never decide again.
 
 B batch, L sequence length, E hidden size, T the batch's real tokens, H heads.
 """
@@ -20,10 +24,34 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from ..attention import PreparedMask
+from ..attention import PreparedMask, get_backend
 from ..attention.padding import PackedBatch
 
-__all__ = ["EncoderStack", "StackInfo", "missing_members"]
+__all__ = ["EncoderStack", "Packing", "StackInfo", "missing_members", "packs"]
+
+
+def packs(backend: str) -> bool:
+    """Whether ``backend`` (a registered name or ``"auto"``) works on packed real tokens
+    (``varlen``, or one registered with ``layout="packed"``): the encoder's packing decision
+    asks this, once per forward."""
+    return backend != "auto" and get_backend(backend).layout == "packed"
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The packing of one forward, decided once by the model and handed to every layer.
+
+    Attributes:
+        batch: where the real tokens are (:class:`~bertattn.attention.padding.PackedBatch`;
+            the hidden states are ``(T, E)``).
+        backend: the packed backend every layer runs (the one asked for, or ``varlen`` for
+            ``auto``).
+        reason: why this forward packs (what ``explain()`` says).
+    """
+
+    batch: PackedBatch
+    backend: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -71,15 +99,11 @@ class EncoderStack(Protocol):
         ...
 
     def forward_packed(
-        self,
-        hidden: Tensor,
-        packed: PackedBatch,
-        reason: str,
-        collect: list[Tensor] | None = None,
+        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
     ) -> Tensor:
         """Packed: the real tokens ``hidden`` ``(T, E)`` -> ``(T, E)``, each sequence of
-        ``packed`` attending to its own tokens only; no weights. ``reason``: why the model
-        packs (what ``explain()`` says). ``collect``: as in :meth:`forward`, ``(T, E)`` each."""
+        ``packing.batch`` attending to its own tokens only, every layer on ``packing.backend``;
+        no weights. ``collect``: as in :meth:`forward`, ``(T, E)`` each."""
         ...
 
     def position_bias(self, length: int, dtype: torch.dtype) -> Tensor | None:

@@ -58,7 +58,7 @@ from torch import Tensor, nn
 from ..attention import PreparedMask, get_backend
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
-from ..attention.padding import PackedBatch
+from ..blocks.contract import Packing
 from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
 from .int8_forms import U8_F32, Form
@@ -535,25 +535,24 @@ class Int8BertLayer(BertLayer):
     def forward_packed(
         self,
         x: Tensor,
-        packed: PackedBatch,
-        reason: str,
+        packing: Packing,
         lean: bool = False,
         bias: tuple[Tensor | None, ...] | None = None,
     ) -> Tensor:
-        requested = self.attn.backend
-        explicit = requested != "auto" and get_backend(requested).layout == "packed"
-        backend = requested if explicit else "varlen"
-        spec = get_backend(backend)
+        """Packed ``(T, E)`` -> ``(T, E)`` on the packed backend the model chose
+        (``packing.backend``), the four products in int8."""
+        spec = get_backend(packing.backend)
         if not self._int8_runs(x) or (bias is not None and not spec.packed_bias):
-            return super().forward_packed(x, packed, reason, lean, bias)
+            return super().forward_packed(x, packing, lean, bias)
         t, e = x.shape
         h, d = self.attn.num_heads, self.attn.head_dim
         q, k, v = self._qkv(x).view(t, 3, h, d).unbind(1)  # (T, H, D) each
+        packed = packing.batch
         if bias is None:
             context = spec.fn(q, k, v, packed, dropout_p=0.0)
         else:
             context = spec.fn(q, k, v, packed, dropout_p=0.0, bias=bias)
-        self.attn._record(requested, backend, reason, q)
+        self.attn._record(self.attn.backend, packing.backend, packing.reason, q)
         return self._after_attention(x, context.reshape(t, e))
 
     def _qkv(self, rows: Tensor) -> Tensor:

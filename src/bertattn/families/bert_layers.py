@@ -19,16 +19,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, PreparedMask, get_backend
+from ..attention import MultiHeadAttention, PreparedMask
 from ..attention import fastcall as _fast
 from ..attention import fused as _fused
 from ..attention import gemm as _gemm
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
-from ..attention.padding import PackedBatch
 from ..blocks import activation
 from ..blocks import relative as _relative
-from ..blocks.contract import EncoderStack, StackInfo
+from ..blocks.contract import EncoderStack, Packing, StackInfo
 from ..blocks.tables import embedding
 
 if TYPE_CHECKING:
@@ -282,21 +281,23 @@ class BertLayer(nn.Module):
     def forward_packed(
         self,
         x: Tensor,
-        packed: PackedBatch,
-        reason: str,
+        packing: Packing,
         lean: bool = False,
         bias: tuple[Tensor | None, ...] | None = None,
     ) -> Tensor:
-        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``. ``lean``: the
-        encoder found every layer :meth:`lean`. ``bias``: MPNet's relative position bias, one
-        ``(1, H, l, l)`` block per sequence (None: no bias)."""
-        requested = self.attn.backend
-        cd = self.attn.out_linear.weight.dtype
-        # the packed backend asked for (a registered one too); auto packs with varlen
-        explicit = requested != "auto" and get_backend(requested).layout == "packed"
-        backend = requested if explicit else "varlen"
-        a = self.attn.attend_packed(
-            x.to(cd), packed, backend=backend, reason=reason, requested=requested, bias=bias
+        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``, on the packed
+        backend the model chose (``packing.backend``). ``lean``: the encoder found every layer
+        :meth:`lean`. ``bias``: MPNet's relative position bias, one ``(1, H, l, l)`` block per
+        sequence (None: no bias)."""
+        attn = self.attn
+        cd = attn.out_linear.weight.dtype
+        a = attn.attend_packed(
+            x.to(cd),
+            packing.batch,
+            backend=packing.backend,
+            reason=packing.reason,
+            requested=attn.backend,
+            bias=bias,
         )
         return self.block(x, a, lean)
 
@@ -420,23 +421,20 @@ class BertEncoder(nn.Module, EncoderStack):
         )
 
     def forward_packed(
-        self,
-        hidden: Tensor,
-        packed: PackedBatch,
-        reason: str,
-        collect: list[Tensor] | None = None,
+        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
     ) -> Tensor:
-        """Every layer on packed real tokens ``(T, E)``; no attention weights. ``collect``:
-        when a list, each layer's (packed) output is appended to it. MPNet's relative position
-        bias is computed here once, one block per sequence, and given to every layer."""
+        """Every layer on packed real tokens ``(T, E)``, on ``packing.backend``; no attention
+        weights. ``collect``: when a list, each layer's (packed) output is appended to it.
+        MPNet's relative position bias is computed here once, one block per sequence, and
+        given to every layer."""
         lean = self.lean()
         table = self.relative_table()
         bias = None
         if table is not None:  # the compute dtype: what the per-sequence kernel adds it to
             cd = self.layers[0].attn.out_linear.weight.dtype if len(self.layers) else table.dtype
-            bias = _relative.packed_position_bias(table, packed, cd)
+            bias = _relative.packed_position_bias(table, packing.batch, cd)
         for layer in self.layers:
-            hidden = layer.forward_packed(hidden, packed, reason, lean, bias)
+            hidden = layer.forward_packed(hidden, packing, lean, bias)
             if collect is not None:
                 collect.append(hidden)
         return hidden  # (T, E)
