@@ -6,10 +6,11 @@ decided once per forward, however many layers run it."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny_bert import TINY
+from tiny_bert import TINY, tiny_bertattn
 from torch import Tensor, nn
 
 from bertattn import BertConfig, BertModel, MultiHeadAttention
@@ -24,7 +25,7 @@ from bertattn.blocks import (
 )
 from bertattn.blocks.contract import Packing, StackInfo
 from bertattn.families import registry
-from bertattn.families.bert_layers import BertEmbeddings, BertEncoder
+from bertattn.families.bert_layers import BertEmbeddings, BertEncoder, BertLayer
 
 
 class ToyStack(nn.Module):
@@ -159,3 +160,57 @@ def test_the_packing_is_decided_once_per_forward(monkeypatch, stack: str, backen
         model.eval()(ids, mask)
     assert len(asked) == 1, asked  # one decision, not one per layer
     assert seen == ["varlen"] * layers  # every layer ran the backend decided
+
+
+class Plain(BertLayer):
+    """A subclass that declares nothing: it offers no fast path, whatever BertLayer offers."""
+
+
+class Declared(BertLayer):
+    """A subclass that declares the lean path itself (and says when it may run it)."""
+
+    speed_paths = frozenset({contract.LEAN})
+
+    def lean(self) -> bool:
+        return not self.training
+
+
+def _with_layers(model: BertModel, cls: type[BertLayer]) -> BertModel:
+    """``model`` with each layer rebuilt as ``cls``, the same modules and weights."""
+    for i, layer in enumerate(model.encoder.layers):
+        other = cls.__new__(cls)
+        nn.Module.__init__(other)
+        for name, mod in layer._modules.items():
+            other.add_module(name, mod)
+        model.encoder.layers[i] = other.eval()
+    return model
+
+
+def test_fast_paths_are_keyed_on_what_a_layer_class_declares() -> None:
+    from bertattn.encoder.int8 import Int8BertLayer
+
+    assert BertLayer.speed_paths == {contract.LEAN, contract.INT8}
+    assert Plain.speed_paths == Int8BertLayer.speed_paths == frozenset()
+    assert not contract.offers(nn.Linear(2, 2), contract.LEAN)
+    ids, mask = _padded_batch()
+    stock = tiny_bertattn(backend="sdpa")
+    with torch.inference_mode():
+        want = stock(ids, mask).last_hidden_state
+        assert not _with_layers(tiny_bertattn(backend="sdpa"), Plain).encoder.lean()
+        declared = _with_layers(tiny_bertattn(backend="sdpa"), Declared)
+        assert declared.encoder.lean()  # a subclass, running the lean path it declared
+        torch.testing.assert_close(declared(ids, mask).last_hidden_state, want, rtol=0, atol=0)
+
+
+def test_int8_refuses_a_layer_whose_class_does_not_offer_it(monkeypatch) -> None:
+    from bertattn.encoder import int8
+
+    monkeypatch.setattr(int8, "available", lambda: None)
+    monkeypatch.setattr(int8, "check_speed", lambda: SimpleNamespace(form=None))  # not timed
+    bert = SimpleNamespace(model=_with_layers(tiny_bertattn(), Plain))
+    with pytest.raises(ValueError) as info:
+        int8.quantize_model(bert, alpha=0.0)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "layer 0 is a Plain, whose class does not offer int8 (BertLayer does; a layer class "
+        "declares 'int8' in its speed_paths): int8 replaces such layers only."
+    )

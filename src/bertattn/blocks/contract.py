@@ -9,6 +9,9 @@ forward, and hands the hidden states to its encoder stack, whatever family built
     packed:  forward_packed(hidden (T, E), packing, collect)        -> (T, E)
     info:    StackInfo (what it can do: a packed path, a relative position bias, a lean path)
 
+Fast paths are keyed on what a layer class declares it offers (:class:`SpeedPaths`, asked with
+:func:`offers`), not on its class.
+
 Whether a forward packs is decided once, by the model (:func:`packs` is the one place a
 backend's layout is asked), and handed down as a :class:`Packing`: the stack and its layers
 run the packed backend it names and never decide again.
@@ -19,7 +22,7 @@ B batch, L sequence length, E hidden size, T the batch's real tokens, H heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -27,7 +30,41 @@ from torch import Tensor, nn
 from ..attention import PreparedMask, get_backend
 from ..attention.padding import PackedBatch
 
-__all__ = ["EncoderStack", "Packing", "StackInfo", "missing_members", "packs"]
+__all__ = [
+    "INT8",
+    "LEAN",
+    "EncoderStack",
+    "Packing",
+    "SpeedPaths",
+    "StackInfo",
+    "missing_members",
+    "offers",
+    "packs",
+]
+
+#: a layer that runs as plain tensor ops when its ``lean()`` finds its modules stock:
+#: ``forward(x, mask, need_weights, lean=True)`` and ``forward_packed(x, packing, lean=True)``
+LEAN = "lean"
+#: a layer int8 (:mod:`bertattn.encoder.int8`) may rebuild from its modules: ``attn`` (q/k/v
+#: and out_linear), ``attn_norm``, ``mlp`` (fc_in, exact GELU, fc_out) and ``mlp_norm``
+INT8 = "int8"
+
+
+class SpeedPaths:
+    """A layer class's declaration of the fast paths it offers (:data:`LEAN`, :data:`INT8`),
+    in ``speed_paths``. A subclass offers none unless it declares its own: an inherited
+    declaration would vouch for a forward the subclass may have changed."""
+
+    speed_paths: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.speed_paths = frozenset(cls.__dict__.get("speed_paths", ()))
+
+
+def offers(layer: object, path: str) -> bool:
+    """Whether ``layer``'s class declares the fast ``path`` (:class:`SpeedPaths`)."""
+    return path in getattr(type(layer), "speed_paths", ())
 
 
 def packs(backend: str) -> bool:

@@ -58,7 +58,7 @@ from torch import Tensor, nn
 from ..attention import PreparedMask, get_backend
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
-from ..blocks.contract import Packing
+from ..blocks.contract import INT8, Packing, offers
 from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
 from .int8_forms import U8_F32, Form
@@ -684,10 +684,11 @@ def quantize_model(
     factors = _smoothing(bert, texts, alpha) if alpha > 0 else None
     layers = model.encoder.layers
     for i, layer in enumerate(list(layers)):
-        if type(layer) is not BertLayer:
+        if not offers(layer, INT8):
             raise ValueError(
-                f"layer {i} is a {type(layer).__name__}, not a BertLayer: int8 replaces stock "
-                f"layers only."
+                f"layer {i} is a {type(layer).__name__}, whose class does not offer int8 "
+                f"(BertLayer does; a layer class declares 'int8' in its speed_paths): int8 "
+                f"replaces such layers only."
             )
         smooth = None if factors is None else factors[i]
         layers[i] = Int8BertLayer(layer, smooth, bits, chosen.form)  # type: ignore[arg-type]

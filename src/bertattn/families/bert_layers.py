@@ -27,7 +27,7 @@ from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..blocks import activation
 from ..blocks import relative as _relative
-from ..blocks.contract import EncoderStack, Packing, StackInfo
+from ..blocks.contract import INT8, LEAN, EncoderStack, Packing, SpeedPaths, StackInfo, offers
 from ..blocks.tables import embedding
 
 if TYPE_CHECKING:
@@ -251,8 +251,12 @@ class BertMLP(nn.Module):
         return out
 
 
-class BertLayer(nn.Module):
-    """One post-LayerNorm transformer block, as in the original BERT."""
+class BertLayer(nn.Module, SpeedPaths):
+    """One post-LayerNorm transformer block, as in the original BERT. It offers the lean path
+    and int8 (:class:`~bertattn.blocks.contract.SpeedPaths`); a subclass offers neither unless
+    it declares them."""
+
+    speed_paths = frozenset({LEAN, INT8})
 
     def __init__(self, config: BertConfig, backend: str = "auto") -> None:
         super().__init__()
@@ -409,7 +413,8 @@ class BertEncoder(nn.Module, EncoderStack):
         return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
 
     def lean(self) -> bool:
-        """Whether every layer may run ``lean`` (checked once per forward): every layer
+        """Whether every layer may run ``lean`` (checked once per forward): every layer offers
+        the lean path (:func:`~bertattn.blocks.contract.offers`) and finds itself
         :meth:`BertLayer.lean`, and no global hook, tracing, compiling or steps recording
         (:func:`bertattn.attention.record_steps`) around."""
         layers = self._modules.get("layers")
@@ -417,7 +422,7 @@ class BertEncoder(nn.Module, EncoderStack):
             type(layers) is nn.ModuleList
             and not _steps._open_blocks
             and _fast.plain_context()
-            and all(type(la) is BertLayer and la.lean() for la in layers._modules.values())  # type: ignore[union-attr]
+            and all(offers(la, LEAN) and la.lean() for la in layers._modules.values())  # type: ignore[union-attr]
         )
 
     def forward_packed(
