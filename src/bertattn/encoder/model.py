@@ -277,6 +277,8 @@ class BertModel(nn.Module):
         tensor values); a stack whose ``info`` has no packed path never packs.
         """
         explicit = self.backend != "auto" and _contract.packs(self.backend)
+        if not explicit and (self.backend != "auto" or want or attention_mask is None):
+            return None
         if not _fast.submodule(self, "encoder").info.packed:  # type: ignore[union-attr]
             if explicit:
                 raise ValueError(
@@ -284,8 +286,6 @@ class BertModel(nn.Module):
                     f"stack ({type(self.encoder).__name__}) has no packed path (its info says "
                     f"packed=False); use 'sdpa' or 'auto'."
                 )
-            return None
-        if not explicit and (self.backend != "auto" or want or attention_mask is None):
             return None
         device = self.device
         if not explicit and device.type != "cpu":  # auto packs on CPU only (dispatch.py)
