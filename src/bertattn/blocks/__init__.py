@@ -3,6 +3,7 @@ tested against a plain reference: norms, feed-forwards (plain and gated), a pre-
 block, rotary tables per layer kind, and the encoder stack that runs them padded or packed."""
 
 from .block import EncoderBlock
+from .contract import EncoderStack, StackInfo
 from .embeddings import TokenEmbeddings
 from .feedforward import FeedForward, GatedFeedForward, activation
 from .norms import make_norm
@@ -11,11 +12,13 @@ from .stack import RotaryEncoder
 
 __all__ = [
     "EncoderBlock",
+    "EncoderStack",
     "FeedForward",
     "GatedFeedForward",
     "LayerKind",
     "RotaryEncoder",
     "RotaryTables",
+    "StackInfo",
     "TokenEmbeddings",
     "activation",
     "make_norm",

@@ -1,23 +1,23 @@
 """The encoder stack of the rotary architectures (ModernBERT, GTE, NomicBERT, Jina v3): a list
 of :class:`~.block.EncoderBlock`, each with its :class:`~.rotary.LayerKind`, and an optional
-final norm. The same contract as BERT's encoder, so :class:`bertattn.BertModel` runs it padded
-or packed (every layer on the real tokens only, positions restarting per sequence, the window
-never crossing a sequence)."""
+final norm. It declares the encoder contract (:class:`~.contract.EncoderStack`), as BERT's
+encoder does, so :class:`bertattn.BertModel` runs it padded or packed (every layer on the real
+tokens only, positions restarting per sequence, the window never crossing a sequence)."""
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..attention import PreparedMask, get_backend
-from ..attention.padding import PackedBatch
+from ..attention import PreparedMask
 from ..attention.window import WindowedMask
 from .block import EncoderBlock
+from .contract import EncoderStack, Packing, StackInfo
 from .rotary import LayerKind, RotaryTables, packed_positions
 
 __all__ = ["RotaryEncoder"]
 
 
-class RotaryEncoder(nn.Module):
+class RotaryEncoder(nn.Module, EncoderStack):
     """``layers`` with their ``kinds`` (one each), then ``final_norm`` (None: none)."""
 
     def __init__(
@@ -32,15 +32,19 @@ class RotaryEncoder(nn.Module):
         head_dim = layers[0].attn.head_dim if layers else 2
         self.tables = RotaryTables(head_dim)
 
-    # BERT's encoder contract: no relative position bias here
-    def relative_table(self) -> Tensor | None:
-        return None
+    @property
+    def info(self) -> StackInfo:
+        """Packed: yes; no relative position bias (positions rotate the queries and keys); no
+        lean path."""
+        return StackInfo(packed=True, relative_bias=False, lean=False)
 
     def position_bias(self, length: int, dtype: object) -> Tensor | None:
+        """None: no relative position bias here."""
         return None
 
-    def lean(self) -> bool:
-        return False
+    def relative_table(self) -> Tensor | None:
+        """None: no relative position bias table (what the steps view asks BERT's stack)."""
+        return None
 
     def _finish(self, hidden: Tensor, collect: list[Tensor] | None) -> Tensor:
         if self.final_norm is not None:
@@ -85,28 +89,22 @@ class RotaryEncoder(nn.Module):
         return self._finish(hidden, collect), tuple(attentions)
 
     def forward_packed(
-        self,
-        hidden: Tensor,
-        packed: PackedBatch,
-        reason: str,
-        collect: list[Tensor] | None = None,
+        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
     ) -> Tensor:
-        """Packed: ``(T, E)`` real tokens -> ``(T, E)``, no weights."""
+        """Packed: ``(T, E)`` real tokens -> ``(T, E)``, every layer on ``packing.backend``,
+        no weights."""
+        packed = packing.batch
         rotations = self.tables.packed(self.kinds, packed_positions(packed, hidden.device))
         for layer, kind in zip(self.layers, self.kinds, strict=True):
-            requested = layer.attn.backend
-            explicit = requested != "auto" and get_backend(requested).layout == "packed"
-            backend = requested if explicit else "varlen"
             rotation = rotations.get(kind.theta)
 
-            def attend(x: Tensor, layer=layer, rotation=rotation, kind=kind, backend=backend,
-                       requested=requested) -> Tensor:  # fmt: skip
+            def attend(x: Tensor, layer=layer, rotation=rotation, kind=kind) -> Tensor:
                 return layer.attn.attend_packed(
                     x,
                     packed,
-                    backend=backend,
-                    reason=reason,
-                    requested=requested,
+                    backend=packing.backend,
+                    reason=packing.reason,
+                    requested=layer.attn.backend,
                     rotation=rotation,
                     window=kind.window,
                 )

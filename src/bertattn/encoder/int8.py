@@ -58,7 +58,7 @@ from torch import Tensor, nn
 from ..attention import PreparedMask, get_backend
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
-from ..attention.padding import PackedBatch
+from ..blocks.contract import INT8, Packing, offers
 from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
 from .int8_forms import U8_F32, Form
@@ -535,25 +535,24 @@ class Int8BertLayer(BertLayer):
     def forward_packed(
         self,
         x: Tensor,
-        packed: PackedBatch,
-        reason: str,
+        packing: Packing,
         lean: bool = False,
         bias: tuple[Tensor | None, ...] | None = None,
     ) -> Tensor:
-        requested = self.attn.backend
-        explicit = requested != "auto" and get_backend(requested).layout == "packed"
-        backend = requested if explicit else "varlen"
-        spec = get_backend(backend)
+        """Packed ``(T, E)`` -> ``(T, E)`` on the packed backend the model chose
+        (``packing.backend``), the four products in int8."""
+        spec = get_backend(packing.backend)
         if not self._int8_runs(x) or (bias is not None and not spec.packed_bias):
-            return super().forward_packed(x, packed, reason, lean, bias)
+            return super().forward_packed(x, packing, lean, bias)
         t, e = x.shape
         h, d = self.attn.num_heads, self.attn.head_dim
         q, k, v = self._qkv(x).view(t, 3, h, d).unbind(1)  # (T, H, D) each
+        packed = packing.batch
         if bias is None:
             context = spec.fn(q, k, v, packed, dropout_p=0.0)
         else:
             context = spec.fn(q, k, v, packed, dropout_p=0.0, bias=bias)
-        self.attn._record(requested, backend, reason, q)
+        self.attn._record(self.attn.backend, packing.backend, packing.reason, q)
         return self._after_attention(x, context.reshape(t, e))
 
     def _qkv(self, rows: Tensor) -> Tensor:
@@ -685,10 +684,11 @@ def quantize_model(
     factors = _smoothing(bert, texts, alpha) if alpha > 0 else None
     layers = model.encoder.layers
     for i, layer in enumerate(list(layers)):
-        if type(layer) is not BertLayer:
+        if not offers(layer, INT8):
             raise ValueError(
-                f"layer {i} is a {type(layer).__name__}, not a BertLayer: int8 replaces stock "
-                f"layers only."
+                f"layer {i} is a {type(layer).__name__}, whose class does not offer int8 "
+                f"(BertLayer does; a layer class declares 'int8' in its speed_paths): int8 "
+                f"replaces such layers only."
             )
         smooth = None if factors is None else factors[i]
         layers[i] = Int8BertLayer(layer, smooth, bits, chosen.form)  # type: ignore[arg-type]

@@ -47,7 +47,9 @@ from ..attention import get_backend, prepare_mask
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
-from ..attention.padding import PackedBatch, pack_padding_mask, pad, unpad
+from ..attention.padding import pack_padding_mask, pad, unpad
+from ..blocks import contract as _contract
+from ..blocks.contract import EncoderStack, Packing, missing_members
 from ..capture import is_capturing
 from ..families.bert_layers import (
     HALF_DTYPES,
@@ -80,6 +82,20 @@ def _warn_if_slow_half(dtype: torch.dtype, device: torch.device) -> None:
             f"slower than in float32 here; use float32 on this machine.",
             stacklevel=3,
         )
+
+
+def _check_stack(stack: object, family: str) -> None:
+    """Refuse, by its class and the members it lacks, an encoder stack ``family`` built that
+    does not keep the encoder contract (:class:`bertattn.blocks.contract.EncoderStack`)."""
+    if isinstance(stack, EncoderStack):
+        return
+    lacks = ", ".join(missing_members(stack))
+    raise ValueError(
+        f"family {family!r} built a {type(stack).__name__} as its encoder stack, which does "
+        f"not keep the encoder contract (it lacks {lacks}); build a stack that declares "
+        f"bertattn.blocks.contract.EncoderStack (layers, info, forward, forward_packed, "
+        f"position_bias)."
+    )
 
 
 #: what :meth:`BertModel.to_compute_dtype` takes
@@ -163,6 +179,7 @@ class BertModel(nn.Module):
         self.embeddings, self.encoder, self.pooler = family.build(
             config, backend, add_pooling_layer
         )
+        _check_stack(self.encoder, family.name)
         self.name_or_path = ""
 
     @property
@@ -250,19 +267,29 @@ class BertModel(nn.Module):
         attention_mask: Tensor | None,
         want: frozenset[int],
         shape: tuple[int, int],
-    ) -> tuple[PackedBatch | None, str]:
-        """Whether this forward runs packed (varlen), and why; decided once per forward.
+    ) -> Packing | None:
+        """Whether this forward runs packed, on which backend and why; decided once per
+        forward and handed to the encoder stack (None: padded).
 
-        Explicit ``varlen`` always packs; ``auto`` packs a padded batch when no weights are
-        asked for and the padding share reaches the ``auto`` threshold; torch.compile / export
-        tracing never packs (the per-sequence loop depends on tensor values).
+        Explicit ``varlen`` (or another packed backend) always packs; ``auto`` packs a padded
+        batch when no weights are asked for and the padding share reaches the ``auto``
+        threshold; torch.compile / export tracing never packs (the per-sequence loop depends on
+        tensor values); a stack whose ``info`` has no packed path never packs.
         """
-        explicit = self.backend != "auto" and get_backend(self.backend).layout == "packed"
+        explicit = self.backend != "auto" and _contract.packs(self.backend)
         if not explicit and (self.backend != "auto" or want or attention_mask is None):
-            return None, ""
+            return None
+        if not _fast.submodule(self, "encoder").info.packed:  # type: ignore[union-attr]
+            if explicit:
+                raise ValueError(
+                    f"backend {self.backend!r} packs the real tokens, but this model's encoder "
+                    f"stack ({type(self.encoder).__name__}) has no packed path (its info says "
+                    f"packed=False); use 'sdpa' or 'auto'."
+                )
+            return None
         device = self.device
         if not explicit and device.type != "cpu":  # auto packs on CPU only (dispatch.py)
-            return None, ""
+            return None
         if torch.compiler.is_compiling() or torch.jit.is_tracing() or is_capturing(device):
             if explicit:
                 raise ValueError(
@@ -270,7 +297,7 @@ class BertModel(nn.Module):
                     "CUDA graph): its packing depends on the mask's values; use 'sdpa' or "
                     "'auto'."
                 )
-            return None, ""
+            return None
         if attention_mask is None:  # explicit varlen, no padding: one sequence per row
             attention_mask = torch.ones(shape, dtype=torch.bool, device=device)
         if explicit:
@@ -289,9 +316,9 @@ class BertModel(nn.Module):
             dtype=self.dtype,
             key_len=shape[1],
         )
-        if get_backend(name).layout != "packed":
-            return None, ""
-        return (packed or pack_padding_mask(attention_mask)), reason
+        if not explicit and not _contract.packs(name):  # auto chose a padded backend
+            return None
+        return Packing(packed or pack_padding_mask(attention_mask), name, reason)
 
     def _check_id_values(
         self, input_ids: Tensor | None, token_type_ids: Tensor | None, position_ids: Tensor | None
@@ -589,8 +616,9 @@ class BertModel(nn.Module):
         collect: list[Tensor] | None = [] if output_hidden_states else None
 
         embeddings = _fast.submodule(self, "embeddings")
-        packed, reason = self._packing(attention_mask, want, (b, seq_len))
-        if packed is not None:  # pack once, every layer on (T, E), pad once
+        packing = self._packing(attention_mask, want, (b, seq_len))
+        if packing is not None:  # pack once, every layer on (T, E), pad once
+            packed = packing.batch
             ids = None if input_ids is None else unpad(input_ids, packed)  # (T,)
             embeds = None if inputs_embeds is None else unpad(inputs_embeds, packed)  # (T, E)
             types = None if token_type_ids is None else unpad(token_type_ids, packed)  # (T,)
@@ -600,7 +628,7 @@ class BertModel(nn.Module):
             hidden = _fast.call(embeddings, ids, types, positions, embeds)  # (T, E)
             if collect is not None:
                 collect.append(hidden)
-            hidden = self.encoder.forward_packed(hidden, packed, reason, collect)
+            hidden = self.encoder.forward_packed(hidden, packing, collect)
             hidden = pad(hidden, packed)  # (B, L, E)
             if collect is not None:
                 collect = [pad(h, packed) for h in collect[:-1]] + [hidden]
@@ -612,9 +640,10 @@ class BertModel(nn.Module):
             if collect is not None:
                 collect.append(hidden)
             encoder = _fast.submodule(self, "encoder")
+            relative = encoder.info.relative_bias  # type: ignore[union-attr]
             mask = prepare_mask(  # once per forward, shared by every layer
                 key_padding_mask=attention_mask,
-                attn_bias=encoder.position_bias(seq_len, hidden.dtype),  # type: ignore[operator]
+                attn_bias=encoder.position_bias(seq_len, hidden.dtype) if relative else None,  # type: ignore[operator]
                 batch=b,
                 heads=self.config.num_attention_heads,
                 query_len=seq_len,

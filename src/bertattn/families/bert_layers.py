@@ -19,15 +19,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention, PreparedMask, get_backend
+from ..attention import MultiHeadAttention, PreparedMask
 from ..attention import fastcall as _fast
 from ..attention import fused as _fused
 from ..attention import gemm as _gemm
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
-from ..attention.padding import PackedBatch
 from ..blocks import activation
 from ..blocks import relative as _relative
+from ..blocks.contract import INT8, LEAN, EncoderStack, Packing, SpeedPaths, StackInfo, offers
 from ..blocks.tables import embedding
 
 if TYPE_CHECKING:
@@ -251,8 +251,12 @@ class BertMLP(nn.Module):
         return out
 
 
-class BertLayer(nn.Module):
-    """One post-LayerNorm transformer block, as in the original BERT."""
+class BertLayer(nn.Module, SpeedPaths):
+    """One post-LayerNorm transformer block, as in the original BERT. It offers the lean path
+    and int8 (:class:`~bertattn.blocks.contract.SpeedPaths`); a subclass offers neither unless
+    it declares them."""
+
+    speed_paths = frozenset({LEAN, INT8})
 
     def __init__(self, config: BertConfig, backend: str = "auto") -> None:
         super().__init__()
@@ -281,21 +285,23 @@ class BertLayer(nn.Module):
     def forward_packed(
         self,
         x: Tensor,
-        packed: PackedBatch,
-        reason: str,
+        packing: Packing,
         lean: bool = False,
         bias: tuple[Tensor | None, ...] | None = None,
     ) -> Tensor:
-        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``. ``lean``: the
-        encoder found every layer :meth:`lean`. ``bias``: MPNet's relative position bias, one
-        ``(1, H, l, l)`` block per sequence (None: no bias)."""
-        requested = self.attn.backend
-        cd = self.attn.out_linear.weight.dtype
-        # the packed backend asked for (a registered one too); auto packs with varlen
-        explicit = requested != "auto" and get_backend(requested).layout == "packed"
-        backend = requested if explicit else "varlen"
-        a = self.attn.attend_packed(
-            x.to(cd), packed, backend=backend, reason=reason, requested=requested, bias=bias
+        """The same layer on packed real tokens: ``(T, E)`` -> ``(T, E)``, on the packed
+        backend the model chose (``packing.backend``). ``lean``: the encoder found every layer
+        :meth:`lean`. ``bias``: MPNet's relative position bias, one ``(1, H, l, l)`` block per
+        sequence (None: no bias)."""
+        attn = self.attn
+        cd = attn.out_linear.weight.dtype
+        a = attn.attend_packed(
+            x.to(cd),
+            packing.batch,
+            backend=packing.backend,
+            reason=packing.reason,
+            requested=attn.backend,
+            bias=bias,
         )
         return self.block(x, a, lean)
 
@@ -350,9 +356,10 @@ class BertLayer(nn.Module):
         return _fast.layer_norm(norm, residual_add(x, m), checked=lean)  # (..., E)
 
 
-class BertEncoder(nn.Module):
-    """The stack of layers. One entry point, so a padding-free (varlen) path can replace the
-    loop without touching the layers: ``forward(hidden, mask, output_attentions)``."""
+class BertEncoder(nn.Module, EncoderStack):
+    """The stack of BERT's layers, on the encoder contract (:class:`~bertattn.blocks.contract.
+    EncoderStack`): padded ``forward(hidden, mask, output_attentions, collect)``, packed
+    :meth:`forward_packed`, and :attr:`info` (packed: yes; relative bias: MPNet's; lean: yes)."""
 
     def __init__(self, config: BertConfig, backend: str = "auto") -> None:
         super().__init__()
@@ -363,6 +370,13 @@ class BertEncoder(nn.Module):
             self.relative_attention_bias = embedding(
                 config.relative_attention_num_buckets, config.num_attention_heads
             )
+
+    @property
+    def info(self) -> StackInfo:
+        """What this stack can do: packed and lean always, a relative bias where it has the
+        table (MPNet)."""
+        has_table = self._modules.get("relative_attention_bias") is not None
+        return StackInfo(packed=True, relative_bias=has_table, lean=True)
 
     def relative_table(self) -> Tensor | None:
         """MPNet's relative position bias table ``(buckets, H)``; None for BERT (no such bias)."""
@@ -383,7 +397,9 @@ class BertEncoder(nn.Module):
         output_attentions: frozenset[int] = frozenset(),
         collect: list[Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-        """``collect``: when a list, each layer's output is appended to it."""
+        """Padded: ``(B, L, E)`` -> ``(B, L, E)`` and per layer ``(B, H, L, L)`` weights for
+        the layers in ``output_attentions`` (None for the others). ``collect``: when a list,
+        each layer's output is appended to it."""
         lean = not output_attentions and self.lean()
         attentions: list[Tensor | None] = []
         for i, layer in enumerate(self.layers):
@@ -397,7 +413,8 @@ class BertEncoder(nn.Module):
         return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
 
     def lean(self) -> bool:
-        """Whether every layer may run ``lean`` (checked once per forward): every layer
+        """Whether every layer may run ``lean`` (checked once per forward): every layer offers
+        the lean path (:func:`~bertattn.blocks.contract.offers`) and finds itself
         :meth:`BertLayer.lean`, and no global hook, tracing, compiling or steps recording
         (:func:`bertattn.attention.record_steps`) around."""
         layers = self._modules.get("layers")
@@ -405,27 +422,24 @@ class BertEncoder(nn.Module):
             type(layers) is nn.ModuleList
             and not _steps._open_blocks
             and _fast.plain_context()
-            and all(type(la) is BertLayer and la.lean() for la in layers._modules.values())  # type: ignore[union-attr]
+            and all(offers(la, LEAN) and la.lean() for la in layers._modules.values())  # type: ignore[union-attr]
         )
 
     def forward_packed(
-        self,
-        hidden: Tensor,
-        packed: PackedBatch,
-        reason: str,
-        collect: list[Tensor] | None = None,
+        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
     ) -> Tensor:
-        """Every layer on packed real tokens ``(T, E)``; no attention weights. ``collect``:
-        when a list, each layer's (packed) output is appended to it. MPNet's relative position
-        bias is computed here once, one block per sequence, and given to every layer."""
+        """Every layer on packed real tokens ``(T, E)``, on ``packing.backend``; no attention
+        weights. ``collect``: when a list, each layer's (packed) output is appended to it.
+        MPNet's relative position bias is computed here once, one block per sequence, and
+        given to every layer."""
         lean = self.lean()
         table = self.relative_table()
         bias = None
         if table is not None:  # the compute dtype: what the per-sequence kernel adds it to
             cd = self.layers[0].attn.out_linear.weight.dtype if len(self.layers) else table.dtype
-            bias = _relative.packed_position_bias(table, packed, cd)
+            bias = _relative.packed_position_bias(table, packing.batch, cd)
         for layer in self.layers:
-            hidden = layer.forward_packed(hidden, packed, reason, lean, bias)
+            hidden = layer.forward_packed(hidden, packing, lean, bias)
             if collect is not None:
                 collect.append(hidden)
         return hidden  # (T, E)
