@@ -65,6 +65,12 @@ class Variant:
     #: other prefixes the base model has in task checkpoints, read as ``prefix`` (GTE's own
     #: ``new.``, where transformers writes ``gte.``)
     other_prefixes: tuple[str, ...] = ()
+    #: remote-code settings bertattn runs one way only: ``(field, value)``, a config.json
+    #: naming the field with another value is refused (GTE's ``layer_norm_type``)
+    fixed: tuple[tuple[str, object], ...] = ()
+    #: ``model_type`` -> rotary base when the config has none, where an alias's remote code
+    #: has another default than :attr:`default_theta` (GTE's ``new``: 10,000)
+    alias_theta: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,9 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
             f"checkpoints with {expected}."
         )
 
+    for field_name, value in variant.fixed:
+        if field_name in data and data[field_name] != value:
+            raise refuse(field_name, data[field_name], f"{field_name}={value!r}")
     if data.get("rope_scaling") is not None:
         raise refuse("rope_scaling", data["rope_scaling"], "rope_scaling null")
     params = rope_object(data.get("rope_parameters"), "rope_parameters", refuse,
@@ -98,7 +107,7 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
     elif data.get("rope_theta") is not None:
         theta = rope_theta(data["rope_theta"], "rope_theta", refuse)
     else:
-        theta = variant.default_theta
+        theta = dict(variant.alias_theta).get(data.get("model_type"), variant.default_theta)
     hidden, heads = data.get("hidden_size", 768), data.get("num_attention_heads", 12)
     even_head_size(hidden, heads, refuse)
     head_dim = data.get("head_dim")

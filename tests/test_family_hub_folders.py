@@ -1,0 +1,150 @@
+"""The rotary families' folders as the hub keeps them, for their remote code: GTE's
+``"model_type": "new"`` (``NewConfig``'s fields, ``NewModel``'s fused tensors) and NomicBERT's
+GPT-2-style config (``n_embd``, ``n_head``, ...). Each folder is written here with exactly
+those field and tensor names, from the weights of a random folder of transformers' native
+class, and must give the hidden states of that native folder (within 1e-6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from tiny_bert import save_random
+
+from bertattn import BertModel
+from bertattn.errors import ModelFolderError
+
+SIZES = dict(
+    vocab_size=99, hidden_size=36, num_hidden_layers=3, num_attention_heads=3,
+    intermediate_size=29, max_position_embeddings=300, pad_token_id=0,
+)  # fmt: skip
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    """Three padded rows, ``(3, 40)`` ids and mask."""
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(5, 99, (3, 40), generator=g)
+    mask = torch.zeros(3, 40, dtype=torch.long)
+    for i, length in enumerate([40, 7, 23]):
+        mask[i, :length] = 1
+    return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}
+
+
+def _hidden(folder: Path, backend: str = "math") -> torch.Tensor:
+    batch = _batch()
+    with torch.no_grad():
+        out = BertModel.from_pretrained(folder, backend=backend)(**batch).last_hidden_state
+    return out[batch["attention_mask"].bool()]  # (real tokens, E)
+
+
+def _write(folder: Path, config: dict, tensors: dict[str, torch.Tensor]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+# ---------------------------------------------------------------------- GTE's "new"
+def _new_config(**changes: object) -> dict:
+    """A ``NewConfig`` as gte-multilingual-base's config.json writes it (its field names; the
+    sizes tiny)."""
+    config = {
+        "architectures": ["NewModel"],
+        "auto_map": {"AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
+                     "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel"},
+        "model_type": "new",
+        "vocab_size": 99, "hidden_size": 36, "num_hidden_layers": 3, "num_attention_heads": 3,
+        "intermediate_size": 29, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.0, "max_position_embeddings": 300,
+        "type_vocab_size": 1, "initializer_range": 0.02, "layer_norm_type": "layer_norm",
+        "layer_norm_eps": 1e-12, "position_embedding_type": "rope", "rope_theta": 160000.0,
+        "rope_scaling": None, "classifier_dropout": None, "pack_qkv": True,
+        "unpad_inputs": False, "use_memory_efficient_attention": False,
+        "logn_attention_scale": False, "logn_attention_clip1": False, "pad_token_id": 0,
+    }  # fmt: skip
+    config.update(changes)
+    return config
+
+
+def _new_tensors(native: dict[str, torch.Tensor], pack_qkv: bool) -> dict[str, torch.Tensor]:
+    """transformers' ``GteModel`` tensors under ``NewModel``'s names: ``encoder.layer.N.``,
+    ``attention.qkv_proj`` (q, k, v stacked on the output axis) or ``attention.{q,k,v}_proj``,
+    ``attention.o_proj``, ``mlp.up_gate_proj`` (up first, then the gate), ``mlp.down_proj``,
+    ``attn_ln``, ``mlp_ln``."""
+    out = {k: v for k, v in native.items() if k.startswith("embeddings.")}
+    layers = {int(k.split(".")[1]) for k in native if k.startswith("layers.")}
+    for i in sorted(layers):
+        src, dst = f"layers.{i}.", f"encoder.layer.{i}."
+        for p in ("weight", "bias"):
+            parts = [native[f"{src}self_attn.{x}_proj.{p}"] for x in "qkv"]
+            if pack_qkv:
+                out[f"{dst}attention.qkv_proj.{p}"] = torch.cat(parts, dim=0)
+            else:
+                for x, part in zip("qkv", parts, strict=True):
+                    out[f"{dst}attention.{x}_proj.{p}"] = part
+            out[f"{dst}attention.o_proj.{p}"] = native[f"{src}self_attn.o_proj.{p}"]
+            out[f"{dst}mlp.down_proj.{p}"] = native[f"{src}mlp.down_proj.{p}"]
+            out[f"{dst}attn_ln.{p}"] = native[f"{src}post_attention_layernorm.{p}"]
+            out[f"{dst}mlp_ln.{p}"] = native[f"{src}post_mlp_layernorm.{p}"]
+        up, gate = native[f"{src}mlp.up_proj.weight"], native[f"{src}mlp.gate_proj.weight"]
+        out[f"{dst}mlp.up_gate_proj.weight"] = torch.cat([up, gate], dim=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gte_native(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+    """A random ``GteModel`` folder (one token-type row, as gte-multilingual-base)."""
+    import transformers
+
+    folder = tmp_path_factory.mktemp("gte-native")
+    config = transformers.GteConfig(**SIZES, type_vocab_size=1)
+    return folder, save_random(transformers.GteModel, config, folder, 7)
+
+
+@pytest.mark.parametrize("pack_qkv", [True, False])
+def test_a_new_folder_equals_the_native_gte_folder(gte_native, tmp_path, pack_qkv) -> None:
+    folder, hf = gte_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    new = _write(tmp_path / "new", _new_config(pack_qkv=pack_qkv), _new_tensors(native, pack_qkv))
+    assert "encoder.layer.0.mlp.up_gate_proj.weight" in _new_tensors(native, pack_qkv)
+    assert BertModel.from_pretrained(new).config.family == "gte"
+    torch.testing.assert_close(_hidden(new), _hidden(folder), atol=1e-6, rtol=0)
+    batch = _batch()
+    with torch.no_grad():
+        want = hf(**batch).last_hidden_state[batch["attention_mask"].bool()]
+    torch.testing.assert_close(_hidden(new, "sdpa"), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_new_folder_without_rope_theta_rotates_with_newconfig_default(gte_native, tmp_path):
+    """``NewConfig``'s ``rope_theta`` default is 10,000 (``GteConfig``'s 160,000)."""
+    import transformers
+
+    _, hf = gte_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    config = _new_config()
+    del config["rope_theta"]
+    new = _write(tmp_path / "new", config, _new_tensors(native, True))
+    ref = tmp_path / "ref"
+    gte = transformers.GteConfig(**SIZES, type_vocab_size=1, rope_theta=10_000.0)
+    model = transformers.GteModel(gte).eval()
+    model.load_state_dict(native)
+    model.save_pretrained(ref)
+    torch.testing.assert_close(_hidden(new), _hidden(ref), atol=1e-6, rtol=0)
+    assert not torch.allclose(_hidden(new), _hidden(gte_native[0]), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("position_embedding_type", "absolute"), ("layer_norm_type", "rms_norm"),
+     ("logn_attention_scale", True)],
+)  # fmt: skip
+def test_new_switches_bertattn_does_not_run_are_refused(gte_native, tmp_path, field, value):
+    _, hf = gte_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    bad = _write(tmp_path / "bad", _new_config(**{field: value}), _new_tensors(native, True))
+    with pytest.raises(ModelFolderError, match=rf"{field}={value!r} is not supported.*"
+                       rf"{field}="):  # fmt: skip
+        BertModel.from_pretrained(bad)
