@@ -7,6 +7,7 @@ class, and must give the hidden states of that native folder (within 1e-6)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -147,4 +148,111 @@ def test_new_switches_bertattn_does_not_run_are_refused(gte_native, tmp_path, fi
     bad = _write(tmp_path / "bad", _new_config(**{field: value}), _new_tensors(native, True))
     with pytest.raises(ModelFolderError, match=rf"{field}={value!r} is not supported.*"
                        rf"{field}="):  # fmt: skip
+        BertModel.from_pretrained(bad)
+
+
+# ---------------------------------------------------------------------- NomicBERT's names
+def _nomic_config(**changes: object) -> dict:
+    """The remote code's ``NomicBertConfig`` as nomic-embed-text-v1.5's config.json writes it
+    (GPT-2's field names; the sizes tiny)."""
+    code = "nomic-ai/nomic-bert-2048--"
+    config = {
+        "architectures": ["NomicBertModel"],
+        "auto_map": {"AutoConfig": f"{code}configuration_hf_nomic_bert.NomicBertConfig",
+                     "AutoModel": f"{code}modeling_hf_nomic_bert.NomicBertModel"},
+        "model_type": "nomic_bert",
+        "activation_function": "swiglu", "attn_pdrop": 0.0, "bos_token_id": None,
+        "causal": False, "dense_seq_output": True, "embd_pdrop": 0.0, "eos_token_id": None,
+        "fused_bias_fc": True, "fused_dropout_add_ln": True, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-12, "max_trained_positions": 2048, "mlp_fc1_bias": False,
+        "mlp_fc2_bias": False, "n_embd": 36, "n_head": 3, "n_inner": 29, "n_layer": 3,
+        "n_positions": 300, "pad_vocab_size_multiple": 1, "parallel_block": False,
+        "parallel_block_tied_norm": False, "prenorm": False, "qkv_proj_bias": False,
+        "reorder_and_upcast_attn": False, "resid_pdrop": 0.0, "rotary_emb_base": 1000,
+        "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False,
+        "rotary_emb_scale_base": None, "rotary_scaling_factor": None,
+        "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
+        "summary_activation": None, "summary_first_dropout": 0.0, "summary_proj_to_labels": True,
+        "summary_type": "cls_index", "summary_use_proj": True, "type_vocab_size": 2,
+        "use_cache": True, "use_flash_attn": True, "use_rms_norm": False, "use_xentropy": True,
+        "vocab_size": 99,
+    }  # fmt: skip
+    config.update(changes)
+    return config
+
+
+def _nomic_tensors(native: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers' ``NomicBertModel`` tensors under the remote code's names: ``emb_ln``,
+    ``encoder.layers.N.attn.Wqkv`` (q, k, v stacked), ``attn.out_proj``, ``mlp.fc11`` (up),
+    ``mlp.fc12`` (the gate), ``mlp.fc2``, ``norm1``, ``norm2``."""
+    out = {k: v for k, v in native.items() if k.startswith("embeddings.") and "LayerNorm" not in k}
+    out.update({f"emb_ln.{p}": native[f"embeddings.LayerNorm.{p}"] for p in ("weight", "bias")})
+    layers = {int(k.split(".")[1]) for k in native if k.startswith("layers.")}
+    for i in sorted(layers):
+        src, dst = f"layers.{i}.", f"encoder.layers.{i}."
+        qkv = [native[f"{src}self_attn.{x}_proj.weight"] for x in "qkv"]
+        out[f"{dst}attn.Wqkv.weight"] = torch.cat(qkv, dim=0)
+        out[f"{dst}attn.out_proj.weight"] = native[f"{src}self_attn.o_proj.weight"]
+        for theirs, ours in (("fc11", "up_proj"), ("fc12", "gate_proj"), ("fc2", "down_proj")):
+            out[f"{dst}mlp.{theirs}.weight"] = native[f"{src}mlp.{ours}.weight"]
+        for p in ("weight", "bias"):
+            out[f"{dst}norm1.{p}"] = native[f"{src}post_attention_layernorm.{p}"]
+            out[f"{dst}norm2.{p}"] = native[f"{src}post_mlp_layernorm.{p}"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def nomic_native(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+    """A random ``NomicBertModel`` folder (rotary base 1,000, as nomic-embed-text-v1.5)."""
+    import transformers
+
+    folder = tmp_path_factory.mktemp("nomic-native")
+    config = transformers.NomicBertConfig(**SIZES, rope_theta=1000.0)
+    return folder, save_random(transformers.NomicBertModel, config, folder, 8)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"vocab_size": 97, "pad_vocab_size_multiple": 33}],  # the word table: 99 rows
+    ids=["as-released", "padded-vocabulary"],
+)
+def test_a_remote_nomic_folder_equals_the_native_folder(nomic_native, tmp_path, changes) -> None:
+    folder, hf = nomic_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    remote = _write(tmp_path / "remote", _nomic_config(**changes), _nomic_tensors(native))
+    model = BertModel.from_pretrained(remote)
+    assert (model.config.hidden_size, model.config.num_attention_heads) == (36, 3)
+    assert (model.config.num_hidden_layers, model.config.intermediate_size) == (3, 29)
+    torch.testing.assert_close(_hidden(remote), _hidden(folder), atol=1e-6, rtol=0)
+    batch = _batch()
+    with torch.no_grad():
+        want = hf(**batch).last_hidden_state[batch["attention_mask"].bool()]
+    torch.testing.assert_close(_hidden(remote, "sdpa"), want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_remote_rotary_base_is_read(nomic_native, tmp_path) -> None:
+    """``rotary_emb_base`` is the rotation's base: another one gives other hidden states."""
+    folder, hf = nomic_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    remote = _write(tmp_path / "r", _nomic_config(rotary_emb_base=10_000), _nomic_tensors(native))
+    assert not torch.allclose(_hidden(remote), _hidden(folder), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [("rotary_emb_fraction", 0.5, "rotary_emb_fraction=1.0"),
+     ("rotary_emb_interleaved", True, "rotary_emb_interleaved=false"),
+     ("rotary_scaling_factor", 2.0, "rotary_scaling_factor=null"),
+     ("prenorm", True, "prenorm=false"),
+     ("qkv_proj_bias", True, "qkv_proj_bias=false"),
+     ("activation_function", "gelu", "activation_function='swiglu'")],
+)  # fmt: skip
+def test_remote_switches_bertattn_does_not_run_are_refused(
+    nomic_native, tmp_path, field, value, expected
+) -> None:
+    _, hf = nomic_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    bad = _write(tmp_path / "bad", _nomic_config(**{field: value}), _nomic_tensors(native))
+    message = f"{field}={value!r} is not supported; bertattn loads NomicBERT checkpoints with "
+    with pytest.raises(ModelFolderError, match=re.escape(message + expected + ".")):
         BertModel.from_pretrained(bad)

@@ -18,6 +18,7 @@ Against BERT:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,7 @@ from ..blocks import (
 )
 from ..errors import ModelFolderError
 from .registry import Family
-from .rope import even_head_size, rope_object, rope_theta
+from .rope import Refuse, even_head_size, rope_object, rope_theta
 
 __all__ = ["RotaryArch", "Variant", "embeddings", "family"]
 
@@ -71,6 +72,9 @@ class Variant:
     #: ``model_type`` -> rotary base when the config has none, where an alias's remote code
     #: has another default than :attr:`default_theta` (GTE's ``new``: 10,000)
     alias_theta: tuple[tuple[str, float], ...] = ()
+    #: the config under transformers' field names, for a family whose remote code names
+    #: them otherwise (NomicBERT's ``n_embd``, ...): ``translate(data, refuse)``
+    translate: Callable[[dict[str, Any], Refuse], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
             f"checkpoints with {expected}."
         )
 
+    if variant.translate is not None:
+        data = variant.translate(data, refuse)
     for field_name, value in variant.fixed:
         if field_name in data and data[field_name] != value:
             raise refuse(field_name, data[field_name], f"{field_name}={value!r}")
