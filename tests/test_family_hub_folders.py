@@ -7,6 +7,7 @@ class, and must give the hidden states of that native folder (within 1e-6)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -255,4 +256,89 @@ def test_remote_switches_bertattn_does_not_run_are_refused(
     bad = _write(tmp_path / "bad", _nomic_config(**{field: value}), _nomic_tensors(native))
     message = f"{field}={value!r} is not supported; bertattn loads NomicBERT checkpoints with "
     with pytest.raises(ModelFolderError, match=re.escape(message + expected + ".")):
+        BertModel.from_pretrained(bad)
+
+
+# ---------------------------------------------------------------------- GTE's ntk scaling
+def _ntk_reference(head_dim: int, theta: float, factor: float, mixed_b: float | None) -> list:
+    """The remote code's NTK frequencies written out pair by pair, in float64: fixed, the
+    base times s and every frequency over s^(2/D); mixed, pair i over
+    exp(ln(s) / (D/2)^b * (i+1)^b)."""
+    freqs = []
+    for i in range(head_dim // 2):
+        if mixed_b is None:
+            freqs.append((theta * factor) ** (-2 * i / head_dim) / factor ** (2 / head_dim))
+        else:
+            lam = math.exp(math.log(factor) / (head_dim / 2) ** mixed_b * (i + 1) ** mixed_b)
+            freqs.append(theta ** (-2 * i / head_dim) / lam)
+    return freqs
+
+
+@pytest.mark.parametrize("mixed_b", [None, 0.625])
+def test_ntk_frequencies_equal_the_formula(mixed_b) -> None:
+    from bertattn.blocks.rotary import NtkScaling
+
+    got = NtkScaling(2.0, mixed_b).inverse_frequencies(12, 160_000.0, torch.device("cpu"))
+    want = torch.tensor(_ntk_reference(12, 160_000.0, 2.0, mixed_b), dtype=torch.float64)
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
+    plain = NtkScaling(1.0, mixed_b).inverse_frequencies(12, 160_000.0, torch.device("cpu"))
+    torch.testing.assert_close(plain.double(), _plain(12, 160_000.0), rtol=1e-6, atol=0)
+    assert not torch.allclose(got.double(), plain.double(), rtol=1e-3)
+
+
+def _plain(head_dim: int, theta: float) -> torch.Tensor:
+    return torch.tensor([theta ** (-2 * i / head_dim) for i in range(head_dim // 2)],
+                        dtype=torch.float64)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa", "varlen"])
+@pytest.mark.parametrize("mixed_b", [None, 0.625])
+def test_an_ntk_scaled_gte_equals_the_formula(gte_native, tmp_path, backend, mixed_b) -> None:
+    """A ``new`` folder with ``rope_scaling`` ntk against transformers' ``GteModel`` on the same
+    weights with its rotary frequencies replaced by :func:`_ntk_reference`'s."""
+    _, hf = gte_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    scaling = {"type": "ntk", "factor": 2.0} | ({} if mixed_b is None else {"mixed_b": mixed_b})
+    new = _write(tmp_path / "ntk", _new_config(rope_scaling=scaling), _new_tensors(native, True))
+    freqs = _ntk_reference(12, 160_000.0, 2.0, mixed_b)
+    hf.rotary_emb.inv_freq = torch.tensor(freqs, dtype=torch.float32)
+    batch = _batch()
+    keep = batch["attention_mask"].bool()
+    try:
+        with torch.no_grad():
+            want = hf(**batch).last_hidden_state[keep]
+    finally:
+        hf.rotary_emb.inv_freq = hf.rotary_emb.original_inv_freq.clone()
+    torch.testing.assert_close(_hidden(new, backend), want, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(_hidden(gte_native[0], backend), want, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("scaling", "field", "expected"),
+    [({"type": "linear", "factor": 2.0}, "rope_scaling",
+      'rope_scaling null or {"type": "ntk", "factor": a number >= 1}'),
+     ({"type": "ntk", "factor": 0.5}, "rope_scaling.factor", "a finite number >= 1 (e.g. 2.0)"),
+     ({"type": "ntk", "factor": 2.0, "mixed_b": -1}, "rope_scaling.mixed_b",
+      "null or a finite number > 0 (e.g. 0.625)")],
+)  # fmt: skip
+def test_other_rope_scalings_are_refused(gte_native, tmp_path, scaling, field, expected) -> None:
+    _, hf = gte_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    bad = _write(tmp_path / "bad", _new_config(rope_scaling=scaling), _new_tensors(native, True))
+    value = {"rope_scaling": scaling}.get(field, scaling.get(field.split(".")[-1]))
+    message = f"{field}={value!r} is not supported; bertattn loads GTE checkpoints with {expected}."
+    with pytest.raises(ModelFolderError, match=re.escape(message)):
+        BertModel.from_pretrained(bad)
+
+
+def test_nomic_refuses_an_ntk_scaling(nomic_native, tmp_path) -> None:
+    """NTK scaling is GTE's remote code's; NomicBERT's folders carry none."""
+    folder, _ = nomic_native
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_scaling"] = {"type": "ntk", "factor": 2.0}
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps(config))
+    (bad / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(ModelFolderError, match=r"rope_scaling=.* is not supported.*null"):
         BertModel.from_pretrained(bad)

@@ -40,6 +40,7 @@ GTE = Variant(
         ("logn_attention_scale", False),
     ),
     alias_theta=(("new", 10_000.0),),  # NewConfig's rope_theta default
+    ntk=True,  # gte-base-en-v1.5's rope_scaling {"type": "ntk", "factor": 2.0}
 )
 
 register(family(GTE, ("classifier.", "lm_head.", "cls.")), "new")

@@ -17,6 +17,7 @@ Against BERT:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from ..blocks import (
     activation,
     make_norm,
 )
+from ..blocks.rotary import NtkScaling
 from ..errors import ModelFolderError
 from .registry import Family
 from .rope import Refuse, even_head_size, rope_object, rope_theta
@@ -75,6 +77,9 @@ class Variant:
     #: the config under transformers' field names, for a family whose remote code names
     #: them otherwise (NomicBERT's ``n_embd``, ...): ``translate(data, refuse)``
     translate: Callable[[dict[str, Any], Refuse], dict[str, Any]] | None = None
+    #: whether ``rope_scaling`` of type ``ntk`` is computed (GTE's remote code has it);
+    #: otherwise any ``rope_scaling`` is refused
+    ntk: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class RotaryArch:
     theta: float
     #: rows of the checkpoint's token-type table (0: none)
     type_rows: int
+    #: the rotation's NTK scaling (``rope_scaling`` of type ``ntk``), None: none
+    ntk: NtkScaling | None = None
 
 
 def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[dict, RotaryArch]:
@@ -102,7 +109,8 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
     for field_name, value in variant.fixed:
         if field_name in data and data[field_name] != value:
             raise refuse(field_name, data[field_name], f"{field_name}={value!r}")
-    if data.get("rope_scaling") is not None:
+    ntk = read_ntk(data.get("rope_scaling"), refuse) if variant.ntk else None
+    if not variant.ntk and data.get("rope_scaling") is not None:
         raise refuse("rope_scaling", data["rope_scaling"], "rope_scaling null")
     params = rope_object(data.get("rope_parameters"), "rope_parameters", refuse,
                          "a dict with rope_type and rope_theta")  # fmt: skip
@@ -133,7 +141,32 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
         if k not in ("embedding_size", "relative_attention_num_buckets", "position_embedding_type")
     }  # fmt: skip
     sizes.update(model_type="bert", hidden_act=act, type_vocab_size=max(rows, 2))
-    return sizes, RotaryArch(variant, float(theta), rows)
+    return sizes, RotaryArch(variant, float(theta), rows, ntk)
+
+
+def _positive_number(value: object) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def read_ntk(scaling: object, refuse: Refuse) -> NtkScaling | None:
+    """``rope_scaling`` (GTE's remote code: ``{"type": "ntk", "factor": s}``, ``mixed_b``
+    optional) as an :class:`NtkScaling`; null is none, any other type or value is refused."""
+    if scaling is None:
+        return None
+    expected = 'rope_scaling null or {"type": "ntk", "factor": a number >= 1}'
+    if not isinstance(scaling, dict) or scaling.get("type", scaling.get("rope_type")) != "ntk":
+        raise refuse("rope_scaling", scaling, expected)
+    factor, mixed_b = scaling.get("factor"), scaling.get("mixed_b")
+    if not _positive_number(factor) or factor < 1:  # type: ignore[operator]
+        raise refuse("rope_scaling.factor", factor, "a finite number >= 1 (e.g. 2.0)")
+    if mixed_b is not None and not _positive_number(mixed_b):
+        raise refuse("rope_scaling.mixed_b", mixed_b, "null or a finite number > 0 (e.g. 0.625)")
+    return NtkScaling(float(factor), None if mixed_b is None else float(mixed_b))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- embeddings
@@ -182,7 +215,7 @@ def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module
 
     arch: RotaryArch = config.arch
     n = config.num_hidden_layers
-    kinds = [LayerKind(arch.theta)] * n
+    kinds = [LayerKind(arch.theta, ntk=arch.ntk)] * n
     layers = [_layer(config, backend) for _ in range(n)]
     head = BertPooler(config) if pooler else None
     return embeddings(config), RotaryEncoder(layers, kinds, None), head
