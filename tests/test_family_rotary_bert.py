@@ -93,7 +93,7 @@ def test_jina_pooler_equals_transformers(tmp_path, tiny_checkpoint) -> None:
     [
         ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10.0}},
          r"rope_parameters.rope_type='dynamic' is not supported"),
-        ({"rope_scaling": {"type": "ntk", "factor": 2.0}}, r"rope_scaling=.* is not supported"),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling=.* is not supported"),
         ({"hidden_act": "mish"}, r"hidden_act='mish' is not supported"),
     ],
 )  # fmt: skip

@@ -17,7 +17,9 @@ Against BERT:
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +37,10 @@ from ..blocks import (
     activation,
     make_norm,
 )
+from ..blocks.rotary import NtkScaling
 from ..errors import ModelFolderError
 from .registry import Family
-from .rope import even_head_size, rope_object, rope_theta
+from .rope import Refuse, even_head_size, rope_object, rope_theta
 
 __all__ = ["RotaryArch", "Variant", "embeddings", "family"]
 
@@ -65,6 +68,18 @@ class Variant:
     #: other prefixes the base model has in task checkpoints, read as ``prefix`` (GTE's own
     #: ``new.``, where transformers writes ``gte.``)
     other_prefixes: tuple[str, ...] = ()
+    #: remote-code settings bertattn runs one way only: ``(field, value)``, a config.json
+    #: naming the field with another value is refused (GTE's ``layer_norm_type``)
+    fixed: tuple[tuple[str, object], ...] = ()
+    #: ``model_type`` -> rotary base when the config has none, where an alias's remote code
+    #: has another default than :attr:`default_theta` (GTE's ``new``: 10,000)
+    alias_theta: tuple[tuple[str, float], ...] = ()
+    #: the config under transformers' field names, for a family whose remote code names
+    #: them otherwise (NomicBERT's ``n_embd``, ...): ``translate(data, refuse)``
+    translate: Callable[[dict[str, Any], Refuse], dict[str, Any]] | None = None
+    #: whether ``rope_scaling`` of type ``ntk`` is computed (GTE's remote code has it);
+    #: otherwise any ``rope_scaling`` is refused
+    ntk: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,8 @@ class RotaryArch:
     theta: float
     #: rows of the checkpoint's token-type table (0: none)
     type_rows: int
+    #: the rotation's NTK scaling (``rope_scaling`` of type ``ntk``), None: none
+    ntk: NtkScaling | None = None
 
 
 def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[dict, RotaryArch]:
@@ -87,7 +104,13 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
             f"checkpoints with {expected}."
         )
 
-    if data.get("rope_scaling") is not None:
+    if variant.translate is not None:
+        data = variant.translate(data, refuse)
+    for field_name, value in variant.fixed:
+        if field_name in data and data[field_name] != value:
+            raise refuse(field_name, data[field_name], f"{field_name}={value!r}")
+    ntk = read_ntk(data.get("rope_scaling"), refuse) if variant.ntk else None
+    if not variant.ntk and data.get("rope_scaling") is not None:
         raise refuse("rope_scaling", data["rope_scaling"], "rope_scaling null")
     params = rope_object(data.get("rope_parameters"), "rope_parameters", refuse,
                          "a dict with rope_type and rope_theta")  # fmt: skip
@@ -98,7 +121,7 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
     elif data.get("rope_theta") is not None:
         theta = rope_theta(data["rope_theta"], "rope_theta", refuse)
     else:
-        theta = variant.default_theta
+        theta = dict(variant.alias_theta).get(data.get("model_type"), variant.default_theta)
     hidden, heads = data.get("hidden_size", 768), data.get("num_attention_heads", 12)
     even_head_size(hidden, heads, refuse)
     head_dim = data.get("head_dim")
@@ -118,7 +141,32 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
         if k not in ("embedding_size", "relative_attention_num_buckets", "position_embedding_type")
     }  # fmt: skip
     sizes.update(model_type="bert", hidden_act=act, type_vocab_size=max(rows, 2))
-    return sizes, RotaryArch(variant, float(theta), rows)
+    return sizes, RotaryArch(variant, float(theta), rows, ntk)
+
+
+def _positive_number(value: object) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def read_ntk(scaling: object, refuse: Refuse) -> NtkScaling | None:
+    """``rope_scaling`` (GTE's remote code: ``{"type": "ntk", "factor": s}``, ``mixed_b``
+    optional) as an :class:`NtkScaling`; null is none, any other type or value is refused."""
+    if scaling is None:
+        return None
+    expected = 'rope_scaling null or {"type": "ntk", "factor": a number >= 1}'
+    if not isinstance(scaling, dict) or scaling.get("type", scaling.get("rope_type")) != "ntk":
+        raise refuse("rope_scaling", scaling, expected)
+    factor, mixed_b = scaling.get("factor"), scaling.get("mixed_b")
+    if not _positive_number(factor) or factor < 1:  # type: ignore[operator]
+        raise refuse("rope_scaling.factor", factor, "a finite number >= 1 (e.g. 2.0)")
+    if mixed_b is not None and not _positive_number(mixed_b):
+        raise refuse("rope_scaling.mixed_b", mixed_b, "null or a finite number > 0 (e.g. 0.625)")
+    return NtkScaling(float(factor), None if mixed_b is None else float(mixed_b))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- embeddings
@@ -167,7 +215,7 @@ def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module
 
     arch: RotaryArch = config.arch
     n = config.num_hidden_layers
-    kinds = [LayerKind(arch.theta)] * n
+    kinds = [LayerKind(arch.theta, ntk=arch.ntk)] * n
     layers = [_layer(config, backend) for _ in range(n)]
     head = BertPooler(config) if pooler else None
     return embeddings(config), RotaryEncoder(layers, kinds, None), head
