@@ -244,9 +244,9 @@ def test_changed_input_model_or_settings_refused_then_restart(
     ]
 
     base = ["encode", src, "-o", out, "--model", tiny_checkpoint, "--chunk-size", "1K"]
-    proc = cli_subprocess(*base, "--resumable", "--pooling", "mean", env=ENV)  # HF folder: cls
+    proc = cli_subprocess(*base, "--resumable", "--pooling", "cls", env=ENV)  # HF folder: mean
     assert proc.code == 2, proc
-    assert "the settings changed since the interrupted run (pooling 'cls' -> 'mean')" in proc.err
+    assert "the settings changed since the interrupted run (pooling 'mean' -> 'cls')" in proc.err
     assert "pass --restart to discard the finished chunks in" in proc.err
 
     other = tiny_checkpoint_factory(seed=1)
@@ -257,11 +257,11 @@ def test_changed_input_model_or_settings_refused_then_restart(
         chunked()
     assert not out.exists()
 
-    proc = cli_subprocess(*base, "--pooling", "mean", "--restart", env=ENV)  # implies --resumable
+    proc = cli_subprocess(*base, "--pooling", "cls", "--restart", env=ENV)  # implies --resumable
     assert proc.code == 0, proc
     assert _summary(proc.err)[1] == 0
     plain = tmp_path / "plain.npy"
-    run_encode(EncodeOptions(str(changed), str(plain), model=str(tiny_checkpoint), pooling="mean"))
+    run_encode(EncodeOptions(str(changed), str(plain), model=str(tiny_checkpoint), pooling="cls"))
     np.testing.assert_allclose(np.load(out), np.load(plain), rtol=0, atol=1e-6)
     assert not (tmp_path / "out.npy.parts").exists()
 

@@ -31,15 +31,20 @@ def _new_name(old: str) -> str:
 
 
 class _Loader(importlib.abc.Loader):
+    """Gives the moved module itself. The import system stamps the old name's spec on the
+    module it gets; :meth:`exec_module` puts the module's own spec back, so that its relative
+    imports keep resolving against its real package (no ``ImportWarning``)."""
+
+    def __init__(self) -> None:
+        self._spec = None
+
     def create_module(self, spec):  # type: ignore[no-untyped-def]
-        return importlib.import_module(_new_name(spec.name))
+        module = importlib.import_module(_new_name(spec.name))
+        self._spec = module.__spec__
+        return module
 
     def exec_module(self, module) -> None:  # type: ignore[no-untyped-def]
-        sys.modules[_old_spec_name(module)] = module
-
-
-def _old_spec_name(module) -> str:  # type: ignore[no-untyped-def]
-    return module.__dict__.get("__bertattn_old_name__", module.__name__)
+        module.__spec__ = self._spec
 
 
 class _Finder(importlib.abc.MetaPathFinder):
