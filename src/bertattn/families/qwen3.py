@@ -34,6 +34,7 @@ from ..blocks import (
     make_norm,
 )
 from ..errors import ModelFolderError
+from .config_fields import positive, refuse, rope_theta
 from .registry import Family, register
 from .rotary_bert import Variant, rename
 
@@ -71,32 +72,16 @@ class Qwen3Arch:
     variant: Variant = NAMES
 
 
+#: the name refusals give the family
+TITLE = "Qwen3"
+
+
 def _refuse(source: str, field: str, value: object, expected: str) -> ModelFolderError:
-    return ModelFolderError(
-        f"{source}: {field}={value!r} is not supported; bertattn loads Qwen3 checkpoints with "
-        f"{expected}."
-    )
+    return refuse(source, TITLE, field, value, expected)
 
 
-def _positive(data: dict[str, Any], field: str, default: object, source: str) -> int:
-    value = data.get(field, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _refuse(source, field, value, "an int >= 1")
-    return value
-
-
-def _theta(data: dict[str, Any], source: str) -> float:
-    if data.get("rope_scaling") is not None:
-        raise _refuse(source, "rope_scaling", data["rope_scaling"], "rope_scaling null")
-    params = data.get("rope_parameters") or {}
-    if not isinstance(params, dict):
-        raise _refuse(source, "rope_parameters", params, "a dict with rope_type and rope_theta")
-    if params.get("rope_type", "default") != "default":
-        raise _refuse(source, "rope_parameters.rope_type", params["rope_type"], "'default'")
-    theta = params.get("rope_theta", data.get("rope_theta", 1_000_000.0))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise _refuse(source, "rope_parameters.rope_theta", theta, "a number > 0")
-    return float(theta)
+def _positive(data: dict[str, Any], field: str, default: int, source: str) -> int:
+    return positive(data, field, default, source, TITLE)
 
 
 def _causal(data: dict[str, Any], source: str) -> bool:
@@ -128,7 +113,7 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Qwen
     arch = Qwen3Arch(
         kv_heads=kv_heads,
         head_dim=_positive(data, "head_dim", hidden // heads, source),
-        theta=_theta(data, source),
+        theta=rope_theta(data, 1_000_000.0, source, TITLE),
         norm_eps=float(data.get("rms_norm_eps", 1e-6)),
         attention_bias=bool(data.get("attention_bias", False)),
         causal=_causal(data, source),
