@@ -33,7 +33,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bertattn import Bert
