@@ -283,3 +283,25 @@ def test_a_plain_xlm_roberta_config_is_still_xlm_roberta(jina, tmp_path) -> None
     assert BertConfig.from_dict(_hub_config()).family == "jina_embeddings_v3"
     local = _hub_config(auto_map={"AutoModel": "modeling_lora.XLMRobertaLoRA"}, architectures=[])
     assert BertConfig.from_dict(local).family == "jina_embeddings_v3"
+
+
+def test_encode_command_takes_the_task(jina, cli, tmp_path) -> None:
+    """``bertattn encode --task``: the rows of the hand-merged model; an unknown task exits 2
+    with one line naming the folder's tasks."""
+    import numpy as np
+
+    task = TASKS[2]
+    merged, _ = _merged_folder(jina, task)
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n")
+    out = tmp_path / "out.npy"
+    r = cli("encode", tmp_path / "in.txt", "-o", out, "--model", jina["hub"], "--task", task)
+    assert r.code == 0, r
+    want = Bert.load(merged).encode(TEXTS)
+    assert np.abs(np.load(out) - want).max() < 1e-6
+    bad = cli("encode", tmp_path / "in.txt", "-o", tmp_path / "bad.npy", "--model", jina["hub"],
+              "--task", "nope")  # fmt: skip
+    assert bad.code == 2, bad
+    lines = bad.err.strip().splitlines()
+    assert len(lines) == 1 and "task='nope' is not one of the task adapters of" in lines[0], bad
+    assert "retrieval.query, retrieval.passage, text-matching" in lines[0]
+    assert not (tmp_path / "bad.npy").exists()

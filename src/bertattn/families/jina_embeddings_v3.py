@@ -21,6 +21,7 @@ from typing import Any
 
 from torch import Tensor
 
+from ..errors import UsageError
 from .config_fields import refuse as refusal
 from .lora import LoraTasks, merge, read_lora
 from .registry import register
@@ -116,7 +117,7 @@ def choose_task(arch: JinaArch, task: str | None, source: str) -> JinaArch:
     if arch.lora is None:
         if task is None:
             return arch
-        raise ValueError(
+        raise UsageError(
             f"task={task!r}: {source} has no task adapters (no lora_adaptations in its "
             f"config.json; jinaai/jina-embeddings-v3's own folder has them); load it without "
             f"task=."

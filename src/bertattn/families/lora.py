@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import ModelFolderError
+from ..errors import ModelFolderError, UsageError
 from .rope import Refuse
 
 __all__ = ["LoraTasks", "merge", "read_lora"]
@@ -52,9 +52,9 @@ class LoraTasks:
 
     def choose(self, task: str | None, source: str) -> LoraTasks:
         """These adapters with ``task`` chosen; one the folder does not have: ValueError
-        naming the ones it has."""
+        naming the ones it has (a UsageError: the fix is another task)."""
         if task is not None and task not in self.tasks:
-            raise ValueError(
+            raise UsageError(
                 f"task={task!r} is not one of the task adapters of {source}: "
                 f"{', '.join(self.tasks)}; pass one of them, or no task for the base weights."
             )

@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..errors import ModelFolderError
+from ..errors import ModelFolderError, UsageError
 
 __all__ = [
     "CAPABILITIES",
@@ -186,12 +186,12 @@ def require(name: str, capability: str, job: str) -> None:
 
 def choose_task(name: str, arch: Any, task: str | None, source: str) -> Any:
     """``arch`` (a config's of family ``name``) with the task adapter ``task`` chosen; a task
-    for a family without adapters: ValueError saying so."""
+    for a family without adapters: UsageError (a ValueError) saying so."""
     family = get(name)
     if family.choose_task is not None:
         return family.choose_task(arch, task, source)
     if task is not None:
-        raise ValueError(
+        raise UsageError(
             f"task={task!r}: {family.title} models ({name!r}) have no task adapters; load "
             f"{source} without task=."
         )
