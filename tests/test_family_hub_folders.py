@@ -1,5 +1,6 @@
 """The rotary families' folders as the hub keeps them, for their remote code: GTE's
-``"model_type": "new"`` (``NewConfig``'s fields, ``NewModel``'s fused tensors) and NomicBERT's
+``"model_type": "new"`` (``NewConfig``'s fields, ``NewModel``'s fused tensors), the same folder
+under ``"model_type": "gte"`` (snowflake-arctic-embed-m-v2.0) and NomicBERT's
 GPT-2-style config (``n_embd``, ``n_head``, ...). Each folder is written here with exactly
 those field and tensor names, from the weights of a random folder of transformers' native
 class, and must give the hidden states of that native folder (within 1e-6)."""
@@ -150,6 +151,53 @@ def test_new_switches_bertattn_does_not_run_are_refused(gte_native, tmp_path, fi
     with pytest.raises(ModelFolderError, match=rf"{field}={value!r} is not supported.*"
                        rf"{field}="):  # fmt: skip
         BertModel.from_pretrained(bad)
+
+
+# ---------------------------------------------------------------------- arctic-embed's "gte"
+def _arctic_config(**changes: object) -> dict:
+    """snowflake-arctic-embed-m-v2.0's config.json: ``NewConfig``'s fields under
+    ``"model_type": "gte"`` with ``GteModel`` as its architecture and the remote code in its
+    ``auto_map`` (the sizes tiny)."""
+    return _new_config(architectures=["GteModel"], model_type="gte", unpad_inputs=True,
+                       use_memory_efficient_attention=True, classifier_dropout=0.1,
+                       **changes)  # fmt: skip
+
+
+@pytest.mark.parametrize("pack_qkv", [True, False])
+def test_a_gte_folder_of_newmodel_names_equals_the_native_folder(gte_native, tmp_path, pack_qkv):
+    """The folder loads as GTE and gives the native folder's hidden states; transformers'
+    own ``GteModel.from_pretrained`` reads the same folder to the same hidden states."""
+    import transformers
+
+    folder, _ = gte_native
+    native = {k: v.detach() for k, v in gte_native[1].state_dict().items()}
+    tensors = _new_tensors(native, pack_qkv)
+    arctic = _write(tmp_path / "arctic", _arctic_config(pack_qkv=pack_qkv), tensors)
+    assert BertModel.from_pretrained(arctic).config.family == "gte"
+    torch.testing.assert_close(_hidden(arctic), _hidden(folder), atol=1e-6, rtol=0)
+    if pack_qkv:  # transformers' conversion splits the packed projection only
+        hf = transformers.GteModel.from_pretrained(arctic).eval()
+        batch = _batch()
+        with torch.no_grad():
+            want = hf(**batch).last_hidden_state[batch["attention_mask"].bool()]
+        torch.testing.assert_close(_hidden(arctic, "sdpa"), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_gte_folder_with_ntk_scaling_equals_the_native_names(gte_native, tmp_path) -> None:
+    """With ``rope_scaling`` ntk the ``gte`` folder equals the same weights under the native
+    names and the same config."""
+    folder, hf = gte_native
+    native = {k: v.detach() for k, v in hf.state_dict().items()}
+    scaling = {"type": "ntk", "factor": 8.0}
+    arctic = _write(tmp_path / "arctic", _arctic_config(rope_scaling=scaling),
+                    _new_tensors(native, True))  # fmt: skip
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    config = json.loads((folder / "config.json").read_text()) | {"rope_scaling": scaling}
+    (ref / "config.json").write_text(json.dumps(config))
+    (ref / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    torch.testing.assert_close(_hidden(arctic), _hidden(ref), atol=1e-6, rtol=0)
+    assert not torch.allclose(_hidden(arctic), _hidden(folder), atol=1e-3)
 
 
 # ---------------------------------------------------------------------- NomicBERT's names

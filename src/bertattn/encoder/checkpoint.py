@@ -6,6 +6,7 @@ Never executes code from a model folder: weights come from ``model.safetensors``
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import warnings
@@ -221,6 +222,7 @@ def load_pretrained(
     attn_implementation: str | None = None,
     revision: str | None = None,
     local_files_only: bool | None = None,
+    task: str | None = None,
     **unsupported: object,
 ) -> BertModel:
     """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
@@ -232,7 +234,10 @@ def load_pretrained(
     the checkpoint's ``dtype`` / ``torch_dtype`` from config.json (float32 if absent);
     ``attn_implementation`` ``"sdpa"`` / ``"eager"`` selects backend ``"sdpa"`` / ``"math"``;
     ``revision`` other than ``"main"`` is refused (bertattn does not pick hub revisions);
-    ``local_files_only`` must agree with ``HF_HUB_OFFLINE`` for a hub name."""
+    ``local_files_only`` must agree with ``HF_HUB_OFFLINE`` for a hub name. ``task``: the task
+    adapter merged into the weights, for a family whose folder has them (Jina v3's released
+    folder); one the folder does not have, or a task for a family without adapters: ValueError
+    naming them."""
     if unsupported:
         raise TypeError(
             f"from_pretrained() got unsupported keyword argument(s): "
@@ -244,6 +249,7 @@ def load_pretrained(
     check_str(attn_implementation, "attn_implementation", optional=True)
     check_str(revision, "revision", optional=True)
     check_bool(local_files_only, "local_files_only", optional=True)
+    check_str(task, "task", optional=True)
     if torch_dtype is not None:
         if dtype is not None and _dtype_key(dtype) != _dtype_key(torch_dtype):
             raise ValueError(
@@ -289,6 +295,11 @@ def load_pretrained(
     target = torch.float32 if auto else resolve_dtype(dtype)
     resolved = resolve_model(path)
     folder, config = resolved.model_dir, resolved.config
+    if task is not None:  # a copy: the folder's own config stays the base weights'
+        config = copy.copy(config)
+        config.arch = registry.choose_task(
+            config.family, config.arch, task, str(folder / "config.json")
+        )
     if auto:
         target = _checkpoint_dtype(folder)
     wfile = weight_file(folder)
@@ -339,4 +350,5 @@ def load_pretrained(
     if half:
         model.to_compute_dtype(target)
     model.name_or_path = resolved.name
+    model.task = task
     return model.eval()

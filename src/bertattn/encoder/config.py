@@ -89,7 +89,7 @@ class BertConfig:
         from ..families import registry
 
         model_type = data.get("model_type")
-        family = registry.lookup(model_type, source)  # an unknown type: refused, listing all
+        family = registry.lookup(model_type, source, data)  # unknown: refused, listing all
         offset = family.position_offset(data)
         data, arch = family.read_config(data, source)
         for key, harmless in _REFUSED.items():

@@ -181,6 +181,10 @@ class BertModel(nn.Module):
         )
         _check_stack(self.encoder, family.name)
         self.name_or_path = ""
+        #: the task adapter merged into the weights at load (None: the base weights), and the
+        #: ones the folder has (empty for a family or folder without task adapters)
+        self.task: str | None = None
+        self.task_names: tuple[str, ...] = family.task_names(config.arch)
 
     @property
     def device(self) -> torch.device:
@@ -438,8 +442,11 @@ class BertModel(nn.Module):
             position_ids = position_ids.expand(b, seq_len)
         self._check_id_values(input_ids, token_type_ids, position_ids)
         tracing = torch.compiler.is_compiling()  # a graph records no per-call choice
-        if not tracing and _dispatch.explaining() and device.type == "cpu" and (
-            self.dtype is torch.float32
+        if (
+            not tracing
+            and _dispatch.explaining()
+            and device.type == "cpu"
+            and (self.dtype is torch.float32)
         ):
             _gemm.choice()  # decided now if no product has run yet
             _dispatch.note(_gemm.describe(), once=True)
@@ -672,13 +679,15 @@ class BertModel(nn.Module):
         attn_implementation: str | None = None,
         revision: str | None = None,
         local_files_only: bool | None = None,
+        task: str | None = None,
         **unsupported: object,
     ) -> BertModel:
         """Load a Hugging Face BERT folder, a sentence-transformers folder, a cached hub name,
         a resolved :class:`~bertattn.encoder.folder.ModelFolder`, or None (the default model);
         see :func:`bertattn.encoder.checkpoint.load_pretrained`. Takes transformers' keywords
         ``torch_dtype`` (alias of ``dtype``), ``dtype="auto"``, ``attn_implementation``
-        (``"sdpa"`` / ``"eager"``), ``revision`` (only the default) and ``local_files_only``."""
+        (``"sdpa"`` / ``"eager"``), ``revision`` (only the default) and ``local_files_only``;
+        ``task``: the task adapter to merge, for a folder that has them (Jina v3's)."""
         from .checkpoint import load_pretrained
 
         return load_pretrained(
@@ -690,5 +699,6 @@ class BertModel(nn.Module):
             attn_implementation=attn_implementation,
             revision=revision,
             local_files_only=local_files_only,
+            task=task,
             **unsupported,
         )

@@ -216,6 +216,7 @@ class Bert(SentenceTransformerSurface):
         device: str | int | torch.device | None = None,
         threads: int | None = None,
         compile: bool = False,
+        task: str | None = None,
     ) -> Bert:
         """Load a model folder (default: all-MiniLM-L6-v2), a cached hub name, or a resolved
         :class:`ModelFolder` (see :func:`bertattn.encoder.folder.resolve_model`); the tokenizer
@@ -240,7 +241,9 @@ class Bert(SentenceTransformerSurface):
         default): the encoder's forward through ``torch.compile`` (inductor, frozen weights,
         dynamic shapes), compiled and checked against the eager forward as it loads; where it
         cannot run, a warning says why and the model stays eager (:attr:`compile_choice`, see
-        :mod:`bertattn.encoder.compiled`). A wrong argument raises ``TypeError`` (a
+        :mod:`bertattn.encoder.compiled`). ``task``: the task adapter merged into the weights,
+        for a folder that has them (Jina v3's released folder: ``"retrieval.query"``, ...);
+        None: the base weights. A wrong argument raises ``TypeError`` (a
         wrong type) or ``ValueError`` naming it, before anything is read."""
         int8 = dtype is torch.int8 or (isinstance(dtype, str) and dtype.strip() == "int8")
         if int8:
@@ -266,7 +269,7 @@ class Bert(SentenceTransformerSurface):
         with warnings.catch_warnings():
             if target is not None and target.type != "cpu":  # it will not run on this CPU
                 warnings.filterwarnings("ignore", message="this CPU has no native")
-            model = BertModel.from_pretrained(folder, dtype=dtype, backend=backend)
+            model = BertModel.from_pretrained(folder, dtype=dtype, backend=backend, task=task)
         bert = cls(
             model,
             tokenizer,
@@ -575,6 +578,7 @@ class Bert(SentenceTransformerSurface):
         task = kwargs.pop("task", None)
         if task is not None and not isinstance(task, str):
             raise ValueError(f"task must be a str or None, got {task!r}.")
+        self._check_task(task)
         if kwargs:
             names = ", ".join(sorted(kwargs))
             raise UnsupportedArgumentError(
@@ -584,6 +588,23 @@ class Bert(SentenceTransformerSurface):
                 f"convert_to_tensor, device, normalize_embeddings, truncate_dim) and bertattn's "
                 f"(pooling, normalize, max_length, progress, batch_tokens)."
             )
+
+    def _check_task(self, task: str | None) -> None:
+        """``encode(task=)`` on a model with task adapters: the one merged at load, else
+        refused saying how to load another (without adapters ``task`` routes nothing, as in
+        sentence-transformers without Router modules)."""
+        names = getattr(self.model, "task_names", ())
+        loaded = getattr(self.model, "task", None)
+        if task is None or not names or task == loaded:
+            return
+        if task not in names:
+            raise ValueError(
+                f"task={task!r} is not one of this model's task adapters: {', '.join(names)}."
+            )
+        raise ValueError(
+            f"task={task!r}: this model was loaded with task={loaded!r} (the adapter is merged "
+            f"into the weights as it loads); load it with Bert.load(..., task={task!r})."
+        )
 
     def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
         if prompt is not None and not isinstance(prompt, str):

@@ -1,9 +1,10 @@
 """GTE (``model_type: gte``: gte-base-en-v1.5, gte-multilingual-base, as transformers' native
 ``GteModel``; ``model_type: new``: the same folders as the hub keeps them, for the remote-code
-``NewModel``): the post-norm rotary BERT of :mod:`.rotary_bert` with a gated feed-forward
-(``act(gate_proj(x)) * up_proj(x)``, then ``down_proj`` with a bias), biased attention
-projections, rotary base 160,000 unless the config says otherwise, and token types when
-``type_vocab_size`` is not 0."""
+``NewModel``; snowflake-arctic-embed-m-v2.0 declares ``gte`` with ``NewConfig``'s fields and
+``NewModel``'s tensors, read the same way): the post-norm rotary BERT of :mod:`.rotary_bert`
+with a gated feed-forward (``act(gate_proj(x)) * up_proj(x)``, then ``down_proj`` with a
+bias), biased attention projections, rotary base 160,000 unless the config says otherwise,
+and token types when ``type_vocab_size`` is not 0."""
 
 from __future__ import annotations
 

@@ -27,13 +27,14 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..errors import ModelFolderError
+from ..errors import ModelFolderError, UsageError
 
 __all__ = [
     "CAPABILITIES",
     "Family",
     "HeadSpec",
     "base_prefixes",
+    "choose_task",
     "get",
     "inverse",
     "lookup",
@@ -104,6 +105,14 @@ class Family:
     #: why a capability is missing, where the reason is more than "not implemented"
     #: (``{"steps": "MPNet's relative position bias"}``: what the missing step would be)
     missing: dict[str, str] = field(default_factory=dict)
+    #: configs of another ``model_type`` this record reads, by a test of the whole config.json
+    #: (Jina v3's hub folder declares ``xlm-roberta``): ``(model_type, test(data) -> bool)``
+    claims: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = ()
+    #: the family's task adapters: ``(arch, task | None, source) -> arch`` with that task
+    #: chosen (an unknown one refused by name); None: the family has none
+    choose_task: Callable[[Any, str | None, str], Any] | None = None
+    #: the task adapters a config's ``arch`` has (empty: none)
+    task_names: Callable[[Any], tuple[str, ...]] = lambda arch: ()
 
     def why_not(self, capability: str) -> str:
         """What stands in the way of ``capability`` (for messages)."""
@@ -140,10 +149,16 @@ def names() -> tuple[str, ...]:
     return tuple(sorted({*_REGISTRY, *(a for a in _ALIASES if a is not None)}))
 
 
-def lookup(model_type: str | None, source: str = "config") -> Family:
-    """The record for a config's ``model_type``; an unknown one: ModelFolderError listing the
-    registry."""
+def lookup(
+    model_type: str | None, source: str = "config", data: dict[str, Any] | None = None
+) -> Family:
+    """The record for a config's ``model_type`` (a record's :attr:`Family.claims` on ``data``,
+    the whole config, first); an unknown one: ModelFolderError listing the registry."""
     _load_all()
+    if data is not None:
+        for claimant in _REGISTRY.values():
+            if any(t == model_type and test(data) for t, test in claimant.claims):
+                return claimant
     name = _ALIASES.get(model_type, model_type)
     family = _REGISTRY.get(name) if isinstance(name, str) else None
     if family is None:
@@ -167,6 +182,20 @@ def require(name: str, capability: str, job: str) -> None:
             f"{job} is not available for {family.title} models ({name!r}): bertattn has no "
             f"{CAPABILITIES[capability]} for {family.why_not(capability)}."
         )
+
+
+def choose_task(name: str, arch: Any, task: str | None, source: str) -> Any:
+    """``arch`` (a config's of family ``name``) with the task adapter ``task`` chosen; a task
+    for a family without adapters: UsageError (a ValueError) saying so."""
+    family = get(name)
+    if family.choose_task is not None:
+        return family.choose_task(arch, task, source)
+    if task is not None:
+        raise UsageError(
+            f"task={task!r}: {family.title} models ({name!r}) have no task adapters; load "
+            f"{source} without task=."
+        )
+    return arch
 
 
 def base_prefixes() -> tuple[str, ...]:

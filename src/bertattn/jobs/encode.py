@@ -181,6 +181,7 @@ def _load(options: EncodeOptions, device=None):  # type: ignore[no-untyped-def]
             device=device,
             threads=options.threads,
             compile=options.compile,
+            task=options.task,
         )
         bert.cuda_graphs = options.cuda_graphs is not False
     limit = bert.model.config.max_position_embeddings

@@ -96,6 +96,13 @@ class EncodeOptions:
         "eagerly",
         output=False,
     )
+    task: str | None = option(
+        None,
+        "the task adapter to merge as the model loads, for a folder that has them (Jina v3's: "
+        "retrieval.query, retrieval.passage, separation, classification, text-matching; "
+        "default: the base weights)",
+        metavar="TASK",
+    )
     onnx: str | None = option(
         None,
         "run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "
@@ -206,6 +213,12 @@ class EncodeOptions:
             raise UsageError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}.")
         if self.late_chunks is not False:
             self._check_late_chunks()
+        check_text(cls, self, "task")
+        if self.onnx is not None and self.task is not None:
+            raise UsageError(
+                "--task merges a task adapter as the PyTorch model loads; an --onnx model runs "
+                "the weights it was exported with: drop --task, or drop --onnx."
+            )
         if self.onnx is not None and self.compile:
             raise UsageError(
                 "--compile compiles the PyTorch model; an --onnx model runs in ONNX Runtime: "
