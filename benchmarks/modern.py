@@ -69,11 +69,14 @@ TARGETS = {
 }
 
 
-def make_folder(family: str, root: Path) -> Path:
-    """A random base-size folder of ``family`` with MiniLM's tokenizer (seeded)."""
+def make_folder(family: str, root: Path, layers: int = 0) -> Path:
+    """A random base-size folder of ``family`` with MiniLM's tokenizer (seeded); its first
+    ``layers`` layers when > 0."""
     import transformers
 
     model_name, config_name, sizes = BASE[family]
+    if layers:
+        sizes = dict(sizes, num_hidden_layers=layers)
     config = getattr(transformers, config_name)(vocab_size=30522, **sizes)
     torch.manual_seed(0)
     model = getattr(transformers, model_name)(config).eval()

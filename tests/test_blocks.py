@@ -111,11 +111,12 @@ def test_registry_names_refusals_and_capabilities() -> None:
     with pytest.raises(ModelFolderError, match=r"cfg.json: model_type='t5' is not supported"):
         registry.lookup("t5", "cfg.json")
     assert registry.lookup(None).name == "bert"
-    assert registry.get("bert").can("int8") and not registry.get("gte").can("int8")
+    assert registry.get("bert").can("int8") and registry.get("gte").can("int8")
+    assert not registry.get("gte").can("steps")
     registry.require("mpnet", "onnx", "ONNX export")  # MPNet exports: no refusal
     with pytest.raises(ValueError, match=r"steps view .* for MPNet's relative position bias"):
         registry.require("mpnet", "steps", "the steps view")
-    with pytest.raises(ValueError, match=r"int8 weights .* for NomicBERT's rotary layers"):
-        registry.require("nomic_bert", "int8", "dtype='int8'")
+    with pytest.raises(ValueError, match=r"steps view .* for NomicBERT's rotary positions"):
+        registry.require("nomic_bert", "steps", "the steps view")
     with pytest.raises(ValueError, match="unknown capability 'fp8'"):
         registry.get("bert").can("fp8")

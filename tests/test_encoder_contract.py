@@ -211,6 +211,7 @@ def test_int8_refuses_a_layer_whose_class_does_not_offer_it(monkeypatch) -> None
     with pytest.raises(ValueError) as info:
         int8.quantize_model(bert, alpha=0.0)  # type: ignore[arg-type]
     assert str(info.value) == (
-        "layer 0 is a Plain, whose class does not offer int8 (BertLayer does; a layer class "
-        "declares 'int8' in its speed_paths): int8 replaces such layers only."
+        "layer 0 is a Plain, which offers no int8 path (BertLayer declares 'int8' in its "
+        "speed_paths; a family's EncoderBlock gets int8 products): build the family from "
+        "bertattn.blocks to quantize it."
     )

@@ -812,11 +812,11 @@ class MultiHeadAttention(nn.Module):
         h, d = self.num_heads, self.head_dim
         weight, bias = self.qkv_weight()
         if key_value is None and self._article:
-            qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)
+            qkv = self._project(x, weight, bias)  # (B, L, 3E)
             qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)
             return tuple(qkv.unbind(0))
         if key_value is None:
-            q, k, v = self._split_heads(_prepack.linear(x, weight, bias))  # (B, L, H|Hkv, D)
+            q, k, v = self._split_heads(self._project(x, weight, bias))  # (B, L, H|Hkv, D)
         else:
             e = self._qkv_rows()[0]
             q = F.linear(x, weight[:e], None if bias is None else bias[:e])  # (B, Lq, H D)
@@ -825,6 +825,12 @@ class MultiHeadAttention(nn.Module):
             _, k, v = self._split_heads(kv, with_q=False)  # (B, Lk, Hkv, D) each
         q, k = self._normed(q, k)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|Hkv, L, D)
+
+    def _project(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """The fused q/k/v product ``(..., E)`` -> ``(..., (H + 2 Hkv) D)``: ``qkv_product``
+        when one was installed (int8: :mod:`bertattn.encoder.int8_blocks`), else ``x @ W.T + b``."""
+        product = self._modules.get("qkv_product")
+        return _prepack.linear(x, weight, bias) if product is None else product(x)
 
     def _split_heads(self, qkv: Tensor, *, with_q: bool = True) -> tuple[Tensor | None, ...]:
         """``(..., (H + 2 Hkv) D)`` (or ``(..., 2 Hkv D)`` without q) -> q ``(..., H, D)``
@@ -1070,7 +1076,7 @@ class MultiHeadAttention(nn.Module):
         t = x.size(0)
         h, d = self.num_heads, self.head_dim
         weight, qkv_bias = self.qkv_weight()
-        qkv = _prepack.linear(x, weight, qkv_bias)  # (T, (H + 2 Hkv) D)
+        qkv = self._project(x, weight, qkv_bias)  # (T, (H + 2 Hkv) D)
         if self._article:
             q, k, v = qkv.view(t, 3, h, d).unbind(1)  # (T, H, D) each
         else:

@@ -56,11 +56,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import PreparedMask, get_backend
-from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
+from ..blocks.block import EncoderBlock
 from ..blocks.contract import INT8, Packing, offers
 from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
+from .int8_blocks import install, int8_runs, observing, products
 from .int8_forms import U8_F32, Form
 from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
 from .model import BertLayer, BertModel
@@ -494,14 +495,7 @@ class Int8BertLayer(BertLayer):
         self.int8_enabled = True
 
     def _int8_runs(self, x: Tensor) -> bool:
-        return (
-            self.int8_enabled
-            and not self.training
-            and x.device.type == "cpu"
-            and x.dtype == torch.float32
-            and not (torch.is_grad_enabled() and x.requires_grad)
-            and not _steps._open_blocks
-        )
+        return int8_runs(self, x)
 
     def forward(
         self, x: Tensor, mask: PreparedMask, need_weights: bool = False, lean: bool = False
@@ -583,8 +577,16 @@ class Int8BertLayer(BertLayer):
 
 
 # ---------------------------------------------------------------------------- quantize
-def _int8_layers(model: BertModel) -> list[Int8BertLayer]:
-    return [la for la in model.encoder.layers if isinstance(la, Int8BertLayer)]
+def _int8_layers(model: BertModel) -> list[nn.Module]:
+    """The int8 parts of ``model``: BERT's int8 layers and the blocks' int8 products."""
+    return [la for la in model.encoder.layers if isinstance(la, Int8BertLayer)] + [
+        p for p in products(model) if "int8" in p._modules
+    ]
+
+
+def is_int8(model: BertModel) -> bool:
+    """Whether ``model``'s encoder was quantized (:func:`quantize_model`)."""
+    return bool(_int8_layers(model))
 
 
 @contextmanager
@@ -600,6 +602,14 @@ def float32_path(model: BertModel) -> Iterator[None]:
     finally:
         for la, was in zip(layers, before, strict=True):
             la.int8_enabled = was
+
+
+def _calibrate(bert: Bert, texts: Sequence[str]) -> None:
+    """Run ``texts`` through ``bert``'s model in float32, each text alone (no padding row)."""
+    model = bert.model
+    with torch.inference_mode(), float32_path(model):
+        for enc in bert.tokenizer.encode_batch(list(texts), max_length=bert.max_length):
+            model(input_ids=torch.tensor([enc.ids], device=model.device))
 
 
 def _smoothing(bert: Bert, texts: Sequence[str], alpha: float) -> list[dict[str, Tensor]]:
@@ -625,10 +635,7 @@ def _smoothing(bert: Bert, texts: Sequence[str], alpha: float) -> list[dict[str,
             layer.mlp.fc_in.register_forward_pre_hook(lambda m, a, i=i: keep(i, "fc_in", a[0]))
         )
     try:
-        with torch.inference_mode(), float32_path(model):
-            for enc in bert.tokenizer.encode_batch(list(texts), max_length=bert.max_length):
-                ids = torch.tensor([enc.ids], device=model.device)
-                model(input_ids=ids)
+        _calibrate(bert, texts)
     finally:
         for h in handles:
             h.remove()
@@ -680,18 +687,23 @@ def quantize_model(
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha!r}.")
     # before anything is quantized or verified: a slow kernel costs seconds, once
-    chosen = check_speed()
-    factors = _smoothing(bert, texts, alpha) if alpha > 0 else None
     layers = model.encoder.layers
-    for i, layer in enumerate(list(layers)):
-        if not offers(layer, INT8):
+    for i, layer in enumerate(layers):
+        if not offers(layer, INT8) and not isinstance(layer, EncoderBlock):
             raise ValueError(
-                f"layer {i} is a {type(layer).__name__}, whose class does not offer int8 "
-                f"(BertLayer does; a layer class declares 'int8' in its speed_paths): int8 "
-                f"replaces such layers only."
+                f"layer {i} is a {type(layer).__name__}, which offers no int8 path (BertLayer "
+                f"declares 'int8' in its speed_paths; a family's EncoderBlock gets int8 "
+                f"products): build the family from bertattn.blocks to quantize it."
             )
-        smooth = None if factors is None else factors[i]
-        layers[i] = Int8BertLayer(layer, smooth, bits, chosen.form)  # type: ignore[arg-type]
+    chosen = check_speed()
+    if any(isinstance(la, EncoderBlock) for la in layers):
+        _quantize_blocks(bert, texts, alpha, bits, chosen.form)
+    bert_layers = any(offers(la, INT8) for la in layers)
+    factors = _smoothing(bert, texts, alpha) if alpha > 0 and bert_layers else None
+    for i, layer in enumerate(list(layers)):
+        if offers(layer, INT8):
+            smooth = None if factors is None else factors[i]
+            layers[i] = Int8BertLayer(layer, smooth, bits, chosen.form)  # type: ignore[arg-type]
     #: what explain() and /info say of the int8 product: the form kept and its measurement
     model.int8_speed = chosen
     if model.chunk_workers is None:
@@ -700,6 +712,22 @@ def quantize_model(
         # 90.8 / 104.3, short texts 1116 / 1334; float32 and bfloat16 are level or faster)
         model.chunk_workers = 1
     return bert
+
+
+def _quantize_blocks(bert: Bert, texts: Sequence[str], alpha: float, bits: int, form: Form) -> None:
+    """Give every :class:`~bertattn.blocks.EncoderBlock` of ``bert`` int8 products
+    (:mod:`bertattn.encoder.int8_blocks`), SmoothQuant's factors from ``texts``."""
+    found = [p for la in bert.model.encoder.layers if isinstance(la, EncoderBlock)
+             for p in install(la)]  # fmt: skip
+    if alpha > 0:
+        with observing(found):
+            _calibrate(bert, texts)
+
+    def make(weight: Tensor, bias: Tensor | None, smooth: Tensor | None) -> nn.Module:
+        return Int8Linear(weight, bias, smooth, bits, form)
+
+    for p in found:
+        p.quantize(make, alpha)
 
 
 # ---------------------------------------------------------------------------- verify

@@ -340,9 +340,9 @@ class Bert(SentenceTransformerSurface):
     def precision(self) -> str:
         """What the encoder computes in: ``"int8"`` after :meth:`load` ``(dtype="int8")``, else
         the model's dtype without ``torch.`` (``"float32"``, ``"bfloat16"``, ...)."""
-        from .int8 import Int8BertLayer
+        from .int8 import is_int8
 
-        if any(isinstance(layer, Int8BertLayer) for layer in self.model.encoder.layers):
+        if is_int8(self.model):
             return "int8"
         return str(self.model.dtype).replace("torch.", "")
 

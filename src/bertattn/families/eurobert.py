@@ -156,9 +156,9 @@ register(
         prefix="model.",
         head_prefixes=("lm_head.", "dense.", "classifier."),
         needs_tokenizer_json=True,
+        capabilities=frozenset({"int8"}),
         missing={
             "steps": "EuroBERT's rotary positions and grouped-query heads",
-            "int8": "EuroBERT's gated pre-norm layers",
             "cuda_graphs": "EuroBERT's encoder",
             "onnx": "EuroBERT's encoder (not exported yet)",
         },

@@ -387,7 +387,7 @@ register(
         build,
         prefix="model.",
         head_prefixes=("head.", "decoder.", "classifier."),
-        capabilities=frozenset({"onnx"}),
+        capabilities=frozenset({"onnx", "int8"}),
         heads={
             "sequence-classification": HeadSpec(_sequence_tensors, _sequence_head),
             "masked-lm": HeadSpec(
@@ -398,7 +398,6 @@ register(
         },
         missing={
             "steps": "ModernBERT's rotary positions and local windows",
-            "int8": "ModernBERT's gated pre-norm layers",
             "cuda_graphs": "ModernBERT's encoder",
         },
     )

@@ -211,9 +211,9 @@ register(
         prefix="model.",
         head_prefixes=("lm_head.", "score."),
         needs_tokenizer_json=True,
+        capabilities=frozenset({"int8"}),
         missing={
             "steps": "Qwen3's grouped-query heads, q/k norms and rotary positions",
-            "int8": "Qwen3's gated pre-norm layers",
             "cuda_graphs": "Qwen3's encoder",
             "onnx": "Qwen3's encoder (not exported yet)",
         },

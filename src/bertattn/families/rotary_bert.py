@@ -311,10 +311,9 @@ def family(variant: Variant, heads: tuple[str, ...], **record: Any) -> Family:
         prefix=variant.prefix,
         other_prefixes=variant.other_prefixes,
         head_prefixes=heads,
-        capabilities=frozenset({"onnx", "token_types"}),
+        capabilities=frozenset({"onnx", "token_types", "int8"}),
         missing={
             "steps": f"{variant.title}'s rotary positions",
-            "int8": f"{variant.title}'s rotary layers",
             "cuda_graphs": f"{variant.title}'s encoder",
         },
         **record,

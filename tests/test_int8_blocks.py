@@ -1,0 +1,136 @@
+"""int8 for the families built from bertattn's blocks (bertattn.encoder.int8_blocks): random
+ModernBERT, GTE and Qwen3 folders (tiny, seeded noise on every parameter, saved by transformers)
+quantized in the one form that is exact on every CPU (u8 x s7: no int16 saturation), against the
+same model's float32 path. The product timing is left out (it decides the form, tested in
+test_int8_speed.py), so these run wherever oneDNN's int8 product exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_bert import save_random
+
+from bertattn import Bert
+from bertattn.encoder import int8
+from bertattn.encoder.int8_blocks import LinearProduct, Product, QkvProduct, products
+from bertattn.encoder.int8_forms import U8_S7_F32
+from bertattn.encoder.int8_speed import Speed
+
+pytestmark = [
+    pytest.mark.slow,  # the first int8 call compiles the quantize kernels
+    pytest.mark.skipif(int8.available() is not None, reason=str(int8.available())),
+]
+
+SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=3, intermediate_size=29,
+             max_position_embeddings=300, pad_token_id=0)  # fmt: skip
+#: (model class, config class, settings): a gated pre-norm stack with a local window, a
+#: post-norm rotary stack, and grouped causal heads with q/k norms
+FAMILIES = {
+    "modernbert": ("ModernBertModel", "ModernBertConfig", dict(
+        num_attention_heads=3, local_attention=6, global_attn_every_n_layers=2,
+        cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3)),
+    "gte": ("GteModel", "GteConfig", dict(num_attention_heads=3, type_vocab_size=2)),
+    "qwen3": ("Qwen3Model", "Qwen3Config", dict(
+        num_attention_heads=6, num_key_value_heads=2, head_dim=10, rms_norm_eps=1e-6)),
+}  # fmt: skip
+#: what the product timing would have kept (a made-up measurement: the timing is tested elsewhere)
+TIMED = Speed(256, 384, 1536, int8_s=0.5e-3, float32_s=1e-3, cpu="test", threads=1, form=U8_S7_F32)
+TEXTS = [
+    "the attention head looks at every token in the sentence and weighs it",
+    "hello",
+    "a model and a layer, ok",
+    "first second " * 12,
+]
+
+
+@pytest.fixture(autouse=True)
+def _exact_form(monkeypatch) -> None:
+    monkeypatch.setattr(int8, "check_speed", lambda: TIMED)
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def folder(request, tmp_path_factory, tiny_checkpoint) -> Path:
+    import transformers
+
+    model_name, config_name, extra = FAMILIES[request.param]
+    config = getattr(transformers, config_name)(**{**SIZES, **extra})
+    out = tmp_path_factory.mktemp(request.param)
+    save_random(getattr(transformers, model_name), config, out, 5, tiny_checkpoint)
+    return out
+
+
+def _load(folder: Path, backend: str = "auto") -> Bert:
+    return Bert.load(folder, dtype="float32", backend=backend, threads=1)
+
+
+def _rows(bert: Bert) -> torch.Tensor:
+    return bert.encode(TEXTS, convert_to_tensor=True, normalize_embeddings=True, pooling="mean")
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "varlen"])
+def test_every_product_runs_in_int8_close_to_float32(folder: Path, backend: str) -> None:
+    bert = _load(folder, backend)
+    want = _rows(bert)
+    int8.quantize_model(bert, texts=TEXTS)
+    found = products(bert.model)
+    layers = len(bert.model.encoder.layers)
+    # q/k/v and the attention output, and the feed-forward's two linears, in every layer
+    assert sum(isinstance(p, QkvProduct) for p in found) == layers
+    assert sum(isinstance(p, LinearProduct) for p in found) == 3 * layers
+    ran: set[int] = set()
+    for i, p in enumerate(found):
+        p.int8.register_forward_hook(lambda m, a, o, i=i: ran.add(i))
+    got = _rows(bert)
+    assert ran == set(range(len(found)))  # padded (sdpa) and packed (varlen) alike
+    assert bert.precision == "int8"
+    fidelity = int8.compare(want, got)
+    assert fidelity.min_cosine >= int8.MIN_COSINE, fidelity
+    assert not torch.equal(got, want)  # the int8 products ran, rounding and all
+
+
+def test_float32_path_is_the_float32_model_and_the_checkpoint_stays(folder: Path) -> None:
+    bert = _load(folder)
+    before = {k: v.clone() for k, v in bert.model.state_dict().items()}
+    want = _rows(bert)
+    int8.quantize_model(bert, texts=TEXTS)
+    after = bert.model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    with int8.float32_path(bert.model):
+        assert torch.equal(_rows(bert), want)
+    with pytest.raises(ValueError, match="this model is int8 already"):
+        int8.quantize_model(bert)
+
+
+def test_smoothing_moves_the_activation_range_into_the_weights(folder: Path) -> None:
+    bert = _load(folder)
+    int8.quantize_model(bert, texts=TEXTS, alpha=0.6)
+    smoothed = [p.int8.inv_smooth for p in products(bert.model)]
+    assert all(not torch.equal(s, torch.ones_like(s)) for s in smoothed)
+    plain = _load(folder)
+    int8.quantize_model(plain, texts=TEXTS, alpha=0.0)
+    assert all(torch.equal(p.int8.inv_smooth, torch.ones_like(p.int8.inv_smooth))
+               for p in products(plain.model))  # fmt: skip
+
+
+def test_a_product_runs_float32_where_int8_does_not() -> None:
+    lin = torch.nn.Linear(8, 5)
+    prod = LinearProduct(lin.eval()).eval()
+    prod.quantize(lambda w, b, s: int8.Int8Linear(w, b, s, form=U8_S7_F32), alpha=0.0)
+    x = torch.randn(4, 8)
+    want = lin(x)
+    assert not torch.equal(prod(x), want)  # int8
+    prod.int8_enabled = False
+    assert torch.equal(prod(x), want)
+    prod.int8_enabled = True
+    assert torch.equal(prod.train()(x), want)  # training: the float32 product
+    assert isinstance(prod, Product) and prod.weight is lin.weight
+
+
+def test_load_int8_for_a_block_family_verifies_and_explains(folder: Path) -> None:
+    bert = Bert.load(folder, dtype="int8", threads=1)
+    assert bert.precision == "int8" and products(bert.model)
+    assert bert.dtype_reason == f"int8 products as {TIMED}"
+    assert bert.dtype_reason.startswith("int8 products as u8 x s7 -> float32: ")
