@@ -217,8 +217,6 @@ def test_jobs_refuse_what_the_family_cannot_do_by_name(modernbert) -> None:
     from bertattn.families import registry
 
     folder, _ = modernbert
-    with pytest.raises(ValueError, match=r"dtype='int8' is not available for ModernBERT models"):
-        Bert.load(folder, dtype="int8", threads=1)
     model = BertModel.from_pretrained(folder)
     with pytest.raises(ValueError, match=r"GraphedBert is not available for ModernBERT models"):
         GraphedBert(model)
@@ -226,6 +224,7 @@ def test_jobs_refuse_what_the_family_cannot_do_by_name(modernbert) -> None:
     with pytest.raises(ValueError, match=r"no step for ModernBERT's rotary positions"):
         bert.attention_maps("hello world", qkv_layers=[0])
     assert registry.get("modernbert").can("onnx") and not registry.get("modernbert").can("steps")
+    assert registry.get("modernbert").can("int8")  # tests/test_int8_blocks.py runs it
 
 
 def test_attend_page_without_steps_says_why(modernbert, tmp_path, cli) -> None:
