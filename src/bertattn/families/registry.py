@@ -193,6 +193,7 @@ def _load_all() -> None:
     _LOADED[0] = True
     from . import (  # noqa: F401
         bert,
+        deberta_v2,
         distilbert,
         eurobert,
         gte,
