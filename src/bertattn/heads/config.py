@@ -36,6 +36,10 @@ HEAD_KINDS = {
     "NomicBertForSequenceClassification": "sequence-classification",
     # ModernBERT's own head (pooling, dense, activation, LayerNorm): the family record's
     "ModernBertForSequenceClassification": "sequence-classification",
+    # DeBERTa's ContextPooler (dense + pooler_hidden_act on the first token), the record's
+    "DebertaV2ForSequenceClassification": "sequence-classification",
+    # Qwen3's score layer on the last real token, the record's
+    "Qwen3ForSequenceClassification": "sequence-classification",
     "BertForTokenClassification": "token-classification",
     "GteForTokenClassification": "token-classification",
     "NomicBertForTokenClassification": "token-classification",
@@ -43,6 +47,7 @@ HEAD_KINDS = {
     "XLMRobertaForTokenClassification": "token-classification",
     "ElectraForTokenClassification": "token-classification",
     "DistilBertForTokenClassification": "token-classification",
+    "DebertaV2ForTokenClassification": "token-classification",
     "BertForMaskedLM": "masked-lm",
     "ModernBertForMaskedLM": "masked-lm",  # the family record's own head
 }
