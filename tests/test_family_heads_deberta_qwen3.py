@@ -104,3 +104,36 @@ def test_a_deberta_v3_tagger_equals_transformers_pipeline(deberta_tokenizer, tmp
         ]
         np.testing.assert_allclose([e["score"] for e in g_row], [e["score"] for e in w_row],
                                    atol=1e-5)  # fmt: skip
+
+
+def _kind(folder: Path, architecture: str) -> str | None:
+    """The head kind read from a config.json naming ``architecture``."""
+    import json
+
+    from bertattn.heads.config import read_head_config
+
+    (folder / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    return read_head_config(folder).kind
+
+
+def test_a_records_task_classes_name_the_head_kind(monkeypatch, tmp_path: Path) -> None:
+    """Which ``architectures`` class is which head kind is each family record's
+    (``head_classes``): a record registered from here makes its classes classifiers."""
+    import dataclasses
+
+    from bertattn.families import registry
+
+    assert _kind(tmp_path, "DebertaV2ForTokenClassification") == "token-classification"
+    assert _kind(tmp_path, "Qwen3ForSequenceClassification") == "sequence-classification"
+    assert _kind(tmp_path, "ToyForSequenceClassification") is None
+    monkeypatch.setattr(registry, "_REGISTRY", {**registry._REGISTRY})  # undone after
+    classes = registry.task_classes("Toy", *registry.CLASSIFIERS)
+    registry.register(dataclasses.replace(registry.get("bert"), name="toy", head_classes=classes))
+    assert _kind(tmp_path, "ToyForSequenceClassification") == "sequence-classification"
+    assert _kind(tmp_path, "ToyForTokenClassification") == "token-classification"
+    message = (
+        r"unknown head kinds \['sparse'\]; valid ones: sequence-classification, "
+        r"token-classification, masked-lm"
+    )
+    with pytest.raises(ValueError, match=message):
+        registry.task_classes("Toy", "sparse")

@@ -36,7 +36,7 @@ from ..blocks.contract import EncoderStack, Packing, StackInfo
 from ..blocks.tables import embedding
 from ..errors import ModelFolderError
 from .config_fields import positive, refuse
-from .registry import Family, HeadSpec, register
+from .registry import CLASSIFIERS, Family, HeadSpec, register, task_classes
 
 __all__ = ["DebertaArch", "DebertaEmbeddings", "DisentangledEncoder", "read_config"]
 
@@ -403,6 +403,7 @@ register(
         prefix="deberta.",
         head_prefixes=HEAD_PREFIXES,
         needs_tokenizer_json=True,
+        head_classes=task_classes("DebertaV2", *CLASSIFIERS),
         heads={"sequence-classification": HeadSpec(_sequence_tensors, _sequence_head)},
         missing={
             "steps": "DeBERTa's disentangled attention (the page's steps view)",

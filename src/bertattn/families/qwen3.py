@@ -36,7 +36,7 @@ from ..blocks import (
 )
 from ..errors import ModelFolderError
 from .config_fields import positive, refuse, rope_theta
-from .registry import Family, HeadSpec, register
+from .registry import Family, HeadSpec, register, task_classes
 from .rotary_bert import Variant, rename
 
 __all__ = ["Qwen3Arch", "read_config"]
@@ -239,6 +239,7 @@ register(
         prefix="model.",
         head_prefixes=("lm_head.", "score."),
         needs_tokenizer_json=True,
+        head_classes=task_classes("Qwen3", "sequence-classification"),
         heads={"sequence-classification": SEQUENCE_HEAD},
         missing={
             "steps": "Qwen3's grouped-query heads, q/k norms and rotary positions",
