@@ -241,3 +241,56 @@ def test_bad_configs_are_refused_by_name(tmp_path: Path, override: dict, message
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ModelFolderError, match=message):
         BertModel.from_pretrained(tmp_path)
+
+
+def test_article_steps_show_the_two_relative_terms(deberta) -> None:
+    """The steps of one head and query: c2p and p2c as their own steps, each recomputed here
+    from transformers' module (its key and query projections of its normalized relative table,
+    its relative positions), and the weights equal to transformers' attention."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
+
+    from bertattn import Bert
+
+    folder, hf = deberta
+    bert = Bert.load(folder, threads=1)
+    text = "the attention head looks at every token"
+    steps = bert.attention_steps(text, layer=1, head=2, query=3)
+    ids = torch.tensor([bert.tokenizer.encode_batch([text])[0].ids])
+    n, d, h = ids.shape[1], 10, 2
+    with torch.no_grad():
+        out = hf(ids, output_attentions=True, output_hidden_states=True)
+        attn = hf.encoder.layer[1].attention.self
+        table = hf.encoder.get_rel_embedding()  # (2S, E), normalized
+        pos_k = attn.key_proj(table).view(-1, 3, d)[:, h]  # (2S, D): this head's position keys
+        pos_q = attn.query_proj(table).view(-1, 3, d)[:, h]
+    x = torch.zeros(1, n, 1)  # (B, L, D): only its length is read
+    rel = build_relative_position(x, x, bucket_size=8, max_position=64)[0]  # (L, L)
+    scale = (3 * d) ** -0.5
+    c2p = torch.stack([steps.q @ pos_k[(rel[3, j] + 8).clamp(0, 15)] for j in range(n)]) * scale
+    p2c = torch.stack([steps.k[j] @ pos_q[(8 - rel[j, 3]).clamp(0, 15)] for j in range(n)]) * scale
+    torch.testing.assert_close(steps.c2p, c2p, atol=1e-5, rtol=0)
+    torch.testing.assert_close(steps.p2c, p2c, atol=1e-5, rtol=0)
+    torch.testing.assert_close(steps.scaled, steps.scores * scale, atol=1e-6, rtol=0)
+    logits = steps.scaled + steps.c2p + steps.p2c + steps.bias
+    torch.testing.assert_close(torch.softmax(logits, -1), steps.weights, atol=1e-6, rtol=0)
+    torch.testing.assert_close(steps.weights, out.attentions[1][0, h, 3], atol=1e-5, rtol=0)
+    formula, table_text = steps.formula(), steps.table()
+    assert formula.startswith("Attention(Q, K, V) = softmax((Q·Kᵀ + c2p + p2c) / √(3·d_k) + mask)")
+    assert "scaled    = scores / √(3·10) = scores / 5.477" in formula
+    assert "c2p       = q · Pk[r(3, j)] / √(3·10)  (DeBERTa's content-to-position term" in formula
+    assert "p2c       = k_j · Pq[r'(j, 3)] / √(3·10)  (DeBERTa's position-to-content" in formula
+    assert "+c2p    +p2c" in table_text and "/√3d" in table_text
+    zh = steps.formula("zh")
+    assert "（DeBERTa 的内容到位置项" in zh and "（DeBERTa 的位置到内容项" in zh
+
+
+def test_attend_explains_a_deberta_head_and_says_why_the_page_has_no_steps(
+    deberta, tmp_path: Path, cli
+) -> None:
+    folder, _ = deberta
+    r = cli("attend", "the attention head looks", "--model", folder, "--explain", "1:0:3")
+    assert r.code == 0, r
+    assert "c2p       = q · Pk[r(3, j)]" in r.out and "+c2p" in r.out
+    r = cli("attend", "the attention head looks", "--model", folder, "--html", tmp_path / "a.html")
+    assert r.code == 0 and "no steps view for DeBERTa-v2 models" in r.err
+    assert "DeBERTa's disentangled attention" in r.err
