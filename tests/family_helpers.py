@@ -55,16 +55,18 @@ def assert_reranker_equals_peers(
     seed: int,
     pairs: list[tuple[str, str]],
     tmp_path: Path,
+    head: str = "classifier",
 ) -> None:
-    """``model`` (a ``*ForSequenceClassification`` of one label) with a seeded classifier,
-    saved with ``source``'s tokenizer: ``CrossEncoder`` logits within 1e-5 of transformers'
-    and scores within 1e-5 of sentence-transformers'."""
+    """``model`` (a ``*ForSequenceClassification`` of one label) with a seeded classifier (its
+    layer called ``head``: Qwen3's is ``score``), saved with ``source``'s tokenizer:
+    ``CrossEncoder`` logits within 1e-5 of transformers' and scores within 1e-5 of
+    sentence-transformers'."""
     import transformers
     from sentence_transformers import CrossEncoder as STCrossEncoder
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in model.classifier.parameters():
+        for p in getattr(model, head).parameters():
             p.copy_(torch.randn(p.shape, generator=g))
     model.save_pretrained(tmp_path / "rr")
     for name in ("tokenizer.json", "tokenizer_config.json"):

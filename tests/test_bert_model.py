@@ -302,8 +302,8 @@ def test_key_maps_are_inverse(tiny_checkpoint):
         ("hidden_act", "quick_gelu", "hidden_act='quick_gelu' is not supported"),
         (
             "model_type",
-            "deberta-v2",
-            r"model_type=.deberta-v2. is not supported.*.bert., .distilbert.",
+            "deberta",
+            r"model_type=.deberta. is not supported.*.bert., .deberta-v2., .distilbert.",
         ),
         ("num_attention_heads", 5, r"hidden size \(32\) is not a multiple of the number of"),
         ("hidden_dropout_prob", 1.5, r"hidden_dropout_prob must be .*in \[0, 1\)"),

@@ -82,9 +82,9 @@ def test_what_is_not_equivalent_is_refused(distil, tmp_path):
     (folder / "config.json").write_text(json.dumps({**cfg, "sinusoidal_pos_embds": True}))
     with pytest.raises(ModelFolderError, match="sinusoidal_pos_embds=true is not supported"):
         Bert.load(folder)
-    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "deberta-v2"}))
+    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "deberta"}))
     with pytest.raises(
-        ModelFolderError, match="'deberta-v2' is not supported.*'bert', 'distilbert'"
+        ModelFolderError, match="'deberta' is not supported.*'bert', 'deberta-v2', 'distilbert'"
     ):
         Bert.load(folder)
 

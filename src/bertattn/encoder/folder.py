@@ -69,6 +69,8 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 #: tokenizer files :class:`BertTokenizer` reads (``vocab.txt`` only without ``tokenizer.json``)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+#: sentencepiece models a hub folder may hold instead of ``tokenizer.json`` (refused by name)
+SENTENCEPIECE_FILES = ("spm.model", "sentencepiece.bpe.model")
 
 _ST = "sentence_transformers.models."
 _TRANSFORMER, _POOLING, _NORMALIZE = (_ST + k for k in ("Transformer", "Pooling", "Normalize"))
@@ -172,7 +174,19 @@ class ModelFolder:
         from .tokenizer import BertTokenizer
 
         family = registry.get(self.config.family)
-        if family.needs_tokenizer_json and not (self.model_dir / "tokenizer.json").is_file():
+        no_json = not (self.model_dir / "tokenizer.json").is_file()
+        spm = [n for n in SENTENCEPIECE_FILES if (self.model_dir / n).is_file()]
+        vocab = (self.model_dir / "vocab.txt").is_file()
+        if no_json and spm and (family.needs_tokenizer_json or not vocab):
+            # (DeBERTa-v3's hub folders hold spm.model and tokenizer_config.json only)
+            raise ModelFolderError(
+                f"{self.model_dir}: no tokenizer.json; bertattn reads a {family.title} tokenizer "
+                f"from tokenizer.json only, and this folder has {spm[0]}, a sentencepiece model. "
+                f"Write tokenizer.json with transformers: "
+                f"AutoTokenizer.from_pretrained(folder).save_pretrained(folder) (the sentencepiece "
+                f"package reads {spm[0]})."
+            )
+        if family.needs_tokenizer_json and no_json:
             # vocab.txt alone would build BERT's [CLS] A [SEP] pipeline (MPNet's vocabulary
             # holds those tokens too): MPNet's <s> A </s></s> B </s> comes from tokenizer.json
             raise ModelFolderError(

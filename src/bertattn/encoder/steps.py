@@ -8,6 +8,7 @@ one head and one query row. Shapes (L tokens, D head size, E hidden size)::
     weighted_v (L, D)  context (D,)  output_share (E,)  output (E,)
     position_bias (L,) | None: MPNet's relative position bias, its own step (None for BERT)
     q_before (D,) | None, k_before (L, D) | None: before the rotation (rotary models only)
+    c2p (L,) | None, p2c (L,) | None: DeBERTa's relative terms, scaled (DeBERTa only)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..arguments import ArgumentTypeError, describe, is_int
+from ..attention.disentangled import content_scale
 
 __all__ = ["AttentionSteps", "attention_steps", "find_token", "find_tokens"]
 
@@ -32,10 +34,11 @@ class AttentionSteps:
         layer, head, query: where the steps were taken.
         x: the query token's input to the layer's attention, ``(E,)``.
         q: its query vector in this head, ``(D,)``; k, v: every token's key and value, ``(L, D)``.
-        scores: ``q · k_j`` per key ``(L,)``; scaled: ``scores / sqrt(D)``.
+        scores: ``q · k_j`` per key ``(L,)``; scaled: ``scores / sqrt(D)`` (``scores * scale``
+            with a scale of the model's own).
         bias: the mask as an additive bias per key (0 = attend, -inf = masked), ``(L,)``.
-        weights: ``softmax(scaled + position_bias + bias)``, ``(L,)`` (equal to the head
-            view's row).
+        weights: ``softmax(scaled + position_bias + c2p + p2c + bias)``, ``(L,)`` (equal to
+            the head view's row; the terms a model does not have left out).
         weighted_v: ``weights_j * v_j`` per key, ``(L, D)``; context: their sum, ``(D,)``.
         output_share: this head's context through its columns of the output projection, ``(E,)``.
         output: the attention output for the token (all heads merged, projected, bias added).
@@ -46,6 +49,11 @@ class AttentionSteps:
             ``k`` are after it); None for a model without rotary positions.
         theta: the rotation's base (None: no rotation); window: the layer's local window
             (query i sees key j when ``|i - j| <= window``; None: every key).
+        c2p, p2c: DeBERTa's disentangled terms per key, ``(L,)``, already scaled
+            (:mod:`bertattn.attention.disentangled`): content-to-position ``q · Pk[r(i, j)]``
+            and position-to-content ``k_j · Pq[r'(i, j)]``; None for a model without them.
+        scale: the factor of the scores when it is not ``1 / sqrt(D)`` (DeBERTa's
+            ``1 / sqrt(D * (1 + #terms))``); None: the article's.
     """
 
     tokens: list[str]
@@ -69,6 +77,9 @@ class AttentionSteps:
     k_before: Tensor | None = None
     theta: float | None = None
     window: int | None = None
+    c2p: Tensor | None = None
+    p2c: Tensor | None = None
+    scale: float | None = None
 
     @property
     def head_dim(self) -> int:
@@ -209,6 +220,11 @@ def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:
     output = w_out @ merged
     if r.out_bias is not None:
         output = output + r.out_bias.to(f32)
+    c2p, p2c = (None if t is None else t[0, head, i].to("cpu", f32) for t in (r.c2p, r.p2c))
+    scaled = r.scaled[0, head, i].to(f32)  # (L,): DeBERTa's terms are in it: taken out
+    terms = [t for t in (c2p, p2c) if t is not None]
+    for term in terms:
+        scaled = scaled - term
     return AttentionSteps(
         tokens=tokens,
         layer=layer,
@@ -219,7 +235,7 @@ def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:
         k=k,
         v=v,
         scores=r.scores[0, head, i].to(f32),
-        scaled=r.scaled[0, head, i].to(f32),
+        scaled=scaled,
         bias=bias,
         weights=weights,
         weighted_v=weights[:, None] * v,
@@ -230,4 +246,7 @@ def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:
         k_before=None if r.k_before is None else r.k_before[0, head].to("cpu", f32),
         theta=r.theta,
         window=r.window,
+        c2p=c2p,
+        p2c=p2c,
+        scale=content_scale(d, len(terms)) if terms else None,
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .registry import Family, register
+from .registry import CLASSIFIERS, Family, register, task_classes
 
 __all__ = [
     "BERT_CAPABILITIES",
@@ -179,9 +179,18 @@ _COMMON = dict(
     key_map=bert_key_map, build=build_bert, head_prefixes=BERT_HEADS, capabilities=BERT_CAPABILITIES
 )
 register(
-    Family("bert", "BERT", _read_bert, lambda s, c: s, pooler_expected=True, **_COMMON)  # type: ignore[arg-type]
+    Family(  # type: ignore[arg-type]
+        "bert",
+        "BERT",
+        _read_bert,
+        lambda s, c: s,
+        pooler_expected=True,
+        head_classes=task_classes("Bert", *CLASSIFIERS, "masked-lm"),
+        **_COMMON,
+    )
 )
-for _name, _title in (("roberta", "RoBERTa"), ("xlm-roberta", "XLM-RoBERTa")):
+for _name, _title, _stem in (("roberta", "RoBERTa", "Roberta"),
+                             ("xlm-roberta", "XLM-RoBERTa", "XLMRoberta")):  # fmt: skip
     register(
         Family(
             _name,
@@ -190,6 +199,8 @@ for _name, _title in (("roberta", "RoBERTa"), ("xlm-roberta", "XLM-RoBERTa")):
             lambda s, c: offset_positions(s, c.position_offset, "roberta."),
             position_offset=roberta_offset,
             pooler_expected=True,
+            # RoBERTa's classification head is BERT's: dense + tanh on <s>, then a linear layer
+            head_classes=task_classes(_stem, *CLASSIFIERS),
             **_COMMON,  # type: ignore[arg-type]
         )
     )
@@ -200,6 +211,7 @@ register(
         _read_electra,
         lambda s, c: _renamed_prefix(s, "electra."),
         first_token_layer=("pooler.dense.", "gelu"),  # its classifier.dense, as BERT's name
+        head_classes=task_classes("Electra", *CLASSIFIERS),
         **_COMMON,  # type: ignore[arg-type]
     )
 )

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..errors import ModelFolderError
 from .bert import BERT_CAPABILITIES, BERT_HEADS, bert_key_map, build_bert
-from .registry import Family, register
+from .registry import CLASSIFIERS, Family, register, task_classes
 from .renaming import renamed_layers
 
 __all__ = ["DISTIL_KEY"]
@@ -79,5 +79,6 @@ register(
         head_prefixes=BERT_HEADS,
         capabilities=BERT_CAPABILITIES,
         first_token_layer=("pre_classifier.", "relu"),
+        head_classes=task_classes("DistilBert", *CLASSIFIERS),
     )
 )

@@ -8,7 +8,7 @@ and token types when ``type_vocab_size`` is not 0."""
 
 from __future__ import annotations
 
-from .registry import register
+from .registry import CLASSIFIERS, register, task_classes
 from .rotary_bert import Variant, family
 
 #: the checkpoint's names (its hub folders', as transformers saves them too) -> canonical
@@ -44,4 +44,6 @@ GTE = Variant(
     ntk=True,  # gte-base-en-v1.5's rope_scaling {"type": "ntk", "factor": 2.0}
 )
 
-register(family(GTE, ("classifier.", "lm_head.", "cls.")), "new")
+# the pooler (dense + tanh) then a linear layer, BERT's head
+_TASKS = task_classes("Gte", *CLASSIFIERS)
+register(family(GTE, ("classifier.", "lm_head.", "cls."), head_classes=_TASKS), "new")

@@ -36,7 +36,7 @@ from ..blocks import (
     make_norm,
 )
 from ..errors import ModelFolderError
-from .registry import Family, HeadSpec, register
+from .registry import Family, HeadSpec, register, task_classes
 from .rope import even_head_size, rope_object, rope_theta
 
 __all__ = ["ModernBertArch", "ModernBertMaskedLMHead", "ModernBertSequenceHead", "read_config"]
@@ -388,6 +388,8 @@ register(
         prefix="model.",
         head_prefixes=("head.", "decoder.", "classifier."),
         capabilities=frozenset({"onnx", "int8"}),
+        # its own heads (pooling, dense, activation, LayerNorm), below
+        head_classes=task_classes("ModernBert", "sequence-classification", "masked-lm"),
         heads={
             "sequence-classification": HeadSpec(_sequence_tensors, _sequence_head),
             "masked-lm": HeadSpec(

@@ -25,7 +25,7 @@ from .bert import (
     offset_config,
     roberta_head_name,
 )
-from .registry import Family, register
+from .registry import Family, register, task_classes
 from .renaming import renamed_layers
 
 #: MPNet's padding index: transformers' ``MPNetEmbeddings`` fixes it at 1 (not the config's)
@@ -90,6 +90,8 @@ register(
         head_prefixes=BERT_HEADS,
         position_offset=_offset,
         pooler_expected=True,
+        # RoBERTa's sequence-classification head (dense + tanh on <s>, then a linear layer)
+        head_classes=task_classes("MPNet", "sequence-classification"),
         needs_tokenizer_json=True,
         # the page's steps view recomputes q, k, v and has no step for the relative bias
         # and compile=True is tested on BERT's absolute positions only

@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from .registry import register
+from .registry import CLASSIFIERS, register, task_classes
 from .rope import Refuse
 from .rotary_bert import Variant, family
 
@@ -106,4 +106,6 @@ NOMIC_BERT = Variant(
     translate=from_remote_names,
 )
 
-register(family(NOMIC_BERT, ("classifier.", "cls.")))
+# the pooler (dense + tanh) then a linear layer, BERT's head
+_TASKS = task_classes("NomicBert", *CLASSIFIERS)
+register(family(NOMIC_BERT, ("classifier.", "cls."), head_classes=_TASKS))

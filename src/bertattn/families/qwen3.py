@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
 from ..blocks import (
@@ -35,7 +36,7 @@ from ..blocks import (
 )
 from ..errors import ModelFolderError
 from .config_fields import positive, refuse, rope_theta
-from .registry import Family, register
+from .registry import Family, HeadSpec, register, task_classes
 from .rotary_bert import Variant, rename
 
 __all__ = ["Qwen3Arch", "read_config"]
@@ -178,6 +179,33 @@ def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module
     return embeddings(config), RotaryEncoder(layers, [LayerKind(arch.theta)] * n, final), None
 
 
+# ---------------------------------------------------------------------- heads
+class Qwen3SequenceHead(nn.Module):
+    """``Qwen3ForSequenceClassification``'s head: the ``score`` layer (no bias) on the last real
+    token of each row (right or left padding): ``(B, L, E)`` and the mask ``(B, L)`` ->
+    ``(B, num_labels)``. transformers picks the last token that is not ``pad_token_id``: the
+    same token wherever the pad id is not a token of the text."""
+
+    def __init__(self, width: int, num_labels: int) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(width, num_labels, bias=False)
+
+    def forward(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        positions = torch.arange(mask.shape[-1], device=mask.device)  # (L,)
+        last = (positions * (mask != 0)).argmax(-1)  # (B,): each row's last real token
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        return self.classifier(hidden[rows, last].float())  # (B, num_labels)
+
+
+def _sequence_head(config: Any, num_labels: int, tensors: dict[str, Tensor]) -> nn.Module:
+    head = Qwen3SequenceHead(config.hidden_size, num_labels)
+    head.classifier.weight.data.copy_(tensors["score.weight"])
+    return head.eval()
+
+
+SEQUENCE_HEAD = HeadSpec(lambda c, n: {"score.weight": (n, c.hidden_size)}, _sequence_head)
+
+
 # ---------------------------------------------------------------------- names
 def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
     """Qwen3's names (after :func:`.rotary_bert.rename`, without ``model.``) -> bertattn's."""
@@ -212,6 +240,8 @@ register(
         head_prefixes=("lm_head.", "score."),
         needs_tokenizer_json=True,
         capabilities=frozenset({"int8"}),
+        head_classes=task_classes("Qwen3", "sequence-classification"),
+        heads={"sequence-classification": SEQUENCE_HEAD},
         missing={
             "steps": "Qwen3's grouped-query heads, q/k norms and rotary positions",
             "cuda_graphs": "Qwen3's encoder",

@@ -31,16 +31,20 @@ from ..errors import ModelFolderError, UsageError
 
 __all__ = [
     "CAPABILITIES",
+    "CLASSIFIERS",
     "Family",
     "HeadSpec",
     "base_prefixes",
     "choose_task",
     "get",
+    "head_classes",
+    "head_kind",
     "inverse",
     "lookup",
     "names",
     "register",
     "require",
+    "task_classes",
 ]
 
 #: the capability flags a record may hold, and what each lets a job do
@@ -113,6 +117,9 @@ class Family:
     choose_task: Callable[[Any, str | None, str], Any] | None = None
     #: the task adapters a config's ``arch`` has (empty: none)
     task_names: Callable[[Any], tuple[str, ...]] = lambda arch: ()
+    #: the transformers task classes whose checkpoints this family's heads read, by
+    #: ``config.json``'s ``architectures`` name -> head kind (:func:`task_classes`)
+    head_classes: dict[str, str] = field(default_factory=dict)
 
     def why_not(self, capability: str) -> str:
         """What stands in the way of ``capability`` (for messages)."""
@@ -207,6 +214,41 @@ def base_prefixes() -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+#: the two classifier head kinds most families have (:func:`task_classes`)
+CLASSIFIERS = ("sequence-classification", "token-classification")
+#: the ending of transformers' task class names, by head kind
+_TASK_SUFFIXES = {
+    "sequence-classification": "ForSequenceClassification",
+    "token-classification": "ForTokenClassification",
+    "masked-lm": "ForMaskedLM",
+}
+
+
+def task_classes(stem: str, *kinds: str) -> dict[str, str]:
+    """A record's :attr:`Family.head_classes`: transformers' class ``stem`` + the ending of each
+    of ``kinds`` (``task_classes("Bert", "masked-lm")``: ``{"BertForMaskedLM": "masked-lm"}``)."""
+    unknown = [k for k in kinds if k not in _TASK_SUFFIXES]
+    if unknown:
+        raise ValueError(f"unknown head kinds {unknown}; valid ones: {', '.join(_TASK_SUFFIXES)}.")
+    return {stem + _TASK_SUFFIXES[kind]: kind for kind in kinds}
+
+
+def head_classes() -> dict[str, str]:
+    """Every record's task classes -> head kind; the default family's (BERT's) first, the
+    others in the order they registered."""
+    _load_all()
+    default = _REGISTRY.get(str(_ALIASES[None]))
+    records = [default] if default is not None else []
+    records += [f for f in _REGISTRY.values() if f is not default]
+    return {name: kind for f in records for name, kind in f.head_classes.items()}
+
+
+def head_kind(architecture: str | None) -> str | None:
+    """The head kind of a checkpoint whose ``architectures`` names ``architecture`` (None: a
+    class no record reads)."""
+    return head_classes().get(architecture or "")
+
+
 def inverse(key_map: dict[str, str]) -> dict[str, str]:
     """bertattn name -> checkpoint name."""
     return {v: k for k, v in key_map.items()}
@@ -222,6 +264,7 @@ def _load_all() -> None:
     _LOADED[0] = True
     from . import (  # noqa: F401
         bert,
+        deberta_v2,
         distilbert,
         eurobert,
         gte,

@@ -16,36 +16,11 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelFolderError
+from ..families import registry as families
 
 logger = logging.getLogger("bertattn.heads")
 
 __all__ = ["ACTIVATIONS", "HeadConfig", "read_head_config"]
-
-#: the heads bertattn runs, by the transformers class that saved them
-HEAD_KINDS = {
-    "BertForSequenceClassification": "sequence-classification",
-    # RoBERTa's head is BERT's: dense + tanh on the first token, then a linear layer
-    "RobertaForSequenceClassification": "sequence-classification",
-    "XLMRobertaForSequenceClassification": "sequence-classification",
-    "MPNetForSequenceClassification": "sequence-classification",  # RoBERTa's head, too
-    # dense + ReLU (DistilBERT's pre_classifier) / dense + GELU (ELECTRA's) on the first token
-    "DistilBertForSequenceClassification": "sequence-classification",
-    "ElectraForSequenceClassification": "sequence-classification",
-    # the rotary encoders with BERT's head: the pooler (dense + tanh) then a linear layer
-    "GteForSequenceClassification": "sequence-classification",
-    "NomicBertForSequenceClassification": "sequence-classification",
-    # ModernBERT's own head (pooling, dense, activation, LayerNorm): the family record's
-    "ModernBertForSequenceClassification": "sequence-classification",
-    "BertForTokenClassification": "token-classification",
-    "GteForTokenClassification": "token-classification",
-    "NomicBertForTokenClassification": "token-classification",
-    "RobertaForTokenClassification": "token-classification",
-    "XLMRobertaForTokenClassification": "token-classification",
-    "ElectraForTokenClassification": "token-classification",
-    "DistilBertForTokenClassification": "token-classification",
-    "BertForMaskedLM": "masked-lm",
-    "ModernBertForMaskedLM": "masked-lm",  # the family record's own head
-}
 
 #: activation names sentence-transformers writes (its class paths) -> the ``torch.nn`` module
 #: (a module, as sentence-transformers holds it: it prints, pickles and saves by name)
@@ -160,7 +135,7 @@ def read_head_config(model_dir: Path, root: Path | None = None) -> HeadConfig:
         )
     return HeadConfig(
         architecture=arch,
-        kind=HEAD_KINDS.get(arch or ""),
+        kind=families.head_kind(arch),  # each family's record names its task classes
         num_labels=num_labels,
         id2label=id2label or {i: f"LABEL_{i}" for i in range(num_labels)},
         problem_type=problem,

@@ -246,9 +246,10 @@ class CrossEncoder(HeadSurface):
         #: the family's own head (ModernBERT's: pooling and a prediction head), else None
         self.family_head: torch.nn.Module | None = None
         if own is not None:
+            expected = own.expected(bert.model.config, n)
             tensors = read_head(
-                weights, own.expected(bert.model.config, n), f"sequence-classification head "
-                f"({n} labels)"
+                weights, expected, f"sequence-classification head ({n} labels)",
+                pooler="pooler.dense.weight" in expected,  # DeBERTa's ContextPooler
             )  # fmt: skip
             self.family_head = own.build(bert.model.config, n, tensors).to(bert.device)
             classifier = self.family_head.classifier  # type: ignore[assignment]

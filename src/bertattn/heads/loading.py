@@ -9,7 +9,8 @@ from typing import Any
 
 from ..encoder import Bert, ModelFolder
 from ..errors import ModelFolderError
-from .config import HEAD_KINDS, HeadConfig, read_head_config
+from ..families import registry as families
+from .config import HeadConfig, read_head_config
 
 __all__ = ["load_encoder"]
 
@@ -27,7 +28,7 @@ def load_encoder(folder: ModelFolder, kind: str, who: str, **load: Any) -> tuple
     keywords (``dtype``, ``backend``, ``device``, ``threads``)."""
     head = read_head_config(folder.model_dir, folder.root)
     if head.kind != kind:
-        arch = next(a for a, k in HEAD_KINDS.items() if k == kind)
+        arch = next(a for a, k in families.head_classes().items() if k == kind)
         raise ModelFolderError(
             f"{folder.config_path}: architectures is {head.architecture or 'not given'}; "
             f"{who} needs a {arch} checkpoint ({_USES[kind]}). For sentence embeddings load "

@@ -37,6 +37,10 @@ WORDS: dict[str, dict[str, str]] = {
         "on {i} - {j}",
         "position": "table[bucket(j - {i}), head {h}]  (MPNet's relative position bias, shared "
         "by every layer) -> {v}",
+        "c2p": "q · Pk[r({i}, j)] / {root}  (DeBERTa's content-to-position term: the query's "
+        "content against where key j is from it, r = bucket({i} - j)) -> {v}",
+        "p2c": "k_j · Pq[r'(j, {i})] / {root}  (DeBERTa's position-to-content term: key j's "
+        "content against where the query is from it, r' = -bucket(j - {i})) -> {v}",
         "maskwin": "0 for real tokens with |j - {i}| <= {w}, -inf outside the window and for "
         "padding -> {v}",
         "maskpad": "0 for real tokens, -inf for padding -> {v}",
@@ -57,6 +61,10 @@ WORDS: dict[str, dict[str, str]] = {
         "pair0": "q 在位置 {i} 的第 0 对：({a}, {b}) 旋转 {angle} 弧度 -> ({c}, {e})",
         "before": "旋转前 q · k_{j} = {before}，旋转后 {after}：分数现在取决于 {i} - {j}",
         "position": "table[bucket(j - {i}), 头 {h}]（MPNet 的相对位置偏置，各层共用）-> {v}",
+        "c2p": "q · Pk[r({i}, j)] / {root}（DeBERTa 的内容到位置项：查询的内容对键 j 相对它的位置，"
+        "r = bucket({i} - j)）-> {v}",
+        "p2c": "k_j · Pq[r'(j, {i})] / {root}（DeBERTa 的位置到内容项："
+        "键 j 的内容对查询相对它的位置，r' = -bucket(j - {i})）-> {v}",
         "maskwin": "局部注意力：|j - {i}| <= {w} 的真实词元为 0，窗口之外和填充位置为 -inf -> {v}",
         "maskpad": "真实词元为 0，填充位置为 -inf -> {v}",
         "masknone": "没有要遮住的键：一段文本（或一对文本）没有填充，{n} 个键全是 0",
@@ -72,11 +80,12 @@ def steps_table(steps: AttentionSteps, lang: str = "en") -> str:
     weight, share of the context; the subword marks explained under it when tokens have them."""
     w = WORDS[check_lang(lang)]
     pos = steps.position_bias
+    extra = [(f"+{name}", t) for name, t in _terms(steps) if name != "position"]
     lines = [
         _where(steps, w),
-        f"{'#':>4}  {ljust(w['key'], 16)}{'q·k':>10}{'/√d':>9}"
-        f"{'+pos' if pos is not None else '':>8}{rjust(w['mask'], 7)}{rjust(w['weight'], 9)}"
-        f"{rjust(w['share'], 8)}",
+        f"{'#':>4}  {ljust(w['key'], 16)}{'q·k':>10}{_scaled_head(steps):>9}"
+        f"{'+pos' if pos is not None else '':>8}{''.join(f'{n:>8}' for n, _ in extra)}"
+        f"{rjust(w['mask'], 7)}{rjust(w['weight'], 9)}{rjust(w['share'], 8)}",
     ]
     shares = steps.shares()
     for j, tok in enumerate(steps.tokens):
@@ -84,6 +93,7 @@ def steps_table(steps: AttentionSteps, lang: str = "en") -> str:
         if steps.window is not None and abs(j - steps.query) > steps.window:
             mask = "win"  # outside the local window
         rel = f"{float(pos[j]):>8.3f}" if pos is not None else f"{'':>8}"
+        rel += "".join(f"{float(t[j]):>8.3f}" for _, t in extra)
         lines.append(
             f"{j:>4}  {ljust(tok, 16, clip_at=15)}{float(steps.scores[j]):>10.3f}"
             f"{float(steps.scaled[j]):>9.3f}{rel}{mask:>7}{float(steps.weights[j]):>9.4f}"
@@ -93,6 +103,25 @@ def steps_table(steps: AttentionSteps, lang: str = "en") -> str:
         lines.append(w["win"].format(i=steps.query, w=steps.window))
     note = subword_note(steps.tokens, lang)
     return "\n".join(lines + ([note] if note else []))
+
+
+def _terms(steps: AttentionSteps) -> list[tuple[str, torch.Tensor]]:
+    """The terms added to the scaled scores before the mask, by name: MPNet's position bias,
+    DeBERTa's c2p and p2c (those the model has)."""
+    named = (("position", steps.position_bias), ("c2p", steps.c2p), ("p2c", steps.p2c))
+    return [(name, t) for name, t in named if t is not None]
+
+
+def _root(steps: AttentionSteps) -> str:
+    """The scores' divisor as the formula writes it: ``√d`` or DeBERTa's ``√(n·d)``."""
+    n = 1 + sum(t is not None for t in (steps.c2p, steps.p2c))
+    return f"√{steps.head_dim}" if n == 1 else f"√({n}·{steps.head_dim})"
+
+
+def _scaled_head(steps: AttentionSteps) -> str:
+    """The scaled column's title: ``/√d``, or ``/√nd`` with DeBERTa's terms."""
+    n = 1 + sum(t is not None for t in (steps.c2p, steps.p2c))
+    return "/√d" if n == 1 else f"/√{n}d"
 
 
 def _where(steps: AttentionSteps, w: dict[str, str]) -> str:
@@ -151,21 +180,37 @@ def _mask(steps: AttentionSteps, w: dict[str, str], j: int) -> str:
     return _line("mask", w["maskpad"].format(v=v))
 
 
+def _divisor(steps: AttentionSteps) -> float:
+    """What the scores are divided by: ``sqrt(d)``, or ``1 / scale`` for a model's own."""
+    return math.sqrt(steps.head_dim) if steps.scale is None else 1.0 / steps.scale
+
+
+def _header(steps: AttentionSteps) -> str:
+    """The article's formula with this model's change beside it."""
+    if steps.c2p is not None or steps.p2c is not None:
+        terms = " + ".join(n for n, t in (("c2p", steps.c2p), ("p2c", steps.p2c)) if t is not None)
+        n = 1 + len(terms.split(" + "))
+        return f"Attention(Q, K, V) = softmax((Q·Kᵀ + {terms}) / √({n}·d_k) + mask) · V"
+    pos = "position + " if steps.position_bias is not None else ""
+    return f"Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + {pos}mask) · V"
+
+
 def steps_formula(steps: AttentionSteps, lang: str = "en") -> str:
     """The article's formula with this row's numbers filled in (the top key shown), each step
     followed by the article's own line(s) for it."""
     w = WORDS[check_lang(lang)]
     d, h, e = steps.head_dim, steps.head, int(steps.x.numel())
     j = int(steps.weights.argmax())
-    pos = steps.position_bias
-    logits = steps.scaled + steps.bias if pos is None else steps.scaled + pos + steps.bias
+    logits = steps.scaled + steps.bias
+    for _, term in _terms(steps):
+        logits = logits + term
     exps = torch.exp(logits - logits.max())  # softmax, written out
     total, top = float(exps.sum()), float(exps[j])
-    relative = []
-    if pos is not None:
-        relative = [
-            _line("position", w["position"].format(i=steps.query, h=h, v=f"{float(pos[j]):.3f}"))
-        ]
+    root = _root(steps)
+    relative = [
+        _line(name, w[name].format(i=steps.query, h=h, root=root, v=f"{float(t[j]):.3f}"))
+        for name, t in _terms(steps)
+    ]
     split = w["split"].format(H=e // d, d=d, h=h, a=h * d, b=(h + 1) * d - 1)
     eg = w["eg"].format(j=j, tok=steps.tokens[j], v=f"{float(steps.scores[j]):.3f}")
     context = w["context"].format(
@@ -177,16 +222,14 @@ def steps_formula(steps: AttentionSteps, lang: str = "en") -> str:
         share=f"{float(steps.output_share.norm()):.3f}", norm=f"{float(steps.output.norm()):.3f}"
     )
     lines = [
-        "Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + "
-        + ("position + " if pos is not None else "")
-        + "mask) · V",
+        _header(steps),
         _line("q, k, v", split),
         *_article(w, "qkv", "split"),
         *_rotation(steps, w, j),
         _line("scores", f"q · k_j                 {eg}"),
         _line(
             "scaled",
-            f"scores / √{d} = scores / {math.sqrt(d):.3f}   -> {float(steps.scaled[j]):.3f}",
+            f"scores / {root} = scores / {_divisor(steps):.3f}   -> {float(steps.scaled[j]):.3f}",
         ),  # fmt: skip
         *_article(w, "scaled"),
         *relative,
