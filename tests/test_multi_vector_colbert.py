@@ -1,0 +1,171 @@
+"""``bertattn.MultiVectorEncoder`` on the ColBERT checkpoints people download, against
+sentence-transformers 6's ``MultiVectorEncoder`` on the same folder: a PyLate folder and a
+Stanford ColBERT (colbertv2.0-form) folder, each written here in its own format around a tiny
+random BERT that transformers builds, and a SentenceTransformer folder converted. Token rows
+within 1e-5 for queries (expanded with [MASK] to the query length) and documents (the
+punctuation skip-list), as tests/test_multi_vector.py compares."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import string
+from pathlib import Path
+
+import pytest
+import torch
+from test_multi_vector import assert_rows_equal
+
+from bertattn import MultiVectorEncoder
+from bertattn.errors import ModelFolderError
+
+QUERIES = [
+    "hello world",
+    "the attention head looks at every token in the sentence and weighs it, then the model",
+    "is it ok?",
+]
+DOCUMENTS = [
+    "hello, the model!",
+    "the model: a layer, a head; every token.",
+    "the first line of text is the second line of text " * 4,  # cut at document_length
+]
+
+
+def _dense_weights(folder: Path, shape: tuple[int, int], seed: int) -> None:
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {"linear.weight": torch.randn(shape, generator=g) * 0.2}, str(folder / "model.safetensors")
+    )
+
+
+def _write(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def pylate_folder(out: Path, tiny: Path, *, seed: int = 1, **config: object) -> Path:
+    """A folder as PyLate saves one: the encoder with ``[Q] `` and ``[D] `` added to its
+    tokenizer (``add_tokens``, the embeddings resized), ``modules.json`` of a Transformer and
+    ``pylate.models.Dense.Dense`` (``1_Dense``: config and ``linear.weight``), and PyLate's
+    fields in ``config_sentence_transformers.json`` (``config`` on top of them)."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(tiny))
+    model = transformers.BertModel.from_pretrained(str(tiny))
+    tok.add_tokens(["[Q] ", "[D] "])
+    model.resize_token_embeddings(len(tok), mean_resizing=False)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    _write(out / "modules.json", [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
+    ])  # fmt: skip
+    _write(out / "sentence_bert_config.json", {"max_seq_length": 127, "do_lower_case": False})
+    _write(out / "config_sentence_transformers.json", {
+        "__version__": {"sentence_transformers": "3.4.1", "pylate": "1.1.7"},
+        "prompts": {},
+        "default_prompt_name": None,
+        "similarity_fn_name": "MaxSim",
+        "query_prefix": "[Q] ",
+        "document_prefix": "[D] ",
+        "query_length": 12,
+        "document_length": 20,
+        "attend_to_expansion_tokens": False,
+        "skiplist_words": list(string.punctuation),
+        **config,
+    })  # fmt: skip
+    hidden = model.config.hidden_size
+    _dense_weights(out / "1_Dense", (16, hidden), seed)
+    _write(out / "1_Dense" / "config.json", {
+        "in_features": hidden, "out_features": 16, "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity",
+    })  # fmt: skip
+    return out
+
+
+def _pair(folder: Path):  # type: ignore[no-untyped-def]
+    from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
+
+    return MultiVectorEncoder(folder, threads=1), STMultiVectorEncoder(str(folder), device="cpu")
+
+
+def _same_rows(ours: MultiVectorEncoder, st) -> tuple[list, list]:  # type: ignore[no-untyped-def]
+    q, q_st = ours.encode_query(QUERIES), st.encode_query(QUERIES)
+    assert_rows_equal(q, q_st)
+    d, d_st = ours.encode_document(DOCUMENTS), st.encode_document(DOCUMENTS)
+    assert_rows_equal(d, d_st)
+    torch.testing.assert_close(ours.similarity(q, d), st.similarity(q_st, d_st), atol=1e-4, rtol=0)
+    return q, d
+
+
+@pytest.fixture(scope="module")
+def pylate(tiny_checkpoint, tmp_path_factory) -> Path:
+    return pylate_folder(tmp_path_factory.mktemp("pylate") / "m", tiny_checkpoint)
+
+
+def test_pylate_folder_equals_sentence_transformers(pylate, mkl_products):
+    ours, st = _pair(pylate)
+    assert ours.settings.form == "pylate"
+    assert ours.prompts == {"query": "[Q] ", "document": "[D] "}
+    q, d = _same_rows(ours, st)
+    assert [len(r) for r in q] == [12, 12, 12]  # every query expanded (or cut) to 12 tokens
+    tokens, kept = ours.scored_tokens("hello world", "query")
+    assert tokens[:3] == ["[CLS]", "[Q] ", "hello"] and tokens[-1] == "[MASK]" and all(kept)
+    # a document: [CLS] [D] hello , the model ! [SEP]: the punctuation has no row
+    tokens, kept = ours.scored_tokens(DOCUMENTS[0], "document")
+    assert len(d[0]) == sum(kept) == len(tokens) - 2 == 6
+    assert len(d[2]) <= 20  # cut at document_length
+
+
+def test_expanded_tokens_are_computed_not_attended(pylate):
+    """attend_to_expansion_tokens false: a query's real rows are those of the query alone, its
+    [MASK] rows are not zero (they are computed, only no token looks at them)."""
+    ours, _ = _pair(pylate)
+    row = ours.encode_query("hello world")
+    real = len(ours.bert.tokenizer.encode_batch(["[Q] hello world"])[0].ids)
+    alone = ours.encode(["[Q] hello world"], normalize_embeddings=True)[0]  # no expansion
+    torch.testing.assert_close(row[:real], alone, atol=1e-5, rtol=0)
+    assert bool((row[real:].norm(dim=1) > 0.99).all())
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"attend_to_expansion_tokens": True},
+        {"do_query_expansion": False, "query_length": 8},  # queries cut at 8, not expanded
+        {"model_type": "ColBERT", "skiplist_words": None},  # PyLate 3: punctuation by default
+    ],
+)
+def test_pylate_variants_equal_sentence_transformers(
+    tiny_checkpoint, tmp_path, config, mkl_products
+):
+    folder = pylate_folder(tmp_path / "m", tiny_checkpoint, seed=2, **config)
+    ours, st = _pair(folder)
+    q, _ = _same_rows(ours, st)
+    if config.get("do_query_expansion") is False:
+        assert max(len(r) for r in q) == 8 and min(len(r) for r in q) < 8
+
+
+def test_pylate_dense_with_residual_is_refused(pylate, tmp_path):
+    copy = tmp_path / "m"
+    shutil.copytree(pylate, copy)
+    cfg = json.loads((copy / "1_Dense" / "config.json").read_text())
+    _write(copy / "1_Dense" / "config.json", {**cfg, "use_residual": True})
+    with pytest.raises(ModelFolderError, match=r"use_residual true is not supported"):
+        MultiVectorEncoder(copy)
+
+
+def test_auto_detection_names_a_pylate_folder(pylate):
+    from bertattn.heads.auto import is_multi_vector_folder, resolve_auto
+
+    assert is_multi_vector_folder(pylate)
+    assert resolve_auto(pylate)[1] == "multi-vector"
+
+
+# keep the loggers quiet about the tiny tokenizer's skip-list words it lacks
+@pytest.fixture(autouse=True)
+def _quiet(caplog):  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.ERROR, "bertattn.heads")
