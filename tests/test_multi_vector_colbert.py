@@ -165,6 +165,67 @@ def test_auto_detection_names_a_pylate_folder(pylate):
     assert resolve_auto(pylate)[1] == "multi-vector"
 
 
+def stanford_folder(out: Path, *, seed: int = 3, metadata: dict | None = None) -> Path:
+    """A folder as Stanford ColBERT saves one (colbertv2.0's form): a Hugging Face BERT folder
+    whose ``config.json`` names ``HF_ColBERT``, its tensors under ``bert.`` with the projection
+    ``linear.weight`` beside them, and ``artifact.metadata``. The vocabulary (101 entries) holds
+    ``[unused0]`` and ``[unused1]``, the markers."""
+    from safetensors.torch import load_file, save_file
+    from tiny_bert import save_tiny_checkpoint
+
+    save_tiny_checkpoint(out, seed, vocab_size=101)
+    tensors = {f"bert.{k}": v for k, v in load_file(str(out / "model.safetensors")).items()}
+    g = torch.Generator().manual_seed(seed + 1)
+    tensors["linear.weight"] = torch.randn(16, 32, generator=g) * 0.2
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    _write(out / "config.json", {**config, "architectures": ["HF_ColBERT"]})
+    if metadata is not None:
+        _write(out / "artifact.metadata", {
+            "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_maxlen": 12,
+            "doc_maxlen": 20, "mask_punctuation": True, "dim": 16, "similarity": "cosine",
+            "attend_to_mask_tokens": False, "nbits": 2, "kmeans_niters": 4, **metadata,
+        })  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{}, {"attend_to_mask_tokens": True, "mask_punctuation": False, "query_maxlen": 16}, None],
+    ids=["colbertv2", "attend-no-punctuation", "no-metadata"],
+)
+def test_stanford_folder_equals_sentence_transformers(tmp_path, metadata, mkl_products):
+    folder = stanford_folder(tmp_path / "m", metadata=metadata)
+    ours, st = _pair(folder)
+    assert ours.settings.form == "stanford"
+    assert ours.prompts == {"query": "[unused0] ", "document": "[unused1] "}
+    q, d = _same_rows(ours, st)
+    length = 32 if metadata is None else metadata.get("query_maxlen", 12)
+    assert [len(r) for r in q] == [min(length, 32)] * 3
+    tokens, _ = ours.scored_tokens("hello world", "query")
+    assert tokens[:3] == ["[CLS]", "[unused0]", "hello"]  # the marker is one token
+    tokens, kept = ours.scored_tokens(DOCUMENTS[0], "document")
+    skipped = 0 if metadata and metadata.get("mask_punctuation") is False else 2
+    assert len(d[0]) == sum(kept) == len(tokens) - skipped
+
+
+def test_stanford_folder_without_its_projection_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = stanford_folder(tmp_path / "m", metadata={})
+    tensors = load_file(str(folder / "model.safetensors"))
+    del tensors["linear.weight"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(ModelFolderError, match=r"names HF_ColBERT .* hold no 'linear.weight'"):
+        MultiVectorEncoder(folder)
+
+
+def test_auto_detection_names_a_stanford_folder(tmp_path):
+    from bertattn.heads.auto import resolve_auto
+
+    assert resolve_auto(stanford_folder(tmp_path / "m", metadata={}))[1] == "multi-vector"
+
+
 # keep the loggers quiet about the tiny tokenizer's skip-list words it lacks
 @pytest.fixture(autouse=True)
 def _quiet(caplog):  # type: ignore[no-untyped-def]
