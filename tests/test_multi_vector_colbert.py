@@ -226,6 +226,49 @@ def test_auto_detection_names_a_stanford_folder(tmp_path):
     assert resolve_auto(stanford_folder(tmp_path / "m", metadata={}))[1] == "multi-vector"
 
 
+def sentence_transformer_folder(out: Path, tiny: Path, *, dense: bool = True) -> Path:
+    """A SentenceTransformer folder saved by sentence-transformers: the tiny encoder, mean
+    Pooling, a seeded Dense (32 -> 16, tanh) when ``dense``, Normalize."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    modules: list = [Transformer(str(tiny)), Pooling(32, "mean")]
+    if dense:
+        layer = Dense(32, 16)  # sentence-level, tanh: sentence-transformers' defaults
+        g = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            for param in layer.parameters():
+                param.copy_(torch.randn(param.shape, generator=g) * 0.2)
+        modules.append(layer)
+    SentenceTransformer(modules=[*modules, Normalize()], device="cpu").save(str(out))
+    return out
+
+
+def test_sentence_transformer_folder_is_converted_as_upstream(tiny_checkpoint, tmp_path):
+    """Pooling and the sentence Normalize dropped, the Dense (tanh) run on each token, then a
+    MultiVectorMask and a token Normalize: sentence-transformers' conversion."""
+    folder = sentence_transformer_folder(tmp_path / "m", tiny_checkpoint)
+    ours, st = _pair(folder)
+    assert ours.settings.form == "converted" and ours.get_embedding_dimension() == 16
+    assert ours.prompts == st.prompts
+    q, d = _same_rows(ours, st)
+    assert [len(r) for r in d] == [len(ours.scored_tokens(t, "document")[0]) for t in DOCUMENTS]
+
+
+def test_sentence_transformer_folder_without_dense_is_refused(tiny_checkpoint, tmp_path):
+    """sentence-transformers appends a randomly initialised (hidden, 128) projection to such a
+    folder: rows that mean nothing (two loads disagree), so bertattn refuses it by name."""
+    from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
+
+    folder = sentence_transformer_folder(tmp_path / "m", tiny_checkpoint, dense=False)
+    first, second = (STMultiVectorEncoder(str(folder), device="cpu") for _ in range(2))
+    a, b = first.encode_document(DOCUMENTS[:1])[0], second.encode_document(DOCUMENTS[:1])[0]
+    assert a.shape[1] == 128 and not torch.allclose(a, b)
+    with pytest.raises(ModelFolderError, match=r"without a Dense projection; .* randomly "):
+        MultiVectorEncoder(folder)
+
+
 # keep the loggers quiet about the tiny tokenizer's skip-list words it lacks
 @pytest.fixture(autouse=True)
 def _quiet(caplog):  # type: ignore[no-untyped-def]
