@@ -269,6 +269,36 @@ def test_sentence_transformer_folder_without_dense_is_refused(tiny_checkpoint, t
         MultiVectorEncoder(folder)
 
 
+@pytest.mark.parametrize(
+    ("prompts", "default"),
+    [
+        ({"query": "search: ", "topic": "about: "}, "topic"),
+        (None, "document"),
+        ({"query": ""}, None),
+    ],
+)
+def test_prompts_given_to_the_constructor_as_upstream(pylate, prompts, default, mkl_products):
+    """prompts= / default_prompt_name= over a PyLate folder's markers, as sentence-transformers
+    merges them: yours win, the folder's fill the rest; the default applies to encode()."""
+    from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
+
+    kwargs = {"prompts": prompts, "default_prompt_name": default}
+    ours = MultiVectorEncoder(pylate, threads=1, **kwargs)
+    st = STMultiVectorEncoder(str(pylate), device="cpu", **kwargs)
+    assert ours.prompts == st.prompts and ours.default_prompt_name == st.default_prompt_name
+    _same_rows(ours, st)
+    assert_rows_equal(ours.encode(DOCUMENTS), st.encode(DOCUMENTS))
+
+
+def test_bad_prompts_are_refused(pylate):
+    with pytest.raises(TypeError, match=r"prompts must be a dict of names to prompt texts, .*got"):
+        MultiVectorEncoder(pylate, prompts={"query": 1})
+    with pytest.raises(TypeError, match=r"default_prompt_name must be a str .* got 3 \(an int\)"):
+        MultiVectorEncoder(pylate, default_prompt_name=3)
+    with pytest.raises(ValueError, match=r"default_prompt_name 'nope' is not among the prompts"):
+        MultiVectorEncoder(pylate, default_prompt_name="nope")
+
+
 # keep the loggers quiet about the tiny tokenizer's skip-list words it lacks
 @pytest.fixture(autouse=True)
 def _quiet(caplog):  # type: ignore[no-untyped-def]

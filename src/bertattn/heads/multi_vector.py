@@ -656,7 +656,9 @@ class MultiVectorEncoder(HeadSurface):
     ``model``: the folder (or a cached hub name); ``device``, ``dtype``, ``threads``,
     ``backend``: as :meth:`bertattn.Bert.load`; ``truncate_dim``: default for the encode
     methods (None: the folder's); ``similarity_fn_name``: ``"maxsim"`` (default) or
-    ``"meanmaxsim"`` (None: the folder's). The keywords model cards pass (``revision``,
+    ``"meanmaxsim"`` (None: the folder's); ``prompts`` / ``default_prompt_name``: yours over the
+    folder's (a PyLate / Stanford folder's markers included), as sentence-transformers merges
+    them. The keywords model cards pass (``revision``,
     ``local_files_only``, ``cache_folder``, ``token``, ``torch_dtype``, ``model_kwargs``,
     ``automodel_args``, ``trust_remote_code``) are taken as :mod:`bertattn.heads.card_keywords`
     says.
@@ -678,9 +680,12 @@ class MultiVectorEncoder(HeadSurface):
         backend: str = "auto",
         truncate_dim: int | None = None,
         similarity_fn_name: str | None = None,
+        prompts: dict[str, str] | None = None,
+        default_prompt_name: str | None = None,
         **card: Any,
     ) -> None:
         options = card_keywords(self, card, dtype=dtype)
+        self.merged_prompts({}, None, prompts, None)  # checked before the folder is read
         if model is None or not isinstance(model, (str, Path)):
             raise ArgumentTypeError(
                 f"model must be a MultiVectorEncoder folder (str or Path) or a cached hub name, "
@@ -701,8 +706,10 @@ class MultiVectorEncoder(HeadSurface):
                 )
         finally:
             st_logger.removeFilter(quiet)
-        self.prompts: dict[str, str | None] = dict(settings.prompts)
-        self.default_prompt_name = settings.default_prompt_name
+        self.prompts: dict[str, str | None]
+        self.prompts, self.default_prompt_name = self.merged_prompts(
+            settings.prompts, settings.default_prompt_name, prompts, default_prompt_name
+        )
         self.truncate_dim = settings.truncate_dim if truncate_dim is None else truncate_dim
         self._similarity_fn_name: str | None = None
         self.similarity_fn_name = similarity_fn_name or settings.similarity_fn_name or "maxsim"
