@@ -10,12 +10,13 @@ import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from ..arguments import check_int, describe
 from .config_view import ConfigView, config_view
+from .missing import missing_attribute
 from .model_card import EvaluationMetrics
 from .saving import save_folder
 
@@ -34,6 +35,14 @@ class HeadSurface:
         "query": ("query",),
         "document": ("document", "passage", "corpus"),
     }
+
+    if not TYPE_CHECKING:  # (type checkers keep seeing only the real attributes)
+
+        def __getattr__(self, name: str) -> Any:
+            """Called only for a name not found: sentence-transformers' methods bertattn does not
+            have (``fit``, ``to``, ``push_to_hub``, ...) raise an ``AttributeError`` saying
+            what to use instead (:mod:`.missing`); any other, Python's own."""
+            raise missing_attribute(type(self).__name__, name)
 
     @functools.cached_property
     def model_card_data(self) -> EvaluationMetrics:
