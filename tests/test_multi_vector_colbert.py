@@ -158,6 +158,25 @@ def test_pylate_dense_with_residual_is_refused(pylate, tmp_path):
         MultiVectorEncoder(copy)
 
 
+def test_the_server_answers_a_pylate_folder_as_encode_query(pylate):
+    """/embed_multi_vector and /rerank on a PyLate model: queries expanded and cut at the
+    expansion's length, as encode_query gives them."""
+    import numpy as np
+    from test_serve_multi import ask
+
+    from bertattn.serve import create_app
+
+    model = MultiVectorEncoder(pylate, threads=1)
+    r = ask(create_app([model], max_batch_tokens=1024), [
+        ("/embed_multi_vector", {"inputs": QUERIES, "task": "query"}),
+        ("/embed_multi_vector", {"inputs": DOCUMENTS, "task": "document"}),
+    ])  # fmt: skip
+    assert [x.status_code for x in r] == [200, 200], [x.text for x in r]
+    for got, want in zip(r[0].json() + r[1].json(), model.encode_query(QUERIES) +
+                         model.encode_document(DOCUMENTS), strict=True):  # fmt: skip
+        np.testing.assert_allclose(np.array(got, np.float32), want.numpy(), atol=1e-4)
+
+
 def test_auto_detection_names_a_pylate_folder(pylate):
     from bertattn.heads.auto import is_multi_vector_folder, resolve_auto
 

@@ -870,16 +870,24 @@ class MultiVectorEncoder(HeadSurface):
         MultiVectorMask names: documents by default).""",
     )
 
-    def _limit(self, task: str | None) -> int:
-        """Tokens a text of ``task`` is cut at: the task's length (a query's: its expansion's
-        length when queries are expanded: exactly that for ``"fixed"``, at least that for
-        ``"min"``), else the model's; never past its positions."""
+    def task_length(self, task: str | None) -> int | None:
+        """The folder's tokens for a text of ``task`` (None: no length of its own): the
+        Transformer's ``query_length`` / ``document_length``; for expanded queries the
+        expansion's length (``"fixed"``), or the larger of the two (``"min"``)."""
         s = self.settings
         length = {"query": s.query_length, "document": s.document_length}.get(task or "")
-        limit = length or self.bert.max_length
         if task == "query" and s.expansion is not None:
-            fixed = s.expansion.strategy == "fixed"
-            limit = s.expansion.length if fixed else max(limit, s.expansion.length)
+            if s.expansion.strategy == "fixed":
+                return s.expansion.length
+            return None if length is None else max(length, s.expansion.length)
+        return length
+
+    def _limit(self, task: str | None) -> int:
+        """Tokens a text of ``task`` is cut at: :meth:`task_length`, else the model's (an
+        expanded query's never below its expansion's length); never past its positions."""
+        limit = self.task_length(task) or self.bert.max_length
+        if task == "query" and self.settings.expansion is not None:
+            limit = max(limit, self.settings.expansion.length)
         return min(limit, self.bert.model.config.max_position_embeddings)
 
     def scored_tokens(self, text: str, task: str) -> tuple[list[str], list[bool]]:
