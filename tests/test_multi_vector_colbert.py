@@ -228,6 +228,18 @@ def test_stanford_folder_equals_sentence_transformers(tmp_path, metadata, mkl_pr
     assert len(d[0]) == sum(kept) == len(tokens) - skipped
 
 
+def test_a_saved_stanford_model_loads_alike(tmp_path, mkl_products):
+    """save() of a Stanford model writes a folder both libraries load alike: still Stanford's
+    (no modules.json), its markers the prompts (sentence-transformers reads no saved prompts
+    for such a folder, so neither does bertattn)."""
+    folder = stanford_folder(tmp_path / "m", metadata={})
+    MultiVectorEncoder(folder, prompts={"topic": "about: "}).save(tmp_path / "saved")
+    ours, st = _pair(tmp_path / "saved")
+    assert ours.prompts == st.prompts == {"query": "[unused0] ", "document": "[unused1] "}
+    assert ours.settings.form == "stanford"
+    _same_rows(ours, st)
+
+
 def test_stanford_folder_without_its_projection_is_refused(tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -488,8 +488,8 @@ def _read_stanford(root: Path) -> MultiVectorSettings:
     out.steps = [Projection(tensors.float(), None, "torch.nn.modules.linear.Identity")]
     _convert(root, out, legacy)
     _apply_legacy(out, legacy, set())
-    out.prompts.update(legacy.prompts)
-    return out
+    out.prompts.update(legacy.prompts)  # (a config_sentence_transformers.json is not read,
+    return out  # as sentence-transformers reads none for such a folder)
 
 
 def _root_tensor(root: Path, name: str) -> Tensor:
