@@ -149,6 +149,15 @@ def test_pylate_variants_equal_sentence_transformers(
         assert max(len(r) for r in q) == 8 and min(len(r) for r in q) < 8
 
 
+def test_a_saved_pylate_model_loads_alike(pylate, tmp_path, mkl_products):
+    """save() of a PyLate model given a prompt: both libraries read the folder back alike."""
+    MultiVectorEncoder(pylate, prompts={"topic": "about: "}).save(tmp_path / "saved")
+    ours, st = _pair(tmp_path / "saved")
+    assert ours.prompts == st.prompts and ours.prompts["topic"] == "about: "
+    assert ours.settings.form == "pylate"
+    _same_rows(ours, st)
+
+
 def test_pylate_dense_with_residual_is_refused(pylate, tmp_path):
     copy = tmp_path / "m"
     shutil.copytree(pylate, copy)
