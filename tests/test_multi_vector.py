@@ -241,8 +241,8 @@ def _edited(folder: Path, tmp_path: Path, name: str, edit) -> Path:  # type: ign
     [
         (
             "sentence_bert_config.json",
-            lambda c: c.update(query_expansion={"strategy": "fixed", "attend": True, "length": 32}),
-            r"query_expansion .* is not supported by bertattn's MultiVectorEncoder",
+            lambda c: c.update(query_expansion={"strategy": "sliding", "length": 32}),
+            r"query_expansion strategy \"sliding\" / attend false: expected strategy 'fixed'",
         ),
         (
             "modules.json",
@@ -261,13 +261,8 @@ def _edited(folder: Path, tmp_path: Path, name: str, edit) -> Path:  # type: ign
         ),
         (
             "config_sentence_transformers.json",
-            lambda c: c.update(query_prefix="[Q] "),
-            r"\['query_prefix'\]: a PyLate \(v3\) / Stanford ColBERT folder's fields",
-        ),
-        (
-            "config_sentence_transformers.json",
-            lambda c: c.update(model_type="SentenceTransformer"),
-            r"model_type is \"SentenceTransformer\"; bertattn.MultiVectorEncoder loads",
+            lambda c: c.update(model_type="SparseEncoder"),
+            r"model_type is \"SparseEncoder\"; bertattn.MultiVectorEncoder loads",
         ),
         (
             "config_sentence_transformers.json",
@@ -291,9 +286,26 @@ def test_folders_it_does_not_run_are_refused_by_name(folder, tmp_path, name, edi
         MultiVectorEncoder(_edited(folder, tmp_path, name, edit))
 
 
+def test_query_expansion_of_the_transformer_equals_sentence_transformers(folder, tmp_path):
+    """sentence_bert_config.json's query_expansion ("min": queries shorter than 12 tokens
+    padded with [MASK] to 12, longer ones kept up to query_length 16, unattended)."""
+    from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
+
+    expansion = {"strategy": "min", "attend": False, "length": 12}
+    copy = _edited(folder, tmp_path, "sentence_bert_config.json",
+                   lambda c: c.update(query_expansion=expansion))  # fmt: skip
+    ours, st = MultiVectorEncoder(copy, threads=1), STMultiVectorEncoder(str(copy), device="cpu")
+    q = ours.encode_query(QUERIES)
+    assert_rows_equal(q, st.encode_query(QUERIES))
+    assert [len(r) for r in q] == [12, 16, 12]
+    assert_rows_equal(ours.encode_document(DOCUMENTS), st.encode_document(DOCUMENTS))
+
+
 def test_a_plain_folder_is_refused(minilm_dir, tiny_checkpoint):
-    with pytest.raises(ModelFolderError, match=r"entry 1: module type .*Pooling.* not part of"):
-        MultiVectorEncoder(minilm_dir)  # a SentenceTransformer folder: Pooling, Normalize
+    # a SentenceTransformer folder (Pooling, Normalize): sentence-transformers would add a
+    # random projection
+    with pytest.raises(ModelFolderError, match=r"a SentenceTransformer folder without a Dense"):
+        MultiVectorEncoder(minilm_dir)
     with pytest.raises(ModelFolderError, match=r"no modules.json; a MultiVectorEncoder folder"):
         MultiVectorEncoder(tiny_checkpoint)
 

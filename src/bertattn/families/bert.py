@@ -47,6 +47,7 @@ BERT_HEADS = (
     "discriminator_predictions.",  # ELECTRA's heads
     "generator_predictions.",
     "generator_lm_head.",
+    "linear.",  # Stanford ColBERT's projection (HF_ColBERT), read by MultiVectorEncoder
 )
 #: what every family on BERT's layer can do
 BERT_CAPABILITIES = frozenset(

@@ -29,8 +29,8 @@ def is_splade_folder(path: str | Path | None) -> bool:
 
 
 def is_multi_vector_folder(path: str | Path | None) -> bool:
-    """A sentence-transformers ``MultiVectorEncoder`` folder: ``modules.json`` with a
-    ``MultiVectorMask``, or ``config_sentence_transformers.json`` saying so."""
+    """A multi-vector (ColBERT) folder: sentence-transformers' ``MultiVectorEncoder``, PyLate's
+    or Stanford ColBERT's (see :attr:`.registry.FolderProbe.multi_vector`)."""
     return FolderProbe(path).multi_vector
 
 

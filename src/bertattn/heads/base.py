@@ -10,12 +10,13 @@ import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from ..arguments import check_int
+from ..arguments import check_int, describe
 from .config_view import ConfigView, config_view
+from .missing import missing_attribute
 from .model_card import EvaluationMetrics
 from .saving import save_folder
 
@@ -34,6 +35,14 @@ class HeadSurface:
         "query": ("query",),
         "document": ("document", "passage", "corpus"),
     }
+
+    if not TYPE_CHECKING:  # (type checkers keep seeing only the real attributes)
+
+        def __getattr__(self, name: str) -> Any:
+            """Called only for a name not found: sentence-transformers' methods bertattn does not
+            have (``fit``, ``to``, ``push_to_hub``, ...) raise an ``AttributeError`` saying
+            what to use instead (:mod:`.missing`); any other, Python's own."""
+            raise missing_attribute(type(self).__name__, name)
 
     @functools.cached_property
     def model_card_data(self) -> EvaluationMetrics:
@@ -103,6 +112,40 @@ class HeadSurface:
     def get_max_seq_length(self) -> int:
         """:attr:`max_seq_length` (sentence-transformers' accessor)."""
         return self.max_seq_length
+
+    @staticmethod
+    def merged_prompts(
+        saved: dict[str, Any],
+        saved_default: str | None,
+        prompts: object,
+        default_prompt_name: object,
+    ) -> tuple[dict[str, Any], str | None]:
+        """The prompts and default prompt name a head class's constructor keeps, as
+        sentence-transformers merges them: ``prompts`` (given) over the folder's ``saved`` ones,
+        ``default_prompt_name`` (given) else the folder's ``saved_default``. ``TypeError`` for
+        ``prompts`` that are not a dict of str to str or a name that is not a str;
+        ``ValueError`` for a default name that is not among the prompts."""
+        if prompts is not None and (
+            not isinstance(prompts, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
+        ):
+            raise TypeError(
+                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
+                f"got {describe(prompts)}."
+            )
+        if default_prompt_name is not None and not isinstance(default_prompt_name, str):
+            raise TypeError(
+                f"default_prompt_name must be a str (one of the prompts' names) or None, got "
+                f"{describe(default_prompt_name)}."
+            )
+        merged = {**saved, **(prompts or {})}
+        name = default_prompt_name if default_prompt_name is not None else saved_default
+        if name is not None and name not in merged:
+            raise ValueError(
+                f"default_prompt_name {name!r} is not among the prompts {list(merged)}; name "
+                f"one of them, or pass prompts={{{name!r}: '...'}}."
+            )
+        return merged, name
 
     def task_prompt_name(self, task: str, prompt_name: str | None, prompt: str | None) -> Any:
         """sentence-transformers' rule for ``encode_query`` / ``encode_document``: neither

@@ -9,9 +9,15 @@ dropped for the tasks it names, documents by default), and a token-level ``Norma
 ``config_sentence_transformers.json`` holds the prompts (``"query"``, ``"document"``), the
 similarity (``"maxsim"`` or ``"meanmaxsim"``) and ``truncate_dim``.
 
-Everything else is refused by name before the weights are read: query expansion, token pooling,
-routers, processing overrides, PyLate v3 / Stanford ColBERT legacy fields, activations outside a
-fixed table of torch's own. A batch runs padding-free through bertattn's encoder; the real
+PyLate folders (``pylate.models.Dense.Dense``, ``query_prefix`` ...) and Stanford ColBERT folders
+(``HF_ColBERT``, ``artifact.metadata``) load as sentence-transformers loads them
+(:mod:`.colbert_folders`): their markers become the prompts, queries are expanded with mask
+tokens, punctuation is skipped in documents. A SentenceTransformer folder with a Dense
+projection is converted as sentence-transformers converts it (pooling dropped, the projection run
+on each token, a MultiVectorMask and a Normalize added). Everything else is refused by name
+before the weights are read: token pooling, routers, processing overrides, activations outside a
+fixed table of torch's own. A batch runs padding-free through bertattn's encoder (expanded
+queries whose mask tokens are not attended to run padded); the real
 tokens are gathered once (``(T, E)``), projected, masked and normalized as one tensor, and each
 text's rows are returned as views into it (no padded copy).
 """
@@ -37,6 +43,17 @@ from ..encoder.st_compat import UnsupportedArgumentError, _text_list
 from ..errors import ModelFolderError
 from .base import HeadSurface, task_encode
 from .card_keywords import card_keywords
+from .colbert_folders import (
+    Expansion,
+    LegacySettings,
+    expanded_batch,
+    key_masked_hidden,
+    mask_token_id,
+    read_expansion,
+    read_legacy_config,
+    read_stanford_metadata,
+    register_prefixes,
+)
 from .runner import token_batches
 from .saving import model_files
 from .sparse_folder import refuse_other_sparse
@@ -54,6 +71,13 @@ _DENSE = {
     "sentence_transformers.base.modules.dense.Dense",
     "sentence_transformers.base.modules.Dense",
     "sentence_transformers.models.Dense",
+    "pylate.models.Dense.Dense",  # PyLate's: sentence-transformers' Dense and use_residual
+}
+#: a SentenceTransformer folder's pooling, dropped when it is converted (token rows are kept)
+_POOLING = {
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+    "sentence_transformers.sentence_transformer.modules.Pooling",
+    "sentence_transformers.models.Pooling",
 }
 _MASK = {
     "sentence_transformers.multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask",
@@ -84,18 +108,6 @@ _SBERT_KEYS = {
     "max_seq_length",
     "do_lower_case",
 }
-#: PyLate v3 / Stanford ColBERT fields of config_sentence_transformers.json that change what the
-#: files mean (prefix tokens inserted, expansion with [MASK]): refused, not guessed
-_LEGACY_KEYS = (
-    "query_prefix",
-    "document_prefix",
-    "do_query_expansion",
-    "attend_to_expansion_tokens",
-    "attend_to_mask_tokens",
-    "skiplist_words",
-    "query_length",
-    "document_length",
-)
 SIMILARITIES = ("maxsim", "meanmaxsim")
 TASKS = ("query", "document")
 
@@ -119,7 +131,11 @@ class MultiVectorSettings:
     Transformer, in order (a :class:`Projection`, or ``"normalize"``); ``skiplist_words`` /
     ``skiplist_tasks`` / ``keep_only_token_ids``: the ``MultiVectorMask`` (None when the folder
     has none); ``query_length`` / ``document_length``: tokens kept per task (None: the
-    tokenizer's limit); prompts, default_prompt_name, similarity_fn_name, truncate_dim: from
+    tokenizer's limit); ``expansion``: how queries are expanded with mask tokens (None: they
+    are not); ``prefixes``: a PyLate / Stanford ColBERT folder's markers by task (registered on
+    the tokenizer as single tokens); ``form``: ``"sentence-transformers"``, ``"pylate"``,
+    ``"stanford"`` or ``"converted"`` (a SentenceTransformer folder's projection run on its
+    tokens); prompts, default_prompt_name, similarity_fn_name, truncate_dim: from
     ``config_sentence_transformers.json``."""
 
     steps: list[Projection | str] = field(default_factory=list)
@@ -129,6 +145,9 @@ class MultiVectorSettings:
     keep_only_token_ids: list[int] | None = None
     query_length: int | None = None
     document_length: int | None = None
+    expansion: Expansion | None = None
+    prefixes: dict[str, str] = field(default_factory=dict)
+    form: str = "sentence-transformers"
     prompts: dict[str, str | None] = field(
         default_factory=lambda: {"query": None, "document": None}
     )
@@ -161,7 +180,9 @@ def _read_weights(folder: Path) -> dict[str, Tensor]:
     )
 
 
-def _read_dense(folder: Path) -> Projection:
+def _read_dense(folder: Path, converting: bool = False) -> Projection:
+    """The Dense module of ``folder``; ``converting``: a SentenceTransformer folder's, whose
+    sentence-level projection is run on each token (as sentence-transformers converts it)."""
     path = folder / "config.json"
     cfg = read_json_object(path)
     known = {
@@ -171,12 +192,19 @@ def _read_dense(folder: Path) -> Projection:
         "activation_function",
         "module_input_name",
         "module_output_name",
+        "use_residual",
     }
     extra = sorted(set(cfg) - known)
     if extra:
         raise ModelFolderError(f"{path}: bertattn does not know the Dense settings {extra}.")
+    if cfg.get("use_residual", False) is not False:
+        raise ModelFolderError(
+            f"{path}: use_residual {show(cfg['use_residual'])} is not supported by bertattn's "
+            f"MultiVectorEncoder (it runs a plain projection); use sentence-transformers."
+        )
+    kept = ("token_embeddings", None, *(("sentence_embedding",) if converting else ()))
     for key in ("module_input_name", "module_output_name"):
-        if cfg.get(key, "token_embeddings") not in ("token_embeddings", None):
+        if cfg.get(key, "token_embeddings") not in kept:
             raise ModelFolderError(
                 f"{path}: {key} is {show(cfg.get(key))}; a multi-vector Dense projects each "
                 f"token ('token_embeddings'), not a sentence embedding."
@@ -235,10 +263,13 @@ def _read_mask(path: Path, out: MultiVectorSettings) -> None:
     out.files.append(path)
 
 
-def _read_transformer(model_dir: Path, out: MultiVectorSettings) -> int | None:
+def _read_transformer(model_dir: Path, out: MultiVectorSettings) -> tuple[int | None, set[str]]:
+    """The Transformer's ``max_seq_length`` and the keys its ``sentence_bert_config.json``
+    gives (they override a PyLate folder's top-level ones); the lengths and the query
+    expansion set on ``out``."""
     path = model_dir / "sentence_bert_config.json"
     if not path.is_file():
-        return None
+        return None, set()
     cfg = read_json_object(path)
     out.files.append(path)
     extra = sorted(set(cfg) - _SBERT_KEYS)
@@ -266,12 +297,7 @@ def _read_transformer(model_dir: Path, out: MultiVectorSettings) -> int | None:
         )
     if cfg.get("module_output_name", "token_embeddings") != "token_embeddings":
         raise ModelFolderError(f"{path}: module_output_name must be 'token_embeddings'.")
-    if cfg.get("query_expansion") is not None:
-        raise ModelFolderError(
-            f"{path}: query_expansion {show(cfg['query_expansion'])} is not supported by "
-            f"bertattn's MultiVectorEncoder (expansion tokens padded onto queries); use "
-            f"sentence-transformers for this folder."
-        )
+    out.expansion = read_expansion(cfg.get("query_expansion"), path)
     if cfg.get("do_lower_case"):
         raise ModelFolderError(
             f"{path}: do_lower_case is not supported; lowercase in the tokenizer."
@@ -283,29 +309,38 @@ def _read_transformer(model_dir: Path, out: MultiVectorSettings) -> int | None:
         ):
             raise ModelFolderError(f"{path}: {key} must be null or an int >= 3, got {show(value)}.")
     out.query_length, out.document_length = cfg.get("query_length"), cfg.get("document_length")
-    return cfg.get("max_seq_length")
+    return cfg.get("max_seq_length"), set(cfg)
 
 
-def _read_st_config(root: Path, out: MultiVectorSettings) -> None:
+#: the model types a MultiVectorEncoder loads: its own, PyLate 3's, and a SentenceTransformer
+#: folder's (converted: its projection run on each token)
+_MODEL_TYPES = ("MultiVectorEncoder", "ColBERT", "SentenceTransformer")
+
+
+def _read_st_config(root: Path, out: MultiVectorSettings, native: bool) -> LegacySettings:
+    """``config_sentence_transformers.json`` onto ``out``; returns its PyLate fields.
+    ``native``: the modules make a MultiVectorEncoder themselves (a MultiVectorMask), so a
+    missing ``model_type`` means MultiVectorEncoder (else SentenceTransformer, as
+    sentence-transformers reads it)."""
     path = root / "config_sentence_transformers.json"
     if not path.is_file():
-        return
+        out.form = "sentence-transformers" if native else "converted"
+        return LegacySettings()
     cfg = read_json_object(path)
     out.files.append(path)
-    kind = cfg.get("model_type", "MultiVectorEncoder")
-    if kind != "MultiVectorEncoder":
+    kind = cfg.get("model_type", "MultiVectorEncoder" if native else "SentenceTransformer")
+    if kind not in _MODEL_TYPES:
         raise ModelFolderError(
             f"{path}: model_type is {show(kind)}; bertattn.MultiVectorEncoder loads "
-            f"'MultiVectorEncoder' folders (a SentenceTransformer folder: bertattn.Bert; a "
-            f"SparseEncoder: bertattn.SparseEncoder; a CrossEncoder: bertattn.CrossEncoder)."
+            f"'MultiVectorEncoder' folders, PyLate's ('ColBERT') and SentenceTransformer ones "
+            f"(a SparseEncoder: bertattn.SparseEncoder; a CrossEncoder: bertattn.CrossEncoder)."
         )
-    legacy = [k for k in _LEGACY_KEYS if k in cfg]
-    if legacy:
-        raise ModelFolderError(
-            f"{path}: {legacy}: a PyLate (v3) / Stanford ColBERT folder's fields, which insert "
-            f"prefix tokens and expand queries; bertattn reads sentence-transformers 6 "
-            f"MultiVectorEncoder folders only: load it with sentence-transformers and save it "
-            f"again (MultiVectorEncoder(folder).save(new_folder))."
+    legacy = read_legacy_config(cfg, path)
+    if kind != "MultiVectorEncoder":
+        out.form = (
+            "pylate"
+            if (legacy.pylate_v3 or legacy.prefixes or legacy.transformer)
+            else ("converted")
         )
     prompts = cfg.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(
@@ -315,6 +350,7 @@ def _read_st_config(root: Path, out: MultiVectorSettings) -> None:
             f"{path}: prompts must be an object of strings, got {show(prompts)}."
         )
     out.prompts.update(prompts)
+    out.prompts.update(legacy.prompts)
     name = cfg.get("default_prompt_name")
     if name is not None and name not in out.prompts:
         raise ModelFolderError(
@@ -322,6 +358,8 @@ def _read_st_config(root: Path, out: MultiVectorSettings) -> None:
         )
     out.default_prompt_name = name
     fn = cfg.get("similarity_fn_name")
+    if out.form != "sentence-transformers" and fn not in SIMILARITIES:
+        fn = None  # a single-vector model's, or PyLate's "MaxSim": MaxSim, as upstream reads it
     if fn is not None and fn not in SIMILARITIES:
         raise ModelFolderError(
             f"{path}: similarity_fn_name {show(fn)}; a multi-vector model scores with one of "
@@ -334,67 +372,100 @@ def _read_st_config(root: Path, out: MultiVectorSettings) -> None:
             f"{path}: truncate_dim must be null or an int >= 1, got {show(dim)}."
         )
     out.truncate_dim = dim
+    return legacy
 
 
-def read_multi_vector_folder(
-    path: str | Path, *, hub: HubOptions | None = None
-) -> tuple[ModelFolder, MultiVectorSettings]:
-    """The encoder's :class:`ModelFolder` and the :class:`MultiVectorSettings` of ``path`` (a
-    folder saved by sentence-transformers' ``MultiVectorEncoder``, or a cached hub name,
-    fetched with ``hub``).
-    Raises :class:`~bertattn.errors.ModelFolderError` naming the file and what it holds that
-    bertattn does not run."""
-    root = locate_model(path, hub=hub)
-    modules = root / "modules.json"
-    if not modules.is_file():
+def _module_types(data: object) -> list[object]:
+    """The ``type`` of each module of a ``modules.json`` array (empty for anything else)."""
+    if not isinstance(data, list):
+        return []
+    return [m.get("type") for m in data if isinstance(m, dict)]
+
+
+def _read_normalize(where: Path, converting: bool) -> bool:
+    """Whether a Normalize module normalizes the token rows (True) or, in a SentenceTransformer
+    folder being converted, the sentence embedding (False: dropped with the pooling)."""
+    path = where / "config.json"
+    cfg = read_json_object(path) if path.is_file() else {}
+    reads = cfg.get("module_input_name", "sentence_embedding" if converting else "token_embeddings")
+    if converting and reads == "sentence_embedding":
+        return False
+    if reads != "token_embeddings":
         raise ModelFolderError(
-            f"{root}: no modules.json; a MultiVectorEncoder folder is saved by "
-            f"sentence-transformers' MultiVectorEncoder (Transformer, Dense, MultiVectorMask, "
-            f"Normalize). A plain Hugging Face folder has no projection to read."
+            f"{path}: Normalize reads {show(reads)}; a multi-vector model normalizes "
+            f"'token_embeddings'."
         )
-    data = read_json(modules)
-    refuse_other_sparse(modules, data, "a MultiVectorEncoder")
-    if not isinstance(data, list) or not data or not all(isinstance(m, dict) for m in data):
-        raise ModelFolderError(f"{modules}: expected a JSON array of modules.")
-    out = MultiVectorSettings(files=[modules])
+    return True
+
+
+def _read_modules(root: Path, modules: Path, data: list, out: MultiVectorSettings) -> Path:
+    """The modules after the Transformer onto ``out.steps`` (``out.form`` "converted" /
+    "pylate": pooling and a sentence-level Normalize dropped, a sentence-level Dense run on each
+    token); returns the Transformer's folder."""
+    converting = out.form in ("converted", "pylate")
     first = data[0]
     if first.get("type") not in _TRANSFORMER:
         raise ModelFolderError(
             f"{modules}: entry 0 is {show(first.get('type'))}; a MultiVectorEncoder starts with "
             f"sentence-transformers' Transformer."
         )
-    model_dir = _module_path(root, modules, 0, first)
-    max_length = _read_transformer(model_dir, out)
     for i, entry in enumerate(data[1:], start=1):
         kind = entry.get("type")
         where = _module_path(root, modules, i, entry)
         if kind in _DENSE:
-            out.steps.append(_read_dense(where))
+            out.steps.append(_read_dense(where, converting))
             out.files.append(where / "config.json")
         elif kind in _NORMALIZE:
-            cfg = (
-                read_json_object(where / "config.json") if (where / "config.json").is_file() else {}
-            )
-            if cfg.get("module_input_name", "token_embeddings") != "token_embeddings":
-                reads = show(cfg.get("module_input_name"))
-                raise ModelFolderError(
-                    f"{where / 'config.json'}: Normalize reads {reads}; a multi-vector model "
-                    f"normalizes 'token_embeddings'."
-                )
-            out.steps.append("normalize")
+            if _read_normalize(where, converting):
+                out.steps.append("normalize")
         elif kind in _MASK:
             if out.has_mask:
                 raise ModelFolderError(f"{modules}: entry {i}: a second MultiVectorMask.")
             _read_mask(where / "config.json", out)
-        else:
+        elif not (converting and kind in _POOLING):
             raise ModelFolderError(
                 f"{modules}: entry {i}: module type {str(kind)[:160]!r} is not part of a "
                 f"multi-vector model bertattn runs (Transformer, then Dense, MultiVectorMask and "
                 f"Normalize): token pooling, routers and custom modules are not supported."
             )
-    _read_st_config(root, out)
+    return _module_path(root, modules, 0, first)
+
+
+def _convert(root: Path, out: MultiVectorSettings, legacy: LegacySettings) -> None:
+    """A PyLate or SentenceTransformer folder made a MultiVectorEncoder as sentence-transformers
+    makes it: a MultiVectorMask (the folder's skip-list; PyLate's punctuation by default) and a
+    token-level Normalize after its projections. A folder with no projection is refused:
+    sentence-transformers adds a randomly initialised one, which must be trained first."""
+    if not any(isinstance(s, Projection) for s in out.steps):
+        raise ModelFolderError(
+            f"{root}: a SentenceTransformer folder without a Dense projection; "
+            f"sentence-transformers' MultiVectorEncoder adds a randomly initialised (hidden, 128) "
+            f"projection to it, which means nothing until trained. Train it with "
+            f"sentence-transformers, save it (MultiVectorEncoder.save), and load that folder; "
+            f"for sentence embeddings of this folder use bertattn.Bert."
+        )
+    if not out.has_mask:
+        out.has_mask = True
+        out.skiplist_words, out.skiplist_tasks = legacy.default_skiplist(), ["document"]
+    out.steps.append("normalize")
+
+
+def _apply_legacy(out: MultiVectorSettings, legacy: LegacySettings, given: set[str]) -> None:
+    """A PyLate / Stanford folder's lengths, expansion and markers onto ``out``, where the
+    Transformer's own ``sentence_bert_config.json`` (``given``: its keys) does not set them."""
+    knobs = legacy.transformer
+    if "query_length" in knobs and "query_length" not in given:
+        out.query_length = knobs["query_length"]
+    if "document_length" in knobs and "document_length" not in given:
+        out.document_length = knobs["document_length"]
+    if "query_expansion" in knobs and "query_expansion" not in given:
+        out.expansion = knobs["query_expansion"]
+    out.prefixes = dict(legacy.prefixes)
+
+
+def _check_widths(root: Path, model_dir: Path, steps: list[Projection | str]) -> None:
     width = _read_config(model_dir).hidden_size
-    for step in out.steps:
+    for step in steps:
         if isinstance(step, Projection):
             if step.weight.shape[1] != width:
                 raise ModelFolderError(
@@ -402,7 +473,93 @@ def read_multi_vector_folder(
                     f"layer before it gives {width}."
                 )
             width = step.weight.shape[0]
-    folder = ModelFolder(
+
+
+def _read_stanford(root: Path) -> MultiVectorSettings:
+    """A Stanford ColBERT folder (``HF_ColBERT``): the projection ``linear.weight`` among the
+    encoder's tensors, ``artifact.metadata``'s settings, a MultiVectorMask and Normalize."""
+    tensors = _root_tensor(root, "linear.weight")
+    out = MultiVectorSettings(form="stanford", files=[root / "config.json"])
+    if (root / "artifact.metadata").is_file():
+        out.files.append(root / "artifact.metadata")
+    else:
+        logger.warning("%s: no artifact.metadata; using Stanford ColBERT's defaults.", root)
+    legacy = read_stanford_metadata(root)
+    out.steps = [Projection(tensors.float(), None, "torch.nn.modules.linear.Identity")]
+    _convert(root, out, legacy)
+    _apply_legacy(out, legacy, set())
+    out.prompts.update(legacy.prompts)  # (a config_sentence_transformers.json is not read,
+    return out  # as sentence-transformers reads none for such a folder)
+
+
+def _root_tensor(root: Path, name: str) -> Tensor:
+    """One tensor of the folder's own weights (``model.safetensors`` read for that tensor only,
+    else ``pytorch_model.bin``)."""
+    st, pt = root / "model.safetensors", root / "pytorch_model.bin"
+    if st.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(st), framework="pt", device="cpu") as f:
+            if name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                return f.get_tensor(name)
+    elif pt.is_file():
+        found = torch.load(pt, map_location="cpu", weights_only=True).get(name)
+        if found is not None:
+            return found
+    raise ModelFolderError(
+        f"{root}: config.json names HF_ColBERT (Stanford ColBERT) but its weights hold no "
+        f"{name!r} (the projection); use the folder as Stanford ColBERT saved it."
+    )
+
+
+def read_multi_vector_folder(
+    path: str | Path, *, hub: HubOptions | None = None
+) -> tuple[ModelFolder, MultiVectorSettings]:
+    """The encoder's :class:`ModelFolder` and the :class:`MultiVectorSettings` of ``path``: a
+    folder saved by sentence-transformers' ``MultiVectorEncoder``, by PyLate, by Stanford
+    ColBERT (``HF_ColBERT``), or a SentenceTransformer folder with a Dense projection
+    (converted as sentence-transformers converts it); or a cached hub name, fetched with
+    ``hub``. Raises :class:`~bertattn.errors.ModelFolderError` naming the file and what it
+    holds that bertattn does not run."""
+    root = locate_model(path, hub=hub)
+    modules = root / "modules.json"
+    if not modules.is_file():
+        if "HF_ColBERT" in _architectures(root):
+            out = _read_stanford(root)
+            _check_widths(root, root, out.steps)
+            return _folder(path, root, root, None, out), out
+        raise ModelFolderError(
+            f"{root}: no modules.json; a MultiVectorEncoder folder is saved by "
+            f"sentence-transformers' MultiVectorEncoder (Transformer, Dense, MultiVectorMask, "
+            f"Normalize), by PyLate, or by Stanford ColBERT (config.json naming HF_ColBERT). A "
+            f"plain Hugging Face folder has no projection to read."
+        )
+    data = read_json(modules)
+    refuse_other_sparse(modules, data, "a MultiVectorEncoder")
+    if not isinstance(data, list) or not data or not all(isinstance(m, dict) for m in data):
+        raise ModelFolderError(f"{modules}: expected a JSON array of modules.")
+    out = MultiVectorSettings(files=[modules])
+    native = any(t in _MASK for t in _module_types(data))
+    legacy = _read_st_config(root, out, native)
+    model_dir = _read_modules(root, modules, data, out)
+    max_length, given = _read_transformer(model_dir, out)
+    if out.form in ("converted", "pylate"):
+        _convert(root, out, legacy)
+    _apply_legacy(out, legacy, given)
+    _check_widths(root, model_dir, out.steps)
+    return _folder(path, root, model_dir, max_length, out), out
+
+
+def _architectures(root: Path) -> list[str]:
+    path = root / "config.json"
+    archs = read_json_object(path).get("architectures") if path.is_file() else None
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def _folder(
+    path: str | Path, root: Path, model_dir: Path, max_length: int | None, out: MultiVectorSettings
+) -> ModelFolder:
+    return ModelFolder(
         str(path),
         root,
         model_dir,
@@ -411,7 +568,6 @@ def read_multi_vector_folder(
         max_length=max_length,
         settings_files=tuple(out.files),
     )
-    return folder, out
 
 
 # ---------------------------------------------------------------------- scoring
@@ -500,7 +656,9 @@ class MultiVectorEncoder(HeadSurface):
     ``model``: the folder (or a cached hub name); ``device``, ``dtype``, ``threads``,
     ``backend``: as :meth:`bertattn.Bert.load`; ``truncate_dim``: default for the encode
     methods (None: the folder's); ``similarity_fn_name``: ``"maxsim"`` (default) or
-    ``"meanmaxsim"`` (None: the folder's). The keywords model cards pass (``revision``,
+    ``"meanmaxsim"`` (None: the folder's); ``prompts`` / ``default_prompt_name``: yours over the
+    folder's (a PyLate / Stanford folder's markers included), as sentence-transformers merges
+    them. The keywords model cards pass (``revision``,
     ``local_files_only``, ``cache_folder``, ``token``, ``torch_dtype``, ``model_kwargs``,
     ``automodel_args``, ``trust_remote_code``) are taken as :mod:`bertattn.heads.card_keywords`
     says.
@@ -522,9 +680,12 @@ class MultiVectorEncoder(HeadSurface):
         backend: str = "auto",
         truncate_dim: int | None = None,
         similarity_fn_name: str | None = None,
+        prompts: dict[str, str] | None = None,
+        default_prompt_name: str | None = None,
         **card: Any,
     ) -> None:
         options = card_keywords(self, card, dtype=dtype)
+        self.merged_prompts({}, None, prompts, None)  # checked before the folder is read
         if model is None or not isinstance(model, (str, Path)):
             raise ArgumentTypeError(
                 f"model must be a MultiVectorEncoder folder (str or Path) or a cached hub name, "
@@ -537,13 +698,18 @@ class MultiVectorEncoder(HeadSurface):
         quiet = _DropSimilarityNote()
         st_logger.addFilter(quiet)  # "maxsim is not a sentence similarity": not for this model
         try:
-            self.bert = Bert.load(
-                folder, dtype=options.dtype, device=device, threads=threads, backend=backend
-            )
+            with warnings.catch_warnings():  # Stanford's projection is read by this class
+                if settings.form == "stanford":
+                    warnings.filterwarnings("ignore", message=r".*skipped 1 task-head tensors")
+                self.bert = Bert.load(
+                    folder, dtype=options.dtype, device=device, threads=threads, backend=backend
+                )
         finally:
             st_logger.removeFilter(quiet)
-        self.prompts: dict[str, str | None] = dict(settings.prompts)
-        self.default_prompt_name = settings.default_prompt_name
+        self.prompts: dict[str, str | None]
+        self.prompts, self.default_prompt_name = self.merged_prompts(
+            settings.prompts, settings.default_prompt_name, prompts, default_prompt_name
+        )
         self.truncate_dim = settings.truncate_dim if truncate_dim is None else truncate_dim
         self._similarity_fn_name: str | None = None
         self.similarity_fn_name = similarity_fn_name or settings.similarity_fn_name or "maxsim"
@@ -556,9 +722,16 @@ class MultiVectorEncoder(HeadSurface):
             )
             for s in settings.steps
         ]
+        register_prefixes(self.bert.tokenizer, settings.prefixes)
         self._skip_ids = self._resolve_skiplist(settings.skiplist_words)
         keep = settings.keep_only_token_ids
         self._keep_ids = None if not keep else torch.tensor(keep, device=device_)
+        expansion = settings.expansion
+        self._fill_id = (
+            None
+            if expansion is None
+            else mask_token_id(self.bert.tokenizer, folder.model_dir, expansion.token)
+        )
 
     def _resolve_skiplist(self, words: list[str]) -> Tensor | None:
         """The skip-list's token ids; a word that is not one vocabulary token is dropped with a
@@ -614,10 +787,12 @@ class MultiVectorEncoder(HeadSurface):
 
     def __repr__(self) -> str:
         s = self.settings
+        expansion = "" if s.expansion is None else f", query_expansion={s.expansion.length}"
+        form = "" if s.form == "sentence-transformers" else f", form={s.form}"
         return (
             f"MultiVectorEncoder({self.bert.name!r}, dim={self.get_embedding_dimension()}, "
-            f"query_length={s.query_length}, document_length={s.document_length}, "
-            f"skiplist={len(s.skiplist_words)} words, similarity={self.similarity_fn_name})"
+            f"query_length={s.query_length}, document_length={s.document_length}{expansion}, "
+            f"skiplist={len(s.skiplist_words)} words, similarity={self.similarity_fn_name}{form})"
         )
 
     # ------------------------------------------------------------------ encoding
@@ -670,9 +845,7 @@ class MultiVectorEncoder(HeadSurface):
         prompt = self._prompt(prompt, prompt_name)
         if prompt:
             texts = [prompt + t for t in texts]
-        top = self.bert.model.config.max_position_embeddings
-        length = {"query": self.settings.query_length, "document": self.settings.document_length}
-        limit = min(length.get(task or "") or self.bert.max_length, top)
+        limit = self._limit(task)
         out: list[Any] = [None] * len(texts)
         with torch.inference_mode():  # cut at the task's length, as intended
             for idx, encodings in token_batches(self.bert, texts, batch_size, limit):
@@ -697,6 +870,26 @@ class MultiVectorEncoder(HeadSurface):
         MultiVectorMask names: documents by default).""",
     )
 
+    def task_length(self, task: str | None) -> int | None:
+        """The folder's tokens for a text of ``task`` (None: no length of its own): the
+        Transformer's ``query_length`` / ``document_length``; for expanded queries the
+        expansion's length (``"fixed"``), or the larger of the two (``"min"``)."""
+        s = self.settings
+        length = {"query": s.query_length, "document": s.document_length}.get(task or "")
+        if task == "query" and s.expansion is not None:
+            if s.expansion.strategy == "fixed":
+                return s.expansion.length
+            return None if length is None else max(length, s.expansion.length)
+        return length
+
+    def _limit(self, task: str | None) -> int:
+        """Tokens a text of ``task`` is cut at: :meth:`task_length`, else the model's (an
+        expanded query's never below its expansion's length); never past its positions."""
+        limit = self.task_length(task) or self.bert.max_length
+        if task == "query" and self.settings.expansion is not None:
+            limit = max(limit, self.settings.expansion.length)
+        return min(limit, self.bert.model.config.max_position_embeddings)
+
     def scored_tokens(self, text: str, task: str) -> tuple[list[str], list[bool]]:
         """The tokens :meth:`encode_query` (``task="query"``) or :meth:`encode_document`
         (``"document"``) encodes ``text`` as (its default prompt, specials, cut at the task's
@@ -706,16 +899,18 @@ class MultiVectorEncoder(HeadSurface):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}.")
         prompt = self._prompt(None, task if task in self.prompts else None) or ""
-        length = self.settings.query_length if task == "query" else self.settings.document_length
-        top = self.bert.model.config.max_position_embeddings
         with warnings.catch_warnings():  # cut at the task's length, as encode does
             warnings.filterwarnings("ignore", message=r".* were truncated")
-            enc = self.bert.tokenizer.encode_batch(
-                [prompt + text], max_length=min(length or self.bert.max_length, top)
-            )[0]
-        keep = self._scored(torch.tensor(enc.ids, device=self.bert.device), task)
-        kept = [True] * len(enc.ids) if keep is None else [bool(k) for k in keep.tolist()]
-        return list(enc.tokens), kept
+            enc = self.bert.tokenizer.encode_batch([prompt + text], max_length=self._limit(task))[0]
+        ids, tokens = list(enc.ids), list(enc.tokens)
+        expansion = self.settings.expansion
+        if task == "query" and expansion is not None and self._fill_id is not None:
+            added = max(expansion.length - len(ids), 0)  # the mask tokens queries get
+            ids += [self._fill_id] * added
+            tokens += [self.bert.tokenizer.id_to_token(self._fill_id)] * added
+        keep = self._scored(torch.tensor(ids, device=self.bert.device), task)
+        kept = [True] * len(ids) if keep is None else [bool(k) for k in keep.tolist()]
+        return tokens, kept
 
     def _to(self, device: torch.device) -> None:
         self._steps = [
@@ -735,9 +930,12 @@ class MultiVectorEncoder(HeadSurface):
         self, encodings: Sequence[Any], task: str | None, normalize: bool, truncate_dim: int | None
     ) -> tuple[Tensor, ...]:
         """One batch -> each text's scored token rows, views into one packed tensor."""
-        batch, mask, hidden = self.bert.forward_encodings(encodings)  # hidden (B, L, E)
-        real = mask.bool()  # (B, L)
-        ids = batch.input_ids.to(real.device)  # (B, L)
+        if task == "query" and self.settings.expansion is not None:
+            ids, real, hidden = self._expanded(encodings, self.settings.expansion)
+        else:
+            batch, mask, hidden = self.bert.forward_encodings(encodings)  # hidden (B, L, E)
+            real = mask.bool()  # (B, L)
+            ids = batch.input_ids.to(real.device)  # (B, L)
         x = hidden[real].float()  # (T, E): the real tokens, packed
         for step in self._steps:
             x = torch.nn.functional.normalize(x, p=2, dim=-1) if step == "normalize" else step(x)  # type: ignore[operator]
@@ -752,6 +950,23 @@ class MultiVectorEncoder(HeadSurface):
         if truncate_dim is not None:
             x = torch.nn.functional.normalize(x[:, :truncate_dim], p=2, dim=-1)
         return torch.split(x, counts.tolist())
+
+    def _expanded(self, encodings: Sequence[Any], expansion: Expansion) -> tuple[Tensor, ...]:
+        """A query batch expanded with mask tokens, through the encoder: ``(ids, scored,
+        hidden)``, ``(B, L)``, ``(B, L)`` bool (real and added tokens) and ``(B, L, E)``.
+        Added tokens the encoder does not attend to (``attend`` false) are computed all the
+        same, on the padded path (:func:`.colbert_folders.key_masked_hidden`)."""
+        device = self.bert.device
+        batch = self.bert.tokenizer.pad(encodings)
+        ids, keys, types, scored = (
+            t.to(device)
+            for t in expanded_batch(batch, expansion, self._fill_id)  # type: ignore[arg-type]
+        )
+        if expansion.attend:
+            hidden = self.bert.model(ids, keys.long(), types).last_hidden_state
+        else:
+            hidden = key_masked_hidden(self.bert.model, ids, keys.long(), types)
+        return ids, scored, hidden
 
     def _scored(self, ids: Tensor, task: str | None) -> Tensor | None:
         """``(T,)`` bool: the tokens the MultiVectorMask keeps (None: all)."""

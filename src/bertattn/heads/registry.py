@@ -5,7 +5,8 @@ kind           detected from the folder by                served as           pr
 =============  =========================================  ==================  ===============
 sparse         ``modules.json`` with ``SpladePooling``;    sparse              --
                a ``BertForMaskedLM`` when asked (sparse)
-multi-vector   ``modules.json`` with ``MultiVectorMask``   multi_vector        --
+multi-vector   ``MultiVectorMask``; a PyLate folder;      multi_vector        --
+               an ``HF_ColBERT`` config (Stanford)
 bge-m3         ``colbert_linear.pt``, ``sparse_linear.pt`` m3                  --
 cross-encoder  a one-label sequence classifier             reranker            text-classification
 classifier     a sequence classifier of several labels     classifier          text-classification
@@ -86,10 +87,15 @@ class FolderProbe:
 
     @property
     def multi_vector(self) -> bool:
-        """A sentence-transformers ``MultiVectorEncoder`` folder: ``modules.json`` with a
-        ``MultiVectorMask``, or ``config_sentence_transformers.json`` saying so."""
-        return "MultiVectorMask" in self.text("modules.json") or '"MultiVectorEncoder"' in (
-            self.text("config_sentence_transformers.json")
+        """A multi-vector (ColBERT) folder: sentence-transformers' ``MultiVectorEncoder``
+        (``modules.json`` with a ``MultiVectorMask``, or ``config_sentence_transformers.json``
+        saying so), PyLate's (its Dense module, ``model_type`` ``"ColBERT"`` or its
+        ``query_prefix``) or Stanford ColBERT's (``config.json`` naming ``HF_ColBERT``)."""
+        modules, st = self.text("modules.json"), self.text("config_sentence_transformers.json")
+        return (
+            any(m in modules for m in ("MultiVectorMask", "pylate.models"))
+            or any(m in st for m in ('"MultiVectorEncoder"', '"ColBERT"', '"query_prefix"'))
+            or (not modules and '"HF_ColBERT"' in self.text("config.json"))
         )
 
     @property

@@ -229,8 +229,7 @@ def _task_texts(model: Any, texts: list[str], task: str, name: str | None, promp
 def _task_limit(state: ServeState, task: str) -> tuple[int, bool | None]:
     """``(tokens kept, forced truncate)``: the folder's length for the task when it is below
     the server's limit (the model is made to cut there: always cut), else the server's."""
-    settings = state.served.model.settings
-    length = settings.query_length if task == "query" else settings.document_length
+    length = state.served.model.task_length(task)  # an expanded query's: the expansion's
     if length is not None and length < state.max_input_tokens:
         return length, True
     return state.max_input_tokens, None
