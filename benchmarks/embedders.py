@@ -5,7 +5,7 @@ same run, interleaved, medians.
 
     python -m benchmarks.embedders [--family qwen3,eurobert,gemma3_text,deberta-v2]
                                    [--short 64] [--passages 8] [--layers 0] [--repeats 3]
-                                   [--no-openvino]
+                                   [--threads N] [--cpu-time] [--no-openvino]
 
 No checkpoint of these architectures is installable here, so each is random weights (seeded) at
 its released shape, saved by transformers, with all-MiniLM-L6-v2's WordPiece tokenizer (30,522
@@ -31,6 +31,7 @@ import argparse
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -132,7 +133,8 @@ def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
                 print(why)
         want = encoders["transformers sdpa"](texts)
         cos = {k: float((f(texts) * want).sum(1).min()) for k, f in encoders.items()}
-        speed = _speeds(encoders, texts, args.repeats)
+        clock = time.process_time if args.cpu_time else time.perf_counter
+        speed = _speeds(encoders, texts, args.repeats, clock)
         rows.append({"family": family, "scenario": name, "auto": picked, "speed": speed,
                      "min_cosine": cos})  # fmt: skip
     return rows
@@ -163,7 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=0, help="cut every model to N layers (0: all)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-openvino", dest="openvino", action="store_false")
+    p.add_argument("--threads", type=int, default=None, help="default: torch's count")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="this process's CPU seconds (with --threads 1 on a shared machine)")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     unknown = [f for f in args.family.split(",") if f not in SHAPES]
     if unknown:
         p.error(f"unknown --family {', '.join(unknown)}; choose from {', '.join(SHAPES)}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from pathlib import Path
 import torch
 
 from bertattn import Bert
-from bertattn.bench import environment
+from bertattn.bench import environment, interleaved_medians
 from bertattn.encoder import int8
 from bertattn.encoder.int8_forms import U8_S7_F32
 
@@ -42,22 +41,11 @@ def make_folder(family: str, root: Path, layers: int) -> Path:
     return modern.make_folder(family, root, layers)
 
 
-def _clock(cpu: bool) -> Callable[[], float]:
-    return time.process_time if cpu else time.perf_counter
-
-
 def timed(peers: dict[str, Callable[[], object]], rounds: int, cpu: bool) -> dict[str, float]:
     """Median seconds of each peer, interleaved round by round after one warm-up call each."""
-    clock = _clock(cpu)
-    seen: dict[str, list[float]] = {k: [] for k in peers}
-    for fn in peers.values():
-        fn()
-    for _ in range(rounds):
-        for name, fn in peers.items():
-            t0 = clock()
-            fn()
-            seen[name].append(clock() - t0)
-    return {k: statistics.median(v) for k, v in seen.items()}
+    clock = time.process_time if cpu else time.perf_counter
+    timer = interleaved_medians(peers, repeats=rounds, warmup=1, clock=clock)
+    return {k: timer.median(k) for k in peers}
 
 
 def quantized(folder: Path, form: str) -> tuple[Bert, str]:

@@ -119,9 +119,11 @@ def bertattn_encoder(folder: Path, max_length: int) -> Callable[[list[str]], np.
     )
 
 
-def _speeds(encoders: dict, texts: list[str], repeats: int) -> dict[str, float]:
+def _speeds(
+    encoders: dict, texts: list[str], repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
     timer = interleaved_medians({k: (lambda f=f: f(texts)) for k, f in encoders.items()},
-                                repeats=repeats, warmup=1)  # fmt: skip
+                                repeats=repeats, warmup=1, clock=clock)  # fmt: skip
     return {k: len(texts) / timer.median(k) for k in encoders}
 
 

@@ -39,6 +39,7 @@ def interleaved_medians(
     repeats: int = 5,
     warmup: int = 1,
     device: torch.device | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Timer:
     """Run every function ``warmup`` times, then ``repeats`` rounds of one call each: the first
     round in the given order, each later one in a shuffled order (seeded by the round, so runs
@@ -47,7 +48,9 @@ def interleaved_medians(
     Interleaving spreads a shared machine's noise over all peers instead of one of them; the
     shuffle spreads what a peer leaves behind (another runtime's threads still spinning after
     its call, a CPU slowed by its AMX work) over all peers instead of the one that always
-    follows it (rotating the order would not: it keeps each peer's predecessor).
+    follows it (rotating the order would not: it keeps each peer's predecessor). ``clock``:
+    wall time by default; ``time.process_time`` on a shared machine at one thread (a call is
+    not charged for time spent waiting for a core).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}.")
@@ -61,10 +64,10 @@ def interleaved_medians(
         for name in names if r == 0 else random.Random(r).sample(names, len(names)):
             fn = fns[name]
             _sync(device)
-            start = time.perf_counter()
+            start = clock()
             fn()
             _sync(device)
-            timer.samples[name].append(time.perf_counter() - start)
+            timer.samples[name].append(clock() - start)
     return timer
 
 
