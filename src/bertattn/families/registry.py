@@ -195,6 +195,7 @@ def _load_all() -> None:
         bert,
         distilbert,
         eurobert,
+        gemma3,
         gte,
         jina_embeddings_v3,
         modernbert,
