@@ -57,17 +57,19 @@ BASE = {
 }  # fmt: skip
 
 
-def _save(folder: Path, seed: int = 0, **sizes: object) -> torch.nn.Module:
+def _save(folder: Path, seed: int = 0, tokenizer: Path | None = None,
+          **sizes: object) -> torch.nn.Module:  # fmt: skip
     import transformers
 
     return save_random(transformers.Gemma3TextModel, transformers.Gemma3TextConfig(**sizes),
-                       folder, seed)  # fmt: skip
+                       folder, seed, tokenizer)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+def tiny(tmp_path_factory, tiny_checkpoint) -> tuple[Path, torch.nn.Module]:
+    """The tiny Gemma, with the tiny BERT's tokenizer (for the jobs that take text)."""
     folder = tmp_path_factory.mktemp("gemma3")
-    return folder, _save(folder, **TINY)
+    return folder, _save(folder, tokenizer=tiny_checkpoint, **TINY)
 
 
 @pytest.fixture(scope="module")
