@@ -17,6 +17,7 @@ factor when it is not ``1 / sqrt(D)``); the steps say so, each as its own line.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -56,8 +57,8 @@ class AttentionSteps:
             None: one key/value head per query head.
         qk_norm: q and k were RMS-normed per head before the product (``q``, ``k`` and
             ``q_before`` / ``k_before`` are after the norm).
-        scale: the scores' factor when the module has its own (Gemma's
-            ``query_pre_attn_scalar ** -0.5``); None: the article's ``1 / sqrt(D)``.
+        scale: the scores' factor when the module has its own, other than ``1 / sqrt(D)``
+            (Gemma's ``query_pre_attn_scalar ** -0.5``); None: the article's ``1 / sqrt(D)``.
     """
 
     tokens: list[str]
@@ -214,7 +215,9 @@ def _module_changes(steps: AttentionSteps, model, layer: int) -> None:  # type: 
     if attn.num_kv_heads != attn.num_heads:
         steps.kv_heads = attn.num_kv_heads
     steps.qk_norm = "q_norm" in attn._modules
-    steps.scale = attn.scale if steps.scale is None else steps.scale
+    d = attn.head_dim
+    if attn.scale is not None and not math.isclose(attn.scale, d**-0.5, rel_tol=1e-9):
+        steps.scale = attn.scale  # the article's 1/sqrt(d) when equal (EmbeddingGemma's 1/16)
 
 
 def _relative_row(table: Tensor, length: int, head: int, i: int) -> Tensor:
