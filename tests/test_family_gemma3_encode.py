@@ -146,3 +146,25 @@ def test_a_dense_module_before_the_pooling_is_refused(gemma_st: Path, tmp_path: 
     message = r"entry 1: .*Dense before any .*Pooling; bertattn runs a Dense module on the pooled"
     with pytest.raises(ModelFolderError, match=message):
         Bert.load(folder, threads=1)
+
+
+def test_a_folder_whose_dense_module_changes_the_width(gemma_st, tmp_path, cli) -> None:
+    """Without ``3_Dense`` the rows are 2E wide: sentence-transformers, ``Bert.encode`` and the
+    corpus job (its output file's width) agree."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = tmp_path / "st"
+    shutil.copytree(gemma_st, folder)
+    modules = [m for m in json.loads((folder / "modules.json").read_text())
+               if m["path"] != "3_Dense"]  # fmt: skip
+    (folder / "modules.json").write_text(json.dumps(modules))
+    want = SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
+    bert = Bert.load(folder, threads=1)
+    assert want.shape == (len(TEXTS), 2 * TINY["hidden_size"]) == (len(TEXTS), bert.pooled_width)
+    _assert_rows_equal(bert.encode(TEXTS), want)
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    r = cli("encode", src, "-o", tmp_path / "out.npy", "--model", folder)
+    assert r.code == 0, r
+    _assert_rows_equal(np.load(tmp_path / "out.npy"), want)
+    assert f"{len(TEXTS)} x {2 * TINY['hidden_size']} float32" in r.err, r

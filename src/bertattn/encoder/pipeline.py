@@ -415,11 +415,13 @@ class Bert(SentenceTransformerSurface):
     def get_embedding_dimension(self) -> int:
         """The width of :meth:`encode`'s sentence embeddings (``hidden_size``, or the last Dense
         module's ``out_features``; the folder's ``truncate_dim`` when smaller)."""
-        width = self._pooled_width()
+        width = self.pooled_width
         return width if self.truncate_dim is None else min(width, self.truncate_dim)
 
-    def _pooled_width(self) -> int:
-        """The width of a sentence embedding before ``truncate_dim``: after the Dense modules."""
+    @property
+    def pooled_width(self) -> int:
+        """The width of a sentence embedding before ``truncate_dim``: the last Dense module's
+        ``out_features``, else ``hidden_size``."""
         dense = getattr(self, "dense", ())
         return dense[-1].out_features if dense else int(self.model.config.hidden_size)
 
@@ -756,7 +758,7 @@ class Bert(SentenceTransformerSurface):
             )
         stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
         device = self.model.device
-        width = self._pooled_width()
+        width = self.pooled_width
         if truncate_dim is not None:
             width = min(width, truncate_dim)
         sentences = output_value == "sentence_embedding"
