@@ -61,6 +61,19 @@ def test_the_formula_names_each_change_in_both_languages(tiny) -> None:  # noqa:
     assert "·s" in steps.table() and "win" in steps.table()
 
 
+def test_a_scale_equal_to_the_articles_keeps_the_articles_line(tmp_path, tiny_checkpoint) -> None:
+    """EmbeddingGemma's query_pre_attn_scalar is its head_dim: the scale is the article's
+    1/sqrt(d), and the formula says so rather than naming a scale of the model's own."""
+    from test_family_gemma3 import TINY, _save
+
+    _save(tmp_path, tokenizer=tiny_checkpoint, **{**TINY, "query_pre_attn_scalar": 16})
+    steps = Bert.load(tmp_path, threads=1).attention_steps(TEXT, layer=1, head=0, query=2)
+    assert steps.scale is None and steps.window is None  # layer 1 is a full layer
+    formula = steps.formula()
+    assert "softmax(norm(Q)·norm(K)ᵀ / √d_k + mask) · V" in formula
+    assert "scaled    = scores / √16 = scores / 4.000" in formula and "model's scale" not in formula
+
+
 def test_attend_explains_and_the_page_says_it_has_no_steps_view(tiny, tmp_path, cli) -> None:  # noqa: F811
     folder, _ = tiny
     page = tmp_path / "a.html"
