@@ -21,23 +21,17 @@ from tiny_bert import save_random
 from bertattn import Bert
 from bertattn.errors import ModelFolderError
 
-#: google/embeddinggemma-300m's config_sentence_transformers.json prompts (the task prompts
-#: its card lists; no default prompt)
+#: prompts of google/embeddinggemma-300m's config_sentence_transformers.json (those a public
+#: repository's test lists; the hub folder has more tasks)
 PROMPTS = {
     "query": "task: search result | query: ",
     "document": "title: none | text: ",
-    "BitextMining": "task: search result | query: ",
-    "Clustering": "task: clustering | query: ",
-    "Classification": "task: classification | query: ",
-    "InstructionRetrieval": "task: code retrieval | query: ",
-    "MultilabelClassification": "task: classification | query: ",
-    "PairClassification": "task: sentence similarity | query: ",
-    "Reranking": "task: search result | query: ",
     "Retrieval": "task: search result | query: ",
-    "Retrieval-query": "task: search result | query: ",
     "Retrieval-document": "title: none | text: ",
+    "Reranking": "task: search result | query: ",
+    "Classification": "task: classification | query: ",
+    "Clustering": "task: clustering | query: ",
     "STS": "task: sentence similarity | query: ",
-    "Summarization": "task: summarization | query: ",
 }
 TEXTS = ["the attention head looks at every token", "hello", "a model and a layer, ok", "a b"]
 
