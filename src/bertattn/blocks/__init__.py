@@ -2,11 +2,11 @@
 tested against a plain reference: norms, feed-forwards (plain and gated), a pre- or post-norm
 block, rotary tables per layer kind, and the encoder stack that runs them padded or packed."""
 
-from .block import EncoderBlock
+from .block import EncoderBlock, SandwichBlock
 from .contract import EncoderStack, StackInfo
-from .embeddings import TokenEmbeddings
+from .embeddings import ScaledTokenEmbeddings, TokenEmbeddings
 from .feedforward import FeedForward, GatedFeedForward, activation
-from .norms import make_norm
+from .norms import OffsetRMSNorm, make_norm
 from .rotary import LayerKind, RotaryTables
 from .stack import RotaryEncoder
 
@@ -16,8 +16,11 @@ __all__ = [
     "FeedForward",
     "GatedFeedForward",
     "LayerKind",
+    "OffsetRMSNorm",
     "RotaryEncoder",
     "RotaryTables",
+    "SandwichBlock",
+    "ScaledTokenEmbeddings",
     "StackInfo",
     "TokenEmbeddings",
     "activation",

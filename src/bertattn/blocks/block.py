@@ -3,6 +3,8 @@ GTE, NomicBERT, Jina v3)::
 
     pre-norm:   h = x + attend(attn_norm(x));    out = h + mlp(mlp_norm(h))
     post-norm:  h = attn_norm(x + attend(x));    out = mlp_norm(h + mlp(h))
+    sandwich:   h = x + post_attn_norm(attend(attn_norm(x)))
+                out = h + post_mlp_norm(mlp(mlp_norm(h)))     (Gemma 3: :class:`SandwichBlock`)
 
 The residual stream stays in the norms' dtype (float32 under mixed precision); the attention
 and the feed-forward run in their weights' dtype.
@@ -16,7 +18,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
 
-__all__ = ["EncoderBlock"]
+__all__ = ["EncoderBlock", "SandwichBlock"]
 
 
 class EncoderBlock(nn.Module):
@@ -55,6 +57,35 @@ class EncoderBlock(nn.Module):
         h = self.attn_norm(x + _to(self.dropout(a), x.dtype))
         m = self.mlp(_to(h, cd))
         return self.mlp_norm(h + _to(self.dropout(m), h.dtype))  # (..., E)
+
+
+class SandwichBlock(EncoderBlock):
+    """A pre-norm block whose two branches are normed on their way out too (Gemma 3's four
+    norms a layer): ``post_attn_norm`` on the attention's output and ``post_mlp_norm`` on the
+    feed-forward's, before each is added to the residual (the sandwich line above)."""
+
+    def __init__(
+        self,
+        attn: MultiHeadAttention,
+        mlp: nn.Module,
+        norms: tuple[nn.Module, nn.Module, nn.Module, nn.Module],
+        *,
+        dropout: float = 0.0,
+    ) -> None:
+        """``norms``: ``(attn_norm, post_attn_norm, mlp_norm, post_mlp_norm)``, in the order
+        the layer runs them."""
+        attn_norm, post_attn_norm, mlp_norm, post_mlp_norm = norms
+        super().__init__(attn, mlp, attn_norm, mlp_norm, prenorm=True, dropout=dropout)
+        self.post_attn_norm = post_attn_norm
+        self.post_mlp_norm = post_mlp_norm
+
+    def forward(self, x: Tensor, attend: Callable[[Tensor], Tensor]) -> Tensor:
+        """``x`` ``(..., E)`` -> ``(..., E)``, as :meth:`EncoderBlock.forward`."""
+        cd = self.attn.out_linear.weight.dtype
+        a = self.post_attn_norm(self.dropout(attend(_to(self.attn_norm(x), cd))))
+        h = x + _to(a, x.dtype)
+        m = self.post_mlp_norm(self.dropout(self.mlp(_to(self.mlp_norm(h), cd))))
+        return h + _to(m, h.dtype)  # (..., E)
 
 
 def _to(t: Tensor, dtype: object) -> Tensor:

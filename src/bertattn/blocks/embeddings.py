@@ -1,13 +1,15 @@
 """Embeddings without positions, for the rotary encoders (their layers rotate instead): word
-embeddings, token-type embeddings when the model has them, a norm and dropout."""
+embeddings, token-type embeddings when the model has them, a norm and dropout; or word
+embeddings scaled by a constant (Gemma's)."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from .tables import embedding
 
-__all__ = ["TokenEmbeddings"]
+__all__ = ["ScaledTokenEmbeddings", "TokenEmbeddings"]
 
 
 class TokenEmbeddings(nn.Module):
@@ -44,3 +46,27 @@ class TokenEmbeddings(nn.Module):
             types = self.token_type.weight
             x = x + (types[0] if token_type_ids is None else self.token_type(token_type_ids))
         return self.dropout(self.norm(x))
+
+
+class ScaledTokenEmbeddings(TokenEmbeddings):
+    """Word embeddings multiplied by ``scale`` (Gemma's ``sqrt(E)``), the factor rounded to the
+    table's dtype first as the checkpoint's own code does: ``(B, L)`` ids -> ``(B, L, E)``, or
+    packed ``(T,)`` -> ``(T, E)``. No positions, no token types, no norm. ``inputs_embeds``,
+    when given, are taken as they are (not scaled), as transformers takes them."""
+
+    def __init__(self, vocab: int, width: int, scale: float, *, padding_idx: int | None) -> None:
+        super().__init__(vocab, width, nn.Identity(), padding_idx=padding_idx)
+        self.scale = float(scale)
+
+    def forward(
+        self,
+        input_ids: Tensor | None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+    ) -> Tensor:
+        if inputs_embeds is None:
+            table = self.word.weight
+            factor = torch.tensor(self.scale, dtype=table.dtype, device=table.device)
+            inputs_embeds = self.word(input_ids) * factor  # (..., E)
+        return super().forward(None, token_type_ids, position_ids, inputs_embeds)

@@ -152,6 +152,7 @@ def load_onnx_bert(
     against the config), pooling, normalization and max length, exactly as :meth:`Bert.load`
     reads them (:func:`bertattn.encoder.folder.resolve_model`).
     """
+    from ..encoder.dense import read_dense
     from ..encoder.folder import resolve_model
 
     folder = resolve_model(model)
@@ -165,4 +166,5 @@ def load_onnx_bert(
         max_length=folder.max_length,
         name=f"{folder.name} (onnx)",
         folder=folder,
+        dense=[read_dense(d, "sentence_embedding") for d in folder.dense],
     )

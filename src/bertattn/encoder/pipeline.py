@@ -47,6 +47,7 @@ from ..runtime.threads import apply as apply_threads
 from .auto_dtype import DtypeChoice, choose_dtype
 from .checkpoint import LOAD_DTYPES
 from .compiled import CompileChoice
+from .dense import Projection, read_dense
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
 from .model import BertModel
@@ -145,6 +146,8 @@ class Bert(SentenceTransformerSurface):
         folder: the :class:`ModelFolder` it was loaded from (None when built directly);
         prompts, default_prompt_name, similarity_fn_name, truncate_dim, include_prompt: the
         folder's ``config_sentence_transformers.json`` (see :class:`SentenceTransformerConfig`);
+        dense: the folder's Dense modules, run in order on the pooled embedding before the
+        normalization (:class:`~bertattn.encoder.dense.Projection`; empty: none);
         cuda_graphs: on a CUDA device, encode by replaying CUDA graphs (default True; see
         :mod:`bertattn.encoder.graphs`); graph_runner: the :class:`GraphedBert` doing it (made on
         first use on CUDA; assign one to choose its settings).
@@ -168,6 +171,7 @@ class Bert(SentenceTransformerSurface):
         max_length: int | None = None,
         name: str = "",
         folder: ModelFolder | None = None,
+        dense: Sequence[Projection] = (),
     ) -> None:
         check_choice(pooling, "pooling", POOLINGS)
         check_int(max_length, "max_length", low=1, optional=True)
@@ -179,6 +183,7 @@ class Bert(SentenceTransformerSurface):
         self.max_length = min(max_length or tokenizer.model_max_length, limit)
         self.name = name
         self.folder = folder
+        self.dense = tuple(dense)
         st = SentenceTransformerConfig.read(folder)
         self.prompts = st.prompts
         self.default_prompt_name = st.default_prompt_name
@@ -278,6 +283,7 @@ class Bert(SentenceTransformerSurface):
             max_length=folder.max_length,
             name=folder.name,
             folder=folder,
+            dense=[read_dense(d, "sentence_embedding") for d in folder.dense],
         )
         bert.dtype_choice = auto
         bert = bert if target is None else bert.to(target)
@@ -329,6 +335,7 @@ class Bert(SentenceTransformerSurface):
                 logger.info("compiled forward dropped on the move to %s: eager there", target)
                 self.compiled = None
             self.model.to(target)
+            self.dense = tuple(p.to(target) for p in self.dense)
         else:  # e.g. the ONNX Runtime stand-in
             raise ValueError(
                 f"this model ({type(self.model).__name__}) runs on {self.model.device} only; "
@@ -409,10 +416,17 @@ class Bert(SentenceTransformerSurface):
         return _similarity_pairwise(self.similarity_fn_name, x, y)
 
     def get_embedding_dimension(self) -> int:
-        """The width of :meth:`encode`'s sentence embeddings (``hidden_size``, or the folder's
-        ``truncate_dim`` when smaller)."""
-        width = self.model.config.hidden_size
+        """The width of :meth:`encode`'s sentence embeddings (``hidden_size``, or the last Dense
+        module's ``out_features``; the folder's ``truncate_dim`` when smaller)."""
+        width = self.pooled_width
         return width if self.truncate_dim is None else min(width, self.truncate_dim)
+
+    @property
+    def pooled_width(self) -> int:
+        """The width of a sentence embedding before ``truncate_dim``: the last Dense module's
+        ``out_features``, else ``hidden_size``."""
+        dense = getattr(self, "dense", ())
+        return dense[-1].out_features if dense else int(self.model.config.hidden_size)
 
     def get_sentence_embedding_dimension(self) -> int:
         """The sentence-transformers < 6 name of :meth:`get_embedding_dimension`."""
@@ -765,7 +779,7 @@ class Bert(SentenceTransformerSurface):
             )
         stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
         device = self.model.device
-        width = self.model.config.hidden_size
+        width = self.pooled_width
         if truncate_dim is not None:
             width = min(width, truncate_dim)
         sentences = output_value == "sentence_embedding"
@@ -903,17 +917,19 @@ class Bert(SentenceTransformerSurface):
     #: the name the sentence-transformers surface (:mod:`.st_surface`) runs its rows by
     _forward = forward_encodings
 
-    @staticmethod
     def _sentences(
-        hidden: Tensor, mask: Tensor, pooling: str, normalize: bool, skip: int
+        self, hidden: Tensor, mask: Tensor, pooling: str, normalize: bool, skip: int
     ) -> Tensor:
-        """``(B, L, E)`` -> ``(B, E)`` float32: pooled over the real tokens (minus the first
-        ``skip``: a prompt left out), L2-normalized when ``normalize``."""
+        """``(B, L, E)`` -> ``(B, E')`` float32: pooled over the real tokens (minus the first
+        ``skip``: a prompt left out), through the folder's Dense modules (``E'``: the last
+        one's width, else ``E``), L2-normalized when ``normalize``."""
         pool_mask = mask
         if skip:  # sentence-transformers' include_prompt=false
             pool_mask = mask.clone()
             pool_mask[:, :skip] = 0
         emb = pool(hidden, pool_mask, pooling).float()  # (B, E)
+        for projection in getattr(self, "dense", ()):
+            emb = projection(emb)  # (B, out_features)
         if normalize:
             emb = torch.nn.functional.normalize(emb, p=2, dim=1)
         return emb

@@ -9,10 +9,16 @@ one head and one query row. Shapes (L tokens, D head size, E hidden size)::
     position_bias (L,) | None: MPNet's relative position bias, its own step (None for BERT)
     q_before (D,) | None, k_before (L, D) | None: before the rotation (rotary models only)
     c2p (L,) | None, p2c (L,) | None: DeBERTa's relative terms, scaled (DeBERTa only)
+
+A head may change the article's formula in its module (:class:`bertattn.MultiHeadAttention`):
+``kv_heads`` (grouped-query: fewer key/value heads, each shared by a group of query heads),
+``qk_norm`` (q and k RMS-normed per head before the product) and ``scale`` (the scores'
+factor when it is not ``1 / sqrt(D)``); the steps say so, each as its own line.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -52,8 +58,14 @@ class AttentionSteps:
         c2p, p2c: DeBERTa's disentangled terms per key, ``(L,)``, already scaled
             (:mod:`bertattn.attention.disentangled`): content-to-position ``q · Pk[r(i, j)]``
             and position-to-content ``k_j · Pq[r'(i, j)]``; None for a model without them.
-        scale: the factor of the scores when it is not ``1 / sqrt(D)`` (DeBERTa's
-            ``1 / sqrt(D * (1 + #terms))``); None: the article's.
+        heads, kv_heads: the layer's query heads and key/value heads (fewer than ``heads``:
+            grouped-query, query head h reads key/value head ``h // (heads / kv_heads)``);
+            None: one key/value head per query head.
+        qk_norm: q and k were RMS-normed per head before the product (``q``, ``k`` and
+            ``q_before`` / ``k_before`` are after the norm).
+        scale: the scores' factor when it is not ``1 / sqrt(D)`` (DeBERTa's
+            ``1 / sqrt(D * (1 + #terms))``, Gemma's ``query_pre_attn_scalar ** -0.5``); None:
+            the article's.
     """
 
     tokens: list[str]
@@ -79,6 +91,9 @@ class AttentionSteps:
     window: int | None = None
     c2p: Tensor | None = None
     p2c: Tensor | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    qk_norm: bool = False
     scale: float | None = None
 
     @property
@@ -188,11 +203,30 @@ def attention_steps(
         raise ValueError(f"query {query!r}: {exc}") from None
     with torch.no_grad():
         steps = _cut(r, maps.tokens, layer, head, i)
+        _module_changes(steps, bert.model, layer)
         table = bert.model.encoder.relative_table()
         if table is not None:  # MPNet: the relative position bias as its own step
             steps.position_bias = _relative_row(table, len(maps.tokens), head, i)
             steps.bias = steps.bias - steps.position_bias  # the mask alone (exact: see below)
         return steps
+
+
+def _module_changes(steps: AttentionSteps, model, layer: int) -> None:  # type: ignore[no-untyped-def]
+    """What the layer's attention module changes in the article's formula: its key/value
+    heads, q/k norm and scale (left as the article's when the layer's module is not found)."""
+    from ..attention import MultiHeadAttention
+
+    found = [m for m in model.encoder.modules() if isinstance(m, MultiHeadAttention)]
+    if len(found) != model.config.num_hidden_layers:  # one attention a layer, or unknown
+        return
+    attn = found[layer]
+    steps.heads = attn.num_heads
+    if attn.num_kv_heads != attn.num_heads:
+        steps.kv_heads = attn.num_kv_heads
+    steps.qk_norm = "q_norm" in attn._modules
+    d = attn.head_dim
+    if attn.scale is not None and not math.isclose(attn.scale, d**-0.5, rel_tol=1e-9):
+        steps.scale = attn.scale  # the article's 1/sqrt(d) when equal (EmbeddingGemma's 1/16)
 
 
 def _relative_row(table: Tensor, length: int, head: int, i: int) -> Tensor:
@@ -204,10 +238,19 @@ def _relative_row(table: Tensor, length: int, head: int, i: int) -> Tensor:
     return position_bias(table, length)[0, head, i].to("cpu", torch.float32)
 
 
+def _kv_head(r, head: int) -> int:  # type: ignore[no-untyped-def]
+    """The key/value head query head ``head`` reads: ``head // g`` with grouped-query heads
+    (``k_before`` keeps the ``Hkv`` heads the module projected; ``k`` is already repeated)."""
+    if r.k_before is None:
+        return head
+    return head // (r.q.size(1) // r.k_before.size(1))
+
+
 def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:  # type: ignore[no-untyped-def]
     """Head ``head``, query row ``i`` of the record ``r``, in float32 on the CPU."""
     d = r.q.size(-1)
     sl = slice(head * d, (head + 1) * d)
+    kv_head = _kv_head(r, head)
     f32 = torch.float32
     q, k, v = (t.to("cpu", f32) for t in (r.q[0, head, i], r.k[0, head], r.v[0, head]))
     bias = torch.zeros(k.size(0), dtype=f32)
@@ -243,7 +286,7 @@ def _cut(r, tokens: list[str], layer: int, head: int, i: int) -> AttentionSteps:
         output_share=w_out[:, sl] @ context,
         output=output,
         q_before=None if r.q_before is None else r.q_before[0, head, i].to("cpu", f32),
-        k_before=None if r.k_before is None else r.k_before[0, head].to("cpu", f32),
+        k_before=None if r.k_before is None else r.k_before[0, kv_head].to("cpu", f32),
         theta=r.theta,
         window=r.window,
         c2p=c2p,

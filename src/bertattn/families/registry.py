@@ -267,6 +267,7 @@ def _load_all() -> None:
         deberta_v2,
         distilbert,
         eurobert,
+        gemma3,
         gte,
         jina_embeddings_v3,
         modernbert,

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from ..arguments import ArgumentTypeError, check_bool, check_int, check_str, describe
 from ..encoder import Bert
+from ..encoder.dense import DENSE_TYPES, Projection, read_dense
 from ..encoder.folder import HubOptions, ModelFolder, _read_config, locate_model
 from ..encoder.jsonfile import read_json, read_json_object, show
 from ..encoder.st_compat import UnsupportedArgumentError, _text_list
@@ -67,12 +68,6 @@ _TRANSFORMER = {
     "sentence_transformers.base.modules.Transformer",
     "sentence_transformers.models.Transformer",
 }
-_DENSE = {
-    "sentence_transformers.base.modules.dense.Dense",
-    "sentence_transformers.base.modules.Dense",
-    "sentence_transformers.models.Dense",
-    "pylate.models.Dense.Dense",  # PyLate's: sentence-transformers' Dense and use_residual
-}
 #: a SentenceTransformer folder's pooling, dropped when it is converted (token rows are kept)
 _POOLING = {
     "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
@@ -88,14 +83,6 @@ _NORMALIZE = {
     "sentence_transformers.base.modules.Normalize",
     "sentence_transformers.models.Normalize",
 }
-#: a Dense module's activation, looked up by name in torch's own (never imported from a file)
-_ACTIVATIONS: dict[str, Any] = {
-    "torch.nn.modules.linear.Identity": lambda x: x,
-    "torch.nn.modules.activation.Tanh": torch.tanh,
-    "torch.nn.modules.activation.ReLU": torch.relu,
-    "torch.nn.modules.activation.GELU": torch.nn.functional.gelu,
-    "torch.nn.modules.activation.Sigmoid": torch.sigmoid,
-}
 #: sentence_bert_config.json keys of the Transformer: read, or harmless (a speed knob)
 _SBERT_KEYS = {
     "transformer_task",
@@ -110,19 +97,6 @@ _SBERT_KEYS = {
 }
 SIMILARITIES = ("maxsim", "meanmaxsim")
 TASKS = ("query", "document")
-
-
-@dataclass(frozen=True)
-class Projection:
-    """One token-level Dense module: ``weight`` ``(out, in)``, ``bias`` ``(out,)`` or None, and
-    its activation's torch name."""
-
-    weight: Tensor
-    bias: Tensor | None
-    activation: str
-
-    def __call__(self, x: Tensor) -> Tensor:  # (T, in) -> (T, out)
-        return _ACTIVATIONS[self.activation](torch.nn.functional.linear(x, self.weight, self.bias))
 
 
 @dataclass
@@ -164,74 +138,6 @@ def _module_path(root: Path, modules: Path, i: int, entry: dict) -> Path:
             f"{modules}: entry {i}: path {show(sub)} must be a relative folder inside {root}."
         )
     return root / sub if sub else root
-
-
-def _read_weights(folder: Path) -> dict[str, Tensor]:
-    st = folder / "model.safetensors"
-    if st.is_file():
-        from safetensors.torch import load_file
-
-        return load_file(str(st))
-    pt = folder / "pytorch_model.bin"
-    if pt.is_file():
-        return torch.load(pt, map_location="cpu", weights_only=True)
-    raise ModelFolderError(
-        f"{folder}: no model.safetensors or pytorch_model.bin for the Dense projection."
-    )
-
-
-def _read_dense(folder: Path, converting: bool = False) -> Projection:
-    """The Dense module of ``folder``; ``converting``: a SentenceTransformer folder's, whose
-    sentence-level projection is run on each token (as sentence-transformers converts it)."""
-    path = folder / "config.json"
-    cfg = read_json_object(path)
-    known = {
-        "in_features",
-        "out_features",
-        "bias",
-        "activation_function",
-        "module_input_name",
-        "module_output_name",
-        "use_residual",
-    }
-    extra = sorted(set(cfg) - known)
-    if extra:
-        raise ModelFolderError(f"{path}: bertattn does not know the Dense settings {extra}.")
-    if cfg.get("use_residual", False) is not False:
-        raise ModelFolderError(
-            f"{path}: use_residual {show(cfg['use_residual'])} is not supported by bertattn's "
-            f"MultiVectorEncoder (it runs a plain projection); use sentence-transformers."
-        )
-    kept = ("token_embeddings", None, *(("sentence_embedding",) if converting else ()))
-    for key in ("module_input_name", "module_output_name"):
-        if cfg.get(key, "token_embeddings") not in kept:
-            raise ModelFolderError(
-                f"{path}: {key} is {show(cfg.get(key))}; a multi-vector Dense projects each "
-                f"token ('token_embeddings'), not a sentence embedding."
-            )
-    act = cfg.get("activation_function", "torch.nn.modules.activation.Tanh")
-    if act not in _ACTIVATIONS:
-        raise ModelFolderError(
-            f"{path}: activation_function {show(act)} is not one bertattn runs; it runs "
-            f"{sorted(_ACTIVATIONS)}."
-        )
-    tensors = _read_weights(folder)
-    weight = tensors.pop("linear.weight", None)
-    bias = tensors.pop("linear.bias", None)
-    n_in, n_out = cfg.get("in_features"), cfg.get("out_features")
-    if weight is None or tuple(weight.shape) != (n_out, n_in):
-        got = None if weight is None else tuple(weight.shape)
-        raise ModelFolderError(
-            f"{folder}: linear.weight must be ({n_out}, {n_in}) (out_features, in_features), "
-            f"got {got}."
-        )
-    if bool(cfg.get("bias", True)) != (bias is not None) or tensors:
-        names = sorted(tensors) + (["linear.bias"] if bias is not None else [])
-        raise ModelFolderError(
-            f"{folder}: the tensors {names} do not match bias={show(cfg.get('bias', True))} "
-            f"in {path}."
-        )
-    return Projection(weight.float(), None if bias is None else bias.float(), act)
 
 
 def _read_mask(path: Path, out: MultiVectorSettings) -> None:
@@ -412,8 +318,8 @@ def _read_modules(root: Path, modules: Path, data: list, out: MultiVectorSetting
     for i, entry in enumerate(data[1:], start=1):
         kind = entry.get("type")
         where = _module_path(root, modules, i, entry)
-        if kind in _DENSE:
-            out.steps.append(_read_dense(where, converting))
+        if kind in DENSE_TYPES:
+            out.steps.append(read_dense(where, converting=converting))
             out.files.append(where / "config.json")
         elif kind in _NORMALIZE:
             if _read_normalize(where, converting):

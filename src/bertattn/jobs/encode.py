@@ -420,7 +420,7 @@ def _run_chunked(
             files=corpus.files,
             identity=identity,
             work=_chunk_work(bert, corpus, options, kwargs),
-            width=bert.model.config.hidden_size,
+            width=bert.pooled_width,
             finish=finish,
             chunk_bytes=options.chunk_bytes,
             restart=options.restart,

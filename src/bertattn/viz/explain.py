@@ -47,6 +47,11 @@ WORDS: dict[str, dict[str, str]] = {
         "masknone": "nothing to mask: one text (or pair) has no padding, so 0 for all {n} keys",
         "context": "(|context| = {norm}, top key {tok!r} gives {share})",
         "output": "(|share| = {share} of |output| = {norm})",
+        "shared": "{kv} key/value heads, each shared by {g} query heads: head {h} reads key/value "
+        "head {kvh} (k, v cut into {kv} heads, not {H})",
+        "qknorm": "q / rms(q) · w_q and k / rms(k) · w_k over d_k, per head, before the product "
+        "-> rms(q) = {rms}",
+        "scale": "scores · {s} (the model's scale, not 1/√{d} = {a})   -> {v}",
     },
     "zh": {
         "where": "第 {l} 层，头 {h}，查询词元 {i}「{tok}」（d_k = {d}）",
@@ -70,6 +75,11 @@ WORDS: dict[str, dict[str, str]] = {
         "masknone": "没有要遮住的键：一段文本（或一对文本）没有填充，{n} 个键全是 0",
         "context": "（|context| = {norm}，权重最大的键「{tok}」占 {share}）",
         "output": "（本头的份额 |share| = {share}，|output| = {norm}）",
+        "shared": "分组查询：只有 {kv} 个键/值头，每个由 {g} 个查询头共用："
+        "头 {h} 读第 {kvh} 个键/值头（k、v 切成 {kv} 个头，不是 {H} 个）",
+        "qknorm": "点积之前，q 和 k 每个头各自在 d_k 上做 RMS 归一化：q / rms(q) · w_q，"
+        "k / rms(k) · w_k -> rms(q) = {rms}",
+        "scale": "scores · {s}（模型自己的缩放，不是 1/√{d} = {a}）   -> {v}",
     },
 }  # fmt: skip
 _INDENT = 14  # where a formula line's right side starts: "  scores    = " is 14 wide
@@ -119,9 +129,12 @@ def _root(steps: AttentionSteps) -> str:
 
 
 def _scaled_head(steps: AttentionSteps) -> str:
-    """The scaled column's title: ``/√d``, or ``/√nd`` with DeBERTa's terms."""
+    """The scaled column's title: ``/√d``, ``/√nd`` with DeBERTa's terms, or ``·s`` for a
+    model's own scale."""
     n = 1 + sum(t is not None for t in (steps.c2p, steps.p2c))
-    return "/√d" if n == 1 else f"/√{n}d"
+    if n > 1:
+        return f"/√{n}d"
+    return "/√d" if steps.scale is None else "·s"
 
 
 def _where(steps: AttentionSteps, w: dict[str, str]) -> str:
@@ -170,6 +183,33 @@ def _rotation(steps: AttentionSteps, w: dict[str, str], j: int) -> list[str]:
     ]
 
 
+def _changes(steps: AttentionSteps, w: dict[str, str]) -> list[str]:
+    """The lines of the formula's steps the layer's module changes before the scores: the
+    shared key/value heads (grouped-query), the q/k norm."""
+    lines = []
+    if steps.kv_heads is not None and steps.heads is not None:
+        g = steps.heads // steps.kv_heads
+        text = w["shared"].format(kv=steps.kv_heads, g=g, h=steps.head, kvh=steps.head // g,
+                                  H=steps.heads)  # fmt: skip
+        lines.append(_line("k, v", text))
+    if steps.qk_norm:
+        q = steps.q if steps.q_before is None else steps.q_before  # after the norm
+        rms = f"{float(q.pow(2).mean().sqrt()):.3f}"
+        lines.append(_line("q/k norm", w["qknorm"].format(rms=rms)))
+    return lines
+
+
+def _scaled(steps: AttentionSteps, w: dict[str, str], j: int) -> str:
+    """The scaling's line: the article's ``/ √d``, or the model's own factor."""
+    d, v = steps.head_dim, f"{float(steps.scaled[j]):.3f}"
+    if steps.c2p is not None or steps.p2c is not None:  # DeBERTa: 1/sqrt((1 + terms) d)
+        return _line("scaled", f"scores / {_root(steps)} = scores / {_divisor(steps):.3f}   -> {v}")
+    if steps.scale is None:
+        return _line("scaled", f"scores / √{d} = scores / {math.sqrt(d):.3f}   -> {v}")
+    return _line("scaled", w["scale"].format(s=f"{steps.scale:.4g}", d=d,
+                                             a=f"{d ** -0.5:.4g}", v=v))  # fmt: skip
+
+
 def _mask(steps: AttentionSteps, w: dict[str, str], j: int) -> str:
     """The mask's line: the window's rule, nothing to mask, or padding's -inf."""
     v = f"{float(steps.bias[j]):.0f}"
@@ -192,7 +232,9 @@ def _header(steps: AttentionSteps) -> str:
         n = 1 + len(terms.split(" + "))
         return f"Attention(Q, K, V) = softmax((Q·Kᵀ + {terms}) / √({n}·d_k) + mask) · V"
     pos = "position + " if steps.position_bias is not None else ""
-    return f"Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k + {pos}mask) · V"
+    qk = "norm(Q)·norm(K)ᵀ" if steps.qk_norm else "Q·Kᵀ"
+    scale = " / √d_k" if steps.scale is None else " · s"
+    return f"Attention(Q, K, V) = softmax({qk}{scale} + {pos}mask) · V"
 
 
 def steps_formula(steps: AttentionSteps, lang: str = "en") -> str:
@@ -225,12 +267,10 @@ def steps_formula(steps: AttentionSteps, lang: str = "en") -> str:
         _header(steps),
         _line("q, k, v", split),
         *_article(w, "qkv", "split"),
+        *_changes(steps, w),
         *_rotation(steps, w, j),
         _line("scores", f"q · k_j                 {eg}"),
-        _line(
-            "scaled",
-            f"scores / {root} = scores / {_divisor(steps):.3f}   -> {float(steps.scaled[j]):.3f}",
-        ),  # fmt: skip
+        _scaled(steps, w, j),
         *_article(w, "scaled"),
         *relative,
         _mask(steps, w, j),
