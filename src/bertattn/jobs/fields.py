@@ -11,6 +11,7 @@ from dataclasses import MISSING, field, fields
 from typing import Any
 
 from ..errors import UsageError
+from ..serve_defaults import MAX_LENGTH_WHY  # the fewest tokens a text keeps, and why
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -133,9 +134,6 @@ def check_unicode(cls: type, obj: object, *names: str) -> None:
             + (", or put the text in a UTF-8 file and pass --file." if name == "text" else ".")
         )
 
-
-#: the fewest tokens a text can keep: [CLS], one token, [SEP] (a pair: one more [SEP])
-MAX_LENGTH_WHY = "[CLS], [SEP] and at least one token of the text"
 
 _DEVICE = re.compile(r"\A(auto|cpu|cuda(:\d+)?)\Z")
 DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"
