@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..arguments import check_bool, check_dtype, check_str
+from ..arguments import check_bool, check_str
+from ..dtypes import parse_dtype
 from ..errors import ModelFolderError
 from ..families import registry
 from ..families.bert import BERT_HEADS
@@ -174,26 +175,8 @@ def remap_state_dict(
 
 
 # ---------------------------------------------------------------------- loading
-def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    value = getattr(torch, str(dtype).replace("torch.", ""), None)
-    if not isinstance(value, torch.dtype) or not value.is_floating_point:
-        raise ValueError(f"dtype {dtype!r} is not a floating-point torch dtype (e.g. 'float16').")
-    return value
-
-
-#: the dtypes a model loads in (float16 / bfloat16: mixed precision, see to_compute_dtype)
-LOAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
 #: transformers' ``attn_implementation`` names -> bertattn backends
 _ATTN_IMPLEMENTATIONS = {"sdpa": "sdpa", "eager": "math"}
-
-
-def _dtype_key(dtype: torch.dtype | str) -> torch.dtype | str:
-    return dtype if isinstance(dtype, str) and dtype == "auto" else resolve_dtype(dtype)
 
 
 def _is_hub_name(path: object) -> bool:
@@ -202,13 +185,15 @@ def _is_hub_name(path: object) -> bool:
 
 
 def _checkpoint_dtype(folder: Path) -> torch.dtype:
-    """``dtype`` (transformers 5) or ``torch_dtype`` of ``folder/config.json``; float32 if
-    neither is there."""
+    """``dtype="auto"``'s ``"checkpoint"`` meaning (:mod:`bertattn.dtypes`): ``dtype``
+    (transformers 5) or ``torch_dtype`` of ``folder/config.json``; float32 if neither is
+    there."""
     import json
 
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     value = raw.get("dtype") or raw.get("torch_dtype")
-    return resolve_dtype(value) if value else torch.float32
+    where = f"{folder / 'config.json'}: dtype"
+    return parse_dtype(value, where=where) if value else torch.float32  # type: ignore[return-value]
 
 
 def load_pretrained(
@@ -238,14 +223,14 @@ def load_pretrained(
             f"from_pretrained() got unsupported keyword argument(s): "
             f"{', '.join(sorted(unsupported))}."
         )
-    dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
-    torch_dtype = check_dtype(torch_dtype, "torch_dtype", LOAD_DTYPES, extra=("auto",))
+    dtype = parse_dtype(dtype, auto="checkpoint")
+    torch_dtype = parse_dtype(torch_dtype, where="torch_dtype", auto="checkpoint")
     check_str(backend, "backend")
     check_str(attn_implementation, "attn_implementation", optional=True)
     check_str(revision, "revision", optional=True)
     check_bool(local_files_only, "local_files_only", optional=True)
     if torch_dtype is not None:
-        if dtype is not None and _dtype_key(dtype) != _dtype_key(torch_dtype):
+        if dtype is not None and dtype != torch_dtype:
             raise ValueError(
                 f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree; torch_dtype is an "
                 f"alias of dtype, give one of them."
@@ -286,7 +271,7 @@ def load_pretrained(
                 f"to download."
             )
     auto = isinstance(dtype, str) and dtype == "auto"
-    target = torch.float32 if auto else resolve_dtype(dtype)
+    target = torch.float32 if auto or dtype is None else dtype
     resolved = resolve_model(path)
     folder, config = resolved.model_dir, resolved.config
     if auto:

@@ -27,7 +27,6 @@ from ..arguments import (
     ArgumentTypeError,
     check_bool,
     check_choice,
-    check_dtype,
     check_embedding_pair,
     check_int,
     check_str,
@@ -37,6 +36,7 @@ from ..arguments import (
 from ..attention.dispatch import explaining
 from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
+from ..dtypes import dtype_name, parse_dtype
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
@@ -45,7 +45,6 @@ from ..runtime.device import resolve_device
 from ..runtime.threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..runtime.threads import apply as apply_threads
 from .auto_dtype import DtypeChoice, choose_dtype
-from .checkpoint import LOAD_DTYPES
 from .compiled import CompileChoice
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
@@ -242,10 +241,10 @@ class Bert(SentenceTransformerSurface):
         cannot run, a warning says why and the model stays eager (:attr:`compile_choice`, see
         :mod:`bertattn.encoder.compiled`). A wrong argument raises ``TypeError`` (a
         wrong type) or ``ValueError`` naming it, before anything is read."""
-        int8 = dtype is torch.int8 or (isinstance(dtype, str) and dtype.strip() == "int8")
+        dtype = parse_dtype(dtype, auto="fastest", int8=True)
+        int8 = dtype == "int8"
         if int8:
             dtype = None  # loaded in float32, then quantized ("int8" stays in the errors)
-        dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto", "int8"))
         check_str(backend, "backend")
         if int8 and not _cpu_or_auto(device):
             raise ValueError(f"dtype='int8' runs on the CPU only; got device={device!r}.")
@@ -341,7 +340,7 @@ class Bert(SentenceTransformerSurface):
 
         if any(isinstance(layer, Int8BertLayer) for layer in self.model.encoder.layers):
             return "int8"
-        return str(self.model.dtype).replace("torch.", "")
+        return dtype_name(self.model.dtype)
 
     @property
     def dtype_reason(self) -> str | None:

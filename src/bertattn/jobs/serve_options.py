@@ -12,8 +12,8 @@ from .fields import (
     DEVICE_HELP,
     ENCODER_DTYPE_HELP,
     ENCODER_DTYPES,
-    check_choice,
     check_device,
+    check_dtype,
     check_int,
     check_seconds,
     check_text,
@@ -226,7 +226,7 @@ class ServeOptions:
         check_text(cls, self, "served_model_name")
         check_unicode(cls, self, "served_model_name", "host", "api_key")
         check_device(cls, self)
-        check_choice(cls, self, "dtype", ENCODER_DTYPES)
+        check_dtype(cls, self, int8=True)
         if not isinstance(self.host, str) or not self.host.strip() or " " in self.host:
             raise UsageError(f"--host must be an address such as 127.0.0.1, got {self.host!r}.")
         port = self.port
