@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +46,19 @@ from ..runtime.threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..runtime.threads import apply as apply_threads
 from .auto_dtype import DtypeChoice, choose_dtype
 from .compiled import CompileChoice
+from .encode_call import (
+    BERTATTN_NAMES,
+    ENCODE,
+    ST_NAMES,
+    Batching,
+    EncodeCall,
+    Pooled,
+    arguments,
+    finish,
+    output_of,
+    progress_bar,
+    takes,
+)
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
 from .model import BertModel
@@ -416,30 +429,8 @@ class Bert(SentenceTransformerSurface):
 
     # ------------------------------------------------------------------ embeddings
     @_input_aliases
-    def encode(
-        self,
-        inputs: str | Iterable[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        batch_size: int = 32,
-        show_progress_bar: bool | None = None,
-        output_value: str | None = "sentence_embedding",
-        precision: str = "float32",
-        convert_to_numpy: bool = True,
-        convert_to_tensor: bool = False,
-        device: str | torch.device | None = None,
-        normalize_embeddings: bool = False,
-        truncate_dim: int | None = None,
-        pool: dict | None = None,
-        chunk_size: int | None = None,
-        *,
-        pooling: str | None = None,
-        normalize: bool | None = None,
-        max_length: int | None = None,
-        progress: Callable[[int], object] | None = None,
-        batch_tokens: int | None = None,
-        **kwargs: object,
-    ) -> Any:
+    @takes(ENCODE)
+    def encode(self, *args: Any, **kwargs: Any) -> Any:
         """Sentence embeddings, as ``SentenceTransformer.encode`` gives them (same parameters,
         order, defaults and return types), plus bertattn's keywords.
 
@@ -478,84 +469,32 @@ class Bert(SentenceTransformerSurface):
         core busy and never more than ``batch_size`` texts of ``max_length`` tokens hold
         (:meth:`BertModel.fill_tokens`).
         """
-        if show_progress_bar is None:
-            show_progress_bar = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
-        elif not isinstance(show_progress_bar, (bool, np.bool_)):
-            raise ArgumentTypeError(
-                f"show_progress_bar must be True, False or None, got {show_progress_bar!r} "
-                f"(the 5th positional parameter is show_progress_bar, as in "
-                f"sentence-transformers: pass max_length= by keyword)."
-            )
-        check_bool(convert_to_numpy, "convert_to_numpy")
-        check_bool(convert_to_tensor, "convert_to_tensor")
-        check_bool(normalize_embeddings, "normalize_embeddings")
-        check_int(chunk_size, "chunk_size", low=1, optional=True)
-        if convert_to_tensor:
-            convert_to_numpy = False
-        if output_value is not None and not isinstance(output_value, str):
-            raise ArgumentTypeError(
-                f"output_value must be one of {OUTPUT_VALUES}, got {describe(output_value)}."
-            )
-        if output_value not in OUTPUT_VALUES:
-            raise ValueError(
-                f"output_value {output_value!r} is not supported; use one of {OUTPUT_VALUES}."
-            )
-        if output_value != "sentence_embedding":
-            convert_to_tensor = convert_to_numpy = False
-        if precision is None:
-            precision = "float32"
-        if not isinstance(precision, str):
-            raise ArgumentTypeError(
-                f"precision must be one of {PRECISIONS}, got {describe(precision)}."
-            )
-        if precision not in PRECISIONS:
-            raise ValueError(
-                f"Precision {precision!r} is not supported, must be one of {PRECISIONS}"
-            )
-        if output_value is None and precision != "float32":
-            raise ValueError(
-                f"precision={precision!r} quantizes embeddings; with output_value=None "
-                f"(dicts of every output) pass precision='float32', or quantize the "
-                f"'sentence_embedding' entries with bertattn.encoder.pipeline.quantize_embeddings."
-            )
-        max_length = processing_max_length(kwargs.pop("processing_kwargs", None), max_length)
-        self._refuse_unsupported(pool, device, kwargs)
-        prompt = self._resolve_prompt(prompt, prompt_name)
-        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
-        truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
-        texts, pairs, single = _text_inputs(inputs, "inputs")
+        given = arguments(ENCODE, self, args, kwargs)
+        verbose = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
+        show_progress_bar = progress_bar(given["show_progress_bar"], verbose)
+        output = output_of(given)
+        extra = given["kwargs"]
+        processing = extra.pop("processing_kwargs", None)
+        max_length = processing_max_length(processing, given["max_length"])
+        self._refuse_unsupported(given["pool"], given["device"], extra)
+        prompt = self._resolve_prompt(given["prompt"], given["prompt_name"])
+        truncate_dim = self.truncate_dim if given["truncate_dim"] is None else given["truncate_dim"]
+        call = EncodeCall(
+            Batching(given["batch_size"], given["batch_tokens"], max_length, show_progress_bar,
+                     given["progress"]),
+            Pooled(given["pooling"], given["normalize"],
+                   check_int(truncate_dim, "truncate_dim", low=1, optional=True),
+                   bool(given["normalize_embeddings"])),
+            output,
+            prompt,
+        )  # fmt: skip
+        texts, pairs, single = _text_inputs(given["inputs"], "inputs")
         if pairs is not None:
             self._check_pairs()
-        if device is not None:
-            self.to(device)  # type: ignore[arg-type]
-        out, _ = self._encode(
-            texts,
-            pooling=pooling,
-            normalize=normalize,
-            batch_size=batch_size,
-            max_length=max_length,
-            progress=progress,
-            batch_tokens=batch_tokens,
-            prompt=prompt,
-            output_value=output_value,
-            to_cpu=convert_to_numpy,
-            normalize_embeddings=bool(normalize_embeddings),
-            truncate_dim=truncate_dim,
-            show_progress_bar=bool(show_progress_bar),
-            pairs=pairs,
-        )
-        if len(out) and precision != "float32":
-            out = quantize_embeddings(out, precision=precision)
-        if convert_to_tensor:
-            out = torch.as_tensor(out)
-        elif convert_to_numpy:
-            if isinstance(out, Tensor):
-                out = out.numpy()
-        elif isinstance(out, np.ndarray):
-            out = list(torch.from_numpy(out))
-        elif isinstance(out, Tensor):
-            out = list(out)
-        return out[0] if single else out
+        if given["device"] is not None:
+            self.to(given["device"])
+        out, _ = self._encode(texts, pairs=pairs, **call.loop_keywords())
+        return finish(out, output, single)
 
     def _refuse_unsupported(self, pool: object, device: object, kwargs: dict) -> None:
         multi = (
@@ -578,10 +517,8 @@ class Bert(SentenceTransformerSurface):
             names = ", ".join(sorted(kwargs))
             raise UnsupportedArgumentError(
                 f"Bert.encode() got keyword argument(s) it does not take: {names}. It takes "
-                f"sentence-transformers' encode parameters (prompt_name, prompt, batch_size, "
-                f"show_progress_bar, output_value, precision, convert_to_numpy, "
-                f"convert_to_tensor, device, normalize_embeddings, truncate_dim) and bertattn's "
-                f"(pooling, normalize, max_length, progress, batch_tokens)."
+                f"sentence-transformers' encode parameters ({', '.join(ST_NAMES)}) and "
+                f"bertattn's ({', '.join(BERTATTN_NAMES)})."
             )
 
     def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
