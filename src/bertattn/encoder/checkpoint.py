@@ -196,33 +196,19 @@ def _checkpoint_dtype(folder: Path) -> torch.dtype:
     return parse_dtype(value, where=where) if value else torch.float32  # type: ignore[return-value]
 
 
-def load_pretrained(
-    cls: type[BertModel],
-    path: str | Path | ModelFolder | None,
-    *,
-    dtype: torch.dtype | str | None = None,
-    torch_dtype: torch.dtype | str | None = None,
-    backend: str = "auto",
-    attn_implementation: str | None = None,
-    revision: str | None = None,
-    local_files_only: bool | None = None,
-    **unsupported: object,
-) -> BertModel:
-    """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
-    Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
-    loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
-    :func:`bertattn.encoder.folder.resolve_model`.
-
-    transformers' keywords: ``torch_dtype`` is an alias of ``dtype``; ``dtype="auto"`` takes
-    the checkpoint's ``dtype`` / ``torch_dtype`` from config.json (float32 if absent);
-    ``attn_implementation`` ``"sdpa"`` / ``"eager"`` selects backend ``"sdpa"`` / ``"math"``;
-    ``revision`` other than ``"main"`` is refused (bertattn does not pick hub revisions);
-    ``local_files_only`` must agree with ``HF_HUB_OFFLINE`` for a hub name."""
-    if unsupported:
-        raise TypeError(
-            f"from_pretrained() got unsupported keyword argument(s): "
-            f"{', '.join(sorted(unsupported))}."
-        )
+def _transformers_keywords(
+    path: object,
+    dtype: object,
+    torch_dtype: object,
+    backend: object,
+    attn_implementation: object,
+    revision: object,
+    local_files_only: object,
+) -> tuple[torch.dtype | str | None, str]:
+    """``(dtype, backend)`` of :func:`load_pretrained`'s transformers keywords, checked:
+    ``torch_dtype`` folded into ``dtype`` (``"auto"`` kept: the checkpoint's dtype),
+    ``attn_implementation`` into ``backend``; a hub ``revision`` other than main, and a
+    ``local_files_only`` that contradicts ``HF_HUB_OFFLINE``, refused."""
     dtype = parse_dtype(dtype, auto="checkpoint")
     torch_dtype = parse_dtype(torch_dtype, where="torch_dtype", auto="checkpoint")
     check_str(backend, "backend")
@@ -270,6 +256,70 @@ def load_pretrained(
                 f"so bertattn reads hub names from the local cache only; unset HF_HUB_OFFLINE "
                 f"to download."
             )
+    return dtype, backend  # type: ignore[return-value]
+
+
+def _check_shapes(
+    model: BertModel, state: dict[str, Tensor], config: BertConfig, has_pooler: bool, wfile: Path
+) -> None:
+    """Every tensor of ``state`` (bertattn's names) has the shape ``model`` (built from
+    config.json) expects; else ``ModelFolderError`` naming the first three, both ways, and a
+    hidden size that config.json and the weights disagree on."""
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    bad = [
+        f"{k} (file {tuple(v.shape)}, model {tuple(expected[k])})"
+        for k, v in state.items()
+        if v.shape != expected[k]
+    ]
+    if bad:
+        inverse = bertattn_to_hf_keys(config, pooler=has_pooler)
+        shown = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad[:3]]
+        if len(bad) > 3:
+            shown.append(f"and {len(bad) - 3} more")
+        words = state.get("embeddings.word.weight")
+        wide = ""
+        if words is not None and words.dim() == 2 and words.shape[1] != config.hidden_size:
+            wide = (
+                f" config.json says hidden_size={config.hidden_size}, the weights are "
+                f"{words.shape[1]} wide."
+            )
+        raise ModelFolderError(
+            f"{wfile}: {len(bad)} of {len(state)} tensors do not have the shapes config.json "
+            f"gives ({'; '.join(shown)}).{wide} Use the config.json that came with these "
+            f"weights."
+        )
+
+
+def load_pretrained(
+    cls: type[BertModel],
+    path: str | Path | ModelFolder | None,
+    *,
+    dtype: torch.dtype | str | None = None,
+    torch_dtype: torch.dtype | str | None = None,
+    backend: str = "auto",
+    attn_implementation: str | None = None,
+    revision: str | None = None,
+    local_files_only: bool | None = None,
+    **unsupported: object,
+) -> BertModel:
+    """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
+    Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
+    loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
+    :func:`bertattn.encoder.folder.resolve_model`.
+
+    transformers' keywords: ``torch_dtype`` is an alias of ``dtype``; ``dtype="auto"`` takes
+    the checkpoint's ``dtype`` / ``torch_dtype`` from config.json (float32 if absent);
+    ``attn_implementation`` ``"sdpa"`` / ``"eager"`` selects backend ``"sdpa"`` / ``"math"``;
+    ``revision`` other than ``"main"`` is refused (bertattn does not pick hub revisions);
+    ``local_files_only`` must agree with ``HF_HUB_OFFLINE`` for a hub name."""
+    if unsupported:
+        raise TypeError(
+            f"from_pretrained() got unsupported keyword argument(s): "
+            f"{', '.join(sorted(unsupported))}."
+        )
+    dtype, backend = _transformers_keywords(
+        path, dtype, torch_dtype, backend, attn_implementation, revision, local_files_only
+    )
     auto = isinstance(dtype, str) and dtype == "auto"
     target = torch.float32 if auto or dtype is None else dtype
     resolved = resolve_model(path)
@@ -295,29 +345,7 @@ def load_pretrained(
 
     with torch.device("meta"):
         model = cls(config, backend=backend, add_pooling_layer=has_pooler)
-    expected = {k: v.shape for k, v in model.state_dict().items()}
-    bad = [
-        f"{k} (file {tuple(v.shape)}, model {tuple(expected[k])})"
-        for k, v in state.items()
-        if v.shape != expected[k]
-    ]
-    if bad:
-        inverse = bertattn_to_hf_keys(config, pooler=has_pooler)
-        shown = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad[:3]]
-        if len(bad) > 3:
-            shown.append(f"and {len(bad) - 3} more")
-        words = state.get("embeddings.word.weight")
-        wide = ""
-        if words is not None and words.dim() == 2 and words.shape[1] != config.hidden_size:
-            wide = (
-                f" config.json says hidden_size={config.hidden_size}, the weights are "
-                f"{words.shape[1]} wide."
-            )
-        raise ModelFolderError(
-            f"{wfile}: {len(bad)} of {len(state)} tensors do not have the shapes config.json "
-            f"gives ({'; '.join(shown)}).{wide} Use the config.json that came with these "
-            f"weights."
-        )
+    _check_shapes(model, state, config, has_pooler, wfile)
     half = target in (torch.float16, torch.bfloat16)  # mixed precision: see to_compute_dtype
     state = {k: v.to(torch.float32 if half else target) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)

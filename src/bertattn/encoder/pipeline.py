@@ -269,12 +269,8 @@ class Bert(SentenceTransformerSurface):
         choice = choose_threads(threads)
         folder = resolve_model(path)
         tokenizer = folder.load_tokenizer()
-        auto = None
-        if dtype == "auto":  # timed at the model's widths and the thread count it will run at
-            widths = (folder.config.hidden_size, folder.config.intermediate_size)
-            auto = choose_dtype(target or "cpu", threads=choice.threads, widths=widths)
-            dtype = auto.dtype
-            logger.info("dtype auto on %s: %s", target or "cpu", auto)
+        auto = _fastest_dtype(folder, target, choice.threads) if dtype == "auto" else None
+        dtype = dtype if auto is None else auto.dtype
         with warnings.catch_warnings():
             if target is not None and target.type != "cpu":  # it will not run on this CPU
                 warnings.filterwarnings("ignore", message="this CPU has no native")
@@ -290,35 +286,33 @@ class Bert(SentenceTransformerSurface):
         )
         bert.dtype_choice = auto
         bert = bert if target is None else bert.to(target)
-        if bert.device.type == "cpu":
-            apply_threads(choice)
-            bert.threads = choice
-            bert.governor = ThreadGovernor(choice.threads) if choice.adaptive else None
-        if int8:
-            from . import int8 as _int8
-
-            families.require(model.config.family, "int8", "dtype='int8'")
-            _int8.verify(_int8.quantize_model(bert))
-        if compile:
-            from .compiled import compile_bert
-
-            bert.compile_choice = compile_bert(bert)
+        bert._speed_paths(choice, int8=int8, compile=compile)
         cfg = model.config
         logger.info(
             "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
             "normalize %s, max_length %s",
-            folder.name,
-            folder.model_dir,
-            cfg.num_hidden_layers,
-            cfg.hidden_size,
-            cfg.num_attention_heads,
-            "int8" if int8 else str(model.dtype).replace("torch.", ""),
-            bert.device,
-            folder.pooling,
-            folder.normalize,
-            bert.max_length,
-        )
+            folder.name, folder.model_dir, cfg.num_hidden_layers, cfg.hidden_size,
+            cfg.num_attention_heads, "int8" if int8 else dtype_name(model.dtype), bert.device,
+            folder.pooling, folder.normalize, bert.max_length,
+        )  # fmt: skip
         return bert
+
+    def _speed_paths(self, choice: ThreadChoice, *, int8: bool, compile: bool) -> None:
+        """After :meth:`load` placed the model: its threads on the CPU (and their governor),
+        then int8 (quantized and verified) and the compiled forward, where asked."""
+        if self.device.type == "cpu":
+            apply_threads(choice)
+            self.threads = choice
+            self.governor = ThreadGovernor(choice.threads) if choice.adaptive else None
+        if int8:
+            from . import int8 as _int8
+
+            families.require(self.model.config.family, "int8", "dtype='int8'")
+            _int8.verify(_int8.quantize_model(self))
+        if compile:
+            from .compiled import compile_bert
+
+            self.compile_choice = compile_bert(self)
 
     # ------------------------------------------------------------------ device, settings
     @property
@@ -660,6 +654,72 @@ class Bert(SentenceTransformerSurface):
         pooling = self.pooling_for(pooling, pooled=output_value != "token_embeddings")
         normalize = check_bool(normalize, "normalize", optional=True)
         normalize = self.normalize if normalize is None else normalize
+        batch_size, limit, batch_tokens = self._batch_limits(
+            batch_size, max_length, batch_tokens, progress
+        )
+        stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
+        width = min(self.model.config.hidden_size, truncate_dim or self.model.config.hidden_size)
+        sentences = output_value == "sentence_embedding"
+        out: Tensor | list = [None] * len(texts)
+        if sentences:
+            where = "cpu" if to_cpu else self.model.device
+            out = torch.zeros((len(texts), width), dtype=torch.float32, device=where)
+        if not texts:
+            return out, stats
+        if output_value is None:  # sentence-transformers' rows: its batching and padding
+            rows = self._st_rows(
+                texts, pairs, prompt=prompt, batch_size=batch_size, limit=limit, pooling=pooling,
+                normalize=normalize, truncate_dim=truncate_dim,
+                show_progress_bar=show_progress_bar, progress=progress,
+            )  # fmt: skip
+            return rows, stats
+        prompt_length = self._prompt_length(prompt, limit) if prompt else 0
+        skip = 0 if self.include_prompt else prompt_length  # tokens left out of pooling
+        if prompt:
+            texts = [prompt + t for t in texts]
+        encodings = self.tokenizer.encode_batch(texts, pairs, max_length=limit)
+        stats.truncated = sum(1 for e in encodings if e.overflowing)
+        stats.tokens = sum(len(e.ids) for e in encodings)
+        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
+        lengths = [len(encodings[i].ids) for i in order]
+        ranges = self._batch_ranges(lengths, batch_size, batch_tokens, limit)
+        by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
+        step = ModelStep(self, self.forward_encodings, "hidden")  # inference mode and the governor
+        with step.session(), bar:
+            for start, end in ranges:
+                idx = order[start:end]
+                with step.timed(sum(lengths[start:end])):
+                    batch, mask, hidden = step.compute([encodings[i] for i in idx])
+                    stats.padded += batch.input_ids.numel()
+                    if sentences:
+                        emb = self._sentences(hidden, mask, pooling, normalize, skip)  # (B, E)
+                        emb = _cut_and_normalize(emb, truncate_dim, normalize_embeddings)
+                        out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
+                    else:  # token_embeddings: each text's real tokens
+                        for j, i in enumerate(idx):
+                            out[i] = hidden[j, : len(encodings[i].ids)]
+                bar.update(1)
+                if progress is not None:
+                    progress(len(idx))
+                if by_tokens is not None:
+                    by_tokens(sum(lengths[start:end]))
+        if explaining():
+            self._explain_encode(step)
+        return out, stats
+
+    def _batch_limits(
+        self,
+        batch_size: int,
+        max_length: int | None,
+        batch_tokens: int | None,
+        progress: Callable[[int], object] | None,
+    ) -> tuple[int, int, int | None]:
+        """``(batch_size, tokens kept per text, batch_tokens)`` of an encode call, checked
+        (``max_length`` None: :attr:`max_length`); a ``progress`` that is not callable is
+        refused with them."""
         batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         top = self.model.config.max_position_embeddings
         limit = check_int(
@@ -678,90 +738,41 @@ class Bert(SentenceTransformerSurface):
                 f"progress must be a callable (called with each batch's number of texts) or "
                 f"None, got {describe(progress)}."
             )
-        stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
-        device = self.model.device
-        width = self.model.config.hidden_size
-        if truncate_dim is not None:
-            width = min(width, truncate_dim)
-        sentences = output_value == "sentence_embedding"
-        out: Tensor | list = [None] * len(texts)
-        if sentences:
-            where = "cpu" if to_cpu else device
-            out = torch.zeros((len(texts), width), dtype=torch.float32, device=where)
-        if not texts:
-            return out, stats
-        if output_value is None:  # sentence-transformers' rows: its batching and padding
-            rows = self._st_rows(
-                texts,
-                pairs,
-                prompt=prompt,
-                batch_size=batch_size,
-                limit=limit,
-                pooling=pooling,
-                normalize=normalize,
-                truncate_dim=truncate_dim,
-                show_progress_bar=show_progress_bar,
-                progress=progress,
-            )
-            return rows, stats
-        prompt_length = self._prompt_length(prompt, limit) if prompt else 0
-        skip = 0 if self.include_prompt else prompt_length  # tokens left out of pooling
-        if prompt:
-            texts = [prompt + t for t in texts]
-        encodings = self.tokenizer.encode_batch(texts, pairs, max_length=limit)
-        stats.truncated = sum(1 for e in encodings if e.overflowing)
-        stats.tokens = sum(len(e.ids) for e in encodings)
-        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
-        lengths = [len(encodings[i].ids) for i in order]
+        return batch_size, limit, batch_tokens  # type: ignore[return-value]
+
+    def _batch_ranges(
+        self, lengths: list[int], batch_size: int, batch_tokens: int | None, limit: int
+    ) -> list[tuple[int, int]]:
+        """The ``(start, end)`` batches of texts sorted longest first (``lengths``: their
+        tokens), short ones filled past ``batch_size`` (:meth:`_fill_tokens`); a filled batch
+        is said (explain, and -vv)."""
         fill = self._fill_tokens(batch_size, limit)
         ranges = length_batches(lengths, batch_size, batch_tokens, fill)
         telling = fill and (explaining() or logger.isEnabledFor(logging.DEBUG))
         most = max((e - s for s, e in ranges), default=0) if telling else 0
-        if most > batch_size:  # a batch was filled: say so (explain, and -vv)
+        if most > batch_size:
             batches = f"{len(ranges)} batch" + ("" if len(ranges) == 1 else "es")
             said = (
-                f"encode: {len(texts)} texts as {batches} (batch_size {batch_size}; "
+                f"encode: {len(lengths)} texts as {batches} (batch_size {batch_size}; "
                 f"short texts fill a batch up to {fill} padded tokens, BertModel.fill_tokens: "
                 f"at most {most} texts in one)"
             )
             explain_note(said)
             logger.debug("%s", said)
-        by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
-        from tqdm import tqdm
+        return ranges
 
-        bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
-        step = ModelStep(self, self.forward_encodings, "hidden")  # inference mode and the governor
-        with step.session(), bar:
-            for start, end in ranges:
-                idx = order[start:end]
-                with step.timed(sum(lengths[start:end])):
-                    batch, mask, hidden = step.compute([encodings[i] for i in idx])
-                    stats.padded += batch.input_ids.numel()
-                    if sentences:
-                        emb = self._sentences(hidden, mask, pooling, normalize, skip)  # (B, E)
-                        if truncate_dim is not None:
-                            emb = emb[:, :truncate_dim]
-                        if normalize_embeddings:
-                            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                        out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
-                    else:  # token_embeddings: each text's real tokens
-                        for j, i in enumerate(idx):
-                            out[i] = hidden[j, : len(encodings[i].ids)]
-                bar.update(1)
-                if progress is not None:
-                    progress(len(idx))
-                if by_tokens is not None:
-                    by_tokens(sum(lengths[start:end]))
-        if self.threads is not None and device.type == "cpu" and explaining():
+    def _explain_encode(self, step: ModelStep) -> None:
+        """explain's notes after an encode: threads (and the governor), the dtype ``auto`` or
+        int8 chose, the compiled forward."""
+        if self.threads is not None and self.model.device.type == "cpu":
             state = f"; {step.governor.describe()}" if step.governor else ""
             explain_note(f"encode: {self.threads.describe()}{state}")
-        if self.dtype_choice is not None and explaining():
+        if self.dtype_choice is not None:
             explain_note(f"encode: dtype auto: {self.dtype_choice}")
-        elif explaining() and getattr(self.model, "int8_speed", None) is not None:
+        elif getattr(self.model, "int8_speed", None) is not None:
             explain_note(f"encode: {self.dtype_reason}", once=True)
-        if self.compile_choice is not None and explaining():
+        if self.compile_choice is not None:
             explain_note(f"encode: compile: {self.compile_choice}", once=True)
-        return out, stats
 
     def _fill_tokens(self, batch_size: int, max_length: int) -> int:
         """The padded tokens a batch of short texts fills to past ``batch_size`` texts (the
@@ -873,16 +884,7 @@ class Bert(SentenceTransformerSurface):
         """
         check_str(text, "text")
         check_str(pair, "pair", optional=True)
-        limit = self.max_length if max_length is None else max_length
-        top_limit = self.model.config.max_position_embeddings
-        if not is_int(limit):
-            raise ArgumentTypeError(
-                f"max_length must be an int in 2..{top_limit} or None, got {describe(limit)}."
-            )
-        if not 2 <= limit <= top_limit:
-            raise ValueError(
-                f"max_length {limit!r} is out of range: this model takes 2..{top_limit} tokens."
-            )
+        limit = self._maps_limit(max_length)
         n = self.model.config.num_hidden_layers
         layers = None if layers is None else _layer_list(layers, "layers", n)
         qkv_layers = _layer_list(qkv_layers, "qkv_layers", n)
@@ -943,6 +945,20 @@ class Bert(SentenceTransformerSurface):
             maps.validate()
         return maps
 
+    def _maps_limit(self, max_length: object) -> int:
+        """:meth:`attention_maps`'s ``max_length`` checked (None: :attr:`max_length`)."""
+        limit = self.max_length if max_length is None else max_length
+        top_limit = self.model.config.max_position_embeddings
+        if not is_int(limit):
+            raise ArgumentTypeError(
+                f"max_length must be an int in 2..{top_limit} or None, got {describe(limit)}."
+            )
+        if not 2 <= limit <= top_limit:  # type: ignore[operator]
+            raise ValueError(
+                f"max_length {limit!r} is out of range: this model takes 2..{top_limit} tokens."
+            )
+        return int(limit)  # type: ignore[arg-type]
+
     def attention_steps(
         self,
         text: str,
@@ -961,3 +977,23 @@ class Bert(SentenceTransformerSurface):
         return attention_steps(
             self, text, layer=layer, head=head, query=query, pair=pair, max_length=max_length
         )
+
+
+def _fastest_dtype(
+    folder: ModelFolder, target: torch.device | None, threads: int | None
+) -> DtypeChoice:
+    """``dtype="auto"``'s ``"fastest"`` meaning (:mod:`bertattn.dtypes`) for :meth:`Bert.load`:
+    :func:`choose_dtype` on ``target`` (None: the CPU), timed at the model's widths and the
+    thread count it will run at; logged with its reason."""
+    widths = (folder.config.hidden_size, folder.config.intermediate_size)
+    auto = choose_dtype(target or "cpu", threads=threads, widths=widths)
+    logger.info("dtype auto on %s: %s", target or "cpu", auto)
+    return auto
+
+
+def _cut_and_normalize(emb: Tensor, truncate_dim: int | None, normalize: bool) -> Tensor:
+    """``(B, E)`` sentence embeddings cut to their first ``truncate_dim`` dimensions (None:
+    all), then L2-normalized when ``normalize`` (sentence-transformers' order)."""
+    if truncate_dim is not None:
+        emb = emb[:, :truncate_dim]
+    return torch.nn.functional.normalize(emb, p=2, dim=1) if normalize else emb
