@@ -29,7 +29,6 @@ __all__ = [
     "ArgumentTypeError",
     "check_bool",
     "check_choice",
-    "check_dtype",
     "check_embedding_pair",
     "check_embeddings",
     "check_id_range",
@@ -138,32 +137,6 @@ def check_choice(
     if value not in choices:
         raise ValueError(f"{name} {value!r} is not supported; use one of {listed}.")
     return value
-
-
-def check_dtype(
-    value: object, name: str, allowed: tuple[torch.dtype, ...], *, extra: tuple[str, ...] = ()
-) -> torch.dtype | str | None:
-    """``value``: None, one of ``extra`` (strings passed through, e.g. ``"auto"``), a
-    ``torch.dtype`` among ``allowed``, or its name (``"float16"``, ``"torch.float16"``, or
-    torch's alias such as ``"half"``) -> the ``torch.dtype`` (or the ``extra`` string)."""
-    import torch
-
-    if value is None or (isinstance(value, str) and value in extra):
-        return value
-    names = [str(d).replace("torch.", "") for d in allowed]
-    listed = ", ".join([*names, *extra]) + " (a torch.dtype or its name)"
-    if isinstance(value, str):
-        found = getattr(torch, value.strip().replace("torch.", ""), None)
-        if not isinstance(found, torch.dtype):
-            raise ValueError(f"{name} {value!r} is not a torch dtype; use one of {listed}.")
-        dtype = found
-    elif isinstance(value, torch.dtype):
-        dtype = value
-    else:
-        raise ArgumentTypeError(f"{name} must be one of {listed}, got {describe(value)}.")
-    if dtype not in allowed:
-        raise ValueError(f"{name}={value!r} is not supported; use one of {listed}.")
-    return dtype
 
 
 def check_tensor(

@@ -35,10 +35,11 @@ docs/performance.md):
 
 ``auto`` never chooses int8 (opt-in: ``dtype="int8"``, :mod:`bertattn.encoder.int8`).
 
-This is not what ``BertModel.from_pretrained(..., dtype="auto")`` means: there, as in
-transformers, ``"auto"`` is the dtype the checkpoint was saved in (its config.json), and it
-stays so, since code written for transformers relies on it. ``Bert`` is bertattn's own entry
-point, and there ``"auto"`` asks for the fastest dtype here.
+This is ``"auto"``'s ``"fastest"`` meaning (:data:`bertattn.dtypes.AUTO_MEANINGS`), not what
+``BertModel.from_pretrained(..., dtype="auto")`` means: there, as in transformers, ``"auto"``
+is the dtype the checkpoint was saved in (its config.json, the ``"checkpoint"`` meaning), and
+it stays so, since code written for transformers relies on it. ``Bert`` is bertattn's own
+entry point, and there ``"auto"`` asks for the fastest dtype here.
 """
 
 from __future__ import annotations

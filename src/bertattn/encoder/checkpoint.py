@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..arguments import check_bool, check_dtype, check_str
+from ..arguments import check_bool, check_str
+from ..dtypes import parse_dtype
 from ..errors import ModelFolderError
 from ..families import registry
 from ..families.bert import BERT_HEADS
@@ -175,26 +176,8 @@ def remap_state_dict(
 
 
 # ---------------------------------------------------------------------- loading
-def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    value = getattr(torch, str(dtype).replace("torch.", ""), None)
-    if not isinstance(value, torch.dtype) or not value.is_floating_point:
-        raise ValueError(f"dtype {dtype!r} is not a floating-point torch dtype (e.g. 'float16').")
-    return value
-
-
-#: the dtypes a model loads in (float16 / bfloat16: mixed precision, see to_compute_dtype)
-LOAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-
 #: transformers' ``attn_implementation`` names -> bertattn backends
 _ATTN_IMPLEMENTATIONS = {"sdpa": "sdpa", "eager": "math"}
-
-
-def _dtype_key(dtype: torch.dtype | str) -> torch.dtype | str:
-    return dtype if isinstance(dtype, str) and dtype == "auto" else resolve_dtype(dtype)
 
 
 def _is_hub_name(path: object) -> bool:
@@ -203,55 +186,38 @@ def _is_hub_name(path: object) -> bool:
 
 
 def _checkpoint_dtype(folder: Path) -> torch.dtype:
-    """``dtype`` (transformers 5) or ``torch_dtype`` of ``folder/config.json``; float32 if
-    neither is there."""
+    """``dtype="auto"``'s ``"checkpoint"`` meaning (:mod:`bertattn.dtypes`): ``dtype``
+    (transformers 5) or ``torch_dtype`` of ``folder/config.json``; float32 if neither is
+    there."""
     import json
 
     raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     value = raw.get("dtype") or raw.get("torch_dtype")
-    return resolve_dtype(value) if value else torch.float32
+    where = f"{folder / 'config.json'}: dtype"
+    return parse_dtype(value, where=where) if value else torch.float32  # type: ignore[return-value]
 
 
-def load_pretrained(
-    cls: type[BertModel],
-    path: str | Path | ModelFolder | None,
-    *,
-    dtype: torch.dtype | str | None = None,
-    torch_dtype: torch.dtype | str | None = None,
-    backend: str = "auto",
-    attn_implementation: str | None = None,
-    revision: str | None = None,
-    local_files_only: bool | None = None,
-    task: str | None = None,
-    **unsupported: object,
-) -> BertModel:
-    """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
-    Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
-    loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
-    :func:`bertattn.encoder.folder.resolve_model`.
-
-    transformers' keywords: ``torch_dtype`` is an alias of ``dtype``; ``dtype="auto"`` takes
-    the checkpoint's ``dtype`` / ``torch_dtype`` from config.json (float32 if absent);
-    ``attn_implementation`` ``"sdpa"`` / ``"eager"`` selects backend ``"sdpa"`` / ``"math"``;
-    ``revision`` other than ``"main"`` is refused (bertattn does not pick hub revisions);
-    ``local_files_only`` must agree with ``HF_HUB_OFFLINE`` for a hub name. ``task``: the task
-    adapter merged into the weights, for a family whose folder has them (Jina v3's released
-    folder); one the folder does not have, or a task for a family without adapters: ValueError
-    naming them."""
-    if unsupported:
-        raise TypeError(
-            f"from_pretrained() got unsupported keyword argument(s): "
-            f"{', '.join(sorted(unsupported))}."
-        )
-    dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto",))
-    torch_dtype = check_dtype(torch_dtype, "torch_dtype", LOAD_DTYPES, extra=("auto",))
+def _transformers_keywords(
+    path: object,
+    dtype: object,
+    torch_dtype: object,
+    backend: object,
+    attn_implementation: object,
+    revision: object,
+    local_files_only: object,
+) -> tuple[torch.dtype | str | None, str]:
+    """``(dtype, backend)`` of :func:`load_pretrained`'s transformers keywords, checked:
+    ``torch_dtype`` folded into ``dtype`` (``"auto"`` kept: the checkpoint's dtype),
+    ``attn_implementation`` into ``backend``; a hub ``revision`` other than main, and a
+    ``local_files_only`` that contradicts ``HF_HUB_OFFLINE``, refused."""
+    dtype = parse_dtype(dtype, auto="checkpoint")
+    torch_dtype = parse_dtype(torch_dtype, where="torch_dtype", auto="checkpoint")
     check_str(backend, "backend")
     check_str(attn_implementation, "attn_implementation", optional=True)
     check_str(revision, "revision", optional=True)
     check_bool(local_files_only, "local_files_only", optional=True)
-    check_str(task, "task", optional=True)
     if torch_dtype is not None:
-        if dtype is not None and _dtype_key(dtype) != _dtype_key(torch_dtype):
+        if dtype is not None and dtype != torch_dtype:
             raise ValueError(
                 f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree; torch_dtype is an "
                 f"alias of dtype, give one of them."
@@ -291,8 +257,77 @@ def load_pretrained(
                 f"so bertattn reads hub names from the local cache only; unset HF_HUB_OFFLINE "
                 f"to download."
             )
+    return dtype, backend  # type: ignore[return-value]
+
+
+def _check_shapes(
+    model: BertModel, state: dict[str, Tensor], config: BertConfig, has_pooler: bool, wfile: Path
+) -> None:
+    """Every tensor of ``state`` (bertattn's names) has the shape ``model`` (built from
+    config.json) expects; else ``ModelFolderError`` naming the first three, both ways, and a
+    hidden size that config.json and the weights disagree on."""
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    bad = [
+        f"{k} (file {tuple(v.shape)}, model {tuple(expected[k])})"
+        for k, v in state.items()
+        if v.shape != expected[k]
+    ]
+    if bad:
+        inverse = bertattn_to_hf_keys(config, pooler=has_pooler)
+        shown = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad[:3]]
+        if len(bad) > 3:
+            shown.append(f"and {len(bad) - 3} more")
+        words = state.get("embeddings.word.weight")
+        wide = ""
+        if words is not None and words.dim() == 2 and words.shape[1] != config.hidden_size:
+            wide = (
+                f" config.json says hidden_size={config.hidden_size}, the weights are "
+                f"{words.shape[1]} wide."
+            )
+        raise ModelFolderError(
+            f"{wfile}: {len(bad)} of {len(state)} tensors do not have the shapes config.json "
+            f"gives ({'; '.join(shown)}).{wide} Use the config.json that came with these "
+            f"weights."
+        )
+
+
+def load_pretrained(
+    cls: type[BertModel],
+    path: str | Path | ModelFolder | None,
+    *,
+    dtype: torch.dtype | str | None = None,
+    torch_dtype: torch.dtype | str | None = None,
+    backend: str = "auto",
+    attn_implementation: str | None = None,
+    revision: str | None = None,
+    local_files_only: bool | None = None,
+    task: str | None = None,
+    **unsupported: object,
+) -> BertModel:
+    """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
+    Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
+    loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
+    :func:`bertattn.encoder.folder.resolve_model`.
+
+    transformers' keywords: ``torch_dtype`` is an alias of ``dtype``; ``dtype="auto"`` takes
+    the checkpoint's ``dtype`` / ``torch_dtype`` from config.json (float32 if absent);
+    ``attn_implementation`` ``"sdpa"`` / ``"eager"`` selects backend ``"sdpa"`` / ``"math"``;
+    ``revision`` other than ``"main"`` is refused (bertattn does not pick hub revisions);
+    ``local_files_only`` must agree with ``HF_HUB_OFFLINE`` for a hub name. ``task``: the task
+    adapter merged into the weights, for a family whose folder has them (Jina v3's released
+    folder); one the folder does not have, or a task for a family without adapters: ValueError
+    naming them."""
+    if unsupported:
+        raise TypeError(
+            f"from_pretrained() got unsupported keyword argument(s): "
+            f"{', '.join(sorted(unsupported))}."
+        )
+    dtype, backend = _transformers_keywords(
+        path, dtype, torch_dtype, backend, attn_implementation, revision, local_files_only
+    )
     auto = isinstance(dtype, str) and dtype == "auto"
-    target = torch.float32 if auto else resolve_dtype(dtype)
+    target = torch.float32 if auto or dtype is None else dtype
+    check_str(task, "task", optional=True)
     resolved = resolve_model(path)
     folder, config = resolved.model_dir, resolved.config
     if task is not None:  # a copy: the folder's own config stays the base weights'
@@ -321,29 +356,7 @@ def load_pretrained(
 
     with torch.device("meta"):
         model = cls(config, backend=backend, add_pooling_layer=has_pooler)
-    expected = {k: v.shape for k, v in model.state_dict().items()}
-    bad = [
-        f"{k} (file {tuple(v.shape)}, model {tuple(expected[k])})"
-        for k, v in state.items()
-        if v.shape != expected[k]
-    ]
-    if bad:
-        inverse = bertattn_to_hf_keys(config, pooler=has_pooler)
-        shown = [f"{inverse[b.split(' ')[0]]} -> {b}" for b in bad[:3]]
-        if len(bad) > 3:
-            shown.append(f"and {len(bad) - 3} more")
-        words = state.get("embeddings.word.weight")
-        wide = ""
-        if words is not None and words.dim() == 2 and words.shape[1] != config.hidden_size:
-            wide = (
-                f" config.json says hidden_size={config.hidden_size}, the weights are "
-                f"{words.shape[1]} wide."
-            )
-        raise ModelFolderError(
-            f"{wfile}: {len(bad)} of {len(state)} tensors do not have the shapes config.json "
-            f"gives ({'; '.join(shown)}).{wide} Use the config.json that came with these "
-            f"weights."
-        )
+    _check_shapes(model, state, config, has_pooler, wfile)
     half = target in (torch.float16, torch.bfloat16)  # mixed precision: see to_compute_dtype
     state = {k: v.to(torch.float32 if half else target) for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..dtypes import dtype_name
+
 __all__ = [
     "Form",
     "U8_F32",
@@ -40,8 +42,6 @@ __all__ = [
     "exact",
     "error",
 ]
-
-_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 #: the largest relative error (of the product's largest magnitude) a form may show against the
 #: exact integer product: float32's rounding, and half an ulp of the two 16-bit outputs
@@ -61,7 +61,7 @@ class Form:
     def __post_init__(self) -> None:
         if self.activations not in ("u8", "s8"):
             raise ValueError(f"activations must be 'u8' or 's8', got {self.activations!r}.")
-        if self.out not in _DTYPE_NAMES:
+        if self.out not in TOLERANCE:
             raise ValueError(
                 f"an int8 product writes float32, bfloat16 or float16, not {self.out}."
             )
@@ -79,7 +79,7 @@ class Form:
         return 2 ** (self.weight_bits - 1) - 1
 
     def __str__(self) -> str:
-        return f"{self.activations} x s{self.weight_bits} -> {_DTYPE_NAMES[self.out]}"
+        return f"{self.activations} x s{self.weight_bits} -> {dtype_name(self.out)}"
 
 
 U8_F32 = Form("u8", torch.float32)

@@ -32,7 +32,6 @@ from torch import Tensor, nn
 from ..arguments import (
     ArgumentTypeError,
     check_bool,
-    check_dtype,
     check_id_range,
     check_int,
     check_str,
@@ -51,8 +50,8 @@ from ..attention.padding import pack_padding_mask, pad, unpad
 from ..blocks import contract as _contract
 from ..blocks.contract import EncoderStack, Packing, missing_members
 from ..capture import is_capturing
+from ..dtypes import parse_dtype
 from ..families.bert_layers import (
-    HALF_DTYPES,
     BertEmbeddings,
     BertEncoder,
     BertLayer,
@@ -98,8 +97,6 @@ def _check_stack(stack: object, family: str) -> None:
     )
 
 
-#: what :meth:`BertModel.to_compute_dtype` takes
-_COMPUTE_DTYPES = (torch.float32, *HALF_DTYPES, torch.float64)
 
 #: the output fields in transformers' order (``BaseModelOutputWithPoolingAndCrossAttentions``)
 _OUTPUT_FIELDS = ("last_hidden_state", "pooler_output", "hidden_states", "attentions")
@@ -209,7 +206,7 @@ class BertModel(nn.Module):
         outputs are float32. (``model.to(torch.bfloat16)`` makes everything bfloat16 instead.)
         ``dtype``: float32, float16, bfloat16 or float64 (a torch.dtype or its name).
         """
-        dtype = check_dtype(dtype, "dtype", _COMPUTE_DTYPES)  # type: ignore[assignment]
+        dtype = parse_dtype(dtype)  # type: ignore[assignment]
         if dtype is None:
             raise ArgumentTypeError("dtype must be a floating-point torch.dtype, got None.")
         _warn_if_slow_half(dtype, self.device)
@@ -685,7 +682,8 @@ class BertModel(nn.Module):
         """Load a Hugging Face BERT folder, a sentence-transformers folder, a cached hub name,
         a resolved :class:`~bertattn.encoder.folder.ModelFolder`, or None (the default model);
         see :func:`bertattn.encoder.checkpoint.load_pretrained`. Takes transformers' keywords
-        ``torch_dtype`` (alias of ``dtype``), ``dtype="auto"``, ``attn_implementation``
+        ``torch_dtype`` (alias of ``dtype``), ``dtype="auto"`` (the checkpoint's dtype:
+        :data:`bertattn.dtypes.AUTO_MEANINGS`), ``attn_implementation``
         (``"sdpa"`` / ``"eager"``), ``revision`` (only the default) and ``local_files_only``;
         ``task``: the task adapter to merge, for a folder that has them (Jina v3's)."""
         from .checkpoint import load_pretrained

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,6 @@ from ..arguments import (
     ArgumentTypeError,
     check_bool,
     check_choice,
-    check_dtype,
     check_embedding_pair,
     check_int,
     check_str,
@@ -37,6 +36,7 @@ from ..arguments import (
 from ..attention.dispatch import explaining
 from ..attention.dispatch import note as explain_note
 from ..attention.steps import record_steps
+from ..dtypes import dtype_name, parse_dtype
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
@@ -45,9 +45,21 @@ from ..runtime.device import resolve_device
 from ..runtime.threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..runtime.threads import apply as apply_threads
 from .auto_dtype import DtypeChoice, choose_dtype
-from .checkpoint import LOAD_DTYPES
 from .compiled import CompileChoice
 from .dense import Projection, read_dense
+from .encode_call import (
+    BERTATTN_NAMES,
+    ENCODE,
+    ST_NAMES,
+    Batching,
+    EncodeCall,
+    Pooled,
+    arguments,
+    finish,
+    output_of,
+    progress_bar,
+    takes,
+)
 from .folder import POOLINGS, ModelFolder, default_model_dir, resolve_model
 from .graphs import GraphedBert
 from .model import BertModel
@@ -250,10 +262,10 @@ class Bert(SentenceTransformerSurface):
         for a folder that has them (Jina v3's released folder: ``"retrieval.query"``, ...);
         None: the base weights. A wrong argument raises ``TypeError`` (a
         wrong type) or ``ValueError`` naming it, before anything is read."""
-        int8 = dtype is torch.int8 or (isinstance(dtype, str) and dtype.strip() == "int8")
+        dtype = parse_dtype(dtype, auto="fastest", int8=True)
+        int8 = dtype == "int8"
         if int8:
             dtype = None  # loaded in float32, then quantized ("int8" stays in the errors)
-        dtype = check_dtype(dtype, "dtype", LOAD_DTYPES, extra=("auto", "int8"))
         check_str(backend, "backend")
         if int8 and not _cpu_or_auto(device):
             raise ValueError(f"dtype='int8' runs on the CPU only; got device={device!r}.")
@@ -265,12 +277,8 @@ class Bert(SentenceTransformerSurface):
         choice = choose_threads(threads)
         folder = resolve_model(path)
         tokenizer = folder.load_tokenizer()
-        auto = None
-        if dtype == "auto":  # timed at the model's widths and the thread count it will run at
-            widths = (folder.config.hidden_size, folder.config.intermediate_size)
-            auto = choose_dtype(target or "cpu", threads=choice.threads, widths=widths)
-            dtype = auto.dtype
-            logger.info("dtype auto on %s: %s", target or "cpu", auto)
+        auto = _fastest_dtype(folder, target, choice.threads) if dtype == "auto" else None
+        dtype = dtype if auto is None else auto.dtype
         with warnings.catch_warnings():
             if target is not None and target.type != "cpu":  # it will not run on this CPU
                 warnings.filterwarnings("ignore", message="this CPU has no native")
@@ -287,35 +295,33 @@ class Bert(SentenceTransformerSurface):
         )
         bert.dtype_choice = auto
         bert = bert if target is None else bert.to(target)
-        if bert.device.type == "cpu":
-            apply_threads(choice)
-            bert.threads = choice
-            bert.governor = ThreadGovernor(choice.threads) if choice.adaptive else None
-        if int8:
-            from . import int8 as _int8
-
-            families.require(model.config.family, "int8", "dtype='int8'")
-            _int8.verify(_int8.quantize_model(bert))
-        if compile:
-            from .compiled import compile_bert
-
-            bert.compile_choice = compile_bert(bert)
+        bert._speed_paths(choice, int8=int8, compile=compile)
         cfg = model.config
         logger.info(
             "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
             "normalize %s, max_length %s",
-            folder.name,
-            folder.model_dir,
-            cfg.num_hidden_layers,
-            cfg.hidden_size,
-            cfg.num_attention_heads,
-            "int8" if int8 else str(model.dtype).replace("torch.", ""),
-            bert.device,
-            folder.pooling,
-            folder.normalize,
-            bert.max_length,
-        )
+            folder.name, folder.model_dir, cfg.num_hidden_layers, cfg.hidden_size,
+            cfg.num_attention_heads, "int8" if int8 else dtype_name(model.dtype), bert.device,
+            folder.pooling, folder.normalize, bert.max_length,
+        )  # fmt: skip
         return bert
+
+    def _speed_paths(self, choice: ThreadChoice, *, int8: bool, compile: bool) -> None:
+        """After :meth:`load` placed the model: its threads on the CPU (and their governor),
+        then int8 (quantized and verified) and the compiled forward, where asked."""
+        if self.device.type == "cpu":
+            apply_threads(choice)
+            self.threads = choice
+            self.governor = ThreadGovernor(choice.threads) if choice.adaptive else None
+        if int8:
+            from . import int8 as _int8
+
+            families.require(self.model.config.family, "int8", "dtype='int8'")
+            _int8.verify(_int8.quantize_model(self))
+        if compile:
+            from .compiled import compile_bert
+
+            self.compile_choice = compile_bert(self)
 
     # ------------------------------------------------------------------ device, settings
     @property
@@ -351,7 +357,7 @@ class Bert(SentenceTransformerSurface):
 
         if is_int8(self.model):
             return "int8"
-        return str(self.model.dtype).replace("torch.", "")
+        return dtype_name(self.model.dtype)
 
     @property
     def dtype_reason(self) -> str | None:
@@ -434,30 +440,8 @@ class Bert(SentenceTransformerSurface):
 
     # ------------------------------------------------------------------ embeddings
     @_input_aliases
-    def encode(
-        self,
-        inputs: str | Iterable[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        batch_size: int = 32,
-        show_progress_bar: bool | None = None,
-        output_value: str | None = "sentence_embedding",
-        precision: str = "float32",
-        convert_to_numpy: bool = True,
-        convert_to_tensor: bool = False,
-        device: str | torch.device | None = None,
-        normalize_embeddings: bool = False,
-        truncate_dim: int | None = None,
-        pool: dict | None = None,
-        chunk_size: int | None = None,
-        *,
-        pooling: str | None = None,
-        normalize: bool | None = None,
-        max_length: int | None = None,
-        progress: Callable[[int], object] | None = None,
-        batch_tokens: int | None = None,
-        **kwargs: object,
-    ) -> Any:
+    @takes(ENCODE)
+    def encode(self, *args: Any, **kwargs: Any) -> Any:
         """Sentence embeddings, as ``SentenceTransformer.encode`` gives them (same parameters,
         order, defaults and return types), plus bertattn's keywords.
 
@@ -496,84 +480,32 @@ class Bert(SentenceTransformerSurface):
         core busy and never more than ``batch_size`` texts of ``max_length`` tokens hold
         (:meth:`BertModel.fill_tokens`).
         """
-        if show_progress_bar is None:
-            show_progress_bar = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
-        elif not isinstance(show_progress_bar, (bool, np.bool_)):
-            raise ArgumentTypeError(
-                f"show_progress_bar must be True, False or None, got {show_progress_bar!r} "
-                f"(the 5th positional parameter is show_progress_bar, as in "
-                f"sentence-transformers: pass max_length= by keyword)."
-            )
-        check_bool(convert_to_numpy, "convert_to_numpy")
-        check_bool(convert_to_tensor, "convert_to_tensor")
-        check_bool(normalize_embeddings, "normalize_embeddings")
-        check_int(chunk_size, "chunk_size", low=1, optional=True)
-        if convert_to_tensor:
-            convert_to_numpy = False
-        if output_value is not None and not isinstance(output_value, str):
-            raise ArgumentTypeError(
-                f"output_value must be one of {OUTPUT_VALUES}, got {describe(output_value)}."
-            )
-        if output_value not in OUTPUT_VALUES:
-            raise ValueError(
-                f"output_value {output_value!r} is not supported; use one of {OUTPUT_VALUES}."
-            )
-        if output_value != "sentence_embedding":
-            convert_to_tensor = convert_to_numpy = False
-        if precision is None:
-            precision = "float32"
-        if not isinstance(precision, str):
-            raise ArgumentTypeError(
-                f"precision must be one of {PRECISIONS}, got {describe(precision)}."
-            )
-        if precision not in PRECISIONS:
-            raise ValueError(
-                f"Precision {precision!r} is not supported, must be one of {PRECISIONS}"
-            )
-        if output_value is None and precision != "float32":
-            raise ValueError(
-                f"precision={precision!r} quantizes embeddings; with output_value=None "
-                f"(dicts of every output) pass precision='float32', or quantize the "
-                f"'sentence_embedding' entries with bertattn.encoder.pipeline.quantize_embeddings."
-            )
-        max_length = processing_max_length(kwargs.pop("processing_kwargs", None), max_length)
-        self._refuse_unsupported(pool, device, kwargs)
-        prompt = self._resolve_prompt(prompt, prompt_name)
-        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
-        truncate_dim = check_int(truncate_dim, "truncate_dim", low=1, optional=True)
-        texts, pairs, single = _text_inputs(inputs, "inputs")
+        given = arguments(ENCODE, self, args, kwargs)
+        verbose = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
+        show_progress_bar = progress_bar(given["show_progress_bar"], verbose)
+        output = output_of(given)
+        extra = given["kwargs"]
+        processing = extra.pop("processing_kwargs", None)
+        max_length = processing_max_length(processing, given["max_length"])
+        self._refuse_unsupported(given["pool"], given["device"], extra)
+        prompt = self._resolve_prompt(given["prompt"], given["prompt_name"])
+        truncate_dim = self.truncate_dim if given["truncate_dim"] is None else given["truncate_dim"]
+        call = EncodeCall(
+            Batching(given["batch_size"], given["batch_tokens"], max_length, show_progress_bar,
+                     given["progress"]),
+            Pooled(given["pooling"], given["normalize"],
+                   check_int(truncate_dim, "truncate_dim", low=1, optional=True),
+                   bool(given["normalize_embeddings"])),
+            output,
+            prompt,
+        )  # fmt: skip
+        texts, pairs, single = _text_inputs(given["inputs"], "inputs")
         if pairs is not None:
             self._check_pairs()
-        if device is not None:
-            self.to(device)  # type: ignore[arg-type]
-        out, _ = self._encode(
-            texts,
-            pooling=pooling,
-            normalize=normalize,
-            batch_size=batch_size,
-            max_length=max_length,
-            progress=progress,
-            batch_tokens=batch_tokens,
-            prompt=prompt,
-            output_value=output_value,
-            to_cpu=convert_to_numpy,
-            normalize_embeddings=bool(normalize_embeddings),
-            truncate_dim=truncate_dim,
-            show_progress_bar=bool(show_progress_bar),
-            pairs=pairs,
-        )
-        if len(out) and precision != "float32":
-            out = quantize_embeddings(out, precision=precision)
-        if convert_to_tensor:
-            out = torch.as_tensor(out)
-        elif convert_to_numpy:
-            if isinstance(out, Tensor):
-                out = out.numpy()
-        elif isinstance(out, np.ndarray):
-            out = list(torch.from_numpy(out))
-        elif isinstance(out, Tensor):
-            out = list(out)
-        return out[0] if single else out
+        if given["device"] is not None:
+            self.to(given["device"])
+        out, _ = self._encode(texts, pairs=pairs, **call.loop_keywords())
+        return finish(out, output, single)
 
     def _refuse_unsupported(self, pool: object, device: object, kwargs: dict) -> None:
         multi = (
@@ -597,10 +529,8 @@ class Bert(SentenceTransformerSurface):
             names = ", ".join(sorted(kwargs))
             raise UnsupportedArgumentError(
                 f"Bert.encode() got keyword argument(s) it does not take: {names}. It takes "
-                f"sentence-transformers' encode parameters (prompt_name, prompt, batch_size, "
-                f"show_progress_bar, output_value, precision, convert_to_numpy, "
-                f"convert_to_tensor, device, normalize_embeddings, truncate_dim) and bertattn's "
-                f"(pooling, normalize, max_length, progress, batch_tokens)."
+                f"sentence-transformers' encode parameters ({', '.join(ST_NAMES)}) and "
+                f"bertattn's ({', '.join(BERTATTN_NAMES)})."
             )
 
     def _check_task(self, task: str | None) -> None:
@@ -759,6 +689,72 @@ class Bert(SentenceTransformerSurface):
         pooling = self.pooling_for(pooling, pooled=output_value != "token_embeddings")
         normalize = check_bool(normalize, "normalize", optional=True)
         normalize = self.normalize if normalize is None else normalize
+        batch_size, limit, batch_tokens = self._batch_limits(
+            batch_size, max_length, batch_tokens, progress
+        )
+        stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
+        width = min(self.pooled_width, truncate_dim or self.pooled_width)
+        sentences = output_value == "sentence_embedding"
+        out: Tensor | list = [None] * len(texts)
+        if sentences:
+            where = "cpu" if to_cpu else self.model.device
+            out = torch.zeros((len(texts), width), dtype=torch.float32, device=where)
+        if not texts:
+            return out, stats
+        if output_value is None:  # sentence-transformers' rows: its batching and padding
+            rows = self._st_rows(
+                texts, pairs, prompt=prompt, batch_size=batch_size, limit=limit, pooling=pooling,
+                normalize=normalize, truncate_dim=truncate_dim,
+                show_progress_bar=show_progress_bar, progress=progress,
+            )  # fmt: skip
+            return rows, stats
+        prompt_length = self._prompt_length(prompt, limit) if prompt else 0
+        skip = 0 if self.include_prompt else prompt_length  # tokens left out of pooling
+        if prompt:
+            texts = [prompt + t for t in texts]
+        encodings = self.tokenizer.encode_batch(texts, pairs, max_length=limit)
+        stats.truncated = sum(1 for e in encodings if e.overflowing)
+        stats.tokens = sum(len(e.ids) for e in encodings)
+        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
+        lengths = [len(encodings[i].ids) for i in order]
+        ranges = self._batch_ranges(lengths, batch_size, batch_tokens, limit)
+        by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
+        step = ModelStep(self, self.forward_encodings, "hidden")  # inference mode and the governor
+        with step.session(), bar:
+            for start, end in ranges:
+                idx = order[start:end]
+                with step.timed(sum(lengths[start:end])):
+                    batch, mask, hidden = step.compute([encodings[i] for i in idx])
+                    stats.padded += batch.input_ids.numel()
+                    if sentences:
+                        emb = self._sentences(hidden, mask, pooling, normalize, skip)  # (B, E)
+                        emb = _cut_and_normalize(emb, truncate_dim, normalize_embeddings)
+                        out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
+                    else:  # token_embeddings: each text's real tokens
+                        for j, i in enumerate(idx):
+                            out[i] = hidden[j, : len(encodings[i].ids)]
+                bar.update(1)
+                if progress is not None:
+                    progress(len(idx))
+                if by_tokens is not None:
+                    by_tokens(sum(lengths[start:end]))
+        if explaining():
+            self._explain_encode(step)
+        return out, stats
+
+    def _batch_limits(
+        self,
+        batch_size: int,
+        max_length: int | None,
+        batch_tokens: int | None,
+        progress: Callable[[int], object] | None,
+    ) -> tuple[int, int, int | None]:
+        """``(batch_size, tokens kept per text, batch_tokens)`` of an encode call, checked
+        (``max_length`` None: :attr:`max_length`); a ``progress`` that is not callable is
+        refused with them."""
         batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]
         top = self.model.config.max_position_embeddings
         limit = check_int(
@@ -777,90 +773,41 @@ class Bert(SentenceTransformerSurface):
                 f"progress must be a callable (called with each batch's number of texts) or "
                 f"None, got {describe(progress)}."
             )
-        stats = EncodeStats(texts=len(texts), empty=sum(1 for t in texts if not t.strip()))
-        device = self.model.device
-        width = self.pooled_width
-        if truncate_dim is not None:
-            width = min(width, truncate_dim)
-        sentences = output_value == "sentence_embedding"
-        out: Tensor | list = [None] * len(texts)
-        if sentences:
-            where = "cpu" if to_cpu else device
-            out = torch.zeros((len(texts), width), dtype=torch.float32, device=where)
-        if not texts:
-            return out, stats
-        if output_value is None:  # sentence-transformers' rows: its batching and padding
-            rows = self._st_rows(
-                texts,
-                pairs,
-                prompt=prompt,
-                batch_size=batch_size,
-                limit=limit,
-                pooling=pooling,
-                normalize=normalize,
-                truncate_dim=truncate_dim,
-                show_progress_bar=show_progress_bar,
-                progress=progress,
-            )
-            return rows, stats
-        prompt_length = self._prompt_length(prompt, limit) if prompt else 0
-        skip = 0 if self.include_prompt else prompt_length  # tokens left out of pooling
-        if prompt:
-            texts = [prompt + t for t in texts]
-        encodings = self.tokenizer.encode_batch(texts, pairs, max_length=limit)
-        stats.truncated = sum(1 for e in encodings if e.overflowing)
-        stats.tokens = sum(len(e.ids) for e in encodings)
-        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))  # longest first
-        lengths = [len(encodings[i].ids) for i in order]
+        return batch_size, limit, batch_tokens  # type: ignore[return-value]
+
+    def _batch_ranges(
+        self, lengths: list[int], batch_size: int, batch_tokens: int | None, limit: int
+    ) -> list[tuple[int, int]]:
+        """The ``(start, end)`` batches of texts sorted longest first (``lengths``: their
+        tokens), short ones filled past ``batch_size`` (:meth:`_fill_tokens`); a filled batch
+        is said (explain, and -vv)."""
         fill = self._fill_tokens(batch_size, limit)
         ranges = length_batches(lengths, batch_size, batch_tokens, fill)
         telling = fill and (explaining() or logger.isEnabledFor(logging.DEBUG))
         most = max((e - s for s, e in ranges), default=0) if telling else 0
-        if most > batch_size:  # a batch was filled: say so (explain, and -vv)
+        if most > batch_size:
             batches = f"{len(ranges)} batch" + ("" if len(ranges) == 1 else "es")
             said = (
-                f"encode: {len(texts)} texts as {batches} (batch_size {batch_size}; "
+                f"encode: {len(lengths)} texts as {batches} (batch_size {batch_size}; "
                 f"short texts fill a batch up to {fill} padded tokens, BertModel.fill_tokens: "
                 f"at most {most} texts in one)"
             )
             explain_note(said)
             logger.debug("%s", said)
-        by_tokens = None if progress_tokens is None else progress_tokens(sum(lengths))
-        from tqdm import tqdm
+        return ranges
 
-        bar = tqdm(total=len(ranges), desc="Batches", disable=not show_progress_bar)
-        step = ModelStep(self, self.forward_encodings, "hidden")  # inference mode and the governor
-        with step.session(), bar:
-            for start, end in ranges:
-                idx = order[start:end]
-                with step.timed(sum(lengths[start:end])):
-                    batch, mask, hidden = step.compute([encodings[i] for i in idx])
-                    stats.padded += batch.input_ids.numel()
-                    if sentences:
-                        emb = self._sentences(hidden, mask, pooling, normalize, skip)  # (B, E)
-                        if truncate_dim is not None:
-                            emb = emb[:, :truncate_dim]
-                        if normalize_embeddings:
-                            emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                        out[torch.tensor(idx)] = emb.to(out.device)  # type: ignore[call-overload,union-attr]
-                    else:  # token_embeddings: each text's real tokens
-                        for j, i in enumerate(idx):
-                            out[i] = hidden[j, : len(encodings[i].ids)]
-                bar.update(1)
-                if progress is not None:
-                    progress(len(idx))
-                if by_tokens is not None:
-                    by_tokens(sum(lengths[start:end]))
-        if self.threads is not None and device.type == "cpu" and explaining():
+    def _explain_encode(self, step: ModelStep) -> None:
+        """explain's notes after an encode: threads (and the governor), the dtype ``auto`` or
+        int8 chose, the compiled forward."""
+        if self.threads is not None and self.model.device.type == "cpu":
             state = f"; {step.governor.describe()}" if step.governor else ""
             explain_note(f"encode: {self.threads.describe()}{state}")
-        if self.dtype_choice is not None and explaining():
+        if self.dtype_choice is not None:
             explain_note(f"encode: dtype auto: {self.dtype_choice}")
-        elif explaining() and getattr(self.model, "int8_speed", None) is not None:
+        elif getattr(self.model, "int8_speed", None) is not None:
             explain_note(f"encode: {self.dtype_reason}", once=True)
-        if self.compile_choice is not None and explaining():
+        if self.compile_choice is not None:
             explain_note(f"encode: compile: {self.compile_choice}", once=True)
-        return out, stats
 
     def _fill_tokens(self, batch_size: int, max_length: int) -> int:
         """The padded tokens a batch of short texts fills to past ``batch_size`` texts (the
@@ -974,16 +921,7 @@ class Bert(SentenceTransformerSurface):
         """
         check_str(text, "text")
         check_str(pair, "pair", optional=True)
-        limit = self.max_length if max_length is None else max_length
-        top_limit = self.model.config.max_position_embeddings
-        if not is_int(limit):
-            raise ArgumentTypeError(
-                f"max_length must be an int in 2..{top_limit} or None, got {describe(limit)}."
-            )
-        if not 2 <= limit <= top_limit:
-            raise ValueError(
-                f"max_length {limit!r} is out of range: this model takes 2..{top_limit} tokens."
-            )
+        limit = self._maps_limit(max_length)
         n = self.model.config.num_hidden_layers
         layers = None if layers is None else _layer_list(layers, "layers", n)
         qkv_layers = _layer_list(qkv_layers, "qkv_layers", n)
@@ -1044,6 +982,20 @@ class Bert(SentenceTransformerSurface):
             maps.validate()
         return maps
 
+    def _maps_limit(self, max_length: object) -> int:
+        """:meth:`attention_maps`'s ``max_length`` checked (None: :attr:`max_length`)."""
+        limit = self.max_length if max_length is None else max_length
+        top_limit = self.model.config.max_position_embeddings
+        if not is_int(limit):
+            raise ArgumentTypeError(
+                f"max_length must be an int in 2..{top_limit} or None, got {describe(limit)}."
+            )
+        if not 2 <= limit <= top_limit:  # type: ignore[operator]
+            raise ValueError(
+                f"max_length {limit!r} is out of range: this model takes 2..{top_limit} tokens."
+            )
+        return int(limit)  # type: ignore[arg-type]
+
     def attention_steps(
         self,
         text: str,
@@ -1062,3 +1014,23 @@ class Bert(SentenceTransformerSurface):
         return attention_steps(
             self, text, layer=layer, head=head, query=query, pair=pair, max_length=max_length
         )
+
+
+def _fastest_dtype(
+    folder: ModelFolder, target: torch.device | None, threads: int | None
+) -> DtypeChoice:
+    """``dtype="auto"``'s ``"fastest"`` meaning (:mod:`bertattn.dtypes`) for :meth:`Bert.load`:
+    :func:`choose_dtype` on ``target`` (None: the CPU), timed at the model's widths and the
+    thread count it will run at; logged with its reason."""
+    widths = (folder.config.hidden_size, folder.config.intermediate_size)
+    auto = choose_dtype(target or "cpu", threads=threads, widths=widths)
+    logger.info("dtype auto on %s: %s", target or "cpu", auto)
+    return auto
+
+
+def _cut_and_normalize(emb: Tensor, truncate_dim: int | None, normalize: bool) -> Tensor:
+    """``(B, E)`` sentence embeddings cut to their first ``truncate_dim`` dimensions (None:
+    all), then L2-normalized when ``normalize`` (sentence-transformers' order)."""
+    if truncate_dim is not None:
+        emb = emb[:, :truncate_dim]
+    return torch.nn.functional.normalize(emb, p=2, dim=1) if normalize else emb

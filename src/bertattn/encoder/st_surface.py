@@ -13,7 +13,7 @@ docs/python-api.md shows it (:func:`differences_markdown`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelFolderError
+from .encode_call import ST_ENCODE, arguments, takes
 from .st_compat import _input_aliases
 
 if TYPE_CHECKING:
@@ -135,71 +136,39 @@ class SentenceTransformerSurface:
 
     # ------------------------------------------------------------------ encode variants
     @_input_aliases
-    def encode_query(
-        self,
-        inputs: str | Iterable[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        batch_size: int = 32,
-        show_progress_bar: bool | None = None,
-        output_value: str | None = "sentence_embedding",
-        precision: str = "float32",
-        convert_to_numpy: bool = True,
-        convert_to_tensor: bool = False,
-        device: str | torch.device | None = None,
-        normalize_embeddings: bool = False,
-        truncate_dim: int | None = None,
-        pool: dict | None = None,
-        chunk_size: int | None = None,
-        **kwargs: Any,
-    ) -> Any:
+    @takes(ST_ENCODE)
+    def encode_query(self, *args: Any, **kwargs: Any) -> Any:
         """``encode`` with the ``"query"`` prompt unless ``prompt`` / ``prompt_name`` is given
         (``""`` unless the folder sets one, so ``default_prompt_name`` does not apply) and
         ``task="query"``, as sentence-transformers does; ``encode``'s parameters and
         bertattn's keywords otherwise."""
-        if prompt_name is None and prompt is None and "query" in self.prompts:
-            prompt_name = "query"
-        args = locals()
-        return self._encode_task("query", args, kwargs)
+        given = arguments(ST_ENCODE, self, args, kwargs)
+        if given["prompt_name"] is None and given["prompt"] is None and "query" in self.prompts:
+            given["prompt_name"] = "query"
+        return self._encode_task("query", given)
 
     @_input_aliases
-    def encode_document(
-        self,
-        inputs: str | Iterable[str],
-        prompt_name: str | None = None,
-        prompt: str | None = None,
-        batch_size: int = 32,
-        show_progress_bar: bool | None = None,
-        output_value: str | None = "sentence_embedding",
-        precision: str = "float32",
-        convert_to_numpy: bool = True,
-        convert_to_tensor: bool = False,
-        device: str | torch.device | None = None,
-        normalize_embeddings: bool = False,
-        truncate_dim: int | None = None,
-        pool: dict | None = None,
-        chunk_size: int | None = None,
-        **kwargs: Any,
-    ) -> Any:
+    @takes(ST_ENCODE)
+    def encode_document(self, *args: Any, **kwargs: Any) -> Any:
         """``encode`` with the first of the ``"document"`` / ``"passage"`` / ``"corpus"``
         prompts unless ``prompt`` / ``prompt_name`` is given, and ``task="document"``, as
         sentence-transformers does."""
-        if prompt_name is None and prompt is None:
-            prompt_name = next(
+        given = arguments(ST_ENCODE, self, args, kwargs)
+        if given["prompt_name"] is None and given["prompt"] is None:
+            given["prompt_name"] = next(
                 (n for n in ("document", "passage", "corpus") if n in self.prompts), None
             )
-        args = locals()
-        return self._encode_task("document", args, kwargs)
+        return self._encode_task("document", given)
 
-    def _encode_task(self, task: str, args: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    def _encode_task(self, task: str, given: dict[str, Any]) -> Any:
+        kwargs = given.pop("kwargs")
         if "task" in kwargs:
             raise TypeError(
                 f"encode_{task}() sets task={task!r} itself and got task={kwargs['task']!r} "
                 f"too (sentence-transformers raises here as well); call encode(..., "
                 f"task=...) for another task."
             )
-        params = {k: v for k, v in args.items() if k not in ("self", "kwargs", "__class__")}
-        return self.encode(**params, task=task, **kwargs)
+        return self.encode(**given, task=task, **kwargs)
 
     # ------------------------------------------------------------------ settings
     @contextmanager

@@ -19,6 +19,7 @@ from .fields import (
     MAX_LENGTH_WHY,
     check_choice,
     check_device,
+    check_dtype,
     check_int,
     check_text,
     check_unicode,
@@ -192,7 +193,7 @@ class EncodeOptions:
             )
         check_unicode(cls, self, "field", "id_field")
         check_choice(cls, self, "pooling", POOLINGS)
-        check_choice(cls, self, "dtype", ENCODER_DTYPES)
+        check_dtype(cls, self, int8=True)
         check_device(cls, self)
         check_int(cls, self, "batch_size", optional=False)
         check_int(cls, self, "max_length", low=3, because=MAX_LENGTH_WHY)

@@ -10,7 +10,9 @@ import re
 from dataclasses import MISSING, field, fields
 from typing import Any
 
+from .. import dtypes
 from ..errors import UsageError
+from ..serve_defaults import MAX_LENGTH_WHY  # the fewest tokens a text keeps, and why
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -25,6 +27,7 @@ __all__ = [
     "add_arguments",
     "check_choice",
     "check_device",
+    "check_dtype",
     "check_int",
     "check_seconds",
     "check_text",
@@ -39,9 +42,10 @@ __all__ = [
     "world_size",
 ]
 
-#: ``--dtype``'s choices; ``auto``: the machine's fastest (:func:`bertattn.choose_dtype`: on the
-#: CPU timed once and cached, the flag rule as fallback; bfloat16 on a GPU with bf16, else float16)
-DTYPES = ("float32", "bfloat16", "float16", "auto")
+#: ``--dtype``'s choices (:mod:`bertattn.dtypes`); ``auto``: the machine's fastest
+#: (:func:`bertattn.choose_dtype`: on the CPU timed once and cached, the flag rule as fallback;
+#: bfloat16 on a GPU with bf16, else float16)
+DTYPES = (*dtypes.COMMAND_LINE, dtypes.AUTO)
 #: ``--dtype``'s help, after what the command says of it
 DTYPE_HELP = (
     "auto: on the CPU bfloat16 where a timed probe (cached per CPU, torch and threads; "
@@ -50,7 +54,7 @@ DTYPE_HELP = (
 )
 #: the sentence encoder's ``--dtype`` choices (encode, serve): also ``int8`` (CPU, opt-in: the
 #: encoder's matrix products in int8, checked against float32 as the model loads)
-ENCODER_DTYPES = (*DTYPES, "int8")
+ENCODER_DTYPES = (*DTYPES, dtypes.INT8)
 ENCODER_DTYPE_HELP = DTYPE_HELP + "; int8: CPU only, checked against float32 as it loads"
 EMBEDDING_FORMATS = (".npy", ".jsonl")
 DEFAULT_TIMEOUT = 1800.0
@@ -104,6 +108,18 @@ def check_choice(cls: type, obj: object, name: str, choices: tuple[str, ...]) ->
         raise UsageError(f"{flag(cls, name)} {value!r} is not one of {', '.join(choices)}.")
 
 
+def check_dtype(cls: type, obj: object, *, int8: bool = False) -> None:
+    """``obj.dtype`` is a ``--dtype`` name (:data:`DTYPES`; :data:`ENCODER_DTYPES` with
+    ``int8``), by :func:`bertattn.dtypes.parse_dtype`, the check the Python API makes."""
+    where = flag(cls, "dtype")
+    value = obj.dtype  # type: ignore[attr-defined]
+    try:
+        dtypes.parse_dtype(value, where=where, names=dtypes.COMMAND_LINE, auto="fastest",
+                           int8=int8, exact=True)  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
 def check_text(cls: type, obj: object, name: str, *, optional: bool = True) -> None:
     """Option ``name`` of ``obj`` is a non-empty path or name (None too when ``optional``)."""
     value = getattr(obj, name)
@@ -133,9 +149,6 @@ def check_unicode(cls: type, obj: object, *names: str) -> None:
             + (", or put the text in a UTF-8 file and pass --file." if name == "text" else ".")
         )
 
-
-#: the fewest tokens a text can keep: [CLS], one token, [SEP] (a pair: one more [SEP])
-MAX_LENGTH_WHY = "[CLS], [SEP] and at least one token of the text"
 
 _DEVICE = re.compile(r"\A(auto|cpu|cuda(:\d+)?)\Z")
 DEVICE_HELP = "auto (CUDA when available, else the CPU), cpu, cuda or cuda:N"

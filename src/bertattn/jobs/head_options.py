@@ -15,6 +15,7 @@ from .fields import (
     MAX_LENGTH_WHY,
     check_choice,
     check_device,
+    check_dtype,
     check_int,
     check_text,
     option,
@@ -35,7 +36,7 @@ def _head_common(cls: type, obj: Any) -> None:
     check_text(cls, obj, "model", optional=False)
     check_text(cls, obj, "field")
     check_device(cls, obj)
-    check_choice(cls, obj, "dtype", DTYPES)
+    check_dtype(cls, obj)
     check_int(cls, obj, "batch_size", optional=False)
     check_int(cls, obj, "max_length", low=3, because=MAX_LENGTH_WHY)
     check_int(cls, obj, "threads")

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ..engine import ModelStep, WrappedStep
 from ..errors import JobError, MissingExtraError, UsageError
@@ -116,6 +117,52 @@ def _max_connections(given: int | None) -> int:
     return max(16, min(SERVE_MAX_CONNECTIONS, files - 64))
 
 
+def _create_app(
+    options: ServeOptions, bert: object, api_key: str | None, *, several: bool
+) -> Any:
+    """The ASGI app of the loaded model(s), with the options' limits (checked once more, by
+    :class:`bertattn.serve.Limits`, as every library caller's are)."""
+    from ..serve import create_app
+    from ..serve.served import model_names
+
+    # the names the model was given by, should its loaded name differ
+    names = model_names(str(options.model)) if options.model and not several else ()
+    return create_app(
+        bert,
+        one_worker=options.one_worker,
+        max_batch_tokens=options.max_batch_tokens,
+        max_queue_tokens=options.max_queue_tokens,
+        max_queue_s=options.max_queue_time or None,
+        min_queue_requests=options.min_queue_requests,
+        max_request_inputs=options.max_request_inputs,
+        max_decode_ids=options.max_decode_ids,
+        max_input_tokens=options.max_input_tokens,
+        truncate=options.truncate is not False,
+        max_body_bytes=options.max_body_bytes,
+        api_key=api_key,
+        names=names,
+        served_name=options.served_model_name,
+    )
+
+
+def _serving_line(state: object, sock: socket.socket, api_key: str | None) -> str:
+    """The start-up line: what is served (each model, its kind unless an embedder), where,
+    on which device and threads, and whether an API key is required."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    each = getattr(state, "states", [state])  # several models: a ServeGroup
+    encoder = each[0].bert
+    threads = "" if encoder.threads is None else f", {encoder.threads.describe()}"
+    what = ", ".join(
+        s.names[0] + ("" if s.served.kind == "embedding" else f" ({s.served.describe()})")
+        for s in each
+    )
+    return (
+        f"serving {what} on http://{shown}:{port} ({encoder.device}{threads}; "
+        f"{'API key required' if api_key else 'no API key'}); Ctrl-C or SIGTERM to stop"
+    )
+
+
 def run_serve(
     options: ServeOptions, *, announce: Callable[[str], object] | None = None
 ) -> ServeResult:
@@ -124,10 +171,8 @@ def run_serve(
     import uvicorn
 
     from ..encoder import Bert
-    from ..serve import create_app
     from ..serve.connections import guarded_protocol
     from ..serve.runner import DrainingServer
-    from ..serve.served import model_names
 
     say = announce or (lambda line: None)
     api_key = options.api_key or os.environ.get(API_KEY_ENV) or None
@@ -150,24 +195,7 @@ def run_serve(
         load = {"dtype": options.dtype, "device": device, "threads": options.threads}
         models = [load_auto(m, sparse=options.sparse, **load) for m in options.models]
         bert = models if len(models) > 1 else models[0] if models else Bert.load(folder, **load)
-        # the names the model was given by, should its loaded name differ
-        names = model_names(str(options.model)) if options.model and len(models) == 1 else ()
-        app = create_app(
-            bert,
-            one_worker=options.one_worker,
-            max_batch_tokens=options.max_batch_tokens,
-            max_queue_tokens=options.max_queue_tokens,
-            max_queue_s=options.max_queue_time or None,
-            min_queue_requests=options.min_queue_requests,
-            max_request_inputs=options.max_request_inputs,
-            max_decode_ids=options.max_decode_ids,
-            max_input_tokens=options.max_input_tokens,
-            truncate=options.truncate is not False,
-            max_body_bytes=options.max_body_bytes,
-            api_key=api_key,
-            names=names,
-            served_name=options.served_model_name,
-        )
+        app = _create_app(options, bert, api_key, several=len(models) > 1)
         state = app.state.serve
         delay = float(os.environ.get(TEST_BATCH_DELAY_ENV, "0") or 0)
         for one in getattr(state, "states", [state]):  # before the workers start
@@ -185,19 +213,7 @@ def run_serve(
             timeout_graceful_shutdown=max(1, int(options.drain_timeout) or 1),
         )
         server = DrainingServer(config, state, options.drain_timeout)
-        host, port = sock.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        each = getattr(state, "states", [state])  # several models: a ServeGroup
-        encoder = each[0].bert
-        threads = "" if encoder.threads is None else f", {encoder.threads.describe()}"
-        what = ", ".join(
-            s.names[0] + ("" if s.served.kind == "embedding" else f" ({s.served.describe()})")
-            for s in each
-        )
-        say(
-            f"serving {what} on http://{shown}:{port} ({encoder.device}{threads}; "
-            f"{'API key required' if api_key else 'no API key'}); Ctrl-C or SIGTERM to stop"
-        )
+        say(_serving_line(state, sock, api_key))
         try:
             server.run(sockets=[sock])
         finally:

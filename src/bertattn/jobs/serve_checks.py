@@ -13,7 +13,8 @@ from ..encoder.folder import ModelFolder
 from ..encoder.jsonfile import ModelPathNotFoundError
 from ..encoder.tokenizer import read_tokenizer_config
 from ..errors import UsageError
-from .serve_options import ServeOptions
+from ..serve_defaults import check_model_length
+from .serve_options import SERVE_FLAGS, ServeOptions
 
 __all__ = ["check_before_load", "check_model_path", "expected_max_length"]
 
@@ -67,19 +68,11 @@ def check_before_load(options: ServeOptions) -> ModelFolder:
         if options.sparse and "drop --sparse" in str(exc):
             raise UsageError(str(exc)) from None
         raise
-    top = expected_max_length(folder)
-    given = options.max_input_tokens
-    if given is not None and given > top:
-        raise UsageError(
-            f"--max-input-tokens {given} is more than the model takes ({top} tokens); use "
-            f"--max-input-tokens {top} or less."
+    try:
+        check_model_length(
+            options.max_input_tokens, options.max_batch_tokens, expected_max_length(folder),
+            SERVE_FLAGS,
         )
-    longest = top if given is None else given
-    if options.max_batch_tokens < longest:
-        why = "--max-input-tokens" if given is not None else "the model's max length"
-        raise UsageError(
-            f"--max-batch-tokens {options.max_batch_tokens} is less than the longest input, "
-            f"{longest} tokens ({why}): one input must fit in a batch; use --max-batch-tokens "
-            f"{longest} or more, or a lower --max-input-tokens."
-        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return folder

@@ -12,9 +12,8 @@ from .fields import (
     DEVICE_HELP,
     ENCODER_DTYPE_HELP,
     ENCODER_DTYPES,
-    MAX_LENGTH_WHY,
-    check_choice,
     check_device,
+    check_dtype,
     check_int,
     check_seconds,
     check_text,
@@ -29,6 +28,7 @@ __all__ = [
     "SERVE_BODY_SIZE",
     "SERVE_DECODE_IDS",
     "SERVE_DRAIN_TIMEOUT",
+    "SERVE_FLAGS",
     "SERVE_HEADER_TIMEOUT",
     "SERVE_MAX_CONNECTIONS",
     "SERVE_MIN_QUEUE_REQUESTS",
@@ -50,6 +50,18 @@ SERVE_QUEUE_TIME = serve_defaults.MAX_QUEUE_S
 SERVE_MIN_QUEUE_REQUESTS = serve_defaults.MIN_QUEUE_REQUESTS
 SERVE_HEADER_TIMEOUT = 10.0
 SERVE_MAX_CONNECTIONS = 1024
+
+#: the limits :class:`ServeOptions` and :class:`bertattn.serve.Limits` share, by field name
+_LIMITS = (
+    "max_batch_tokens",
+    "max_queue_tokens",
+    "max_request_inputs",
+    "max_decode_ids",
+    "max_input_tokens",
+    "min_queue_requests",
+)
+#: how ``bertattn serve``'s messages name a limit: by its flag (``--max-batch-tokens 128``)
+SERVE_FLAGS = serve_defaults.Spelling(lambda name: flag(ServeOptions, name), " ")
 
 
 @dataclass
@@ -214,7 +226,7 @@ class ServeOptions:
         check_text(cls, self, "served_model_name")
         check_unicode(cls, self, "served_model_name", "host", "api_key")
         check_device(cls, self)
-        check_choice(cls, self, "dtype", ENCODER_DTYPES)
+        check_dtype(cls, self, int8=True)
         if not isinstance(self.host, str) or not self.host.strip() or " " in self.host:
             raise UsageError(f"--host must be an address such as 127.0.0.1, got {self.host!r}.")
         port = self.port
@@ -222,22 +234,7 @@ class ServeOptions:
             raise UsageError(f"--port must be an integer in 0..65535, got {port!r}.")
         check_int(cls, self, "threads")
         check_threads(self.threads, flag(cls, "threads"))
-        check_int(cls, self, "max_batch_tokens", optional=False)
-        check_int(cls, self, "max_queue_tokens", optional=False)
-        check_int(cls, self, "max_request_inputs", optional=False)
-        check_int(cls, self, "max_decode_ids", optional=False)
-        check_int(cls, self, "max_input_tokens", low=3, because=MAX_LENGTH_WHY)
-        if self.max_queue_tokens < self.max_batch_tokens:
-            raise UsageError(
-                f"--max-queue-tokens {self.max_queue_tokens} is less than --max-batch-tokens "
-                f"{self.max_batch_tokens}: the queue could never fill one batch; raise "
-                f"--max-queue-tokens or lower --max-batch-tokens."
-            )
-        if self.max_input_tokens is not None and self.max_input_tokens > self.max_batch_tokens:
-            raise UsageError(
-                f"--max-input-tokens {self.max_input_tokens} is more than --max-batch-tokens "
-                f"{self.max_batch_tokens}: one input must fit in a batch."
-            )
+        self._check_limits()
         if self.truncate is not None and not isinstance(self.truncate, bool):
             raise UsageError(f"truncate must be True, False or None, got {self.truncate!r}.")
         self.max_body_bytes  # noqa: B018  (parses --max-body-size)
@@ -247,11 +244,18 @@ class ServeOptions:
             raise UsageError("--api-key is empty; give a key, or drop --api-key.")
         check_seconds(cls, self, "drain_timeout")
         check_seconds(cls, self, "max_queue_time")
-        check_int(cls, self, "min_queue_requests", low=0, optional=False)
         check_seconds(cls, self, "header_timeout")
         if self.header_timeout == 0:
             raise UsageError("--header-timeout must be a number of seconds > 0, got 0.")
         check_int(cls, self, "max_connections")
+
+    def _check_limits(self) -> None:
+        """The limits :class:`bertattn.serve.Limits` also has, by its one check (named by flag)."""
+        given = {name: getattr(self, name) for name in _LIMITS}
+        try:
+            serve_defaults.check_limits(given, SERVE_FLAGS)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     @property
     def max_body_bytes(self) -> int:

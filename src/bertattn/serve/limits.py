@@ -46,27 +46,7 @@ class Limits:
     served_name: str | None = None
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("max_batch_tokens", "max_queue_tokens", "max_request_inputs",
-                          "max_body_bytes", "max_input_tokens", "max_decode_ids"):  # fmt: skip
-                if value is None and f.name == "max_input_tokens":
-                    continue
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"{f.name} must be a positive int, got {value!r}.")
-        floor = self.min_queue_requests
-        if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
-            raise ValueError(f"min_queue_requests must be an int >= 0, got {floor!r}.")
-        if self.max_input_tokens is not None and self.max_input_tokens < 3:
-            raise ValueError(
-                f"max_input_tokens must be >= 3 ([CLS], one token, [SEP]), got "
-                f"{self.max_input_tokens}."
-            )
-        if self.max_queue_tokens < self.max_batch_tokens:
-            raise ValueError(
-                f"max_queue_tokens ({self.max_queue_tokens}) must be >= max_batch_tokens "
-                f"({self.max_batch_tokens}): the queue must hold at least one full batch."
-            )
+        default.check_limits({f.name: getattr(self, f.name) for f in fields(self)})
         if not isinstance(self.truncate, bool):
             raise TypeError(f"truncate must be True or False, got {self.truncate!r}.")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..serve_defaults import check_model_length
 from .batcher import Batcher
 from .errors import ApiError
 from .limits import Limits
@@ -38,18 +39,9 @@ class ServeState:
         self.served = serve_model(model)
         bert = self.bert = self.served.bert  # the encoder: tokenizer, limits, device
         self.limits = limits
-        top = int(bert.max_length)
-        limit = top if limits.max_input_tokens is None else limits.max_input_tokens
-        if limit > top:
-            raise ValueError(
-                f"max_input_tokens {limit} is more than the model takes ({top} tokens): use "
-                f"{top} or less."
-            )
-        if limit > limits.max_batch_tokens:
-            raise ValueError(
-                f"max_input_tokens {limit} is more than max_batch_tokens "
-                f"{limits.max_batch_tokens}: one input must fit in a batch."
-            )
+        limit = check_model_length(
+            limits.max_input_tokens, limits.max_batch_tokens, int(bert.max_length)
+        )
         self.max_input_tokens = limit
         self.width = int(bert.get_embedding_dimension())
         self.vocab = int(bert.model.config.vocab_size)
