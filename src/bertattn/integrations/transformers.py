@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 import warnings
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -61,7 +60,7 @@ except ImportError as exc:  # no transformers, or one without AttentionMaskInter
 
 from ..attention.backends import get_backend
 from ..attention.dispatch import Dispatch, choose_backend, record
-from ..attention.masks import PreparedMask, prepare_mask
+from ..attention.masks import LastMask, PreparedMask, prepare_mask
 
 __all__ = [
     "NAME",
@@ -202,15 +201,7 @@ def _repeat_kv(t: Tensor, n_rep: int) -> Tensor:
 #: one prepared mask: transformers passes the same mask tensor to every layer of a forward, so
 #: it is turned into bertattn's additive bias once, not once per layer. The entry is dropped
 #: when that tensor is freed, and not reused if it was modified in place (its version changed).
-_cached: list[tuple[weakref.ref, int, tuple, PreparedMask] | None] = [None]
-
-
-def _forget(ref: weakref.ref, cache: list = _cached) -> None:
-    # ``cache`` bound at definition: a mask freed while the interpreter shuts down calls this
-    # after the module's globals are gone
-    entry = cache[0]
-    if entry is not None and entry[0] is ref:
-        cache[0] = None
+_cached = LastMask()
 
 
 def _tracing() -> bool:
@@ -245,14 +236,9 @@ def _prepare(
     if source is not None:
         # a mask prepared under inference_mode is an inference tensor: not for autograd later
         key = (target, dtype, device, torch.is_inference_mode_enabled())
-        entry = _cached[0]
-        if (
-            entry is not None
-            and entry[0]() is source
-            and entry[1] == source._version
-            and entry[2] == key
-        ):
-            return entry[3]
+        last = _cached.get(source, key)
+        if last is not None:
+            return last
     prepared = prepare_mask(
         keep,
         None,
@@ -265,7 +251,7 @@ def _prepare(
         device=device,
     )
     if source is not None:
-        _cached[0] = (weakref.ref(source, _forget), source._version, key, prepared)
+        _cached.put(source, key, prepared)
     return prepared
 
 
