@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from serve_server import running_server
+from serve_server import metrics, running_server
 
 import bertattn
 from bertattn import M3Encoder, MultiVectorEncoder
@@ -32,15 +32,6 @@ MEAN = {"pooling": "mean"}
 
 def post(server, path: str, body: dict) -> httpx.Response:  # type: ignore[no-untyped-def]
     return httpx.post(server.url + path, json=body, timeout=60)
-
-
-def metrics(server) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    out = {}
-    for line in httpx.get(server.url + "/metrics", timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
 
 
 def refused(r: httpx.Response, status: int, param: str | None, *words: str) -> None:
