@@ -255,6 +255,33 @@ def _prepare(
     return prepared
 
 
+def _check_supported(kwargs: dict[str, Any]) -> None:
+    """Refuse the interface's arguments bertattn's attention does not implement."""
+    for arg in _UNSUPPORTED:
+        if kwargs.get(arg) is not None:
+            raise ValueError(
+                f"bertattn's attention function does not implement {arg!r}; use "
+                f'attn_implementation="eager" for this model.'
+            )
+
+
+def _record(module: nn.Module, choice: tuple[str, str, str], name: str, query: Tensor) -> None:
+    """Record ``choice`` (the backend asked for, the one chosen, why) on ``module`` (as
+    bertattn's MultiHeadAttention keeps its own) and in the dispatch log, naming the model's
+    ``attn_implementation`` (``name`` when it has none)."""
+    requested, chosen, reason = choice
+    impl = _implementation(module) or name
+    decision = Dispatch(
+        requested,
+        chosen,
+        f"{reason} (transformers attn_implementation={impl!r})",
+        tuple(query.shape),
+        str(query.dtype).replace("torch.", ""),
+    )
+    module.last_dispatch = decision
+    record(decision)
+
+
 def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callable[..., Any]:
     """An attention function for transformers' ``AttentionInterface`` that runs bertattn's
     ``backend`` (``"auto"``: ``math`` when weights are asked for, else ``sdpa``; or a padded
@@ -282,12 +309,7 @@ def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callab
         """transformers' attention interface: ``query`` ``(B, H, Lq, D)``, ``key`` / ``value``
         ``(B, Hkv, Lk, D)`` -> ``(attn_output (B, Lq, H, D), attn_weights (B, H, Lq, Lk) or
         None)``."""
-        for arg in _UNSUPPORTED:
-            if kwargs.get(arg) is not None:
-                raise ValueError(
-                    f"bertattn's attention function does not implement {arg!r}; use "
-                    f'attn_implementation="eager" for this model.'
-                )
+        _check_supported(kwargs)
         _check_mask_function(module)
         keep, additive = _read_mask(attention_mask, position_bias)
         n_rep = int(getattr(module, "num_key_value_groups", 1) or 1)
@@ -327,16 +349,7 @@ def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callab
             context = context.masked_fill(~live, 0.0)
             weights = None if weights is None else weights.masked_fill(~live, 0.0)
         if not _tracing():  # traced: no Python-side record inside the graph
-            impl = _implementation(module) or name
-            decision = Dispatch(
-                backend,
-                chosen,
-                f"{reason} (transformers attn_implementation={impl!r})",
-                tuple(query.shape),
-                str(query.dtype).replace("torch.", ""),
-            )
-            module.last_dispatch = decision  # like bertattn's MultiHeadAttention
-            record(decision)
+            _record(module, (backend, chosen, reason), name, query)
         return context.transpose(1, 2).contiguous(), weights  # (B, Lq, H, D)
 
     forward.__name__ = forward.__qualname__ = f"bertattn_attention_forward_{backend}"
