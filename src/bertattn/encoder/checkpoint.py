@@ -244,6 +244,34 @@ def load_pretrained(
     check_str(attn_implementation, "attn_implementation", optional=True)
     check_str(revision, "revision", optional=True)
     check_bool(local_files_only, "local_files_only", optional=True)
+    dtype, backend = _transformers_keywords(dtype, torch_dtype, backend, attn_implementation)
+    _check_revision(revision)
+    _check_local_files_only(path, local_files_only)
+    auto = isinstance(dtype, str) and dtype == "auto"
+    target = torch.float32 if auto else resolve_dtype(dtype)
+    resolved = resolve_model(path)
+    folder, config = resolved.model_dir, resolved.config
+    if auto:
+        target = _checkpoint_dtype(folder)
+    state, has_pooler, wfile = _read_weights(folder, config)
+
+    with torch.device("meta"):
+        model = cls(config, backend=backend, add_pooling_layer=has_pooler)
+    _check_shapes(model, state, config, has_pooler, wfile)
+    half = target in (torch.float16, torch.bfloat16)  # mixed precision: see to_compute_dtype
+    state = {k: v.to(torch.float32 if half else target) for k, v in state.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    if half:
+        model.to_compute_dtype(target)
+    model.name_or_path = resolved.name
+    return model.eval()
+
+
+def _transformers_keywords(
+    dtype: object, torch_dtype: object, backend: str, attn_implementation: str | None
+) -> tuple[object, str]:
+    """``dtype`` with its alias ``torch_dtype`` folded in, and the backend with
+    ``attn_implementation`` mapped onto it; a disagreement raises ``ValueError``."""
     if torch_dtype is not None:
         if dtype is not None and _dtype_key(dtype) != _dtype_key(torch_dtype):
             raise ValueError(
@@ -265,12 +293,21 @@ def load_pretrained(
                 f"backend={backend!r}; give one of them."
             )
         backend = mapped
+    return dtype, backend
+
+
+def _check_revision(revision: str | None) -> None:
+    """Only the files as they are (``main``): bertattn does not pick hub revisions."""
     if revision not in (None, "main"):
         raise ValueError(
             f"revision={revision!r} is not supported: bertattn loads the cached or local files "
             f"as they are. Download that revision (huggingface_hub.snapshot_download(name, "
             f"revision=...)) and pass its folder."
         )
+
+
+def _check_local_files_only(path: object, local_files_only: bool | None) -> None:
+    """``local_files_only`` for a hub name must agree with ``HF_HUB_OFFLINE``."""
     if local_files_only is not None and _is_hub_name(path):
         from .folder import _offline
 
@@ -285,12 +322,12 @@ def load_pretrained(
                 f"so bertattn reads hub names from the local cache only; unset HF_HUB_OFFLINE "
                 f"to download."
             )
-    auto = isinstance(dtype, str) and dtype == "auto"
-    target = torch.float32 if auto else resolve_dtype(dtype)
-    resolved = resolve_model(path)
-    folder, config = resolved.model_dir, resolved.config
-    if auto:
-        target = _checkpoint_dtype(folder)
+
+
+def _read_weights(folder: Path, config: BertConfig) -> tuple[dict[str, torch.Tensor], bool, Path]:
+    """The checkpoint's tensors under bertattn's names, checked against config.json's sizes
+    first; whether it has pooler weights (skipped task-head tensors and a missing pooler are
+    warned about); the weight file."""
     wfile = weight_file(folder)
     raw = read_state_dict(wfile)
     warn_not_finite(raw, str(wfile))
@@ -302,14 +339,23 @@ def load_pretrained(
     if skipped:
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)
-        warnings.warn(msg, stacklevel=3)
+        warnings.warn(msg, stacklevel=4)
     if not has_pooler and registry.get(config.family).pooler_expected:
         msg = f"{wfile}: no pooler weights (e.g. a BertForMaskedLM); pooler_output will be None"
         logger.info("%s", msg)
-        warnings.warn(msg, stacklevel=3)
+        warnings.warn(msg, stacklevel=4)
+    return state, has_pooler, wfile
 
-    with torch.device("meta"):
-        model = cls(config, backend=backend, add_pooling_layer=has_pooler)
+
+def _check_shapes(
+    model: BertModel,
+    state: dict[str, torch.Tensor],
+    config: BertConfig,
+    has_pooler: bool,
+    wfile: Path,
+) -> None:
+    """Every tensor of ``state`` has the shape of ``model``'s (built from config.json), or
+    :class:`ModelFolderError` names the first three that do not, by the checkpoint's names."""
     expected = {k: v.shape for k, v in model.state_dict().items()}
     bad = [
         f"{k} (file {tuple(v.shape)}, model {tuple(expected[k])})"
@@ -333,10 +379,3 @@ def load_pretrained(
             f"gives ({'; '.join(shown)}).{wide} Use the config.json that came with these "
             f"weights."
         )
-    half = target in (torch.float16, torch.bfloat16)  # mixed precision: see to_compute_dtype
-    state = {k: v.to(torch.float32 if half else target) for k, v in state.items()}
-    model.load_state_dict(state, strict=True, assign=True)
-    if half:
-        model.to_compute_dtype(target)
-    model.name_or_path = resolved.name
-    return model.eval()
