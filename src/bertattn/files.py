@@ -58,6 +58,7 @@ __all__ = [
     "process_alive",
     "remove_stale_temps",
     "same_file",
+    "stale_temps",
     "write_all",
     "write_atomic",
     "write_stdout",
@@ -139,25 +140,32 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def stale_temps(folder: Path, name: str) -> list[Path]:
+    """The temporaries ``.NAME.HOST-PID-XXXXXXXX.tmp`` in ``folder`` that this host's processes
+    made for ``name`` and whose process is gone (none when ``folder`` cannot be listed)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for entry in names:
+        m = _TEMP.match(entry)
+        mine = m is not None and m["name"] == name and m["host"] == HOST
+        if mine and not process_alive(int(m["pid"])):  # type: ignore[index]
+            found.append(folder / entry)
+    return found
+
+
 def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
     """Remove this host's temporary files for ``path`` whose process is gone; return them."""
     path = Path(path)
     removed = []
-    stem = _temp_stem(path.name)
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return removed
-    for name in names:
-        m = _TEMP.match(name)
-        mine = m is not None and m["name"] == stem and m["host"] == HOST
-        if mine and not process_alive(int(m["pid"])):  # type: ignore[index]
-            stale = path.parent / name
-            try:
-                stale.unlink()
-                removed.append(stale)
-            except OSError:
-                pass
+    for stale in stale_temps(path.parent, _temp_stem(path.name)):
+        try:
+            stale.unlink()
+            removed.append(stale)
+        except OSError:
+            pass
     return removed
 
 

