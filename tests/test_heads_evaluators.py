@@ -65,16 +65,22 @@ SAMPLES = [
 ]
 
 
+def _same_as_theirs(evaluator, ours, theirs) -> None:  # type: ignore[no-untyped-def]
+    """The evaluator ("rr") gives ours what it gives sentence-transformers' model, and ours
+    keeps the run in its model card."""
+    got = evaluator(ours)
+    want = evaluator(theirs)
+    assert got.keys() == want.keys() and got == pytest.approx(want, abs=1e-6)
+    assert ours.model_card_data.runs[-1][:2] == ("rr", got)
+
+
 def test_sparse_reranking_evaluator(splade_dir):
     from sentence_transformers import SparseEncoder as STSparseEncoder
     from sentence_transformers.sparse_encoder.evaluation import SparseRerankingEvaluator
 
     evaluator = SparseRerankingEvaluator(SAMPLES, name="rr", show_progress_bar=False)
     ours = SparseEncoder(splade_dir, threads=1)
-    got = evaluator(ours)
-    want = evaluator(STSparseEncoder(str(splade_dir), device="cpu"))
-    assert got.keys() == want.keys() and got == pytest.approx(want, abs=1e-6)
-    assert ours.model_card_data.runs[-1][:2] == ("rr", got)
+    _same_as_theirs(evaluator, ours, STSparseEncoder(str(splade_dir), device="cpu"))
 
 
 def test_a_list_of_sparse_rows_is_taken_by_similarity(splade_dir):
@@ -97,7 +103,4 @@ def test_multi_vector_reranking_evaluator(tiny_checkpoint, tmp_path):
     folder = build(tiny_checkpoint, tmp_path / "mv", width=16)
     evaluator = MultiVectorRerankingEvaluator(SAMPLES, name="rr", show_progress_bar=False)
     ours = MultiVectorEncoder(folder, threads=1)
-    got = evaluator(ours)
-    want = evaluator(STMultiVectorEncoder(str(folder), device="cpu"))
-    assert got.keys() == want.keys() and got == pytest.approx(want, abs=1e-6)
-    assert ours.model_card_data.runs[-1][:2] == ("rr", got)
+    _same_as_theirs(evaluator, ours, STMultiVectorEncoder(str(folder), device="cpu"))

@@ -42,7 +42,7 @@ pytestmark = [
 ]
 
 
-def _emulated(x: torch.Tensor, lin: Int8Linear) -> torch.Tensor:
+def emulated(x: torch.Tensor, lin: Int8Linear) -> torch.Tensor:
     """What Int8Linear computes, in float64 from its own integers: the baseline its kernels are
     held to (per-token asymmetric activations, per-channel weights)."""
     xs = x.double() * lin.inv_smooth.double()
@@ -92,12 +92,12 @@ def test_int8_linear_against_linear(rows: int, smooth: bool, form) -> None:
     with torch.inference_mode():
         got = q(x)
         exact = F.linear(x, lin.weight, lin.bias)
-    emulated = _emulated(x, q)
+    want = emulated(x, q)
     # the kernels add only their output dtype's rounding to the quantization itself ...
-    top = float(emulated.abs().max())
-    assert float((got.double() - emulated).abs().max()) <= ROUNDING[form.out] * top
+    top = float(want.abs().max())
+    assert float((got.double() - want).abs().max()) <= ROUNDING[form.out] * top
     # ... so they are as close to F.linear as the quantization allows, and that is close
-    assert _rel(got, exact) <= 1.05 * _rel(emulated, exact) + 1e-4
+    assert _rel(got, exact) <= 1.05 * _rel(want, exact) + 1e-4
     assert _rel(got, exact) < 0.02
     assert got.dtype == torch.float32 and got.shape == (rows, 160)
 

@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from test_int8 import emulated
 from torch import nn
 
 from bertattn import Bert
@@ -155,19 +156,6 @@ def int8_steps(monkeypatch) -> None:
     monkeypatch.setattr(Int8Linear, "matmul", _exact_matmul)
 
 
-def _emulated(x: torch.Tensor, lin: Int8Linear) -> torch.Tensor:
-    """Int8Linear in float64 from its own integers (per-token asymmetric activations)."""
-    xs = x.double() * lin.inv_smooth.double()
-    lo = xs.amin(-1, keepdim=True).clamp(max=0)
-    hi = xs.amax(-1, keepdim=True).clamp(min=0)
-    s = ((hi - lo) / lin.levels).clamp(min=1e-12)
-    qmin = -(lin.levels + 1) // 2
-    z = torch.round(-lo / s) + qmin
-    xq = (torch.round(xs / s + z).clamp(qmin, qmin + lin.levels) - z) * s
-    w = lin.weight_int8.double() * lin.weight_scale.double()[:, None]
-    return xq @ w.T + lin.bias.double()
-
-
 @pytest.mark.parametrize("smooth", [False, True])
 def test_the_steps_of_int8_linear(int8_steps, smooth: bool) -> None:
     torch.manual_seed(0)
@@ -178,7 +166,7 @@ def test_the_steps_of_int8_linear(int8_steps, smooth: bool) -> None:
     with torch.inference_mode():
         got = q(x)
         exact = F.linear(x, lin.weight, lin.bias)
-    want = _emulated(x, q)
+    want = emulated(x, q)
     assert float((got.double() - want).abs().max()) <= 2e-3 * float(want.abs().max())
     rel = float((got.double() - exact.double()).norm() / exact.double().norm())
     assert rel < 0.02

@@ -12,17 +12,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from test_integrations_families import SIZES  # noqa: E402
+
 import bertattn  # noqa: E402
 import bertattn.integrations.transformers as integration  # noqa: E402
-
-SIZES = {
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 37,
-    "vocab_size": 99,
-    "max_position_embeddings": 64,
-}
 
 
 def _saved(family: str, tmp_path) -> str:  # type: ignore[no-untyped-def]

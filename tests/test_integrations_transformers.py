@@ -15,6 +15,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from tiny_bert import TINY  # noqa: E402
 from transformers import AttentionInterface  # noqa: E402
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS  # noqa: E402
@@ -399,15 +400,8 @@ def test_real_bf16_autocast_like_sdpa(real):
 # ---------------------------------------------------------------------- torch.compile
 def _tiny_random_model():
     """A 2-layer random BERT on "bertattn" (compile time stays short)."""
-    config = transformers.BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        attn_implementation="bertattn",
-    )
+    sizes = {**TINY, "max_position_embeddings": 64}
+    config = transformers.BertConfig(**sizes, attn_implementation="bertattn")
     torch.manual_seed(0)
     return transformers.BertModel(config).eval()
 

@@ -17,7 +17,7 @@ import time
 import httpx
 import numpy as np
 import pytest
-from serve_server import running_server
+from serve_server import error_envelope, metrics, running_server
 from test_heads_cross_encoder import save_classifier
 from test_heads_windows import _family_reranker
 
@@ -25,22 +25,6 @@ from bertattn import CrossEncoder
 
 QUERY = "the attention head"
 LONG = " ".join(["token"] * 300)  # longer than the tiny models' 128
-
-
-def _metrics(server) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    out = {}
-    for line in httpx.get(server.url + "/metrics", timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
-
-
-def _error(r: httpx.Response) -> dict:
-    assert r.headers["content-type"].startswith("application/json"), r.text[:300]
-    error = r.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}, error
-    return error
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +51,12 @@ def test_thousands_of_one_token_windows_are_413_before_they_are_built(bert_serve
     r = httpx.post(bert_server.url + "/v1/rerank", json=body, timeout=120)
     took = time.monotonic() - start
     assert r.status_code == 413, r.text[:500]
-    error = _error(r)
+    error = error_envelope(r)
     assert error["param"] == "max_tokens_per_doc" and error["code"] == "request_too_large"
     assert "more than 8192 tokens of windows" in error["message"], error
     assert "raise 'max_tokens_per_doc'" in error["message"], error
     assert took < 10, f"the 413 took {took:.1f} s"  # counted early: a few documents' worth
-    m = _metrics(bert_server)
+    m = metrics(bert_server)
     assert m["bertattn_queue_tokens"] == 0 and m["bertattn_queue_requests"] == 0
     ok = httpx.post(
         bert_server.url + "/v1/rerank",
@@ -90,11 +74,11 @@ def test_predict_honours_the_bodys_truncate(bert_server):
     url = bert_server.url + "/predict"
     r = httpx.post(url, json={"inputs": LONG, "truncate": False}, timeout=60)
     assert r.status_code == 400, r.text
-    error = _error(r)
+    error = error_envelope(r)
     assert error["param"] == "inputs[0]" and error["code"] == "input_too_long"
     assert "send 'truncate': true" in error["message"] and "POST /embed" not in error["message"]
     pair = httpx.post(url, json={"inputs": [[QUERY, LONG]], "truncate": False}, timeout=60)
-    assert pair.status_code == 400 and _error(pair)["param"] == "inputs[0]", pair.text
+    assert pair.status_code == 400 and error_envelope(pair)["param"] == "inputs[0]", pair.text
     assert httpx.post(url, json={"inputs": LONG}, timeout=60).status_code == 200  # the server's
 
 
@@ -118,7 +102,7 @@ def test_no_truncate_server_refuses_long_documents_and_truncate_true_lets_them_i
     long = " ".join(["hello world, a model"] * 100)
     r = httpx.post(url + "/v1/rerank", json={"query": QUERY, "documents": ["ok", long]}, timeout=60)
     assert r.status_code == 400, r.text
-    error = _error(r)
+    error = error_envelope(r)
     assert error["param"] == "documents[1]" and error["code"] == "input_too_long"
     assert "send 'max_tokens_per_doc'" in error["message"], error
     whole = httpx.post(
@@ -128,8 +112,9 @@ def test_no_truncate_server_refuses_long_documents_and_truncate_true_lets_them_i
     )
     assert whole.status_code == 200, whole.text
     refused = httpx.post(url + "/predict", json={"inputs": [QUERY, long]}, timeout=60)
-    assert refused.status_code == 400 and "send 'truncate': true" in _error(refused)["message"]
+    assert refused.status_code == 400
+    assert "send 'truncate': true" in error_envelope(refused)["message"]
     cut = httpx.post(url + "/predict", json={"inputs": [QUERY, long], "truncate": True}, timeout=60)
     assert cut.status_code == 200, cut.text
-    m = _metrics(roberta_server)
+    m = metrics(roberta_server)
     assert m["bertattn_queue_tokens"] == 0

@@ -16,31 +16,22 @@ import time
 
 import httpx
 import pytest
-from serve_server import running_server
+from serve_server import (
+    FileLimited,
+    error_envelope,
+    metrics,
+    running_server,
+    wait_live,
+    wait_queued,
+)
 
 KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 JSON = {"content-type": "application/json", **AUTH}
 
 
-def _metrics(server) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    out = {}
-    for line in httpx.get(server.url + "/metrics", timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
-
-
 def _count(metrics: dict[str, float], route: str, status: int) -> float:
     return metrics.get(f'bertattn_requests_total{{route="{route}",status="{status}"}}', 0.0)
-
-
-def _envelope(r: httpx.Response) -> dict:
-    assert r.headers["content-type"].startswith("application/json"), r.text[:300]
-    error = r.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}, error
-    return error
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +56,13 @@ SURROGATES = [
 @pytest.mark.parametrize("case", SURROGATES, ids=[c[3] + c[0] for c in SURROGATES])
 def test_lone_surrogate_is_400_naming_the_param_and_counted_as_such(server, case):
     path, route, body, param = case
-    before = _metrics(server)
+    before = metrics(server)
     body = body.replace(b'"@"', json.dumps(server.name).encode())
     r = httpx.post(server.url + path, content=body, headers=JSON, timeout=30)
     assert r.status_code == 400, r.text[:300]
-    error = _envelope(r)
+    error = error_envelope(r)
     assert error["param"] == param and error["code"] in ("invalid_text", "unknown_parameter")
-    after = _metrics(server)
+    after = metrics(server)
     assert _count(after, route, 400) == _count(before, route, 400) + 1  # what the client got
     assert _count(after, route, 500) == _count(before, route, 500)
 
@@ -85,15 +76,15 @@ def test_a_surrogate_pair_is_text_not_an_error(server):
 
 # ---------------------------------------------------------------------- 4. 404 / 405
 def test_405_says_allow_and_404_405_are_counted(server):
-    before = _metrics(server)
+    before = metrics(server)
     r = httpx.get(server.url + "/v1/embeddings", headers=AUTH, timeout=10)
     assert r.status_code == 405 and "POST" in r.headers.get("allow", ""), r.headers
-    assert _envelope(r)["type"] == "invalid_request_error"
+    assert error_envelope(r)["type"] == "invalid_request_error"
     r = httpx.post(server.url + "/live", timeout=10)
     assert r.status_code == 405 and "GET" in r.headers.get("allow", ""), r.headers
     r = httpx.get(server.url + "/no/such/route", timeout=10)
     assert r.status_code == 404
-    after = _metrics(server)
+    after = metrics(server)
     assert _count(after, "unmatched", 405) == _count(before, "unmatched", 405) + 2
     assert _count(after, "unmatched", 404) == _count(before, "unmatched", 404) + 1
 
@@ -105,7 +96,7 @@ def test_an_unknown_900k_key_is_not_echoed_whole(server):
     r = httpx.post(server.url + "/v1/embeddings", content=body, headers=JSON, timeout=30)
     assert r.status_code == 400
     assert len(r.content) < 2000, len(r.content)
-    error = _envelope(r)
+    error = error_envelope(r)
     assert "900000 characters" in error["message"] and "…" in error["message"]
     assert len(error["param"]) <= 200
 
@@ -115,7 +106,7 @@ def test_dimensions_of_4300_digits_is_not_echoed_whole(server):
     body = body.replace(b'"@"', json.dumps(server.name).encode())
     r = httpx.post(server.url + "/v1/embeddings", content=body, headers=JSON, timeout=30)
     assert r.status_code == 400, r.text[:300]
-    error = _envelope(r)
+    error = error_envelope(r)
     assert error["param"] == "dimensions" and len(error["message"]) < 400, error
     assert "4300 digits" in error["message"]
 
@@ -124,7 +115,7 @@ def test_a_boolean_token_id_is_shown_in_json_words(server):
     body = {"model": server.name, "input": [[5, True, 7]]}
     r = httpx.post(server.url + "/v1/embeddings", json=body, headers=AUTH, timeout=30)
     assert r.status_code == 400
-    error = _envelope(r)
+    error = error_envelope(r)
     assert error["param"] == "input[0][1]" and "True" not in error["message"], error
     assert "'input[0][1]' is true" in error["message"], error
 
@@ -141,13 +132,13 @@ def test_long_string_fields_are_echoed_capped(server, field):
     body = {"model": server.name, "input": "a", **field}
     r = httpx.post(server.url + "/v1/embeddings", json=body, headers=AUTH, timeout=30)
     assert r.status_code in (400, 404)
-    assert len(_envelope(r)["message"]) < 400, r.text[:500]
+    assert len(error_envelope(r)["message"]) < 400, r.text[:500]
 
 
 def test_a_long_content_type_is_echoed_capped(server):
     headers = {**AUTH, "content-type": "text/" + "x" * 5000}
     r = httpx.post(server.url + "/v1/embeddings", content=b"{}", headers=headers, timeout=30)
-    assert r.status_code == 415 and len(_envelope(r)["message"]) < 400, r.text[:500]
+    assert r.status_code == 415 and len(error_envelope(r)["message"]) < 400, r.text[:500]
 
 
 # ---------------------------------------------------------------------- 6. /info, encodings
@@ -168,7 +159,7 @@ def test_a_content_encoding_is_415(server, coding):
         headers = {**JSON, "content-encoding": coding}
         r = httpx.post(server.url + "/v1/embeddings", content=body, headers=headers, timeout=30)
         assert r.status_code == 415, r.text[:300]
-        assert _envelope(r)["code"] == "unsupported_content_encoding"
+        assert error_envelope(r)["code"] == "unsupported_content_encoding"
 
 
 def test_a_gzip_bomb_is_415_without_inflating(server):
@@ -232,7 +223,7 @@ def test_a_chunked_request_names_the_input_by_its_index_in_the_whole_request(ser
     body = {"inputs": texts, "truncate": False}
     r = httpx.post(server.url + "/embed", json=body, headers=AUTH, timeout=60)
     assert r.status_code == 400, r.text[:300]
-    error = _envelope(r)
+    error = error_envelope(r)
     assert error["param"] == "inputs[290]" and "'inputs[290]'" in error["message"], error
 
 
@@ -276,15 +267,15 @@ def _closed(metrics: dict[str, float], reason: str) -> float:
 
 
 def test_a_silent_connection_is_closed(guarded):
-    before = _metrics(guarded)
+    before = metrics(guarded)
     with _connect(guarded) as sock:
         got, took = _closed_within(sock, HEADER_TIMEOUT + 3)
     assert got == b"" and took >= HEADER_TIMEOUT * 0.8, (got, took)
-    assert _closed(_metrics(guarded), "idle") >= _closed(before, "idle") + 1
+    assert _closed(metrics(guarded), "idle") >= _closed(before, "idle") + 1
 
 
 def test_trickled_headers_are_cut_with_408(guarded):
-    before = _metrics(guarded)
+    before = metrics(guarded)
     with _connect(guarded) as sock:
         sock.sendall(b"GET /live HTTP/1.1\r\n")
         t0 = time.monotonic()
@@ -306,7 +297,7 @@ def test_trickled_headers_are_cut_with_408(guarded):
     assert got.startswith(b"HTTP/1.1 408"), got[:200]
     assert b'"header_timeout"' in got
     assert time.monotonic() - t0 < HEADER_TIMEOUT + 3
-    assert _closed(_metrics(guarded), "header_timeout") >= _closed(before, "header_timeout") + 1
+    assert _closed(metrics(guarded), "header_timeout") >= _closed(before, "header_timeout") + 1
 
 
 def test_a_kept_alive_connection_that_trickles_is_cut_too(guarded):
@@ -320,7 +311,7 @@ def test_a_kept_alive_connection_that_trickles_is_cut_too(guarded):
 
 
 def test_connections_over_the_cap_get_503_and_live_comes_back(guarded):
-    before = _metrics(guarded)
+    before = metrics(guarded)
     held = [_connect(guarded) for _ in range(CAP)]
     try:
         time.sleep(0.1)
@@ -331,31 +322,10 @@ def test_connections_over_the_cap_get_503_and_live_comes_back(guarded):
     finally:
         for sock in held:
             sock.close()
-    deadline = time.monotonic() + 5
-    while True:  # the held ones are gone: /live answers again
-        try:
-            if httpx.get(guarded.url + "/live", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "/live did not come back"
-        time.sleep(0.1)
-    after = _metrics(guarded)
+    wait_live(guarded, 5)  # the held ones are gone: /live answers again
+    after = metrics(guarded)
     assert _closed(after, "over_limit") >= _closed(before, "over_limit") + 1
     assert "bertattn_open_connections" in after
-
-
-class _FileLimited:
-    """``cli_subprocess`` whose server runs under ``prlimit --nofile=FILES``."""
-
-    def __init__(self, cli, files: int) -> None:  # type: ignore[no-untyped-def]
-        self.cli, self.files = cli, files
-
-    def env(self, env=None):  # type: ignore[no-untyped-def]
-        return self.cli.env(env)
-
-    def command(self, *argv: object) -> list[str]:
-        return ["prlimit", f"--nofile={self.files}:{self.files}", "--", *self.cli.command(*argv)]
 
 
 @pytest.mark.slow
@@ -365,31 +335,23 @@ def test_400_silent_sockets_under_256_files_do_not_take_live_away(cli_subprocess
     256 open files. The default cap (256 - 64 = 192) refuses the rest with 503 before the
     process runs out of files, and the header timeout cuts the silent ones: /live answers again
     while the client still holds all 400 sockets."""
-    limited = _FileLimited(cli_subprocess, 256)
+    limited = FileLimited(cli_subprocess, 256)
     with running_server(limited, tiny_checkpoint, "--threads", "1", "--header-timeout", 2) as srv:
         held = []
         try:
             for _ in range(400):
                 held.append(socket.create_connection(("127.0.0.1", srv.port), timeout=5))
-            deadline = time.monotonic() + 2 + 8
-            while True:
-                try:
-                    if httpx.get(srv.url + "/live", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "/live did not come back"
-                time.sleep(0.2)
-            metrics = _metrics(srv)
+            wait_live(srv, 2 + 8, poll=0.2, timeout=1)
+            seen = metrics(srv)
         finally:
             for sock in held:
                 sock.close()
     # at most 192 are held at once, so at least 208 of the 400 were refused over the cap or
     # cut by the header timeout (how many of each depends on how fast the 400 were opened:
     # the first ones may already have been cut when the last arrive)
-    over, idle = _closed(metrics, "over_limit"), _closed(metrics, "idle")
-    assert over >= 1 and idle >= 1, metrics
-    assert over + idle >= 400 - 192, metrics
+    over, idle = _closed(seen, "over_limit"), _closed(seen, "idle")
+    assert over >= 1 and idle >= 1, seen
+    assert over + idle >= 400 - 192, seen
 
 
 def test_the_default_connection_cap_stays_below_the_open_file_limit(monkeypatch):
@@ -430,7 +392,7 @@ def test_a_kept_alive_request_just_after_sigterm_gets_503_close(cli_subprocess, 
             r = c.post("/v1/embeddings", json=body)
         assert r.status_code == 503, r.text[:300]
         assert r.headers.get("connection") == "close"
-        assert _envelope(r)["code"] == "shutting_down"
+        assert error_envelope(r)["code"] == "shutting_down"
         assert server.wait(30) == 0, server.stderr()[-2000:]
 
 
@@ -454,10 +416,7 @@ def test_a_request_cut_by_a_second_signal_gets_the_503_envelope(cli_subprocess, 
 
         busy = threading.Thread(target=post)
         busy.start()
-        deadline = time.monotonic() + 30
-        while _metrics(server).get("bertattn_queue_requests", 0) < 1:
-            assert time.monotonic() < deadline, "the request was never queued"
-            time.sleep(0.05)
+        wait_queued(server)
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         server.proc.send_signal(signal.SIGTERM)
@@ -466,4 +425,4 @@ def test_a_request_cut_by_a_second_signal_gets_the_503_envelope(cli_subprocess, 
         assert "r" in answer, answer
         r = answer["r"]
         assert r.status_code == 503, r.text[:300]
-        assert _envelope(r)["code"] == "shutting_down"
+        assert error_envelope(r)["code"] == "shutting_down"

@@ -14,7 +14,7 @@ import time
 import httpx
 import numpy as np
 import pytest
-from serve_server import running_server
+from serve_server import metrics, running_server, wait_queued
 
 pytestmark = pytest.mark.slow  # server subprocesses
 
@@ -33,13 +33,14 @@ def _texts(i: int, n: int = 5) -> list[str]:
     return [f"the attention head looks at token {i} {j}" for j in range(n)]
 
 
-def _metrics(server) -> dict[str, float]:
-    out = {}
-    for line in httpx.get(server.url + "/metrics", timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
+def _with_deadline(server, body: dict, seconds: str) -> httpx.Response:  # type: ignore[no-untyped-def]
+    """``body`` to /v1/embeddings with ``X-Request-Timeout: seconds``."""
+    return httpx.post(
+        server.url + "/v1/embeddings",
+        json=body,
+        headers={"X-Request-Timeout": seconds},
+        timeout=30,
+    )
 
 
 async def _burst(url: str, bodies: list[dict], headers: dict | None = None) -> list:
@@ -76,7 +77,7 @@ def test_overload_429_and_every_admitted_request_answered_once(
                 continue
             rows = np.array([d["embedding"] for d in r.json()["data"]], np.float32)
             np.testing.assert_allclose(rows, bert.encode(body["input"]), atol=1e-6, rtol=0)
-        m = _metrics(server)
+        m = metrics(server)
         admitted = codes.count(200) + 1
         assert m['bertattn_requests_total{route="embeddings",status="200"}'] == admitted
         assert m['bertattn_rejections_total{reason="queue_full"}'] == codes.count(429)
@@ -101,12 +102,7 @@ def test_timeout_and_gone_client_drop_queued_work(cli_subprocess, tiny_checkpoin
         for thread in busy:
             thread.start()
         time.sleep(0.3)
-        r = httpx.post(
-            server.url + "/v1/embeddings",
-            json={"model": name, "input": long},
-            headers={"X-Request-Timeout": "0.2"},
-            timeout=30,
-        )
+        r = _with_deadline(server, {"model": name, "input": long}, "0.2")
         assert r.status_code == 504, r.text
         assert r.json()["error"]["code"] == "timeout" and "X-Request-Timeout" in r.text
         with pytest.raises(httpx.TimeoutException):  # the client leaves while it waits
@@ -118,7 +114,7 @@ def test_timeout_and_gone_client_drop_queued_work(cli_subprocess, tiny_checkpoin
         for thread in busy:
             thread.join(60)
         time.sleep(0.5)
-        m = _metrics(server)
+        m = metrics(server)
         assert m['bertattn_dropped_inputs_total{reason="timeout"}'] == 1
         assert m['bertattn_dropped_inputs_total{reason="disconnected"}'] == 2
         assert m["bertattn_batch_texts_sum"] == 10  # neither was computed
@@ -133,16 +129,11 @@ def test_timeout_answers_work_that_started(cli_subprocess, tiny_checkpoint, bert
     name = tiny_checkpoint.name
     texts = _texts(7, 30)  # ~12 tokens each, 128 a batch: 3 batches, ~0.6 s
     with running_server(cli_subprocess, tiny_checkpoint, *SMALL, env=DELAY) as server:
-        r = httpx.post(
-            server.url + "/v1/embeddings",
-            json={"model": name, "input": texts},
-            headers={"X-Request-Timeout": "0.1"},
-            timeout=30,
-        )
+        r = _with_deadline(server, {"model": name, "input": texts}, "0.1")
         assert r.status_code == 200, r.text
         rows = np.array([d["embedding"] for d in r.json()["data"]], np.float32)
         np.testing.assert_allclose(rows, bert.encode(texts), atol=1e-6, rtol=0)
-        m = _metrics(server)
+        m = metrics(server)
         assert m["bertattn_batch_texts_sum"] == 30 and m["bertattn_batch_texts_count"] >= 2
         assert m.get('bertattn_rejections_total{reason="timeout"}', 0) == 0
         assert m["bertattn_queue_tokens"] == 0 and m["bertattn_queue_requests"] == 0
@@ -160,7 +151,7 @@ def test_sigterm_drains_without_losing_admitted_requests(cli_subprocess, tiny_ch
         )
         burst.start()
         deadline = time.monotonic() + 30
-        while _metrics(server).get("bertattn_queue_requests", 0) < 4:  # admitted, waiting
+        while metrics(server).get("bertattn_queue_requests", 0) < 4:  # admitted, waiting
             assert time.monotonic() < deadline, "the burst was never queued"
             time.sleep(0.05)
         server.proc.send_signal(signal.SIGTERM)
@@ -189,10 +180,7 @@ def test_second_sigterm_stops_at_once_and_says_so(cli_subprocess, tiny_checkpoin
             daemon=True,
         )
         busy.start()
-        deadline = time.monotonic() + 30
-        while _metrics(server).get("bertattn_queue_requests", 0) < 1:
-            assert time.monotonic() < deadline, "the request was never queued"
-            time.sleep(0.05)
+        wait_queued(server)
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         t0 = time.monotonic()

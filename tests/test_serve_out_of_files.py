@@ -11,30 +11,16 @@ import shutil
 import socket
 import time
 
-import httpx
 import pytest
-from serve_server import running_server
+from serve_server import FileLimited, running_server, wait_live
 
 from bertattn.serve.runner import AcceptErrors
-
-
-class _FileLimited:
-    """The CLI runner, its command under ``prlimit --nofile``."""
-
-    def __init__(self, cli, files: int) -> None:  # type: ignore[no-untyped-def]
-        self.cli, self.files = cli, files
-
-    def env(self, env=None):  # type: ignore[no-untyped-def]
-        return self.cli.env(env)
-
-    def command(self, *argv: object) -> list[str]:
-        return ["prlimit", f"--nofile={self.files}:{self.files}", "--", *self.cli.command(*argv)]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
 def test_out_of_files_logs_one_line_and_live_comes_back(cli_subprocess, tiny_checkpoint):
-    limited = _FileLimited(cli_subprocess, 64)
+    limited = FileLimited(cli_subprocess, 64)
     args = ("--threads", "1", "--max-connections", "1000", "--header-timeout", "30")
     with running_server(limited, tiny_checkpoint, *args) as srv:
         held = []
@@ -45,15 +31,7 @@ def test_out_of_files_logs_one_line_and_live_comes_back(cli_subprocess, tiny_che
         finally:
             for sock in held:
                 sock.close()
-        start = time.monotonic()
-        while True:
-            try:
-                if httpx.get(srv.url + "/live", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - start < 5, "/live did not come back"
-            time.sleep(0.1)
+        wait_live(srv, 5, timeout=1)
         log = srv.stderr()
     lines = [line for line in log.splitlines() if "cannot accept connections" in line]
     assert len(lines) == 1, log[-2000:]

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from serve_server import running_server
+from serve_server import metrics, running_server
 
 import bertattn
 from bertattn import M3Encoder, MultiVectorEncoder
@@ -32,15 +32,6 @@ MEAN = {"pooling": "mean"}
 
 def post(server, path: str, body: dict) -> httpx.Response:  # type: ignore[no-untyped-def]
     return httpx.post(server.url + path, json=body, timeout=60)
-
-
-def metrics(server) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    out = {}
-    for line in httpx.get(server.url + "/metrics", timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
 
 
 def refused(r: httpx.Response, status: int, param: str | None, *words: str) -> None:
@@ -79,104 +70,120 @@ def test_embedding_model_token_routes(cli_subprocess, tiny_checkpoint):
     args = ("--threads", "1", "--max-body-size", "64K", "--max-batch-tokens", "1024")
     args += ("--max-queue-tokens", "2048")
     with running_server(cli_subprocess, tiny_checkpoint, *args) as server:
-        r = post(server, "/embed_all", {"inputs": TEXTS})
-        assert r.status_code == 200, r.text
-        got = r.json()
-        assert [len(g) for g in got] == [len(w) for w in want]  # every token, [CLS] / [SEP] too
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(np.array(g), w, atol=1e-5)
-        one = post(server, "/embed_all", {"inputs": TEXTS[0]}).json()
-        np.testing.assert_allclose(np.array(one[0]), want[0], atol=1e-5)  # a list of one
-        b64 = post(server, "/embed_all", {"inputs": TEXTS, "encoding_format": "base64"}).json()
-        for g, w in zip(b64, want, strict=True):
-            np.testing.assert_allclose(matrix(g, width), w, atol=1e-5)
-        half = post(
-            server,
-            "/embed_all",
-            {"inputs": TEXTS, "encoding_format": "base64", "dtype": "float16"},
-        ).json()
-        for g, w in zip(half, want, strict=True):
-            np.testing.assert_array_equal(matrix(g, width, "<f2"), w.astype(np.float16))
-
-        r = post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS, "pooling": "mean"})
-        assert r.status_code == 200, r.text
-        np.testing.assert_allclose(np.array(r.json()), late, atol=1e-5)
-        r = post(
-            server, "/embed_late_chunks", {"text": LONG, "spans": SPANS_LONG, "pooling": "mean"}
-        )
-        assert r.status_code == 200, r.text
-        np.testing.assert_allclose(np.array(r.json()), late_long, atol=1e-5)  # in windows
-        body = {"text": DOC, "spans": SPANS, "pooling": "max", "normalize": False}
-        np.testing.assert_allclose(
-            np.array(post(server, "/embed_late_chunks", body).json()), late_max, atol=1e-5
-        )
-        body = {"text": DOC, "spans": SPANS, "pooling": "mean", "encoding_format": "base64"}
-        rows = post(server, "/embed_late_chunks", body).json()
-        np.testing.assert_allclose(np.stack([matrix(x, width)[0] for x in rows]), late, atol=1e-5)
-
-        r = post(server, "/decode", {"ids": ids, "skip_special_tokens": False})
-        assert r.json() == [hf.decode(i) for i in ids]
-        r = post(server, "/decode", {"ids": ids[0]})
-        assert r.json() == [hf.decode(ids[0], skip_special_tokens=True)]
-        toks = post(server, "/tokenize", {"inputs": TEXTS[1], "add_special_tokens": False}).json()
-        assert [t["id"] for t in toks[0]] == hf(TEXTS[1], add_special_tokens=False)["input_ids"]
-
-        # bad bodies: one envelope naming the field
-        refused(post(server, "/embed_all", {"inputs": 3}), 400, "inputs", "got a number")
-        refused(post(server, "/embed_all", {"inputs": ["a", 1]}), 400, "inputs[1]")
-        refused(
-            post(server, "/embed_all", {"inputs": "a", "encoding_format": "hex"}),
-            400, "encoding_format", "'hex'", "'base64'",
-        )  # fmt: skip
-        refused(
-            post(server, "/embed_all", {"inputs": "a", "dtype": "float16"}),
-            400, "dtype", "'encoding_format': 'base64'",
-        )  # fmt: skip
-        big = {"inputs": [LONG] * 8}  # 8 x 128 tokens x 32 values x 16 bytes > 64K
-        refused(post(server, "/embed_all", big), 413, None, "--max-body-size", "65536", "base64")
-        refused(
-            post(server, "/embed_all", {"inputs": [LONG], "truncate": False}),
-            400, "inputs[0]", "more than this server's limit of 128",
-        )  # fmt: skip
-        refused(post(server, "/decode", {"ids": "abc"}), 400, "ids", "token ids")
-        refused(post(server, "/decode", {"ids": [[1, 2], [10**9]]}), 400, "ids[1][0]", "0..")
-        refused(post(server, "/decode", {"ids": [1], "skip": True}), 400, "skip", "'skip'")
-        refused(
-            post(server, "/embed_late_chunks", {"text": DOC, "spans": [[0, 10], [5, 500]]}),
-            400, "spans[1]", "out of range",
-        )  # fmt: skip
-        refused(
-            post(server, "/embed_late_chunks", {"text": DOC, "spans": [[0, "9"]]}),
-            400, "spans[0]", "two integers",
-        )  # fmt: skip
-        refused(
-            post(server, "/embed_late_chunks", {"text": DOC, "spans": [[33, 34]], **MEAN}),
-            400, "spans[0]", "holds no token",
-        )  # fmt: skip
-        refused(post(server, "/embed_late_chunks", {"spans": SPANS}), 400, "text", "missing")
-        huge = {"text": "word " * 3000, "spans": [[0, 10]], **MEAN}  # 3,000 tokens > the queue
-        refused(
-            post(server, "/embed_late_chunks", huge),
-            413, "text", "more than 2048 tokens", "--max-queue-tokens",
-        )  # fmt: skip
-        wide = {"text": LONG, "spans": SPANS, **MEAN, "overlap": 500}  # a window holds 126
-        refused(post(server, "/embed_late_chunks", wide), 400, "overlap", "overlap")
-        # the plain folder pools by mean: its spans' means, as pooling "mean" gives them
-        r = post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS})
-        assert r.status_code == 200, r.text
-        np.testing.assert_allclose(np.array(r.json()), late, atol=1e-5)
-        refused(
-            post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS, "pooling": "cls"}),
-            400, "pooling", "'mean' or 'max'",
-        )  # fmt: skip
-        refused(
-            post(server, "/embed_multi_vector", {"inputs": "a"}),
-            400, None, "sentence-embedding model", "POST /embed_late_chunks",
-        )  # fmt: skip
-        refused(post(server, "/embed_m3", {"inputs": "a"}), 400, None, "not POST /embed_m3")
+        _embed_all_answers(server, want, width)
+        _late_chunks_answer(server, (late, late_long, late_max), width)
+        _decode_and_tokenize(server, hf, ids)
+        _bad_token_bodies_refused(server, late)
         info = httpx.get(server.url + "/info", timeout=10).json()
         assert "/embed_all" in info["routes"] and "/embed_late_chunks" in info["routes"]
         drained(server)
+
+
+def _embed_all_answers(server, want: list, width: int) -> None:  # type: ignore[no-untyped-def]
+    """/embed_all: every token's vector (``want``), as JSON lists, base64 and float16."""
+    r = post(server, "/embed_all", {"inputs": TEXTS})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [len(g) for g in got] == [len(w) for w in want]  # every token, [CLS] / [SEP] too
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.array(g), w, atol=1e-5)
+    one = post(server, "/embed_all", {"inputs": TEXTS[0]}).json()
+    np.testing.assert_allclose(np.array(one[0]), want[0], atol=1e-5)  # a list of one
+    b64 = post(server, "/embed_all", {"inputs": TEXTS, "encoding_format": "base64"}).json()
+    for g, w in zip(b64, want, strict=True):
+        np.testing.assert_allclose(matrix(g, width), w, atol=1e-5)
+    half = post(
+        server,
+        "/embed_all",
+        {"inputs": TEXTS, "encoding_format": "base64", "dtype": "float16"},
+    ).json()
+    for g, w in zip(half, want, strict=True):
+        np.testing.assert_array_equal(matrix(g, width, "<f2"), w.astype(np.float16))
+
+
+def _late_chunks_answer(server, late: tuple, width: int) -> None:  # type: ignore[no-untyped-def]
+    """/embed_late_chunks: the spans' rows ``late`` gives (DOC by mean, LONG in windows, DOC by
+    max not normalized), as JSON lists and base64."""
+    late, late_long, late_max = late
+    r = post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS, "pooling": "mean"})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.array(r.json()), late, atol=1e-5)
+    r = post(server, "/embed_late_chunks", {"text": LONG, "spans": SPANS_LONG, "pooling": "mean"})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.array(r.json()), late_long, atol=1e-5)  # in windows
+    body = {"text": DOC, "spans": SPANS, "pooling": "max", "normalize": False}
+    np.testing.assert_allclose(
+        np.array(post(server, "/embed_late_chunks", body).json()), late_max, atol=1e-5
+    )
+    body = {"text": DOC, "spans": SPANS, "pooling": "mean", "encoding_format": "base64"}
+    rows = post(server, "/embed_late_chunks", body).json()
+    np.testing.assert_allclose(np.stack([matrix(x, width)[0] for x in rows]), late, atol=1e-5)
+
+
+def _decode_and_tokenize(server, hf, ids: list) -> None:  # type: ignore[no-untyped-def]
+    """/decode and /tokenize answer as transformers' tokenizer ``hf``."""
+    r = post(server, "/decode", {"ids": ids, "skip_special_tokens": False})
+    assert r.json() == [hf.decode(i) for i in ids]
+    r = post(server, "/decode", {"ids": ids[0]})
+    assert r.json() == [hf.decode(ids[0], skip_special_tokens=True)]
+    toks = post(server, "/tokenize", {"inputs": TEXTS[1], "add_special_tokens": False}).json()
+    assert [t["id"] for t in toks[0]] == hf(TEXTS[1], add_special_tokens=False)["input_ids"]
+
+
+def _bad_token_bodies_refused(server, late) -> None:  # type: ignore[no-untyped-def]
+    """Bad bodies of the token routes: one envelope naming the field."""
+    refused(post(server, "/embed_all", {"inputs": 3}), 400, "inputs", "got a number")
+    refused(post(server, "/embed_all", {"inputs": ["a", 1]}), 400, "inputs[1]")
+    refused(
+        post(server, "/embed_all", {"inputs": "a", "encoding_format": "hex"}),
+        400, "encoding_format", "'hex'", "'base64'",
+    )  # fmt: skip
+    refused(
+        post(server, "/embed_all", {"inputs": "a", "dtype": "float16"}),
+        400, "dtype", "'encoding_format': 'base64'",
+    )  # fmt: skip
+    big = {"inputs": [LONG] * 8}  # 8 x 128 tokens x 32 values x 16 bytes > 64K
+    refused(post(server, "/embed_all", big), 413, None, "--max-body-size", "65536", "base64")
+    refused(
+        post(server, "/embed_all", {"inputs": [LONG], "truncate": False}),
+        400, "inputs[0]", "more than this server's limit of 128",
+    )  # fmt: skip
+    refused(post(server, "/decode", {"ids": "abc"}), 400, "ids", "token ids")
+    refused(post(server, "/decode", {"ids": [[1, 2], [10**9]]}), 400, "ids[1][0]", "0..")
+    refused(post(server, "/decode", {"ids": [1], "skip": True}), 400, "skip", "'skip'")
+    refused(
+        post(server, "/embed_late_chunks", {"text": DOC, "spans": [[0, 10], [5, 500]]}),
+        400, "spans[1]", "out of range",
+    )  # fmt: skip
+    refused(
+        post(server, "/embed_late_chunks", {"text": DOC, "spans": [[0, "9"]]}),
+        400, "spans[0]", "two integers",
+    )  # fmt: skip
+    refused(
+        post(server, "/embed_late_chunks", {"text": DOC, "spans": [[33, 34]], **MEAN}),
+        400, "spans[0]", "holds no token",
+    )  # fmt: skip
+    refused(post(server, "/embed_late_chunks", {"spans": SPANS}), 400, "text", "missing")
+    huge = {"text": "word " * 3000, "spans": [[0, 10]], **MEAN}  # 3,000 tokens > the queue
+    refused(
+        post(server, "/embed_late_chunks", huge),
+        413, "text", "more than 2048 tokens", "--max-queue-tokens",
+    )  # fmt: skip
+    wide = {"text": LONG, "spans": SPANS, **MEAN, "overlap": 500}  # a window holds 126
+    refused(post(server, "/embed_late_chunks", wide), 400, "overlap", "overlap")
+    # the plain folder pools by mean: its spans' means, as pooling "mean" gives them
+    r = post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.array(r.json()), late, atol=1e-5)
+    refused(
+        post(server, "/embed_late_chunks", {"text": DOC, "spans": SPANS, "pooling": "cls"}),
+        400, "pooling", "'mean' or 'max'",
+    )  # fmt: skip
+    refused(
+        post(server, "/embed_multi_vector", {"inputs": "a"}),
+        400, None, "sentence-embedding model", "POST /embed_late_chunks",
+    )  # fmt: skip
+    refused(post(server, "/embed_m3", {"inputs": "a"}), 400, None, "not POST /embed_m3")
 
 
 # ---------------------------------------------------------------------- a multi-vector model

@@ -47,6 +47,7 @@ from typing import BinaryIO
 from .errors import UsageError
 
 __all__ = [
+    "HOST",
     "FolderLock",
     "Payload",
     "check_name_length",
@@ -54,8 +55,10 @@ __all__ = [
     "file_mode",
     "name_max",
     "overlapping",
+    "process_alive",
     "remove_stale_temps",
     "same_file",
+    "stale_temps",
     "write_all",
     "write_atomic",
     "write_stdout",
@@ -66,7 +69,8 @@ Payload = bytes | Callable[[BinaryIO], object]
 
 logger = logging.getLogger("bertattn.files")
 
-_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
+#: this host, as it stands in a temporary file's name (letters, digits and ``_``; 40 at most)
+HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
 _TEMP = re.compile(r"\A\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]+\.tmp\Z")
 
 
@@ -112,7 +116,7 @@ def _temp_stem(name: str) -> str:
     """``name`` as it appears in a temporary name: whole when ``.NAME.HOST-PID-XXXXXXXX.tmp``
     fits in :data:`NAME_MAX` bytes, else cut (a character cut in two is dropped) and ended
     with ``~`` and a hash of the whole name, so that a long output name still has one."""
-    room = NAME_MAX - len(f"..{_HOST}-{2**22}-{'0' * 8}.tmp")
+    room = NAME_MAX - len(f"..{HOST}-{2**22}-{'0' * 8}.tmp")
     raw = os.fsencode(name)
     if len(raw) <= room:
         return name
@@ -122,10 +126,11 @@ def _temp_stem(name: str) -> str:
 
 def _temp_path(path: Path) -> Path:
     stem = _temp_stem(path.name)
-    return path.with_name(f".{stem}.{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    return path.with_name(f".{stem}.{HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's live process counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -135,25 +140,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def stale_temps(folder: Path, name: str) -> list[Path]:
+    """The temporaries ``.NAME.HOST-PID-XXXXXXXX.tmp`` in ``folder`` that this host's processes
+    made for ``name`` and whose process is gone (none when ``folder`` cannot be listed)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for entry in names:
+        m = _TEMP.match(entry)
+        mine = m is not None and m["name"] == name and m["host"] == HOST
+        if mine and not process_alive(int(m["pid"])):  # type: ignore[index]
+            found.append(folder / entry)
+    return found
+
+
 def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
     """Remove this host's temporary files for ``path`` whose process is gone; return them."""
     path = Path(path)
     removed = []
-    stem = _temp_stem(path.name)
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return removed
-    for name in names:
-        m = _TEMP.match(name)
-        mine = m is not None and m["name"] == stem and m["host"] == _HOST
-        if mine and not _alive(int(m["pid"])):  # type: ignore[index]
-            stale = path.parent / name
-            try:
-                stale.unlink()
-                removed.append(stale)
-            except OSError:
-                pass
+    for stale in stale_temps(path.parent, _temp_stem(path.name)):
+        try:
+            stale.unlink()
+            removed.append(stale)
+        except OSError:
+            pass
     return removed
 
 
@@ -382,7 +394,7 @@ class FolderLock:
                 break
             os.close(fd)  # removed by the holder that just finished: lock the new one
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{_HOST}:{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{HOST}:{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return self
 

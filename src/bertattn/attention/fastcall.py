@@ -160,6 +160,28 @@ def dropout(mod: nn.Module, x: Tensor) -> Tensor:
     return mod(x)
 
 
+def _plain_out_linear(mod: nn.Module, x: object) -> nn.Linear | None:
+    """``mod``'s ``out_linear`` when the module and the call are of the handled kind (see
+    :func:`self_attention`; the checks that need no shapes), else None."""
+    d = mod.__dict__
+    if (
+        not FAST_CALL
+        or d["training"]
+        or d["rotary_theta"] is not None
+        or not d.get("_article", True)  # grouped heads, causal, q/k norm, another scale
+        or d["window"] is not None
+        or torch.is_grad_enabled()
+        or _steps._open_blocks
+        or not isinstance(x, Tensor)
+        or x.dim() != 3
+    ):
+        return None
+    out_linear = d["_modules"].get("out_linear")
+    if type(out_linear) is not nn.Linear or not hook_free(out_linear) or not plain_context():
+        return None
+    return out_linear
+
+
 def self_attention(
     mod: nn.Module, x: Tensor, key_padding_mask: Tensor | None
 ) -> tuple[Tensor, None] | None:
@@ -178,22 +200,10 @@ def self_attention(
     The caller has checked that no ``mask``, ``key_value``, ``attn_bias`` or ``positions`` was
     given and that ``need_weights`` is False. ``x``: ``(B, L, E)``; returns ``((B, L, E),
     None)``."""
+    out_linear = _plain_out_linear(mod, x)
+    if out_linear is None:
+        return None
     d = mod.__dict__
-    if (
-        not FAST_CALL
-        or d["training"]
-        or d["rotary_theta"] is not None
-        or not d.get("_article", True)  # grouped heads, causal, q/k norm, another scale
-        or d["window"] is not None
-        or torch.is_grad_enabled()
-        or _steps._open_blocks
-        or not isinstance(x, Tensor)
-        or x.dim() != 3
-    ):
-        return None
-    out_linear = d["_modules"].get("out_linear")
-    if type(out_linear) is not nn.Linear or not hook_free(out_linear) or not plain_context():
-        return None
     params = out_linear._parameters
     w_out, b_out = params["weight"], params["bias"]
     b, length, e = x.shape

@@ -376,28 +376,7 @@ def _cached(key: str) -> tuple[dict, bool]:
     which holds that cache's locks."""
     from ..runtime import probe as _probe
 
-    path = cache_path()
-    entry = _probe._read(path).get(key)
-    if entry is not None:
-        return entry, False
-    with _probe._file_lock(path) as locked:
-        entries = _probe._read(path)
-        if key in entries:
-            return entries[key], False
-        entry = _time_classes()
-        if not locked:
-            log.info("timing %s without the lock on %s.lock", key, path)
-        entries[key] = entry
-        try:
-            _probe._write(path, entries)
-        except OSError as exc:
-            log.info(
-                "cannot write %s (%s: %s): the timing holds for this process only",
-                path,
-                type(exc).__name__,
-                exc,
-            )
-        return entry, True
+    return _probe.cached_in(cache_path(), key, _time_classes)
 
 
 def _time_classes() -> dict:

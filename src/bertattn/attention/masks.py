@@ -32,6 +32,7 @@ from ..arguments import ArgumentTypeError
 from ..capture import is_capturing
 
 __all__ = [
+    "LastMask",
     "PreparedMask",
     "add_bias",
     "add_causal",
@@ -133,15 +134,20 @@ def _check_mask_dtype(name: str, t: Tensor) -> None:
         )
 
 
+def _check_mask_tensor(name: str, t: object) -> None:
+    """``t`` (the argument ``name``, not None) is a tensor of a mask's dtype, or raise."""
+    if not isinstance(t, Tensor):
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}.")
+    _check_mask_dtype(name, t)
+
+
 def _keep_from_mask(
     mask: Tensor | None, target: tuple[int, int, int, int], device: torch.device
 ) -> Tensor | None:
     """The article's ``mask`` (nonzero = attend) as a bool tensor, shape-checked."""
     if mask is None:
         return None
-    if not isinstance(mask, Tensor):
-        raise ArgumentTypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}.")
-    _check_mask_dtype("mask", mask)
+    _check_mask_tensor("mask", mask)
     b, _, lq, lk = target
     if mask.dim() == 2 and b > 1 and tuple(mask.shape) == (b, lk) and b != lq:
         raise ValueError(
@@ -159,12 +165,7 @@ def _keep_from_padding(
     """``key_padding_mask`` (B, Lk), nonzero = real token, as bool ``(B, 1, 1, Lk)``."""
     if key_padding_mask is None:
         return None
-    if not isinstance(key_padding_mask, Tensor):
-        raise ArgumentTypeError(
-            f"key_padding_mask must be a torch.Tensor or None, "
-            f"got {type(key_padding_mask).__name__}."
-        )
-    _check_mask_dtype("key_padding_mask", key_padding_mask)
+    _check_mask_tensor("key_padding_mask", key_padding_mask)
     b, _, _, lk = target
     if tuple(key_padding_mask.shape) != (b, lk):
         raise ValueError(
@@ -259,14 +260,9 @@ def _padding_only(
     cacheable = not key_padding_mask.is_inference()
     if cacheable:
         key = (batch, key_len, dtype, device, torch.is_inference_mode_enabled())
-        entry = _LAST_PADDING[0]
-        if (
-            entry is not None
-            and entry[0]() is key_padding_mask
-            and entry[1] == key_padding_mask._version
-            and entry[2] == key
-        ):
-            return entry[3]
+        last = _LAST_PADDING.get(key_padding_mask, key)
+        if last is not None:
+            return last
     keep = key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask != 0
     if keep.device != device:
         keep = keep.to(device)
@@ -280,17 +276,45 @@ def _padding_only(
         keep = keep.reshape(batch, 1, 1, key_len)  # a view when it can be (indexing is slower)
         prepared = PreparedMask(bias=torch.where(keep, zero, neg_inf))  # (B, 1, 1, Lk)
     if cacheable:
-        _LAST_PADDING[0] = (
-            weakref.ref(key_padding_mask),
-            key_padding_mask._version,
-            key,
-            prepared,
-        )
+        _LAST_PADDING.put(key_padding_mask, key, prepared)
     return prepared
 
 
-#: the latest padding-only result: (weakref to the mask, its version, the case, the result)
-_LAST_PADDING: list[tuple[weakref.ref, int, tuple[object, ...], PreparedMask] | None] = [None]
+class LastMask:
+    """The mask prepared from the last tensor seen, reused while that very tensor is alive and
+    unmodified (its in-place version the same) and the rest of the case (``key``) is the same:
+    an encoder passes one mask tensor to each of its layers. The entry is dropped when the
+    tensor is freed. Not for inference tensors (they have no version counter)."""
+
+    __slots__ = ("_entry",)
+
+    def __init__(self) -> None:
+        self._entry: tuple[weakref.ref, int, tuple[object, ...], PreparedMask] | None = None
+
+    def get(self, source: Tensor, key: tuple[object, ...]) -> PreparedMask | None:
+        """The mask prepared from ``source`` for ``key``, or None when not this case."""
+        entry = self._entry
+        if (
+            entry is not None
+            and entry[0]() is source
+            and entry[1] == source._version
+            and entry[2] == key
+        ):
+            return entry[3]
+        return None
+
+    def put(self, source: Tensor, key: tuple[object, ...], prepared: PreparedMask) -> None:
+        """Keep ``prepared`` as the mask of ``source`` for ``key`` (replacing the last one)."""
+        self._entry = (weakref.ref(source, self._forget), source._version, key, prepared)
+
+    def _forget(self, ref: weakref.ref) -> None:
+        entry = self._entry
+        if entry is not None and entry[0] is ref:
+            self._entry = None
+
+
+#: the latest padding-only result
+_LAST_PADDING = LastMask()
 
 
 #: ``(dtype, device) -> (0, -inf)`` as 0-d tensors, made once (torch.where takes tensors faster

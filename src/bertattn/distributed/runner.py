@@ -509,125 +509,56 @@ def run_chunks(
 ) -> ChunkedSummary | None:
     """Encode ``files`` chunk by chunk with ``work`` into ``store``, as this rank of the run.
 
-    ``group``: the ranks (default: torchrun's environment through torch.distributed, or this
-    process alone). Rank 0 locks the folder (a second run on the same output is refused),
-    plans (reusing the manifest when ``identity`` matches it; chunks of ``chunk_bytes``, default
-    :func:`~bertattn.distributed.plan.auto_chunk_bytes`) and at the end writes the index of a
-    sharded store, or calls ``finish(rows)`` with every row in input order and removes the
-    folder. ``work(chunk)`` yields the chunk's :data:`~bertattn.distributed.store.Piece` s.
-    Returns the summary on rank 0, None on the others. ``progress(total_bytes)`` (rank 0)
-    returns a callback that takes a number of input bytes just finished, by any rank.
-    ``digests``: record the sha256 of each chunk's input bytes (read once more before encoding
-    it), which ``--restart`` needs to keep it; False for a stand-in source whose bytes are
-    costly to read (the tests' virtual corpus): ``restart`` then keeps none of its chunks.
+    ``group``: the ranks (default: torchrun's, or this process alone). Rank 0 locks the
+    folder (a second run on the same output is refused), plans (reusing the manifest when
+    ``identity`` matches it; chunks of ``chunk_bytes``, default :func:`.auto_chunk_bytes`)
+    and at the end writes the index of a sharded store, or calls ``finish(rows)`` with every
+    row in input order and removes the folder. ``work(chunk)`` yields the chunk's
+    :data:`~bertattn.distributed.store.Piece` s. Returns the summary on rank 0, None on the
+    others. ``progress(total_bytes)`` (rank 0) returns a callback that takes a number of input
+    bytes just finished, by any rank. ``digests``: record the sha256 of each chunk's input
+    bytes (read once more before encoding it), which ``--restart`` needs to keep it; False for
+    a stand-in source whose bytes are costly to read (the tests' virtual corpus): ``restart``
+    then keeps none of its chunks.
     ``check_inputs()`` (rank 0, once every chunk is finished, before the index or ``finish``):
     raises when an input changed during the run, whose rows then may mix old and new content;
     the finished chunks stay in the folder.
     """
     started = time.perf_counter()
     owned = group is None
-    if group is None:
-        info = RankInfo.from_env()
-        group = TorchGroup(info, timeout) if info.world_size > 1 else SoloGroup()
+    group = _default_group(timeout) if group is None else group
     lock = FolderLock(store.path, what=str(store.path)) if group.rank == 0 else None
     finished = False
     try:
-        if group.rank == 0:
-            try:
-                store.create()
-                lock.acquire()  # type: ignore[union-attr]
-                store.forget_failures()  # an earlier run's: reported by that run already
-                plan: object = _plan(
-                    store,
-                    identity,
-                    files,
-                    chunk_bytes=chunk_bytes,
-                    restart=restart,
-                    width=width,
-                    world_size=group.world_size,
-                )
-            except BaseException as exc:
-                group.broadcast(f"rank 0 stopped the run: {one_line(exc)}")
-                raise
-            group.broadcast(plan)
-        else:
-            plan = group.broadcast(None)
-        if isinstance(plan, str):
-            raise DistributedEncodeError(plan, echo=True)  # rank 0 reports it
-        if group.rank != 0 and not store.manifest_path.is_file():
-            raise DistributedEncodeError(
-                f"rank {group.rank} cannot see {store.manifest_path}, which rank 0 wrote: the "
-                f"output folder must be on a filesystem shared by every node."
-            )
-        names = [f.name for f in files]
-        mine = [[f.name, f.size] for f in files]
-        if plan["inputs"] != mine:  # type: ignore[index]
-            theirs = plan["inputs"]  # type: ignore[index]
-            first = next(
-                (i for i, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b),
-                min(len(theirs), len(mine)),
-            )
-            raise DistributedEncodeError(
-                f"rank {group.rank} sees other input files than rank 0 ({len(mine)} file(s) vs "
-                f"{len(theirs)}; first difference at file {first + 1}: "
-                f"{mine[first] if first < len(mine) else 'none'} vs "
-                f"{theirs[first] if first < len(theirs) else 'none'}): every node must see the "
-                f"same files at the same paths."
-            )
-        chunks = [Chunk.from_list(row, names) for row in plan["chunks"]]  # type: ignore[index]
-        reused = set(plan["reused"])  # type: ignore[index]
-        if group.rank == 0:
-            logger.info(
-                "%d file(s), %d bytes in %d chunks (%d done before), %d rank(s)",
-                len(files),
-                sum(f.size for f in files),
-                len(chunks),
-                len(reused),
-                group.world_size,
-            )
-        update = _Progress.start(progress if group.rank == 0 else None, chunks, reused, store)
+        args = (store, files, identity, group, lock, chunk_bytes, restart, width)
+        names, chunks, reused = _agree_on_plan(*args)
+        rank = group.rank
+        update = _Progress.start(progress if rank == 0 else None, chunks, reused, store)
+        digest = (lambda c: chunk_sha256(files[c.file], c)) if digests else None
         try:
-            _encode_chunks(
-                store,
-                chunks,
-                reused,
-                work,
-                width,
-                group.rank,
-                update,
-                digest=(lambda c: chunk_sha256(files[c.file], c)) if digests else None,
-            )
+            _encode_chunks(store, chunks, reused, work, width, rank, update, digest=digest)
             _wait_for_chunks(store, chunks, timeout, update, poll)
         except DistributedEncodeError:
             raise
         except BaseException as exc:  # a signal (a peer died and torchrun stops us), Ctrl-C
-            if group.rank == 0 and not os.environ.get(REPORT_ENV):  # --workers: its launcher says
-                logger.warning(
-                    "stopped (%s): %s", type(exc).__name__, _missing(chunks, store.present(chunks))
-                )
+            if rank == 0 and not os.environ.get(REPORT_ENV):  # --workers: its launcher says
+                _log_stop(exc, chunks, store)
             raise
         group.barrier()
         if group.rank != 0:
             return None
-        if check_inputs is not None:
-            check_inputs()
-        index = store.index(chunks, names, width)
-        if store.sharded:
-            store.finish_run()
-            store.write_index(index)
-        elif finish is not None:
-            finish(store.embeddings(index))
-        summary = _summary(
+        summary = _finish_run(
             store,
             chunks,
             reused,
-            group.world_size,
+            names,
+            finish,
+            check_inputs,
+            world_size=group.world_size,
             max_length=max_length,
             width=width,
-            seconds=time.perf_counter() - started,
+            started=started,
         )
-        if not store.sharded:
-            store.remove()
         finished = True
         return summary
     finally:
@@ -635,6 +566,133 @@ def run_chunks(
             lock.release(remove=finished)
         if owned:
             group.close()
+
+
+def _agree_on_plan(
+    store: ChunkStore,
+    files: Sequence[Source],
+    identity: dict,
+    group: Group,
+    lock: FolderLock | None,
+    chunk_bytes: int | None,
+    restart: bool,
+    width: int,
+) -> tuple[list[str], list[Chunk], set[int]]:
+    """The run's plan, made by rank 0 (which creates and locks the folder, and logs the plan)
+    and broadcast to every rank, each of which checks that it sees the manifest and the same
+    input files. Returns the inputs' names, the chunks and those kept from an earlier run."""
+    if group.rank == 0:
+        try:
+            store.create()
+            lock.acquire()  # type: ignore[union-attr]
+            store.forget_failures()  # an earlier run's: reported by that run already
+            plan: object = _plan(
+                store,
+                identity,
+                files,
+                chunk_bytes=chunk_bytes,
+                restart=restart,
+                width=width,
+                world_size=group.world_size,
+            )
+        except BaseException as exc:
+            group.broadcast(f"rank 0 stopped the run: {one_line(exc)}")
+            raise
+        group.broadcast(plan)
+    else:
+        plan = group.broadcast(None)
+    if isinstance(plan, str):
+        raise DistributedEncodeError(plan, echo=True)  # rank 0 reports it
+    if group.rank != 0 and not store.manifest_path.is_file():
+        raise DistributedEncodeError(
+            f"rank {group.rank} cannot see {store.manifest_path}, which rank 0 wrote: the "
+            f"output folder must be on a filesystem shared by every node."
+        )
+    _check_same_inputs(plan, files, group.rank)  # type: ignore[arg-type]
+    names = [f.name for f in files]
+    chunks = [Chunk.from_list(row, names) for row in plan["chunks"]]  # type: ignore[index]
+    reused = set(plan["reused"])  # type: ignore[index]
+    if group.rank == 0:
+        _log_plan(files, chunks, reused, group.world_size)
+    return names, chunks, reused
+
+
+def _default_group(timeout: float) -> Group:
+    """torchrun's ranks (through torch.distributed) when its environment has several, else
+    this process alone."""
+    info = RankInfo.from_env()
+    return TorchGroup(info, timeout) if info.world_size > 1 else SoloGroup()
+
+
+def _log_stop(exc: BaseException, chunks: list[Chunk], store: ChunkStore) -> None:
+    """Rank 0 was stopped: why, and the chunks still missing."""
+    logger.warning("stopped (%s): %s", type(exc).__name__, _missing(chunks, store.present(chunks)))
+
+
+def _log_plan(files: Sequence[Source], chunks: list[Chunk], reused: set, ranks: int) -> None:
+    logger.info(
+        "%d file(s), %d bytes in %d chunks (%d done before), %d rank(s)",
+        len(files),
+        sum(f.size for f in files),
+        len(chunks),
+        len(reused),
+        ranks,
+    )
+
+
+def _check_same_inputs(plan: dict, files: Sequence[Source], rank: int) -> None:
+    """This rank sees the input files (names and sizes) the plan of rank 0 lists."""
+    mine = [[f.name, f.size] for f in files]
+    if plan["inputs"] != mine:  # type: ignore[index]
+        theirs = plan["inputs"]  # type: ignore[index]
+        first = next(
+            (i for i, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b),
+            min(len(theirs), len(mine)),
+        )
+        raise DistributedEncodeError(
+            f"rank {rank} sees other input files than rank 0 ({len(mine)} file(s) vs "
+            f"{len(theirs)}; first difference at file {first + 1}: "
+            f"{mine[first] if first < len(mine) else 'none'} vs "
+            f"{theirs[first] if first < len(theirs) else 'none'}): every node must see the "
+            f"same files at the same paths."
+        )
+
+
+def _finish_run(
+    store: ChunkStore,
+    chunks: list[Chunk],
+    reused: set,
+    names: list[str],
+    finish: Callable[[Embeddings], object] | None,
+    check_inputs: Callable[[], None] | None,
+    *,
+    world_size: int,
+    max_length: int,
+    width: int,
+    started: float,
+) -> ChunkedSummary:
+    """Rank 0, every chunk finished: the inputs checked unchanged, the index written (a sharded
+    store) or ``finish`` given every row, the summary made, a plain store's folder removed."""
+    if check_inputs is not None:
+        check_inputs()
+    index = store.index(chunks, names, width)
+    if store.sharded:
+        store.finish_run()
+        store.write_index(index)
+    elif finish is not None:
+        finish(store.embeddings(index))
+    summary = _summary(
+        store,
+        chunks,
+        reused,
+        world_size,
+        max_length=max_length,
+        width=width,
+        seconds=time.perf_counter() - started,
+    )
+    if not store.sharded:
+        store.remove()
+    return summary
 
 
 class _Progress:

@@ -374,6 +374,55 @@ class BertModel(nn.Module):
         compiling or capturing a CUDA graph the ids' values are not read back (that would
         wait for the device, or break the capture): a bad id fails in the embedding kernel.
         """
+        self._check_arguments(
+            unsupported,
+            head_mask,
+            input_ids,
+            inputs_embeds,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            output_hidden_states,
+            return_dict,
+        )
+        b, seq_len, device = self._batch_shape(input_ids, inputs_embeds)
+        position_ids = self._check_side_inputs(
+            b, seq_len, attention_mask, token_type_ids, position_ids
+        )
+        self._check_id_values(input_ids, token_type_ids, position_ids)
+        tracing = torch.compiler.is_compiling()  # a graph records no per-call choice
+        if not tracing and _dispatch.explaining() and device.type == "cpu" and (
+            self.dtype is torch.float32
+        ):
+            _gemm.choice()  # decided now if no product has run yet
+            _dispatch.note(_gemm.describe(), once=True)
+        want = self._layers_for_weights(False if output_attentions is None else output_attentions)
+        rows = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        chunks, workers, order = self._chunks(attention_mask, b, seq_len, device)
+        if order is not None:  # the rows regrouped into even pieces; put back at the end
+            rows = tuple(None if t is None else t.index_select(0, order) for t in rows)
+        if len(chunks) > 1:  # a large CPU batch: row chunks, concatenated (encoder/chunks.py)
+            out = self._run_chunks(
+                rows, chunks, workers, order, want, bool(output_hidden_states), (b, seq_len), device
+            )
+        else:
+            out = self._run(*rows, want, bool(output_hidden_states), (b, seq_len), device)
+        return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
+
+    @staticmethod
+    def _check_arguments(
+        unsupported: dict[str, object],
+        head_mask: object,
+        input_ids: object,
+        inputs_embeds: object,
+        attention_mask: object,
+        token_type_ids: object,
+        position_ids: object,
+        output_hidden_states: object,
+        return_dict: object,
+    ) -> None:
+        """:meth:`forward`'s arguments of the right kinds (``TypeError``), exactly one of
+        ``input_ids`` and ``inputs_embeds``, no ``head_mask``."""
         if unsupported:
             names = ", ".join(sorted(unsupported))
             raise TypeError(
@@ -394,6 +443,12 @@ class BertModel(nn.Module):
         check_tensor(position_ids, "position_ids", optional=True, integer=True)
         check_bool(output_hidden_states, "output_hidden_states", optional=True)
         check_bool(return_dict, "return_dict", optional=True)
+
+    def _batch_shape(
+        self, input_ids: Tensor | None, inputs_embeds: Tensor | None
+    ) -> tuple[int, int, torch.device]:
+        """``(B, L)`` and the device of the ids ``(B, L)`` or the embeddings ``(B, L, E)``;
+        ``ValueError`` for another shape or sequences of no token."""
         if inputs_embeds is not None:
             e = self.config.hidden_size
             if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != e:
@@ -416,6 +471,19 @@ class BertModel(nn.Module):
                 f"{name} has shape {tuple(got)}: sequences of no token; give at least one token "
                 f"per sequence (a tokenized text holds [CLS] and [SEP])."
             )
+        return b, seq_len, device
+
+    def _check_side_inputs(
+        self,
+        b: int,
+        seq_len: int,
+        attention_mask: Tensor | None,
+        token_type_ids: Tensor | None,
+        position_ids: Tensor | None,
+    ) -> Tensor | None:
+        """The mask and segment ids of shape ``(B, L)``, the positions ``(B, L)`` or ``(1, L)``
+        (returned expanded to ``(B, L)``; None when not given), and a length within the
+        position table when the positions are the default ones."""
         if position_ids is None and seq_len > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {seq_len} exceeds max_position_embeddings "
@@ -437,47 +505,43 @@ class BertModel(nn.Module):
                     f"{(b, seq_len)} or {(1, seq_len)}."
                 )
             position_ids = position_ids.expand(b, seq_len)
-        self._check_id_values(input_ids, token_type_ids, position_ids)
-        tracing = torch.compiler.is_compiling()  # a graph records no per-call choice
-        if (
-            not tracing
-            and _dispatch.explaining()
-            and device.type == "cpu"
-            and (self.dtype is torch.float32)
-        ):
-            _gemm.choice()  # decided now if no product has run yet
-            _dispatch.note(_gemm.describe(), once=True)
-        want = self._layers_for_weights(False if output_attentions is None else output_attentions)
-        rows = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        chunks, workers, order = self._chunks(attention_mask, b, seq_len, device)
-        if order is not None:  # the rows regrouped into even pieces; put back at the end
-            rows = tuple(None if t is None else t.index_select(0, order) for t in rows)
-        if len(chunks) > 1:  # a large CPU batch: row chunks, concatenated (encoder/chunks.py)
-            runs = [
-                functools.partial(
-                    self._run,
-                    *(None if t is None else t[start:end] for t in rows),
-                    want,
-                    bool(output_hidden_states),
-                    (end - start, seq_len),
-                    device,
-                )
-                for start, end in chunks
-            ]
-            workers = min(workers, len(runs))  # side by side where workers > 1 (runtime/workers.py)
-            each = max(torch.get_num_threads() // workers, 1)
-            if _dispatch.explaining():
-                each_s = f"{each} thread{'s' if each > 1 else ''} each"
-                how = f"on {workers} chunk workers, {each_s}" if workers > 1 else "one by one"
-                regrouped = ", regrouped by cost" if order is not None else ""
-                _dispatch.note(
-                    f"row chunks: {b} rows as {len(runs)} chunks of "
-                    f"{'/'.join(str(e - s) for s, e in chunks)} rows{regrouped}, {how}"
-                )
-            out = _chunks.concat_outputs(_workers.run_all(runs, workers, each), order)
-        else:
-            out = self._run(*rows, want, bool(output_hidden_states), (b, seq_len), device)
-        return out if return_dict or return_dict is None else out.to_tuple()  # type: ignore[return-value]
+        return position_ids
+
+    def _run_chunks(
+        self,
+        rows: tuple[Tensor | None, ...],
+        chunks: list[tuple[int, int]],
+        workers: int,
+        order: Tensor | None,
+        want: frozenset[int],
+        hidden: bool,
+        shape: tuple[int, int],
+        device: torch.device,
+    ) -> BertModelOutput:
+        """A large CPU batch as row ``chunks`` (``(start, end)`` each), run one by one or on
+        ``workers`` side by side, concatenated and put back in the input's order."""
+        runs = [
+            functools.partial(
+                self._run,
+                *(None if t is None else t[start:end] for t in rows),
+                want,
+                hidden,
+                (end - start, shape[1]),
+                device,
+            )
+            for start, end in chunks
+        ]
+        workers = min(workers, len(runs))  # side by side where workers > 1 (runtime/workers.py)
+        each = max(torch.get_num_threads() // workers, 1)
+        if _dispatch.explaining():
+            each_s = f"{each} thread{'s' if each > 1 else ''} each"
+            how = f"on {workers} chunk workers, {each_s}" if workers > 1 else "one by one"
+            regrouped = ", regrouped by cost" if order is not None else ""
+            _dispatch.note(
+                f"row chunks: {shape[0]} rows as {len(runs)} chunks of "
+                f"{'/'.join(str(e - s) for s, e in chunks)} rows{regrouped}, {how}"
+            )
+        return _chunks.concat_outputs(_workers.run_all(runs, workers, each), order)
 
     @property
     def chunk_tokens(self) -> int | None:

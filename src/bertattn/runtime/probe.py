@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UsageError
 from ..models.cache import cache_dir
 from .cpu import cpu_name
+from .switch import env_switch
 
 __all__ = [
     "CACHE_FILE",
@@ -58,8 +58,6 @@ log = logging.getLogger(__name__)
 
 #: the environment variable that turns the timed probes off
 PROBE_ENV = "BERTATTN_DTYPE_PROBE"
-_ON = ("1", "true", "on", "yes")
-_OFF = ("0", "false", "off", "no")
 
 #: the file's name in the cache folder
 CACHE_FILE = "probes.json"
@@ -78,17 +76,7 @@ def probing_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """``BERTATTN_DTYPE_PROBE``: unset, empty, 1, true, on, yes (any case): the probes run; 0,
     false, off, no: they do not. Anything else raises :class:`~bertattn.errors.UsageError` (a
     ``ValueError``): a misspelt "off" must not mean on."""
-    environ = os.environ if environ is None else environ
-    text = environ.get(PROBE_ENV, "").strip().lower()
-    if text in ("", *_ON):
-        return True
-    if text in _OFF:
-        return False
-    raise UsageError(
-        f"{PROBE_ENV}={environ[PROBE_ENV]!r} is not one of 1/0, true/false, on/off, yes/no; "
-        f"set {PROBE_ENV}=0 to choose the dtype from the CPU's flags without timing, or unset "
-        f"it."
-    )
+    return env_switch(PROBE_ENV, "choose the dtype from the CPU's flags without timing", environ)
 
 
 def cache_path() -> Path:
@@ -236,10 +224,25 @@ def cached(key: str, measure: Callable[[], dict], path: Path | None = None) -> t
     with ``measure()`` (a JSON-able dict) and written there when missing. Returns the entry and
     whether it was measured now. An exception from ``measure`` propagates (nothing is written)."""
     path = cache_path() if path is None else path
+    return cached_in(path, key, measure, process_lock=_lock, file_name="the probe cache ")
+
+
+def cached_in(
+    path: Path,
+    key: str,
+    measure: Callable[[], dict],
+    *,
+    process_lock: contextlib.AbstractContextManager[object] | None = None,
+    file_name: str = "",
+) -> tuple[dict, bool]:
+    """:func:`cached` for any file of the probe cache's format: read ``path``, then under its
+    file lock (and ``process_lock``, when given) read again, measure only if ``key`` is still
+    missing, write atomically. ``file_name``: what the log line calls the file before its
+    path. Returns the entry and whether it was measured now."""
     entry = _read(path).get(key)
     if entry is not None:
         return entry, False
-    with _lock, _file_lock(path) as locked:
+    with process_lock or contextlib.nullcontext(), _file_lock(path) as locked:
         entries = _read(path)  # another process may have measured while this one waited
         if key in entries:
             return entries[key], False
@@ -251,8 +254,8 @@ def cached(key: str, measure: Callable[[], dict], path: Path | None = None) -> t
             _write(path, entries)
         except OSError as exc:
             log.info(
-                "cannot write the probe cache %s (%s: %s): the measurement holds for this "
-                "process only",
+                "cannot write %s%s (%s: %s): the measurement holds for this process only",
+                file_name,
                 path,
                 type(exc).__name__,
                 exc,

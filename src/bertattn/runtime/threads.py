@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from .switch import env_switch
 
 logger = logging.getLogger("bertattn.runtime.threads")
 
@@ -54,10 +55,6 @@ __all__ = [
 #: set to 0 to keep the policy's count without the governor: the same rounding whatever the load
 #: (the count a batch runs at changes the order of float sums: rows differ by ~1e-7)
 ADAPTIVE_ENV = "BERTATTN_ADAPTIVE_THREADS"
-
-#: the values ``BERTATTN_ADAPTIVE_THREADS`` may take (any case; unset or empty: on)
-_ADAPTIVE_ON = ("1", "true", "on", "yes")
-_ADAPTIVE_OFF = ("0", "false", "off", "no")
 
 #: threads per CPU of the machine bertattn runs at most (and never fewer than ``_MIN_CAP``)
 _PER_CPU = 8
@@ -257,16 +254,7 @@ def adaptive_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """``BERTATTN_ADAPTIVE_THREADS``: unset, empty, 1, true, on, yes (any case): the governor
     runs; 0, false, off, no: it does not. Anything else raises
     :class:`~bertattn.errors.UsageError` (a ``ValueError``): a misspelt "off" must not mean on."""
-    environ = os.environ if environ is None else environ
-    text = environ.get(ADAPTIVE_ENV, "").strip().lower()
-    if text in ("", *_ADAPTIVE_ON):
-        return True
-    if text in _ADAPTIVE_OFF:
-        return False
-    raise UsageError(
-        f"{ADAPTIVE_ENV}={environ[ADAPTIVE_ENV]!r} is not one of 1/0, true/false, on/off, "
-        f"yes/no; set {ADAPTIVE_ENV}=0 to keep a fixed thread count, or unset it."
-    )
+    return env_switch(ADAPTIVE_ENV, "keep a fixed thread count", environ)
 
 
 def choose_threads(
