@@ -25,7 +25,12 @@ SIZES = dict(
     max_position_embeddings=512,
 )
 #: the tokenizer files copied into each stand-in
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 _TANH = "torch.nn.modules.activation.Tanh"
 _SIGMOID = "torch.nn.modules.activation.Sigmoid"
 
@@ -63,8 +68,12 @@ def _reranker(labels: dict[int, str] | None = None, seed: int = 2) -> Callable[.
     def make(out: Path, work: Path, tok: Path) -> None:
         from sentence_transformers import CrossEncoder
 
-        extra = {"id2label": labels, "label2id": {v: k for k, v in labels.items()}} if labels else {}
-        hf = _hf_folder(work, tok, "ForSequenceClassification", seed, num_labels=len(labels or [0]), **extra)
+        extra = (
+            {"id2label": labels, "label2id": {v: k for k, v in labels.items()}} if labels else {}
+        )
+        hf = _hf_folder(
+            work, tok, "ForSequenceClassification", seed, num_labels=len(labels or [0]), **extra
+        )
         CrossEncoder(str(hf)).save_pretrained(str(out))
 
     return make
@@ -89,12 +98,12 @@ def _splade(out: Path, work: Path, tok: Path) -> None:
 
 def _inference_free(out: Path, work: Path, tok: Path) -> None:
     from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Router
     from sentence_transformers.sparse_encoder.modules import (
         MLMTransformer,
         SparseStaticEmbedding,
         SpladePooling,
     )
-    from sentence_transformers.base.modules import Router
 
     document = MLMTransformer(str(_hf_folder(work, tok, "ForMaskedLM", 5)))
     query = SparseStaticEmbedding(document.tokenizer, frozen=False)

