@@ -51,7 +51,7 @@ _INTERNALS_ERROR = re.compile(
 def reason(nodeid: str, error: str) -> str:
     """The group a failure through bertattn falls in: ``training``, ``module internals`` or
     ``other``."""
-    if _TRAINING.search(nodeid):
+    if _TRAINING.search(nodeid) or "classifier_dropout" in error:
         return "training"
     if _INTERNALS_TEST.search(nodeid) or _INTERNALS_ERROR.search(error):
         return "module internals"
