@@ -71,3 +71,16 @@ def test_save_arguments_of_the_wrong_type_are_refused_before_writing(
     with pytest.raises(TypeError, match=message):
         model.save(tmp_path / "s", **kwargs)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_default_prompt_name_not_among_the_prompts_is_refused_in_upstreams_words(splade_dir):
+    with pytest.raises(ValueError) as caught:
+        SparseEncoder(splade_dir, threads=1, prompts={"query": "q: "}, default_prompt_name="nope")
+    message = str(caught.value)
+    assert message.startswith(
+        "Default prompt name 'nope' not found in the configured prompts dictionary with keys ["
+    )
+    assert "'query'" in message
+    assert message.endswith(
+        "]. Give default_prompt_name one of them, or pass prompts={'nope': '...'}."
+    )
