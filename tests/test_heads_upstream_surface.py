@@ -84,3 +84,12 @@ def test_a_default_prompt_name_not_among_the_prompts_is_refused_in_upstreams_wor
     assert message.endswith(
         "]. Give default_prompt_name one of them, or pass prompts={'nope': '...'}."
     )
+
+
+def test_multi_vector_names_the_similarities_it_takes_as_sentence_transformers_does():
+    from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
+
+    from bertattn import MultiVectorEncoder
+
+    names = MultiVectorEncoder.SUPPORTED_SIMILARITY_FN_NAMES
+    assert tuple(names) == tuple(STMultiVectorEncoder.SUPPORTED_SIMILARITY_FN_NAMES)
