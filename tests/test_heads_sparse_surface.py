@@ -126,7 +126,7 @@ def test_prompt_arguments_at_construction(splade_dir):
     )
     assert model.prompts["query"] == "q: " and model.default_prompt_name == "query"
     same_rows(model.encode(TEXTS[:2]), model.encode(TEXTS[:2], prompt="q: "))
-    with pytest.raises(ValueError, match=r"default_prompt_name 'nope' is not among the prompts"):
+    with pytest.raises(ValueError, match=r"Default prompt name 'nope' not found in the config"):
         SparseEncoder(splade_dir, default_prompt_name="nope")
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from ..arguments import check_int, describe
+from ..arguments import check_bool, check_int, check_str, describe
 from .config_view import ConfigView, config_view
 from .missing import missing_attribute
 from .model_card import EvaluationMetrics
@@ -78,17 +78,38 @@ class HeadSurface:
         keys written over that file, or a list for a whole file); each class says its own."""
         raise NotImplementedError
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        model_name: str | None = None,
+        create_model_card: bool = True,
+        train_datasets: list[str] | None = None,
+        safe_serialization: bool | None = True,
+    ) -> Path:
         """Write the model to ``path`` (a new or empty folder) so that sentence-transformers
         and bertattn both load it with the same outputs: the folder it was loaded from (weights,
         tokenizer, modules), with the settings as they are now (prompts, default prompt,
         similarity, max length, ...). Whole or not at all (written under a temporary name, then
-        renamed). Returns the folder's path; ``FileExistsError`` when ``path`` holds files."""
+        renamed). Returns the folder's path; ``FileExistsError`` when ``path`` holds files.
+
+        sentence-transformers' other arguments are taken and checked: ``model_name``,
+        ``create_model_card``, ``train_datasets`` describe a model card, which bertattn does
+        not write (the folder's own README is copied); ``safe_serialization``: the weights are
+        copied in the format the folder has them (``model.safetensors`` for every folder
+        bertattn loads), as sentence-transformers on transformers 5 also ignores ``False``."""
+        _check_save_arguments(model_name, create_model_card, train_datasets, safe_serialization)
         return save_folder(self.bert.folder, path, self._saved_files())
 
-    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
+    def save_pretrained(
+        self,
+        path: str | os.PathLike[str],
+        model_name: str | None = None,
+        create_model_card: bool = True,
+        train_datasets: list[str] | None = None,
+        safe_serialization: bool | None = True,
+    ) -> Path:
         """:meth:`save` (transformers' and sentence-transformers' other name)."""
-        return self.save(path)
+        return self.save(path, model_name, create_model_card, train_datasets, safe_serialization)
 
     @property
     def device(self) -> torch.device:
@@ -156,12 +177,31 @@ class HeadSurface:
         return prompt_name
 
 
+def _check_save_arguments(
+    model_name: object, create_model_card: object, train_datasets: object, safe: object
+) -> None:
+    """The model-card and serialization arguments of :meth:`HeadSurface.save`, checked."""
+    check_str(model_name, "model_name", optional=True)
+    check_bool(create_model_card, "create_model_card")
+    check_bool(safe, "safe_serialization", optional=True)
+    if train_datasets is not None and (
+        not isinstance(train_datasets, (list, tuple))
+        or not all(isinstance(d, str) for d in train_datasets)
+    ):
+        raise TypeError(
+            f"train_datasets must be a list of dataset names (str) or None, got "
+            f"{describe(train_datasets)}."
+        )
+
+
 def task_encode(task: str, encode: Callable[..., Any], doc: str) -> Callable[..., Any]:
     """``encode_<task>`` of a head class: ``self.encode`` called by keyword, as
     sentence-transformers calls it, with ``task=task`` and the prompt of
     :meth:`HeadSurface.task_prompt_name` (``sentences=``, where ``encode`` takes it, passed as
     ``inputs``); it takes ``encode``'s arguments (less ``task``) in the same order, and shows
-    that signature. ``doc``: its docstring."""
+    that signature. Keywords ``encode`` does not name are passed to it as they came (as
+    sentence-transformers passes them), so ``encode`` itself takes or refuses them. ``doc``: its
+    docstring."""
     full = inspect.signature(encode)
     shown = full.replace(parameters=[p for p in full.parameters.values() if p.name != "task"])
     rest = next(
@@ -176,6 +216,8 @@ def task_encode(task: str, encode: Callable[..., Any], doc: str) -> Callable[...
                 f"{type(self).__name__}.{name}() sets task={task!r} itself; call "
                 f"encode(task=...) for another task."
             )
+        named = shown.parameters
+        passed = {k: kwargs.pop(k) for k in list(kwargs) if rest is None and k not in named}
         given = dict(shown.bind(self, *args, **kwargs).arguments)
         given.pop(next(iter(shown.parameters)))  # self
         extra = given.pop(rest, {}) if rest is not None else {}
@@ -194,6 +236,7 @@ def task_encode(task: str, encode: Callable[..., Any], doc: str) -> Callable[...
             task=task,
             **given,
             **extra,
+            **passed,
         )
 
     method.__name__ = method.__qualname__ = name

@@ -655,6 +655,9 @@ class MultiVectorEncoder(HeadSurface):
         return torch.tensor(ids, device=self.bert.device) if ids else None
 
     # ------------------------------------------------------------------ settings
+    #: the similarity functions :attr:`similarity_fn_name` takes (sentence-transformers' name)
+    SUPPORTED_SIMILARITY_FN_NAMES = SIMILARITIES
+
     @property
     def similarity_fn_name(self) -> str:
         """``"maxsim"`` or ``"meanmaxsim"`` (MaxSim divided by the query's tokens)."""

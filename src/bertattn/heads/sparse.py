@@ -99,9 +99,10 @@ class SparseEncoder(HeadSurface):
             bert.default_prompt_name = default_prompt_name
         name = bert.default_prompt_name
         if name is not None and name not in bert.prompts:
-            raise ValueError(
-                f"default_prompt_name {name!r} is not among the prompts {list(bert.prompts)}; "
-                f"name one of them, or pass prompts={{{name!r}: '...'}}."
+            raise ValueError(  # sentence-transformers' words, which its tests match
+                f"Default prompt name {name!r} not found in the configured prompts dictionary "
+                f"with keys {list(bert.prompts)}. Give default_prompt_name one of them, or pass "
+                f"prompts={{{name!r}: '...'}}."
             )
         if self._similarity_fn_name is None:
             self._similarity_fn_name = settings.similarity_fn_name
