@@ -218,7 +218,7 @@
     qkv: {
       article: D.article.qkv,
       file: "attention/module.py", fn: "project_qkv",
-      ours: ["qkv = _prepack.linear(x, weight, bias)  # (B, L, 3E)"],
+      ours: ["qkv = self._project(x, weight, bias)  # (B, L, 3E)"],
     },
     split: {
       article: D.article.split,
