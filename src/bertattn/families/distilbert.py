@@ -12,8 +12,8 @@ from typing import Any
 from torch import Tensor
 
 from ..errors import ModelFolderError
-from .bert import BERT_CAPABILITIES, BERT_HEADS, bert_key_map, build_bert
-from .registry import CLASSIFIERS, Family, register, task_classes
+from .bert import bert_family
+from .registry import CLASSIFIERS, register, task_classes
 from .renaming import renamed_layers
 
 __all__ = ["DISTIL_KEY"]
@@ -69,15 +69,11 @@ def _rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
 
 
 register(
-    Family(
+    bert_family(
         "distilbert",
         "DistilBERT",
         _read,
         _rename,
-        bert_key_map,
-        build_bert,
-        head_prefixes=BERT_HEADS,
-        capabilities=BERT_CAPABILITIES,
         first_token_layer=("pre_classifier.", "relu"),
         head_classes=task_classes("DistilBert", *CLASSIFIERS),
     )

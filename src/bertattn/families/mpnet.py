@@ -18,14 +18,12 @@ from ..blocks.relative import NUM_BUCKETS
 from ..errors import ModelFolderError
 from .bert import (
     BERT_CAPABILITIES,
-    BERT_HEADS,
-    bert_key_map,
-    build_bert,
+    bert_family,
     drop_keys,
     offset_config,
     roberta_head_name,
 )
-from .registry import Family, register, task_classes
+from .registry import register, task_classes
 from .renaming import renamed_layers
 
 #: MPNet's padding index: transformers' ``MPNetEmbeddings`` fixes it at 1 (not the config's)
@@ -80,14 +78,11 @@ def _rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
 
 
 register(
-    Family(
+    bert_family(
         "mpnet",
         "MPNet",
         _read,
         _rename,
-        bert_key_map,
-        build_bert,
-        head_prefixes=BERT_HEADS,
         position_offset=_offset,
         pooler_expected=True,
         # RoBERTa's sequence-classification head (dense + tanh on <s>, then a linear layer)

@@ -36,7 +36,7 @@ from ..errors import ModelFolderError
 from .config_fields import decoder_sizes, known_activation, kv_heads, positive, refuse, rope_theta
 from .registry import Family, HeadSpec, register, task_classes
 from .rope import rotary_attention
-from .rotary_bert import Variant, rename
+from .rotary_bert import Variant, attention_keys, rename
 
 __all__ = ["Qwen3Arch", "read_config"]
 
@@ -203,10 +203,7 @@ def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
     keys = {"embed_tokens.weight": "embeddings.word.weight"}
     for i in range(config.num_hidden_layers):
         theirs, ours = f"layers.{i}.", f"encoder.layers.{i}."
-        for a, b in (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
-                     ("o_proj", "out_linear")):  # fmt: skip
-            for p in attn:
-                keys[f"{theirs}self_attn.{a}.{p}"] = f"{ours}attn.{b}.{p}"
+        keys.update(attention_keys(theirs, ours, attn))
         for a in ("q_norm", "k_norm"):
             keys[f"{theirs}self_attn.{a}.weight"] = f"{ours}attn.{a}.weight"
         keys[f"{theirs}mlp.gate_up.weight"] = f"{ours}mlp.w_in.weight"

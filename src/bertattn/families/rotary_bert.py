@@ -256,6 +256,20 @@ def rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
     return out
 
 
+#: the attention's four projections: the checkpoint's name -> bertattn's
+_PROJECTIONS = (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
+                ("o_proj", "out_linear"))  # fmt: skip
+
+
+def attention_keys(theirs: str, ours: str, params: list[str]) -> dict[str, str]:
+    """One layer's attention projections, ``{theirs}self_attn.q_proj.<p>`` ->
+    ``{ours}attn.q_linear.<p>`` (and k, v, o) for each ``p`` of ``params`` (``weight``, and
+    ``bias`` where the projections have one)."""
+    return {
+        f"{theirs}self_attn.{a}.{p}": f"{ours}attn.{b}.{p}" for a, b in _PROJECTIONS for p in params
+    }
+
+
 def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
     """The family's names (after :func:`rename`, without its prefix) -> bertattn's."""
     arch: RotaryArch = config.arch
@@ -272,10 +286,7 @@ def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
         mlp = [("fc1", "fc_in", v.mlp_out_bias), ("fc2", "fc_out", v.mlp_out_bias)]
     for i in range(config.num_hidden_layers):
         theirs, ours = f"layers.{i}.", f"encoder.layers.{i}."
-        for a, b in (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
-                     ("o_proj", "out_linear")):  # fmt: skip
-            for p in attn:
-                keys[f"{theirs}self_attn.{a}.{p}"] = f"{ours}attn.{b}.{p}"
+        keys.update(attention_keys(theirs, ours, attn))
         for a, b, bias in mlp:
             for p in both if bias else ["weight"]:
                 keys[f"{theirs}mlp.{a}.{p}"] = f"{ours}mlp.{b}.{p}"
