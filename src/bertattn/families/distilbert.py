@@ -58,14 +58,7 @@ def _read(data: dict[str, Any], source: str) -> tuple[dict[str, Any], None]:
 
 
 def _rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
-    prefixed = any(k.startswith("distilbert.") for k in state)
-
-    def other(name: str, tensor: Tensor) -> tuple[str, Tensor]:
-        if name.startswith("distilbert."):
-            return "bert." + name[len("distilbert.") :], tensor
-        return name, tensor
-
-    return renamed_layers(state, "DistilBERT", DISTIL_KEY, _LAYER, prefixed, other)
+    return renamed_layers(state, "DistilBERT", "distilbert.", DISTIL_KEY, _LAYER)
 
 
 register(

@@ -68,13 +68,12 @@ def _rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
     offset = config.position_offset
 
     def other(name: str, tensor: Tensor) -> tuple[str, Tensor]:
-        name = "bert." + name[len("mpnet.") :] if name.startswith("mpnet.") else name
         name = roberta_head_name(name, prefixed)
         if name.endswith("embeddings.position_embeddings.weight"):
             tensor = tensor[offset:]
         return name, tensor
 
-    return renamed_layers(state, "MPNet", _KEY, _LAYER, prefixed, other)
+    return renamed_layers(state, "MPNet", "mpnet.", _KEY, _LAYER, other)
 
 
 register(
