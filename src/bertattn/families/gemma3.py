@@ -29,7 +29,7 @@ acts on a language model's logits only, which the encoder does not compute.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
@@ -46,27 +46,19 @@ from ..errors import ModelFolderError
 from . import qwen3
 from .config_fields import decoder_sizes, known_activation, kv_heads, positive, refuse
 from .registry import Family, register
-from .rope import rope_object, rope_theta, rotary_attention
+from .rope import rope_object, rope_theta
 from .rotary_bert import Variant, rename
 
 __all__ = ["Gemma3Arch", "read_config"]
 
 
 # ---------------------------------------------------------------------- config
-#: the checkpoint's names as :func:`.rotary_bert.rename` reads them: ``mlp.gate_proj`` and
-#: ``mlp.up_proj`` joined into one ``(2I, E)`` ``mlp.gate_up`` (the activated gate first);
-#: ``model.`` in a task checkpoint (``Gemma3ForCausalLM``), none in ``Gemma3TextModel``'s
-NAMES = Variant(
-    name="gemma3_text",
-    title="Gemma 3",
-    prefix="model.",
-    gated=True,
-    attention_bias=False,
-    mlp_in_bias=False,
-    mlp_out_bias=False,
-    default_theta=1_000_000.0,
-    default_act="gelu_pytorch_tanh",
-)
+#: the checkpoint's names as :func:`.rotary_bert.rename` reads them: Qwen3's
+#: (:data:`.qwen3.NAMES`: ``mlp.gate_proj`` and ``mlp.up_proj`` joined into one ``(2I, E)``
+#: ``mlp.gate_up``, the activated gate first); ``model.`` in a task checkpoint
+#: (``Gemma3ForCausalLM``), none in ``Gemma3TextModel``'s
+NAMES = replace(qwen3.NAMES, name="gemma3_text", title="Gemma 3",
+                default_act="gelu_pytorch_tanh")  # fmt: skip
 TITLE = NAMES.title
 #: the two layer types of ``layer_types``, and the rotary base each has by default
 LAYER_TYPES = {"sliding_attention": 10_000.0, "full_attention": 1_000_000.0}
@@ -208,18 +200,8 @@ def _layer(config: Any, kind: LayerKind, backend: str) -> SandwichBlock:
     the same around the gated GELU feed-forward."""
     arch: Gemma3Arch = config.arch
     e = config.hidden_size
-    attn = rotary_attention(
-        config,
-        backend,
-        kind.theta,
-        bias=arch.attention_bias,
-        window=kind.window,
-        num_kv_heads=arch.kv_heads,
-        head_dim=arch.head_dim,
-        scale=arch.scale,
-        qk_norm=True,
-        norm_eps=arch.norm_eps,
-    )
+    attn = qwen3.grouped_attention(config, backend, kind.theta, window=kind.window,
+                                   scale=arch.scale, qk_norm=True)  # fmt: skip
     attn.q_norm = OffsetRMSNorm(arch.head_dim, arch.norm_eps)  # Gemma's (1 + weight)
     attn.k_norm = OffsetRMSNorm(arch.head_dim, arch.norm_eps)
     mlp = GatedFeedForward(e, config.intermediate_size, config.hidden_act)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..attention import MultiHeadAttention
 from ..blocks import (
     EncoderBlock,
     GatedFeedForward,
@@ -134,23 +135,24 @@ def embeddings(config: Any) -> TokenEmbeddings:
 
 
 # ---------------------------------------------------------------------- layer
+def grouped_attention(config: Any, backend: str, theta: float, **extra: Any) -> MultiHeadAttention:
+    """The rotary attention (base ``theta``) with ``config.arch``'s grouped-query heads
+    (``kv_heads`` key/value heads of ``head_dim``), projection biases (``attention_bias``) and
+    q/k norms' epsilon (``norm_eps``); Gemma 3's too. ``extra``: the other keywords of
+    :class:`~bertattn.MultiHeadAttention` (``causal``, ``qk_norm``, ``window``, ``scale``)."""
+    arch = config.arch
+    return rotary_attention(config, backend, theta, bias=arch.attention_bias,
+                            num_kv_heads=arch.kv_heads, head_dim=arch.head_dim,
+                            norm_eps=arch.norm_eps, **extra)  # fmt: skip
+
+
 def layer(config: Any, backend: str) -> EncoderBlock:
     """One layer: RMSNorm, grouped-query attention with rotation (causal unless the config is
     bidirectional; q/k norms when ``arch.qk_norm``), RMSNorm, the SiLU-gated feed-forward (its
     projections biased when ``arch.mlp_bias``). EuroBERT's layer too."""
     arch: Qwen3Arch = config.arch
     e = config.hidden_size
-    attn = rotary_attention(
-        config,
-        backend,
-        arch.theta,
-        bias=arch.attention_bias,
-        num_kv_heads=arch.kv_heads,
-        head_dim=arch.head_dim,
-        causal=arch.causal,
-        qk_norm=arch.qk_norm,
-        norm_eps=arch.norm_eps,
-    )
+    attn = grouped_attention(config, backend, arch.theta, causal=arch.causal, qk_norm=arch.qk_norm)
     mlp = GatedFeedForward(e, config.intermediate_size, config.hidden_act,
                            bias_in=arch.mlp_bias, bias_out=arch.mlp_bias)  # fmt: skip
     norms = [make_norm(e, arch.norm_eps, bias=False, kind="rms_norm") for _ in range(2)]
