@@ -18,6 +18,7 @@ follows them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -27,6 +28,7 @@ from .registry import CLASSIFIERS, Family, register, task_classes
 __all__ = [
     "BERT_CAPABILITIES",
     "BERT_HEADS",
+    "bert_family",
     "bert_key_map",
     "build_bert",
     "drop_keys",
@@ -176,24 +178,35 @@ def _read_electra(data: dict[str, Any], source: str) -> tuple[dict[str, Any], No
     return {**data, "model_type": "bert", "embedding_size": size}, None
 
 
-_COMMON = dict(
-    key_map=bert_key_map, build=build_bert, head_prefixes=BERT_HEADS, capabilities=BERT_CAPABILITIES
-)
+def bert_family(
+    name: str,
+    title: str,
+    read_config: Callable[[dict[str, Any], str], tuple[dict[str, Any], Any]],
+    rename: Callable[[dict[str, Tensor], Any], dict[str, Tensor]],
+    **record: Any,
+) -> Family:
+    """The record of a family that runs on BERT's layers: BERT's key map, build and task-head
+    prefixes, and BERT's capabilities unless ``record`` names others; ``record``: the
+    :class:`~.registry.Family` fields of the family's own."""
+    common = dict(key_map=bert_key_map, build=build_bert, head_prefixes=BERT_HEADS,
+                  capabilities=BERT_CAPABILITIES)  # fmt: skip
+    return Family(name, title, read_config, rename, **{**common, **record})
+
+
 register(
-    Family(  # type: ignore[arg-type]
+    bert_family(
         "bert",
         "BERT",
         _read_bert,
         lambda s, c: s,
         pooler_expected=True,
         head_classes=task_classes("Bert", *CLASSIFIERS, "masked-lm"),
-        **_COMMON,
     )
 )
 for _name, _title, _stem in (("roberta", "RoBERTa", "Roberta"),
                              ("xlm-roberta", "XLM-RoBERTa", "XLMRoberta")):  # fmt: skip
     register(
-        Family(
+        bert_family(
             _name,
             _title,
             _read_roberta,
@@ -202,17 +215,15 @@ for _name, _title, _stem in (("roberta", "RoBERTa", "Roberta"),
             pooler_expected=True,
             # RoBERTa's classification head is BERT's: dense + tanh on <s>, then a linear layer
             head_classes=task_classes(_stem, *CLASSIFIERS),
-            **_COMMON,  # type: ignore[arg-type]
         )
     )
 register(
-    Family(
+    bert_family(
         "electra",
         "ELECTRA",
         _read_electra,
         lambda s, c: _renamed_prefix(s, "electra."),
         first_token_layer=("pooler.dense.", "gelu"),  # its classifier.dense, as BERT's name
         head_classes=task_classes("Electra", *CLASSIFIERS),
-        **_COMMON,  # type: ignore[arg-type]
     )
 )

@@ -12,8 +12,8 @@ from typing import Any
 from torch import Tensor
 
 from ..errors import ModelFolderError
-from .bert import BERT_CAPABILITIES, BERT_HEADS, bert_key_map, build_bert
-from .registry import CLASSIFIERS, Family, register, task_classes
+from .bert import bert_family
+from .registry import CLASSIFIERS, register, task_classes
 from .renaming import renamed_layers
 
 __all__ = ["DISTIL_KEY"]
@@ -58,26 +58,15 @@ def _read(data: dict[str, Any], source: str) -> tuple[dict[str, Any], None]:
 
 
 def _rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
-    prefixed = any(k.startswith("distilbert.") for k in state)
-
-    def other(name: str, tensor: Tensor) -> tuple[str, Tensor]:
-        if name.startswith("distilbert."):
-            return "bert." + name[len("distilbert.") :], tensor
-        return name, tensor
-
-    return renamed_layers(state, "DistilBERT", DISTIL_KEY, _LAYER, prefixed, other)
+    return renamed_layers(state, "DistilBERT", "distilbert.", DISTIL_KEY, _LAYER)
 
 
 register(
-    Family(
+    bert_family(
         "distilbert",
         "DistilBERT",
         _read,
         _rename,
-        bert_key_map,
-        build_bert,
-        head_prefixes=BERT_HEADS,
-        capabilities=BERT_CAPABILITIES,
         first_token_layer=("pre_classifier.", "relu"),
         head_classes=task_classes("DistilBert", *CLASSIFIERS),
     )

@@ -1,5 +1,5 @@
 """EuroBERT (``model_type: eurobert``: EuroBERT-210m/610m/2.1B, the base of
-jina-embeddings-v5-text-nano), read top to bottom: config, layer, encoder, names, record.
+jina-embeddings-v5-text-nano), read top to bottom: config, names, record.
 
 An encoder on a decoder's layer (Llama's). What it changes against BERT, in the attention and
 around it:
@@ -14,7 +14,8 @@ around it:
   feed-forward (``down(act(gate(x)) * up(x))``), its three projections biased when
   ``mlp_bias``, the four attention projections when ``attention_bias``; no pooler.
 
-The embeddings and the checkpoint's names are Qwen3's (:mod:`.qwen3`) without its q/k norms.
+The layers, the encoder (:func:`.qwen3.build`), the embeddings and the checkpoint's names are
+Qwen3's (:mod:`.qwen3`) without its q/k norms.
 """
 
 from __future__ import annotations
@@ -22,13 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from torch import nn
-
-from ..attention import MultiHeadAttention
-from ..blocks import EncoderBlock, GatedFeedForward, LayerKind, RotaryEncoder, activation, make_norm
-from ..errors import ModelFolderError
 from . import qwen3
-from .config_fields import positive, refuse, rope_theta
+from .config_fields import decoder_sizes, known_activation, kv_heads, positive, rope_theta
 from .registry import Family, register
 from .rotary_bert import Variant, rename
 
@@ -42,11 +38,11 @@ NAMES = replace(qwen3.NAMES, name="eurobert", title="EuroBERT", default_theta=10
 
 @dataclass(frozen=True)
 class EuroBertArch(qwen3.Qwen3Arch):
-    """EuroBERT's settings beyond BERT's sizes: Qwen3's (``causal`` always False), and biases
-    on the feed-forward's three projections when ``mlp_bias``."""
+    """EuroBERT's settings beyond BERT's sizes: Qwen3's (``causal`` always False, no q/k
+    norms), and biases on the feed-forward's three projections when ``mlp_bias``."""
 
-    mlp_bias: bool = False
     variant: Variant = NAMES
+    qk_norm: bool = False
 
 
 def _positive(data: dict[str, Any], field: str, default: int, source: str) -> int:
@@ -54,12 +50,8 @@ def _positive(data: dict[str, Any], field: str, default: int, source: str) -> in
 
 
 def _arch(data: dict[str, Any], hidden: int, heads: int, source: str) -> EuroBertArch:
-    kv_heads = _positive(data, "num_key_value_heads", heads, source)
-    if heads % kv_heads:
-        raise refuse(source, NAMES.title, "num_key_value_heads", kv_heads,
-                     f"a divisor of num_attention_heads ({heads})")  # fmt: skip
     return EuroBertArch(
-        kv_heads=kv_heads,
+        kv_heads=kv_heads(data, heads, heads, source, NAMES.title),
         head_dim=_positive(data, "head_dim", hidden // heads, source),
         theta=rope_theta(data, NAMES.default_theta, source, NAMES.title),
         norm_eps=float(data.get("rms_norm_eps", 1e-5)),
@@ -69,65 +61,23 @@ def _arch(data: dict[str, Any], hidden: int, heads: int, source: str) -> EuroBer
     )
 
 
+#: the sizes where the config has none (:func:`.config_fields.decoder_sizes`)
+DEFAULTS = {
+    "vocab_size": 128256,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 8192,
+    "pad_token_id": None,
+}
+
+
 def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], EuroBertArch]:
     """``config.json`` -> BERT's sizes (every job reads those) and :class:`EuroBertArch`."""
     hidden = _positive(data, "hidden_size", 768, source)
     heads = _positive(data, "num_attention_heads", 12, source)
-    act = data.get("hidden_act", "silu")
-    try:
-        activation(act)
-    except ValueError as exc:
-        raise ModelFolderError(f"{source}: {exc}") from None
+    act = known_activation(data, "hidden_act", "silu", source)
     arch = _arch(data, hidden, heads, source)
-    sizes = {
-        "model_type": "bert",
-        "vocab_size": data.get("vocab_size", 128256),
-        "hidden_size": hidden,
-        "num_hidden_layers": _positive(data, "num_hidden_layers", 12, source),
-        "num_attention_heads": heads,
-        "intermediate_size": data.get("intermediate_size", 3072),
-        "hidden_act": act,
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": data.get("attention_dropout", 0.0),
-        "max_position_embeddings": data.get("max_position_embeddings", 8192),
-        "type_vocab_size": 2,  # token type ids are read past: a pair's segments are not told apart
-        "layer_norm_eps": arch.norm_eps,
-        "pad_token_id": data.get("pad_token_id"),
-    }
-    return sizes, arch
-
-
-# ---------------------------------------------------------------------- layer
-def _layer(config: Any, backend: str) -> EncoderBlock:
-    """One layer: RMSNorm, bidirectional grouped-query attention with rotation, RMSNorm, the
-    SiLU-gated feed-forward."""
-    arch: EuroBertArch = config.arch
-    e = config.hidden_size
-    attn = MultiHeadAttention(
-        e,
-        config.num_attention_heads,
-        config.attention_probs_dropout_prob,
-        bias=arch.attention_bias,
-        backend=backend,
-        rotary_theta=arch.theta,
-        num_kv_heads=arch.kv_heads,
-        head_dim=arch.head_dim,
-    )
-    mlp = GatedFeedForward(e, config.intermediate_size, config.hidden_act,
-                           bias_in=arch.mlp_bias, bias_out=arch.mlp_bias)  # fmt: skip
-    norms = [make_norm(e, arch.norm_eps, bias=False, kind="rms_norm") for _ in range(2)]
-    return EncoderBlock(attn, mlp, *norms, prenorm=True)
-
-
-# ---------------------------------------------------------------------- encoder
-def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, None]:
-    """EuroBERT's embeddings (words only, as Qwen3's) and encoder (its layers, then the final
-    RMSNorm); no pooler."""
-    arch: EuroBertArch = config.arch
-    n = config.num_hidden_layers
-    layers = [_layer(config, backend) for _ in range(n)]
-    final = make_norm(config.hidden_size, arch.norm_eps, bias=False, kind="rms_norm")
-    return qwen3.embeddings(config), RotaryEncoder(layers, [LayerKind(arch.theta)] * n, final), None
+    layers = _positive(data, "num_hidden_layers", 12, source)
+    return decoder_sizes(data, (hidden, layers, heads), act, arch.norm_eps, DEFAULTS), arch
 
 
 # ---------------------------------------------------------------------- names
@@ -152,7 +102,7 @@ register(
         read_config,
         rename,
         key_map,
-        build,
+        qwen3.build,
         prefix="model.",
         head_prefixes=("lm_head.", "dense.", "classifier."),
         needs_tokenizer_json=True,

@@ -29,12 +29,11 @@ acts on a language model's logits only, which the encoder does not compute.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
 
-from ..attention import MultiHeadAttention
 from ..blocks import (
     GatedFeedForward,
     LayerKind,
@@ -42,11 +41,10 @@ from ..blocks import (
     RotaryEncoder,
     SandwichBlock,
     ScaledTokenEmbeddings,
-    activation,
 )
 from ..errors import ModelFolderError
 from . import qwen3
-from .config_fields import positive, refuse
+from .config_fields import decoder_sizes, known_activation, kv_heads, positive, refuse
 from .registry import Family, register
 from .rope import rope_object, rope_theta
 from .rotary_bert import Variant, rename
@@ -55,25 +53,24 @@ __all__ = ["Gemma3Arch", "read_config"]
 
 
 # ---------------------------------------------------------------------- config
-#: the checkpoint's names as :func:`.rotary_bert.rename` reads them: ``mlp.gate_proj`` and
-#: ``mlp.up_proj`` joined into one ``(2I, E)`` ``mlp.gate_up`` (the activated gate first);
-#: ``model.`` in a task checkpoint (``Gemma3ForCausalLM``), none in ``Gemma3TextModel``'s
-NAMES = Variant(
-    name="gemma3_text",
-    title="Gemma 3",
-    prefix="model.",
-    gated=True,
-    attention_bias=False,
-    mlp_in_bias=False,
-    mlp_out_bias=False,
-    default_theta=1_000_000.0,
-    default_act="gelu_pytorch_tanh",
-)
+#: the checkpoint's names as :func:`.rotary_bert.rename` reads them: Qwen3's
+#: (:data:`.qwen3.NAMES`: ``mlp.gate_proj`` and ``mlp.up_proj`` joined into one ``(2I, E)``
+#: ``mlp.gate_up``, the activated gate first); ``model.`` in a task checkpoint
+#: (``Gemma3ForCausalLM``), none in ``Gemma3TextModel``'s
+NAMES = replace(qwen3.NAMES, name="gemma3_text", title="Gemma 3",
+                default_act="gelu_pytorch_tanh")  # fmt: skip
 TITLE = NAMES.title
 #: the two layer types of ``layer_types``, and the rotary base each has by default
 LAYER_TYPES = {"sliding_attention": 10_000.0, "full_attention": 1_000_000.0}
 #: the older configs' field for each layer type's base (transformers 5 writes rope_parameters)
 _LEGACY_THETA = {"sliding_attention": "rope_local_base_freq", "full_attention": "rope_theta"}
+#: the sizes where the config has none (:func:`.config_fields.decoder_sizes`)
+DEFAULTS = {
+    "vocab_size": 262_208,
+    "intermediate_size": 9216,
+    "max_position_embeddings": 131_072,
+    "pad_token_id": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -160,10 +157,7 @@ def _scale(data: dict[str, Any], source: str) -> float:
 
 
 def _arch(data: dict[str, Any], layers: int, heads: int, source: str) -> Gemma3Arch:
-    kv_heads = _positive(data, "num_key_value_heads", 4, source)
-    if heads % kv_heads:
-        raise _refuse(source, "num_key_value_heads", kv_heads,
-                      f"a divisor of num_attention_heads ({heads})")  # fmt: skip
+    kv = kv_heads(data, heads, 4, source, TITLE)
     radius = _positive(data, "sliding_window", 4096, source) // 2
     thetas = _thetas(data, source)
     kinds = tuple(
@@ -171,7 +165,7 @@ def _arch(data: dict[str, Any], layers: int, heads: int, source: str) -> Gemma3A
         for t in _layer_types(data, layers, source)
     )
     return Gemma3Arch(
-        kv_heads=kv_heads,
+        kv_heads=kv,
         head_dim=_positive(data, "head_dim", 256, source),
         scale=_scale(data, source),
         norm_eps=float(data.get("rms_norm_eps", 1e-6)),
@@ -185,28 +179,10 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Gemm
     _check_supported(data, source)
     layers = _positive(data, "num_hidden_layers", 26, source)
     heads = _positive(data, "num_attention_heads", 8, source)
-    act = data.get("hidden_activation", "gelu_pytorch_tanh")
-    try:
-        activation(act, "hidden_activation")
-    except ValueError as exc:
-        raise ModelFolderError(f"{source}: {exc}") from None
+    act = known_activation(data, "hidden_activation", "gelu_pytorch_tanh", source)
     arch = _arch(data, layers, heads, source)
-    sizes = {
-        "model_type": "bert",
-        "vocab_size": data.get("vocab_size", 262_208),
-        "hidden_size": _positive(data, "hidden_size", 2304, source),
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "intermediate_size": data.get("intermediate_size", 9216),
-        "hidden_act": act,
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": data.get("attention_dropout", 0.0),
-        "max_position_embeddings": data.get("max_position_embeddings", 131_072),
-        "type_vocab_size": 2,  # token type ids are read past: a pair's segments are not told apart
-        "layer_norm_eps": arch.norm_eps,
-        "pad_token_id": data.get("pad_token_id", 0),
-    }
-    return sizes, arch
+    hidden = _positive(data, "hidden_size", 2304, source)
+    return decoder_sizes(data, (hidden, layers, heads), act, arch.norm_eps, DEFAULTS), arch
 
 
 # ---------------------------------------------------------------------- embeddings
@@ -224,20 +200,8 @@ def _layer(config: Any, kind: LayerKind, backend: str) -> SandwichBlock:
     the same around the gated GELU feed-forward."""
     arch: Gemma3Arch = config.arch
     e = config.hidden_size
-    attn = MultiHeadAttention(
-        e,
-        config.num_attention_heads,
-        config.attention_probs_dropout_prob,
-        bias=arch.attention_bias,
-        backend=backend,
-        rotary_theta=kind.theta,
-        window=kind.window,
-        num_kv_heads=arch.kv_heads,
-        head_dim=arch.head_dim,
-        scale=arch.scale,
-        qk_norm=True,
-        norm_eps=arch.norm_eps,
-    )
+    attn = qwen3.grouped_attention(config, backend, kind.theta, window=kind.window,
+                                   scale=arch.scale, qk_norm=True)  # fmt: skip
     attn.q_norm = OffsetRMSNorm(arch.head_dim, arch.norm_eps)  # Gemma's (1 + weight)
     attn.k_norm = OffsetRMSNorm(arch.head_dim, arch.norm_eps)
     mlp = GatedFeedForward(e, config.intermediate_size, config.hidden_act)

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
 from ..blocks import (
     EncoderBlock,
     GatedFeedForward,
@@ -36,8 +35,9 @@ from ..blocks import (
     make_norm,
 )
 from ..errors import ModelFolderError
+from .config_fields import known_activation
 from .registry import Family, HeadSpec, register, task_classes
-from .rope import even_head_size, rope_object, rope_theta
+from .rope import even_head_size, rope_object, rope_theta, rotary_attention
 
 __all__ = ["ModernBertArch", "ModernBertMaskedLMHead", "ModernBertSequenceHead", "read_config"]
 
@@ -127,11 +127,7 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Mode
         raise _refuse(source, "num_hidden_layers", layers, "an int >= 1")
     hidden, heads = data.get("hidden_size", 768), data.get("num_attention_heads", 12)
     even_head_size(hidden, heads, partial(_refuse, source))
-    act = data.get("hidden_activation", "gelu")
-    try:
-        activation(act, "hidden_activation")
-    except ValueError as exc:
-        raise ModelFolderError(f"{source}: {exc}") from None
+    act = known_activation(data, "hidden_activation", "gelu", source)
     window = data.get("local_attention", 128)
     longest = data.get("max_position_embeddings", 8192)
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
@@ -196,15 +192,8 @@ def _layer(config: Any, i: int, kind: LayerKind, backend: str) -> EncoderBlock:
     """Layer ``i``: pre-norm, rotary attention (windowed on local layers), GeGLU."""
     arch: ModernBertArch = config.arch
     e = config.hidden_size
-    attn = MultiHeadAttention(
-        e,
-        config.num_attention_heads,
-        config.attention_probs_dropout_prob,
-        bias=arch.attention_bias,
-        backend=backend,
-        rotary_theta=kind.theta,
-        window=kind.window,
-    )
+    attn = rotary_attention(config, backend, kind.theta, bias=arch.attention_bias,
+                            window=kind.window)  # fmt: skip
     mlp = GatedFeedForward(
         e,
         config.intermediate_size,

@@ -18,14 +18,12 @@ from ..blocks.relative import NUM_BUCKETS
 from ..errors import ModelFolderError
 from .bert import (
     BERT_CAPABILITIES,
-    BERT_HEADS,
-    bert_key_map,
-    build_bert,
+    bert_family,
     drop_keys,
     offset_config,
     roberta_head_name,
 )
-from .registry import Family, register, task_classes
+from .registry import register, task_classes
 from .renaming import renamed_layers
 
 #: MPNet's padding index: transformers' ``MPNetEmbeddings`` fixes it at 1 (not the config's)
@@ -70,24 +68,20 @@ def _rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
     offset = config.position_offset
 
     def other(name: str, tensor: Tensor) -> tuple[str, Tensor]:
-        name = "bert." + name[len("mpnet.") :] if name.startswith("mpnet.") else name
         name = roberta_head_name(name, prefixed)
         if name.endswith("embeddings.position_embeddings.weight"):
             tensor = tensor[offset:]
         return name, tensor
 
-    return renamed_layers(state, "MPNet", _KEY, _LAYER, prefixed, other)
+    return renamed_layers(state, "MPNet", "mpnet.", _KEY, _LAYER, other)
 
 
 register(
-    Family(
+    bert_family(
         "mpnet",
         "MPNet",
         _read,
         _rename,
-        bert_key_map,
-        build_bert,
-        head_prefixes=BERT_HEADS,
         position_offset=_offset,
         pooler_expected=True,
         # RoBERTa's sequence-classification head (dense + tanh on <s>, then a linear layer)

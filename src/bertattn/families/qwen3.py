@@ -31,13 +31,13 @@ from ..blocks import (
     LayerKind,
     RotaryEncoder,
     TokenEmbeddings,
-    activation,
     make_norm,
 )
 from ..errors import ModelFolderError
-from .config_fields import positive, refuse, rope_theta
+from .config_fields import decoder_sizes, known_activation, kv_heads, positive, refuse, rope_theta
 from .registry import Family, HeadSpec, register, task_classes
-from .rotary_bert import Variant, rename
+from .rope import rotary_attention
+from .rotary_bert import Variant, attention_keys, rename
 
 __all__ = ["Qwen3Arch", "read_config"]
 
@@ -71,10 +71,21 @@ class Qwen3Arch:
     causal: bool
     #: the names :func:`.rotary_bert.rename` reads (the same renaming as GTE's gated layers)
     variant: Variant = NAMES
+    #: an RMSNorm on every query and key head (EuroBERT has none)
+    qk_norm: bool = True
+    #: biases on the feed-forward's three projections (EuroBERT's ``mlp_bias``)
+    mlp_bias: bool = False
 
 
 #: the name refusals give the family
 TITLE = "Qwen3"
+#: the sizes where the config has none (:func:`.config_fields.decoder_sizes`)
+DEFAULTS = {
+    "vocab_size": 151936,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 40960,
+    "pad_token_id": None,
+}
 
 
 def _refuse(source: str, field: str, value: object, expected: str) -> ModelFolderError:
@@ -101,39 +112,18 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Qwen
     """``config.json`` -> BERT's sizes (every job reads those) and :class:`Qwen3Arch`."""
     layers = _positive(data, "num_hidden_layers", 28, source)
     heads = _positive(data, "num_attention_heads", 16, source)
-    kv_heads = _positive(data, "num_key_value_heads", heads, source)
-    if heads % kv_heads:
-        raise _refuse(source, "num_key_value_heads", kv_heads,
-                      f"a divisor of num_attention_heads ({heads})")  # fmt: skip
+    kv = kv_heads(data, heads, heads, source, TITLE)
     hidden = _positive(data, "hidden_size", 1024, source)
-    act = data.get("hidden_act", "silu")
-    try:
-        activation(act)
-    except ValueError as exc:
-        raise ModelFolderError(f"{source}: {exc}") from None
+    act = known_activation(data, "hidden_act", "silu", source)
     arch = Qwen3Arch(
-        kv_heads=kv_heads,
+        kv_heads=kv,
         head_dim=_positive(data, "head_dim", hidden // heads, source),
         theta=rope_theta(data, 1_000_000.0, source, TITLE),
         norm_eps=float(data.get("rms_norm_eps", 1e-6)),
         attention_bias=bool(data.get("attention_bias", False)),
         causal=_causal(data, source),
     )
-    sizes = {
-        "model_type": "bert",
-        "vocab_size": data.get("vocab_size", 151936),
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "intermediate_size": data.get("intermediate_size", 3072),
-        "hidden_act": act,
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": data.get("attention_dropout", 0.0),
-        "max_position_embeddings": data.get("max_position_embeddings", 40960),
-        "type_vocab_size": 2,  # token type ids are read past: a pair's segments are not told apart
-        "layer_norm_eps": arch.norm_eps,
-        "pad_token_id": data.get("pad_token_id"),
-    }
+    sizes = decoder_sizes(data, (hidden, layers, heads), act, arch.norm_eps, DEFAULTS)
     return sizes, arch
 
 
@@ -145,36 +135,37 @@ def embeddings(config: Any) -> TokenEmbeddings:
 
 
 # ---------------------------------------------------------------------- layer
-def _layer(config: Any, backend: str) -> EncoderBlock:
-    """One layer: RMSNorm, grouped-query attention with q/k norms and rotation (causal unless
-    the config is bidirectional), RMSNorm, the SiLU-gated feed-forward."""
+def grouped_attention(config: Any, backend: str, theta: float, **extra: Any) -> MultiHeadAttention:
+    """The rotary attention (base ``theta``) with ``config.arch``'s grouped-query heads
+    (``kv_heads`` key/value heads of ``head_dim``), projection biases (``attention_bias``) and
+    q/k norms' epsilon (``norm_eps``); Gemma 3's too. ``extra``: the other keywords of
+    :class:`~bertattn.MultiHeadAttention` (``causal``, ``qk_norm``, ``window``, ``scale``)."""
+    arch = config.arch
+    return rotary_attention(config, backend, theta, bias=arch.attention_bias,
+                            num_kv_heads=arch.kv_heads, head_dim=arch.head_dim,
+                            norm_eps=arch.norm_eps, **extra)  # fmt: skip
+
+
+def layer(config: Any, backend: str) -> EncoderBlock:
+    """One layer: RMSNorm, grouped-query attention with rotation (causal unless the config is
+    bidirectional; q/k norms when ``arch.qk_norm``), RMSNorm, the SiLU-gated feed-forward (its
+    projections biased when ``arch.mlp_bias``). EuroBERT's layer too."""
     arch: Qwen3Arch = config.arch
     e = config.hidden_size
-    attn = MultiHeadAttention(
-        e,
-        config.num_attention_heads,
-        config.attention_probs_dropout_prob,
-        bias=arch.attention_bias,
-        backend=backend,
-        rotary_theta=arch.theta,
-        num_kv_heads=arch.kv_heads,
-        head_dim=arch.head_dim,
-        causal=arch.causal,
-        qk_norm=True,
-        norm_eps=arch.norm_eps,
-    )
-    mlp = GatedFeedForward(e, config.intermediate_size, config.hidden_act)
-    attn_norm = make_norm(e, arch.norm_eps, bias=False, kind="rms_norm")
-    mlp_norm = make_norm(e, arch.norm_eps, bias=False, kind="rms_norm")
-    return EncoderBlock(attn, mlp, attn_norm, mlp_norm, prenorm=True)
+    attn = grouped_attention(config, backend, arch.theta, causal=arch.causal, qk_norm=arch.qk_norm)
+    mlp = GatedFeedForward(e, config.intermediate_size, config.hidden_act,
+                           bias_in=arch.mlp_bias, bias_out=arch.mlp_bias)  # fmt: skip
+    norms = [make_norm(e, arch.norm_eps, bias=False, kind="rms_norm") for _ in range(2)]
+    return EncoderBlock(attn, mlp, *norms, prenorm=True)
 
 
 # ---------------------------------------------------------------------- encoder
 def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, None]:
-    """Qwen3's embeddings and encoder (its layers, then the final RMSNorm); no pooler."""
+    """Qwen3's (and EuroBERT's) embeddings and encoder (its layers, then the final RMSNorm); no
+    pooler."""
     arch: Qwen3Arch = config.arch
     n = config.num_hidden_layers
-    layers = [_layer(config, backend) for _ in range(n)]
+    layers = [layer(config, backend) for _ in range(n)]
     final = make_norm(config.hidden_size, arch.norm_eps, bias=False, kind="rms_norm")
     return embeddings(config), RotaryEncoder(layers, [LayerKind(arch.theta)] * n, final), None
 
@@ -214,10 +205,7 @@ def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
     keys = {"embed_tokens.weight": "embeddings.word.weight"}
     for i in range(config.num_hidden_layers):
         theirs, ours = f"layers.{i}.", f"encoder.layers.{i}."
-        for a, b in (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
-                     ("o_proj", "out_linear")):  # fmt: skip
-            for p in attn:
-                keys[f"{theirs}self_attn.{a}.{p}"] = f"{ours}attn.{b}.{p}"
+        keys.update(attention_keys(theirs, ours, attn))
         for a in ("q_norm", "k_norm"):
             keys[f"{theirs}self_attn.{a}.weight"] = f"{ours}attn.{a}.weight"
         keys[f"{theirs}mlp.gate_up.weight"] = f"{ours}mlp.w_in.weight"

@@ -17,16 +17,18 @@ __all__ = ["renamed_layers"]
 def renamed_layers(
     state: dict[str, Tensor],
     what: str,
+    prefix: str,
     layer_key: re.Pattern[str],
     layer_names: dict[str, str],
-    prefixed: bool,
-    other: Callable[[str, Tensor], tuple[str, Tensor]],
+    other: Callable[[str, Tensor], tuple[str, Tensor]] | None = None,
 ) -> dict[str, Tensor]:
     """``state`` under BERT's names: a layer tensor matched by ``layer_key`` (groups: prefix,
     layer index, part, weight / bias) is renamed by ``layer_names`` (another part is an error
-    naming the tensor), any other by ``other``; then a zero token-type embedding of two rows is
-    added (the family has no token types: a pair's second segment adds nothing either)."""
-    top = "bert." if prefixed else ""
+    naming the tensor); any other has the family's ``prefix`` (``distilbert.``) replaced by
+    ``bert.``, then goes through ``other`` when given; then a zero token-type embedding of two
+    rows is added (the family has no token types: a pair's second segment adds nothing
+    either)."""
+    top = "bert." if any(k.startswith(prefix) for k in state) else ""
     out: dict[str, Tensor] = {}
     for key, tensor in state.items():
         m = layer_key.match(key)
@@ -35,9 +37,10 @@ def renamed_layers(
             if part is None:
                 raise ModelFolderError(f"unexpected {what} tensor {key}.")
             out[f"{top}encoder.layer.{m.group(2)}.{part}.{m.group(4)}"] = tensor
-        else:
-            name, value = other(key, tensor)
-            out[name] = value
+            continue
+        name = "bert." + key[len(prefix) :] if key.startswith(prefix) else key
+        name, value = (name, tensor) if other is None else other(name, tensor)
+        out[name] = value
     words = out.get(f"{top}embeddings.word_embeddings.weight")
     if words is not None:
         out[f"{top}embeddings.token_type_embeddings.weight"] = torch.zeros(

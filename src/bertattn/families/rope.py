@@ -1,5 +1,6 @@
 """The rotary settings of a ``config.json`` every rotary family reads the same way: the
-``rope_parameters`` objects, ``rope_theta`` and the head size the rotation pairs up. Each check
+``rope_parameters`` objects, ``rope_theta`` and the head size the rotation pairs up; and the
+rotary attention every rotary family's layer builds (``rotary_attention``). Each check
 raises what the family's ``refuse(field, value, expected)`` makes: a
 :class:`~bertattn.errors.ModelFolderError` naming config.json, the field and what to write."""
 
@@ -9,9 +10,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..attention import MultiHeadAttention
 from ..errors import ModelFolderError
 
-__all__ = ["Refuse", "even_head_size", "rope_object", "rope_theta"]
+__all__ = ["Refuse", "even_head_size", "rope_object", "rope_theta", "rotary_attention"]
 
 #: ``refuse(field, value, expected)``: the family's error for a field of config.json
 Refuse = Callable[[str, object, str], ModelFolderError]
@@ -53,3 +55,21 @@ def even_head_size(hidden: object, heads: object, refuse: Refuse) -> None:
             f"an even head size (rotary positions pair dimension i with i + head_size/2): "
             f"hidden_size / num_attention_heads = {hidden} / {heads} = {hidden // heads} is odd",
         )
+
+
+def rotary_attention(
+    config: Any, backend: str, theta: float, *, bias: bool, **extra: Any
+) -> MultiHeadAttention:
+    """A layer's attention of ``config``'s sizes and attention dropout, rotating its queries and
+    keys with base ``theta``; its four projections biased when ``bias``. ``extra``: the family's
+    other :class:`~bertattn.MultiHeadAttention` keywords (``window``, ``num_kv_heads``,
+    ``head_dim``, ``scale``, ``causal``, ``qk_norm``, ``norm_eps``)."""
+    return MultiHeadAttention(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.attention_probs_dropout_prob,
+        bias=bias,
+        backend=backend,
+        rotary_theta=theta,
+        **extra,
+    )

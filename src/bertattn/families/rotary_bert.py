@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
 from ..blocks import (
     EncoderBlock,
     FeedForward,
@@ -34,13 +33,13 @@ from ..blocks import (
     LayerKind,
     RotaryEncoder,
     TokenEmbeddings,
-    activation,
     make_norm,
 )
 from ..blocks.rotary import NtkScaling
 from ..errors import ModelFolderError
+from .config_fields import known_activation
 from .registry import Family
-from .rope import Refuse, even_head_size, rope_object, rope_theta
+from .rope import Refuse, even_head_size, rope_object, rope_theta, rotary_attention
 
 __all__ = ["RotaryArch", "Variant", "embeddings", "family"]
 
@@ -128,11 +127,7 @@ def read_config(variant: Variant, data: dict[str, Any], source: str) -> tuple[di
     if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads:
         if head_dim != hidden // heads:
             raise refuse("head_dim", head_dim, "head_dim = hidden_size / num_attention_heads")
-    act = data.get("hidden_act", variant.default_act)
-    try:
-        activation(act)
-    except ValueError as exc:
-        raise ModelFolderError(f"{source}: {exc}") from None
+    act = known_activation(data, "hidden_act", variant.default_act, source)
     rows = data.get("type_vocab_size", 2)
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
         raise refuse("type_vocab_size", rows, "an int >= 0")
@@ -185,14 +180,7 @@ def embeddings(config: Any) -> TokenEmbeddings:
 def _layer(config: Any, backend: str) -> EncoderBlock:
     arch: RotaryArch = config.arch
     v, e, inner = arch.variant, config.hidden_size, config.intermediate_size
-    attn = MultiHeadAttention(
-        e,
-        config.num_attention_heads,
-        config.attention_probs_dropout_prob,
-        bias=v.attention_bias,
-        backend=backend,
-        rotary_theta=arch.theta,
-    )
+    attn = rotary_attention(config, backend, arch.theta, bias=v.attention_bias)
     mlp: nn.Module
     if v.gated:
         mlp = GatedFeedForward(
@@ -268,6 +256,20 @@ def rename(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
     return out
 
 
+#: the attention's four projections: the checkpoint's name -> bertattn's
+_PROJECTIONS = (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
+                ("o_proj", "out_linear"))  # fmt: skip
+
+
+def attention_keys(theirs: str, ours: str, params: list[str]) -> dict[str, str]:
+    """One layer's attention projections, ``{theirs}self_attn.q_proj.<p>`` ->
+    ``{ours}attn.q_linear.<p>`` (and k, v, o) for each ``p`` of ``params`` (``weight``, and
+    ``bias`` where the projections have one)."""
+    return {
+        f"{theirs}self_attn.{a}.{p}": f"{ours}attn.{b}.{p}" for a, b in _PROJECTIONS for p in params
+    }
+
+
 def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
     """The family's names (after :func:`rename`, without its prefix) -> bertattn's."""
     arch: RotaryArch = config.arch
@@ -284,10 +286,7 @@ def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
         mlp = [("fc1", "fc_in", v.mlp_out_bias), ("fc2", "fc_out", v.mlp_out_bias)]
     for i in range(config.num_hidden_layers):
         theirs, ours = f"layers.{i}.", f"encoder.layers.{i}."
-        for a, b in (("q_proj", "q_linear"), ("k_proj", "k_linear"), ("v_proj", "v_linear"),
-                     ("o_proj", "out_linear")):  # fmt: skip
-            for p in attn:
-                keys[f"{theirs}self_attn.{a}.{p}"] = f"{ours}attn.{b}.{p}"
+        keys.update(attention_keys(theirs, ours, attn))
         for a, b, bias in mlp:
             for p in both if bias else ["weight"]:
                 keys[f"{theirs}mlp.{a}.{p}"] = f"{ours}mlp.{b}.{p}"
