@@ -28,7 +28,7 @@ from ..encoder.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
-from .base import HeadSurface
+from .base import HeadSurface, check_prompts
 from .card_keywords import card_keywords, check_num_labels
 from .config import ACTIVATIONS, HeadConfig
 from .layers import FirstTokenHead, load_classifier
@@ -199,14 +199,7 @@ class CrossEncoder(HeadSurface):
         options = card_keywords(self, card, dtype=dtype)
         if activation_fn is not None and not callable(activation_fn):
             raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
-        if prompts is not None and (
-            not isinstance(prompts, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
-        ):
-            raise TypeError(
-                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
-                f"got {describe(prompts)}."
-            )
+        check_prompts(prompts)
         folder = _reranker_folder(model, options.hub)
         saved, saved_default = _folder_prompts(folder)
         #: the prompts by name: the folder's, then yours over them

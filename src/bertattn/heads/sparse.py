@@ -26,7 +26,7 @@ from torch import Tensor
 from ..arguments import check_bool, check_choice, check_int, describe
 from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
-from .base import HeadSurface, task_encode
+from .base import HeadSurface, check_prompts, task_encode
 from .card_keywords import card_keywords
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
@@ -74,14 +74,7 @@ class SparseEncoder(HeadSurface):
         options = card_keywords(self, card, dtype=dtype)
         self.max_active_dims = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         self.chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
-        if prompts is not None and (
-            not isinstance(prompts, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
-        ):
-            raise TypeError(
-                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
-                f"got {describe(prompts)}."
-            )
+        check_prompts(prompts)
         self._similarity_fn_name: str | None = None
         if similarity_fn_name is not None:
             self.similarity_fn_name = similarity_fn_name  # checked before the model loads
