@@ -37,6 +37,7 @@ __all__ = [
     "check_tensor",
     "describe",
     "is_int",
+    "is_text_pair",
     "values_checkable",
 ]
 
@@ -44,6 +45,14 @@ __all__ = [
 class ArgumentTypeError(TypeError, ValueError):
     """An argument of the wrong type. A ``TypeError``, as Python raises for one, and a
     ``ValueError``, which bertattn raised for these before: ``except`` either catches it."""
+
+
+def is_text_pair(item: object) -> bool:
+    """Whether ``item`` is a text pair as sentence-transformers and FlagEmbedding take one: a
+    tuple or list of two str ``(first, second)``."""
+    return (
+        isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(t, str) for t in item)
+    )
 
 
 def describe(value: object, limit: int = 60) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import check_bool, check_choice, check_int, describe
+from ..arguments import check_bool, check_choice, check_int, describe, is_text_pair
 from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
 from .base import HeadSurface, check_prompts, task_encode
@@ -503,7 +503,7 @@ def _inputs(sentences: object) -> tuple[list[str], list[str | None], bool]:
         if isinstance(t, str):
             texts.append(t)
             seconds.append(None)
-        elif isinstance(t, (list, tuple)) and len(t) == 2 and all(isinstance(x, str) for x in t):
+        elif is_text_pair(t):
             texts.append(t[0])
             seconds.append(t[1])
         else:

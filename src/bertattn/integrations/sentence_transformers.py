@@ -32,6 +32,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from torch import Tensor
 
+from ..arguments import is_text_pair
 from ..encoder.checkpoint import bertattn_to_hf_keys
 from ..encoder.config import BertConfig
 from ..encoder.folder import ModelFolder, ModelFolderNotFoundError, resolve_model
@@ -157,11 +158,7 @@ class BertattnTransformer(InputModule):
         for i, item in enumerate(inputs):
             if isinstance(item, str):
                 firsts.append(item)
-            elif (
-                isinstance(item, (tuple, list))
-                and len(item) == 2
-                and all(isinstance(t, str) for t in item)
-            ):
+            elif is_text_pair(item):
                 firsts.append(item[0])
                 seconds.append(item[1])
             else:
