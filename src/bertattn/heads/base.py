@@ -100,16 +100,8 @@ class HeadSurface:
         _check_save_arguments(model_name, create_model_card, train_datasets, safe_serialization)
         return save_folder(self.bert.folder, path, self._saved_files())
 
-    def save_pretrained(
-        self,
-        path: str | os.PathLike[str],
-        model_name: str | None = None,
-        create_model_card: bool = True,
-        train_datasets: list[str] | None = None,
-        safe_serialization: bool | None = True,
-    ) -> Path:
-        """:meth:`save` (transformers' and sentence-transformers' other name)."""
-        return self.save(path, model_name, create_model_card, train_datasets, safe_serialization)
+    #: :meth:`save` (transformers' and sentence-transformers' other name)
+    save_pretrained = save
 
     @property
     def device(self) -> torch.device:
