@@ -39,13 +39,14 @@ from ..arguments import (
     describe,
     is_int,
 )
-from ..attention import PreparedMask, get_backend, prepare_mask
+from ..attention import PreparedMask, get_backend
 from ..attention import dispatch as _dispatch
 from ..attention import fastcall as _fast
 from ..attention import gemm as _gemm
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
+from ..attention.masks import self_attention_mask
 from ..attention.padding import pack_padding_mask, pad, unpad
 from ..blocks import contract as _contract
 from ..blocks.contract import EncoderStack, Packing, missing_members
@@ -103,18 +104,9 @@ def padded_mask(
     """The mask of a padded self-attention forward of ``stack`` over ``hidden`` ``(B, L, E)``
     with ``heads`` heads: ``key_padding_mask`` ``(B, L)`` (1 = a token attended to; None:
     every token) and, for a stack with a relative position bias, that bias."""
-    b, length = hidden.shape[0], hidden.shape[1]
+    length = hidden.shape[1]
     bias = stack.position_bias(length, hidden.dtype) if stack.info.relative_bias else None
-    return prepare_mask(
-        key_padding_mask=key_padding_mask,
-        attn_bias=bias,
-        batch=b,
-        heads=heads,
-        query_len=length,
-        key_len=length,
-        dtype=hidden.dtype,
-        device=hidden.device,
-    )
+    return self_attention_mask(key_padding_mask, bias, heads=heads, like=hidden)
 
 
 #: the output fields in transformers' order (``BaseModelOutputWithPoolingAndCrossAttentions``)

@@ -13,14 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .handling import (
-    checked,
-    json_response,
-    read_body,
-    rerank_answer,
-    rerank_v1_answer,
-    run_model,
-)
+from .handling import checked, json_response, read_body, rerank_answer, rerank_v1_answer, run_model
 from .head_bodies import check_predict, check_rerank, check_rerank_v1, check_sparse
 from .tokens import TRUNCATE_FIX, WindowTally, tokenize_inputs, window_plans, windows_of
 

@@ -32,14 +32,7 @@ from starlette.responses import Response
 
 from .encoding import dumps
 from .errors import ApiError
-from .handling import (
-    checked,
-    json_response,
-    read_body,
-    rerank_answer,
-    rerank_v1_answer,
-    run_model,
-)
+from .handling import checked, json_response, read_body, rerank_answer, rerank_v1_answer, run_model
 from .head_bodies import check_rerank, check_rerank_v1
 from .token_bodies import (
     Format,
