@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import check_bool, check_choice, check_int, describe, is_text_pair
+from ..arguments import check_bool, check_choice, check_int, describe, split_pairs
 from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
 from .base import HeadSurface, check_prompts, task_encode
@@ -497,21 +497,15 @@ def _inputs(sentences: object) -> tuple[list[str], list[str | None], bool]:
         )
     else:
         items = list(sentences)
-    texts: list[str] = []
-    seconds: list[str | None] = []
-    for i, t in enumerate(items):
-        if isinstance(t, str):
-            texts.append(t)
-            seconds.append(None)
-        elif is_text_pair(t):
-            texts.append(t[0])
-            seconds.append(t[1])
-        else:
-            raise TypeError(
-                f"sentences[{i}] must be a string or a [text, pair] list of two strings, got "
-                f"{describe(t)}."
-            )
+    texts, seconds = split_pairs(items, _not_a_sentence)
     return texts, seconds, False
+
+
+def _not_a_sentence(i: int, item: object) -> TypeError:
+    return TypeError(
+        f"sentences[{i}] must be a string or a [text, pair] list of two strings, got "
+        f"{describe(item)}."
+    )
 
 
 def _row_nonzeros(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
