@@ -17,7 +17,7 @@ bool, a float (``2.0``) or a string (``"2"``): those are type errors, not values
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,6 +37,8 @@ __all__ = [
     "check_tensor",
     "describe",
     "is_int",
+    "is_text_pair",
+    "split_pairs",
     "values_checkable",
 ]
 
@@ -44,6 +46,42 @@ __all__ = [
 class ArgumentTypeError(TypeError, ValueError):
     """An argument of the wrong type. A ``TypeError``, as Python raises for one, and a
     ``ValueError``, which bertattn raised for these before: ``except`` either catches it."""
+
+
+def is_text_pair(item: object) -> bool:
+    """Whether ``item`` is a text pair as sentence-transformers and FlagEmbedding take one: a
+    tuple or list of two str ``(first, second)``."""
+    return (
+        isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(t, str) for t in item)
+    )
+
+
+def split_pairs(
+    items: Iterable[object],
+    refuse: Callable[[int, object], Exception],
+    *,
+    one_text_lists: bool = False,
+) -> tuple[list[str], list[str | None]]:
+    """``items`` (texts and text pairs) as ``(first texts, second texts)``, a second text None
+    for a single text; ``one_text_lists``: a list or tuple of one str is a single text too.
+    Raises ``refuse(i, item)`` for the first item ``i`` that is none of these."""
+    firsts: list[str] = []
+    seconds: list[str | None] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            firsts.append(item)
+            seconds.append(None)
+        elif is_text_pair(item) or (
+            one_text_lists
+            and isinstance(item, (list, tuple))
+            and len(item) == 1
+            and isinstance(item[0], str)
+        ):
+            firsts.append(item[0])  # type: ignore[index]
+            seconds.append(item[1] if len(item) == 2 else None)  # type: ignore[arg-type, index]
+        else:
+            raise refuse(i, item)
+    return firsts, seconds
 
 
 def describe(value: object, limit: int = 60) -> str:

@@ -28,7 +28,7 @@ from . import backends as _backends
 from . import dispatch as _dispatch
 from . import prepack as _prepack
 from . import steps as _steps
-from .masks import prepare_mask
+from .masks import self_attention_mask
 
 __all__ = [
     "FAST_CALL",
@@ -231,17 +231,7 @@ def self_attention(
     if key_padding_mask is None:
         bias = live = None
     else:  # validated as the general path validates it (the same function)
-        prepared = prepare_mask(
-            None,
-            key_padding_mask,
-            None,
-            batch=b,
-            heads=h,
-            query_len=length,
-            key_len=length,
-            dtype=x.dtype,
-            device=x.device,
-        )
+        prepared = self_attention_mask(key_padding_mask, None, heads=h, like=x)
         bias, live = prepared.bias, prepared.live_rows
     qkv = _prepack.linear(x, d["_packed_weight"], d["_packed_bias"])  # (B, L, 3E)
     q, k, v = qkv.view(b, length, 3, h, e // h).permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, L, D)

@@ -38,6 +38,7 @@ __all__ = [
     "add_causal",
     "causal_bias",
     "prepare_mask",
+    "self_attention_mask",
     "score_dtype",
 ]
 
@@ -67,7 +68,6 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-
 def causal_bias(
     q_len: int, k_len: int, *, dtype: torch.dtype, device: torch.device | str | None = None
 ) -> Tensor:
@@ -76,6 +76,7 @@ def causal_bias(
     future = torch.ones(q_len, k_len, dtype=torch.bool, device=device).triu(1)  # j > i
     zero = torch.zeros((), dtype=dtype, device=device)
     return torch.where(future, torch.full((), float("-inf"), dtype=dtype, device=device), zero)
+
 
 def _shape(t: Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
@@ -173,6 +174,25 @@ def _keep_from_padding(
             f"({b}, {lk}) with 1 / True for a real token and 0 / False for padding."
         )
     return (key_padding_mask != 0).to(device)[:, None, None, :]  # (B, 1, 1, Lk)
+
+
+def self_attention_mask(
+    key_padding_mask: Tensor | None, attn_bias: Tensor | None, *, heads: int, like: Tensor
+) -> PreparedMask:
+    """:func:`prepare_mask` for self-attention over ``like`` ``(B, L, ...)``: query and key
+    length ``L``, ``heads`` heads, the dtype and device of ``like``; ``key_padding_mask``
+    ``(B, L)`` and ``attn_bias`` as :func:`prepare_mask` takes them."""
+    return prepare_mask(
+        None,
+        key_padding_mask,
+        attn_bias,
+        batch=like.shape[0],
+        heads=heads,
+        query_len=like.shape[1],
+        key_len=like.shape[1],
+        dtype=like.dtype,
+        device=like.device,
+    )
 
 
 def prepare_mask(
@@ -375,6 +395,4 @@ def add_causal(
     if prepared.bias is not None:
         device = prepared.bias.device
     tri = causal_bias(query_len, key_len, dtype=score_dtype(dtype), device=device)  # (Lq, Lk)
-    return add_bias(
-        prepared, tri, heads=heads, query_len=query_len, key_len=key_len, dtype=dtype
-    )
+    return add_bias(prepared, tri, heads=heads, query_len=query_len, key_len=key_len, dtype=dtype)

@@ -39,13 +39,14 @@ from ..arguments import (
     describe,
     is_int,
 )
+from ..attention import PreparedMask, get_backend
 from ..attention import dispatch as _dispatch
 from ..attention import fastcall as _fast
 from ..attention import gemm as _gemm
-from ..attention import get_backend, prepare_mask
 from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..attention.dispatch import choose_backend
+from ..attention.masks import self_attention_mask
 from ..attention.padding import pack_padding_mask, pad, unpad
 from ..blocks import contract as _contract
 from ..blocks.contract import EncoderStack, Packing, missing_members
@@ -96,6 +97,16 @@ def _check_stack(stack: object, family: str) -> None:
         f"position_bias)."
     )
 
+
+def padded_mask(
+    stack: EncoderStack, key_padding_mask: Tensor | None, hidden: Tensor, heads: int
+) -> PreparedMask:
+    """The mask of a padded self-attention forward of ``stack`` over ``hidden`` ``(B, L, E)``
+    with ``heads`` heads: ``key_padding_mask`` ``(B, L)`` (1 = a token attended to; None:
+    every token) and, for a stack with a relative position bias, that bias."""
+    length = hidden.shape[1]
+    bias = stack.position_bias(length, hidden.dtype) if stack.info.relative_bias else None
+    return self_attention_mask(key_padding_mask, bias, heads=heads, like=hidden)
 
 
 #: the output fields in transformers' order (``BaseModelOutputWithPoolingAndCrossAttentions``)
@@ -391,8 +402,11 @@ class BertModel(nn.Module):
         )
         self._check_id_values(input_ids, token_type_ids, position_ids)
         tracing = torch.compiler.is_compiling()  # a graph records no per-call choice
-        if not tracing and _dispatch.explaining() and device.type == "cpu" and (
-            self.dtype is torch.float32
+        if (
+            not tracing
+            and _dispatch.explaining()
+            and device.type == "cpu"
+            and (self.dtype is torch.float32)
         ):
             _gemm.choice()  # decided now if no product has run yet
             _dispatch.note(_gemm.describe(), once=True)
@@ -708,17 +722,8 @@ class BertModel(nn.Module):
             if collect is not None:
                 collect.append(hidden)
             encoder = _fast.submodule(self, "encoder")
-            relative = encoder.info.relative_bias  # type: ignore[union-attr]
-            mask = prepare_mask(  # once per forward, shared by every layer
-                key_padding_mask=attention_mask,
-                attn_bias=encoder.position_bias(seq_len, hidden.dtype) if relative else None,  # type: ignore[operator]
-                batch=b,
-                heads=self.config.num_attention_heads,
-                query_len=seq_len,
-                key_len=seq_len,
-                dtype=hidden.dtype,
-                device=hidden.device,
-            )
+            # once per forward, shared by every layer
+            mask = padded_mask(encoder, attention_mask, hidden, self.config.num_attention_heads)
             hidden, attentions = _fast.call(encoder, hidden, mask, want, collect)  # (B, L, E)
         pooler = _fast.submodule(self, "pooler")  # None for a model without one
         pooled = None if pooler is None else _fast.call(pooler, hidden)  # (B, E)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import ArgumentTypeError
+from ..arguments import ArgumentTypeError, is_text_pair
 from ..errors import ModelFolderError
 from .folder import ModelFolder
 from .jsonfile import check_bool, check_int, read_json_object, show
@@ -311,11 +311,7 @@ def _text_inputs(inputs: object, what: str) -> tuple[list[str], list[str] | None
         firsts: list[str] = []
         seconds: list[str] = []
         for i, item in enumerate(inputs):
-            if not (
-                isinstance(item, (tuple, list))
-                and len(item) == 2
-                and all(isinstance(t, str) for t in item)
-            ):
+            if not is_text_pair(item):
                 raise ValueError(
                     f"{what}[{i}] is {_describe(item)}; {what}[0] is a text pair, so every "
                     f"item must be a pair of two str, (first, second). Encode single texts and "

@@ -20,7 +20,7 @@ from .missing import missing_attribute
 from .model_card import EvaluationMetrics
 from .saving import save_folder
 
-__all__ = ["HeadSurface", "task_encode"]
+__all__ = ["HeadSurface", "check_prompts", "task_encode"]
 
 
 class HeadSurface:
@@ -100,16 +100,8 @@ class HeadSurface:
         _check_save_arguments(model_name, create_model_card, train_datasets, safe_serialization)
         return save_folder(self.bert.folder, path, self._saved_files())
 
-    def save_pretrained(
-        self,
-        path: str | os.PathLike[str],
-        model_name: str | None = None,
-        create_model_card: bool = True,
-        train_datasets: list[str] | None = None,
-        safe_serialization: bool | None = True,
-    ) -> Path:
-        """:meth:`save` (transformers' and sentence-transformers' other name)."""
-        return self.save(path, model_name, create_model_card, train_datasets, safe_serialization)
+    #: :meth:`save` (transformers' and sentence-transformers' other name)
+    save_pretrained = save
 
     @property
     def device(self) -> torch.device:
@@ -146,14 +138,7 @@ class HeadSurface:
         ``default_prompt_name`` (given) else the folder's ``saved_default``. ``TypeError`` for
         ``prompts`` that are not a dict of str to str or a name that is not a str;
         ``ValueError`` for a default name that is not among the prompts."""
-        if prompts is not None and (
-            not isinstance(prompts, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
-        ):
-            raise TypeError(
-                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
-                f"got {describe(prompts)}."
-            )
+        check_prompts(prompts)
         if default_prompt_name is not None and not isinstance(default_prompt_name, str):
             raise TypeError(
                 f"default_prompt_name must be a str (one of the prompts' names) or None, got "
@@ -175,6 +160,19 @@ class HeadSurface:
         if prompt is None and prompt_name is None:
             return next((n for n in self.TASK_PROMPTS[task] if n in self.prompts), None)
         return prompt_name
+
+
+def check_prompts(prompts: object) -> None:
+    """``TypeError`` unless ``prompts`` is None or a dict of prompt names (str) to prompt texts
+    (str), as every head class's constructor takes them."""
+    if prompts is not None and (
+        not isinstance(prompts, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
+    ):
+        raise TypeError(
+            f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
+            f"got {describe(prompts)}."
+        )
 
 
 def _check_save_arguments(

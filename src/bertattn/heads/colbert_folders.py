@@ -268,21 +268,9 @@ def key_masked_hidden(model: Any, ids: Tensor, keys: Tensor, types: Tensor) -> T
     the ``keys`` ``(B, L)`` positions are attended to, the others computed all the same (the
     padded path of :class:`bertattn.BertModel`: its embeddings, then its encoder stack's padded
     ``forward`` under a key padding mask; a packed run would leave those positions zero)."""
-    from ..attention import prepare_mask
+    from ..encoder.model import padded_mask
 
-    b, length = ids.shape
     hidden = model.embeddings(ids, types, None, None)  # (B, L, E)
-    stack = model.encoder
-    bias = stack.position_bias(length, hidden.dtype) if stack.info.relative_bias else None
-    mask = prepare_mask(
-        key_padding_mask=keys,
-        attn_bias=bias,
-        batch=b,
-        heads=model.config.num_attention_heads,
-        query_len=length,
-        key_len=length,
-        dtype=hidden.dtype,
-        device=hidden.device,
-    )
-    out, _ = stack(hidden, mask)
+    mask = padded_mask(model.encoder, keys, hidden, model.config.num_attention_heads)
+    out, _ = model.encoder(hidden, mask)
     return out

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import check_bool, check_int, describe
+from ..arguments import check_bool, check_int, describe, split_pairs
 from ..encoder import ModelFolder, resolve_model
 from ..encoder.folder import HubOptions, locate_model, read_model_folder
 from ..encoder.jsonfile import read_json_object
@@ -28,7 +28,7 @@ from ..encoder.st_compat import ST_CONFIG_FILE
 from ..engine import ModelStep
 from ..errors import ModelFolderError
 from ..families import registry as families
-from .base import HeadSurface
+from .base import HeadSurface, check_prompts
 from .card_keywords import card_keywords, check_num_labels
 from .config import ACTIVATIONS, HeadConfig
 from .layers import FirstTokenHead, load_classifier
@@ -134,27 +134,15 @@ def _deprecated_rank_keywords(kwargs: dict[str, Any]) -> None:
 
 def _split(inputs: Sequence[object]) -> tuple[list[str], list[str | None]]:
     """Each input as ``(text, second text or None)``; a clear error for anything else."""
-    firsts: list[str] = []
-    seconds: list[str | None] = []
-    for i, item in enumerate(inputs):
-        if isinstance(item, str):
-            firsts.append(item)
-            seconds.append(None)
-            continue
-        if (
-            isinstance(item, (list, tuple))
-            and len(item) in (1, 2)
-            and all(isinstance(t, str) for t in item)
-        ):
-            firsts.append(item[0])
-            seconds.append(item[1] if len(item) == 2 else None)
-            continue
-        raise ValueError(
-            f"input {i} is {describe(item)}; expected a text or a (text, text) pair, e.g. "
-            f"[('query', 'passage'), ...]. A flat list of strings is read as one input (as "
-            f"sentence-transformers reads it): wrap single texts as [[text], ...]."
-        )
-    return firsts, seconds
+    return split_pairs(inputs, _not_an_input, one_text_lists=True)
+
+
+def _not_an_input(i: int, item: object) -> ValueError:
+    return ValueError(
+        f"input {i} is {describe(item)}; expected a text or a (text, text) pair, e.g. "
+        f"[('query', 'passage'), ...]. A flat list of strings is read as one input (as "
+        f"sentence-transformers reads it): wrap single texts as [[text], ...]."
+    )
 
 
 class CrossEncoder(HeadSurface):
@@ -199,14 +187,7 @@ class CrossEncoder(HeadSurface):
         options = card_keywords(self, card, dtype=dtype)
         if activation_fn is not None and not callable(activation_fn):
             raise TypeError(f"activation_fn must be callable, got {describe(activation_fn)}.")
-        if prompts is not None and (
-            not isinstance(prompts, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
-        ):
-            raise TypeError(
-                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
-                f"got {describe(prompts)}."
-            )
+        check_prompts(prompts)
         folder = _reranker_folder(model, options.hub)
         saved, saved_default = _folder_prompts(folder)
         #: the prompts by name: the folder's, then yours over them

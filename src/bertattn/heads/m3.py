@@ -31,7 +31,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import ArgumentTypeError, check_bool, check_choice, check_int, describe
+from ..arguments import (
+    ArgumentTypeError,
+    check_bool,
+    check_choice,
+    check_int,
+    describe,
+    is_text_pair,
+)
 from ..encoder import Bert
 from ..encoder.folder import resolve_model
 from ..encoder.jsonfile import ModelFolderNotFoundError
@@ -375,11 +382,7 @@ class M3Encoder:
         single = bool(sentence_pairs) and isinstance(sentence_pairs[0], str)  # as FlagEmbedding
         pairs = [sentence_pairs] if single else list(sentence_pairs)
         for i, pair in enumerate(pairs):
-            if not (
-                isinstance(pair, (tuple, list))
-                and len(pair) == 2
-                and all(isinstance(s, str) for s in pair)
-            ):
+            if not is_text_pair(pair):
                 raise ArgumentTypeError(
                     f"sentence_pairs[{i}] must be a (query, passage) pair of str, got "
                     f"{describe(pair)}."

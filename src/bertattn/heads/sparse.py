@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..arguments import check_bool, check_choice, check_int, describe
+from ..arguments import check_bool, check_choice, check_int, describe, split_pairs
 from ..encoder.st_compat import SIMILARITY_FN_NAMES
 from ..engine import ModelStep
-from .base import HeadSurface, task_encode
+from .base import HeadSurface, check_prompts, task_encode
 from .card_keywords import card_keywords
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
@@ -74,14 +74,7 @@ class SparseEncoder(HeadSurface):
         options = card_keywords(self, card, dtype=dtype)
         self.max_active_dims = check_int(max_active_dims, "max_active_dims", low=1, optional=True)
         self.chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
-        if prompts is not None and (
-            not isinstance(prompts, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items())
-        ):
-            raise TypeError(
-                f"prompts must be a dict of names to prompt texts, e.g. {{'query': 'query: '}}, "
-                f"got {describe(prompts)}."
-            )
+        check_prompts(prompts)
         self._similarity_fn_name: str | None = None
         if similarity_fn_name is not None:
             self.similarity_fn_name = similarity_fn_name  # checked before the model loads
@@ -504,21 +497,15 @@ def _inputs(sentences: object) -> tuple[list[str], list[str | None], bool]:
         )
     else:
         items = list(sentences)
-    texts: list[str] = []
-    seconds: list[str | None] = []
-    for i, t in enumerate(items):
-        if isinstance(t, str):
-            texts.append(t)
-            seconds.append(None)
-        elif isinstance(t, (list, tuple)) and len(t) == 2 and all(isinstance(x, str) for x in t):
-            texts.append(t[0])
-            seconds.append(t[1])
-        else:
-            raise TypeError(
-                f"sentences[{i}] must be a string or a [text, pair] list of two strings, got "
-                f"{describe(t)}."
-            )
+    texts, seconds = split_pairs(items, _not_a_sentence)
     return texts, seconds, False
+
+
+def _not_a_sentence(i: int, item: object) -> TypeError:
+    return TypeError(
+        f"sentences[{i}] must be a string or a [text, pair] list of two strings, got "
+        f"{describe(item)}."
+    )
 
 
 def _row_nonzeros(rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

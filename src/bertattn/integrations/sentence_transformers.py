@@ -32,6 +32,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from torch import Tensor
 
+from ..arguments import split_pairs
 from ..encoder.checkpoint import bertattn_to_hf_keys
 from ..encoder.config import BertConfig
 from ..encoder.folder import ModelFolder, ModelFolderNotFoundError, resolve_model
@@ -76,6 +77,13 @@ def _module_folder(path: Path, max_length: int | None) -> ModelFolder:
         )
     return ModelFolder(
         str(path), path, path, BertConfig.from_json_file(config_path), max_length=max_length
+    )
+
+
+def _not_an_input(i: int, item: object) -> ValueError:
+    return ValueError(
+        f"inputs[{i}] is a {type(item).__name__}; BertattnTransformer takes texts "
+        f"(str) or text pairs (a tuple of two str)."
     )
 
 
@@ -152,23 +160,8 @@ class BertattnTransformer(InputModule):
     ) -> tuple[list[str], list[str] | None]:
         if isinstance(inputs, str):
             raise ValueError("inputs must be a sequence of texts; wrap a single text in a list.")
-        firsts: list[str] = []
-        seconds: list[str] = []
-        for i, item in enumerate(inputs):
-            if isinstance(item, str):
-                firsts.append(item)
-            elif (
-                isinstance(item, (tuple, list))
-                and len(item) == 2
-                and all(isinstance(t, str) for t in item)
-            ):
-                firsts.append(item[0])
-                seconds.append(item[1])
-            else:
-                raise ValueError(
-                    f"inputs[{i}] is a {type(item).__name__}; BertattnTransformer takes texts "
-                    f"(str) or text pairs (a tuple of two str)."
-                )
+        firsts, maybe = split_pairs(inputs, _not_an_input)
+        seconds = [t for t in maybe if t is not None]
         if seconds and len(seconds) != len(firsts):
             raise ValueError("mix of single texts and text pairs in one batch; use one kind.")
         if prompt:

@@ -24,6 +24,7 @@ __all__ = [
     "EmbedRequest",
     "bool_field",
     "check_count",
+    "check_direction",
     "check_inputs",
     "check_openai",
     "check_tei",
@@ -41,6 +42,18 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _ORJSON_BYTES = 64 << 10
 #: 19 digits in a row: an integer orjson may read as a float (beyond 64 bits): json reads those
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def check_direction(obj: dict[str, Any]) -> None:
+    """A 400 unless the body's ``truncation_direction`` is absent or ``right`` (TEI's field:
+    bertattn cuts the end of a long input, never its start)."""
+    direction = obj.get("truncation_direction")
+    if direction is not None and direction not in ("right", "Right"):
+        raise ApiError(
+            400,
+            "'truncation_direction' must be 'right' (the end of a long input is cut).",
+            param="truncation_direction",
+        )
 
 
 def json_kind(value: object) -> str:
@@ -333,13 +346,7 @@ def check_tei(obj: dict[str, Any], *, width: int, limit: int) -> EmbedRequest:
     normalize = bool_field(obj, "normalize")
     req.normalize = True if normalize is None else normalize
     req.truncate = bool_field(obj, "truncate")
-    direction = obj.get("truncation_direction")
-    if direction is not None and direction not in ("right", "Right"):
-        raise ApiError(
-            400,
-            "'truncation_direction' must be 'right' (the end of a long input is cut).",
-            param="truncation_direction",
-        )
+    check_direction(obj)
     req.dimensions = _dimensions(obj, width)
     return req
 

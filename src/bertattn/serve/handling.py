@@ -22,6 +22,7 @@ from .encoding import dumps
 from .errors import ApiError, clip
 
 if TYPE_CHECKING:
+    from .head_bodies import RerankRequest
     from .state import ServeState
 
 __all__ = [
@@ -31,6 +32,8 @@ __all__ = [
     "json_response",
     "read_body",
     "ranked",
+    "rerank_answer",
+    "rerank_v1_answer",
     "run_model",
     "unavailable",
 ]
@@ -48,6 +51,34 @@ def ranked(scores: np.ndarray) -> list[int]:
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """``data`` as a JSON response (orjson: :func:`.encoding.dumps`)."""
     return Response(dumps(data), status, headers=headers, media_type="application/json")
+
+
+def rerank_answer(req: RerankRequest, scores: np.ndarray) -> Response:
+    """TEI's ``/rerank`` answer for ``(N,)`` scores of ``req``'s documents:
+    ``[{"index", "score", "text"?}]`` best first."""
+    out = []
+    for i in ranked(scores):
+        row: dict[str, Any] = {"index": i, "score": float(scores[i])}
+        if req.return_documents:
+            row["text"] = req.documents[i]
+        out.append(row)
+    return json_response(out)
+
+
+def rerank_v1_answer(
+    state: ServeState, req: RerankRequest, scores: np.ndarray, tokens: int
+) -> Response:
+    """Cohere / Jina's ``/v1/rerank`` answer for ``(N,)`` scores of ``req``'s documents:
+    ``{"model", "results": [{"index", "relevance_score", "document"?}], "usage"}``, the best
+    ``top_n`` first; ``tokens``: the request's tokens, for ``usage``."""
+    results = []
+    for i in ranked(scores)[: req.top_n]:
+        row: dict[str, Any] = {"index": i, "relevance_score": float(scores[i])}
+        if req.return_documents:
+            row["document"] = {"text": req.documents[i]}
+        results.append(row)
+    usage = {"total_tokens": tokens}
+    return json_response({"model": state.names[0], "results": results, "usage": usage})
 
 
 async def read_body(state: ServeState, request: Request) -> dict[str, Any]:

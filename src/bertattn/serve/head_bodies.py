@@ -15,7 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .bodies import bool_field, check_count, check_inputs, check_model, check_unknown, json_kind
+from .bodies import (
+    bool_field,
+    check_count,
+    check_direction,
+    check_inputs,
+    check_model,
+    check_unknown,
+    json_kind,
+)
 from .errors import ApiError, shown
 
 __all__ = [
@@ -39,16 +47,6 @@ class RerankRequest:
     top_n: int | None = None
     max_tokens_per_doc: int | None = None
     truncate: bool | None = None
-
-
-def _direction(obj: dict[str, Any]) -> None:
-    direction = obj.get("truncation_direction")
-    if direction is not None and direction not in ("right", "Right"):
-        raise ApiError(
-            400,
-            "'truncation_direction' must be 'right' (the end of a long input is cut).",
-            param="truncation_direction",
-        )
 
 
 def _query(obj: dict[str, Any]) -> str:
@@ -83,7 +81,7 @@ def check_rerank(obj: dict[str, Any], *, limit: int) -> RerankRequest:
             400, f"'texts' must be an array of strings, got {json_kind(docs)}.", param="texts"
         )
     texts = check_inputs(docs, "texts", limit, 0, ids=False).texts or []
-    _direction(obj)
+    check_direction(obj)
     return RerankRequest(
         query,
         texts,
@@ -148,7 +146,7 @@ def check_predict(obj: dict[str, Any], *, limit: int) -> PredictRequest:
     if "inputs" not in obj:
         raise ApiError(400, "'inputs' is required: the text(s) or pair(s).", param="inputs")
     value = obj["inputs"]
-    _direction(obj)
+    check_direction(obj)
     raw = bool(bool_field(obj, "raw_scores"))
     truncate = bool_field(obj, "truncate")
     if isinstance(value, str):
@@ -185,5 +183,5 @@ def check_sparse(obj: dict[str, Any], *, limit: int) -> tuple[list[str], bool | 
     if "inputs" not in obj:
         raise ApiError(400, "'inputs' is required: the text(s) to embed.", param="inputs")
     req = check_inputs(obj["inputs"], "inputs", limit, 0, ids=False)
-    _direction(obj)
+    check_direction(obj)
     return req.texts or [], bool_field(obj, "truncate")

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .handling import checked, json_response, ranked, read_body, run_model
+from .handling import checked, json_response, read_body, rerank_answer, rerank_v1_answer, run_model
 from .head_bodies import check_predict, check_rerank, check_rerank_v1, check_sparse
 from .tokens import TRUNCATE_FIX, WindowTally, tokenize_inputs, window_plans, windows_of
 
@@ -63,13 +63,7 @@ async def rerank(state: ServeState, request: Request) -> Response:
     pairs = [(req.query, d) for d in req.documents]
     logits, _ = await _scores(state, request, pairs, req.truncate, "texts")
     scores = logits[:, 0] if req.raw_scores else _activate(state, logits)[:, 0]
-    out = []
-    for i in ranked(scores):
-        row: dict[str, Any] = {"index": i, "score": float(scores[i])}
-        if req.return_documents:
-            row["text"] = req.documents[i]
-        out.append(row)
-    return json_response(out)
+    return rerank_answer(req, scores)
 
 
 async def rerank_v1(state: ServeState, request: Request) -> Response:
@@ -102,14 +96,7 @@ async def rerank_v1(state: ServeState, request: Request) -> Response:
         for i, g in enumerate(groups):  # each document: its best window
             scores[i], at = flat[at : at + len(g)].max(), at + len(g)
         tokens = int(sum(counts))
-    results = []
-    for i in ranked(scores)[: req.top_n]:
-        row: dict[str, Any] = {"index": i, "relevance_score": float(scores[i])}
-        if req.return_documents:
-            row["document"] = {"text": req.documents[i]}
-        results.append(row)
-    usage = {"total_tokens": tokens}
-    return json_response({"model": state.names[0], "results": results, "usage": usage})
+    return rerank_v1_answer(state, req, scores, tokens)
 
 
 async def predict(state: ServeState, request: Request) -> Response:

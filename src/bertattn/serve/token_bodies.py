@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .bodies import bool_field, check_inputs, check_unknown, json_kind
+from .bodies import bool_field, check_direction, check_inputs, check_unknown, json_kind
 from .errors import ApiError, shown
 
 __all__ = [
@@ -80,16 +80,6 @@ def check_format(obj: dict[str, Any]) -> Format:
     return Format(fmt == "base64", dtype == "float16")
 
 
-def _direction(obj: dict[str, Any]) -> None:
-    direction = obj.get("truncation_direction")
-    if direction is not None and direction not in ("right", "Right"):
-        raise ApiError(
-            400,
-            "'truncation_direction' must be 'right' (the end of a long input is cut).",
-            param="truncation_direction",
-        )
-
-
 def _texts(obj: dict[str, Any], limit: int, what: str) -> tuple[list[str], bool]:
     """``inputs`` -> ``(texts, single)``: a string (single) or an array of strings."""
     if "inputs" not in obj:
@@ -131,7 +121,7 @@ def check_embed_all(obj: dict[str, Any], *, limit: int) -> TokenRequest:
     """TEI's ``POST /embed_all`` body (and ``encoding_format`` / ``dtype``)."""
     check_unknown(obj, ("inputs", "truncate", "truncation_direction", *_FORMAT))
     texts, single = _texts(obj, limit, "embed")
-    _direction(obj)
+    check_direction(obj)
     return TokenRequest(texts, single, check_format(obj), bool_field(obj, "truncate"))
 
 
@@ -163,7 +153,7 @@ def check_multi_vector(
             f"'prompt_name' is {got}; this model's prompts are {sorted(prompts)}.",
             param="prompt_name",
         )
-    _direction(obj)
+    check_direction(obj)
     return TokenRequest(
         texts, single, check_format(obj), bool_field(obj, "truncate"), task, name, prompt,
         _int(obj, "dimensions", 1, width),
@@ -342,7 +332,7 @@ def check_m3(obj: dict[str, Any], *, limit: int) -> M3Request:
             "at least one output.",
             param="return_dense",
         )
-    _direction(obj)
+    check_direction(obj)
     return M3Request(
         texts, single, check_format(obj), tuple(flags), _int(obj, "max_length", 3),
         bool_field(obj, "truncate"),

@@ -32,7 +32,7 @@ from starlette.responses import Response
 
 from .encoding import dumps
 from .errors import ApiError
-from .handling import checked, json_response, ranked, read_body, run_model
+from .handling import checked, json_response, read_body, rerank_answer, rerank_v1_answer, run_model
 from .head_bodies import check_rerank, check_rerank_v1
 from .token_bodies import (
     Format,
@@ -300,13 +300,7 @@ async def rerank_maxsim(state: ServeState, request: Request) -> Response:
     obj = await read_body(state, request)
     req = await checked(request, check_rerank, obj, limit=state.limits.max_request_inputs)
     scores, _ = await _maxsim(state, request, req.query, req.documents, "texts")
-    out = []
-    for i in ranked(scores):
-        row: dict[str, Any] = {"index": i, "score": float(scores[i])}
-        if req.return_documents:
-            row["text"] = req.documents[i]
-        out.append(row)
-    return json_response(out)
+    return rerank_answer(req, scores)
 
 
 async def rerank_v1_maxsim(state: ServeState, request: Request) -> Response:
@@ -323,14 +317,7 @@ async def rerank_v1_maxsim(state: ServeState, request: Request) -> Response:
             param="max_tokens_per_doc",
         )
     scores, tokens = await _maxsim(state, request, req.query, req.documents, "documents")
-    results = []
-    for i in ranked(scores)[: req.top_n]:
-        row: dict[str, Any] = {"index": i, "relevance_score": float(scores[i])}
-        if req.return_documents:
-            row["document"] = {"text": req.documents[i]}
-        results.append(row)
-    usage = {"total_tokens": tokens}
-    return json_response({"model": state.names[0], "results": results, "usage": usage})
+    return rerank_v1_answer(state, req, scores, tokens)
 
 
 # ---------------------------------------------------------------------- bge-m3
