@@ -140,6 +140,17 @@ def _layer_list(layers: object, name: str, n: int) -> list[int]:
     return [i % n for i in out]  # type: ignore[operator]
 
 
+def _load_target(device: object, int8: bool) -> torch.device | None:
+    """The device :meth:`Bert.load` puts the model on (None: the CPU, untouched); int8 only on
+    the CPU."""
+    if int8 and not _cpu_or_auto(device):
+        raise ValueError(f"dtype='int8' runs on the CPU only; got device={device!r}.")
+    target = None if device is None else resolve_device(device)  # type: ignore[arg-type]
+    if int8 and target is not None and target.type != "cpu":
+        raise ValueError(f"dtype='int8' runs on the CPU only; device={device!r} is {target}.")
+    return target
+
+
 def _cpu_or_auto(device: object) -> bool:
     """Whether ``device`` (unchecked) may stand for the CPU: None, ``"auto"``, ``"cpu"``."""
     if device is None or device == "auto":
@@ -267,11 +278,7 @@ class Bert(SentenceTransformerSurface):
         if int8:
             dtype = None  # loaded in float32, then quantized ("int8" stays in the errors)
         check_str(backend, "backend")
-        if int8 and not _cpu_or_auto(device):
-            raise ValueError(f"dtype='int8' runs on the CPU only; got device={device!r}.")
-        target = None if device is None else resolve_device(device)
-        if int8 and target is not None and target.type != "cpu":
-            raise ValueError(f"dtype='int8' runs on the CPU only; device={device!r} is {target}.")
+        target = _load_target(device, int8)
         threads = check_int(threads, "threads", low=1, optional=True)
         check_bool(compile, "compile")
         choice = choose_threads(threads)

@@ -296,16 +296,7 @@ class SparseEncoder(HeadSurface):
             )  # fmt: skip
         else:
             rows = []
-        if not convert_to_sparse_tensor:
-            if not convert_to_tensor:
-                return rows[0] if single else rows
-            dense = torch.stack(rows) if rows else torch.zeros((0, vocab))
-            return dense[0] if single else dense
-        if not convert_to_tensor:
-            listed = [_sparse_row(cols, values, vocab) for cols, values in rows]
-            return listed[0] if single else listed
-        out = _stack_sparse(rows, vocab)
-        return out[0] if single else out
+        return _output(rows, vocab, single, convert_to_tensor, convert_to_sparse_tensor)
 
     encode_query = task_encode(
         "query",
@@ -545,3 +536,19 @@ def _keep_largest(rows: Tensor, k: int) -> Tensor:
     top = torch.topk(rows.abs(), k, dim=1).indices  # (N, k)
     out = torch.zeros_like(rows)
     return out.scatter_(1, top, rows.gather(1, top))
+
+
+def _output(rows: list[Any], vocab: int, single: bool, tensor: bool, sparse: bool) -> Any:
+    """:meth:`SparseEncoder.encode`'s answer from its rows (``(V,)`` dense rows, or each
+    row's non-zero columns and values when ``sparse``): one row for a ``single`` input, else
+    all; a list, or stacked into one (sparse) tensor when ``tensor``."""
+    if not sparse:
+        if not tensor:
+            return rows[0] if single else rows
+        dense = torch.stack(rows) if rows else torch.zeros((0, vocab))
+        return dense[0] if single else dense
+    if not tensor:
+        listed = [_sparse_row(cols, values, vocab) for cols, values in rows]
+        return listed[0] if single else listed
+    out = _stack_sparse(rows, vocab)
+    return out[0] if single else out

@@ -164,6 +164,27 @@ class _CutShort:
 
 
 # ---------------------------------------------------------------------- the app
+def _serve_state(bert: Any, one_worker: bool, limits: dict[str, Any]) -> Any:
+    """The :class:`ServeState` of one model, or the :class:`ServeGroup` of several (each with
+    its own worker; ``one_worker``: their batches one at a time)."""
+    if isinstance(bert, (list, tuple)) and len(bert) > 1:
+        checked = Limits(**limits)
+        if checked.names or checked.served_name is not None:
+            raise ValueError(
+                "names / served_name name one model; several models are served under their "
+                "own names (a folder's name and path, a hub name)."
+            )
+        holder: dict[str, Any] = {}
+        metrics = ServeMetrics(lambda: holder["group"].batcher.depth())
+        group = holder["group"] = ServeGroup([ServeState(m, checked, metrics) for m in bert])
+        if one_worker:
+            group.take_turns()
+        return group
+    if one_worker:
+        raise ValueError("one_worker applies to several models; one model has one worker.")
+    return ServeState(bert[0] if isinstance(bert, (list, tuple)) else bert, Limits(**limits))
+
+
 def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlette:
     """The server for ``bert`` as an ASGI app: a loaded :class:`bertattn.Bert` (embeddings),
     :class:`bertattn.CrossEncoder` (a reranker or classifier: ``/rerank``, ``/v1/rerank``,
@@ -182,23 +203,7 @@ def create_app(bert: Any, *, one_worker: bool = False, **limits: Any) -> Starlet
     at a time, in the order they were formed, as a single worker would (on a machine with few
     cores, two models computing at once share its cores anyway)."""
 
-    state: Any
-    if isinstance(bert, (list, tuple)) and len(bert) > 1:
-        checked = Limits(**limits)
-        if checked.names or checked.served_name is not None:
-            raise ValueError(
-                "names / served_name name one model; several models are served under their "
-                "own names (a folder's name and path, a hub name)."
-            )
-        holder: dict[str, Any] = {}
-        metrics = ServeMetrics(lambda: holder["group"].batcher.depth())
-        state = holder["group"] = ServeGroup([ServeState(m, checked, metrics) for m in bert])
-        if one_worker:
-            state.take_turns()
-    else:
-        if one_worker:
-            raise ValueError("one_worker applies to several models; one model has one worker.")
-        state = ServeState(bert[0] if isinstance(bert, (list, tuple)) else bert, Limits(**limits))
+    state = _serve_state(bert, one_worker, limits)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

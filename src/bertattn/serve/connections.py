@@ -39,13 +39,8 @@ def _raw(status: str, message: str, code: str, type: str) -> bytes:
     return head.encode("ascii") + b"\r\n" + body
 
 
-def guarded_protocol(
-    metrics: ServeMetrics, header_timeout: float, max_connections: int
-) -> type[H11Protocol]:
-    """uvicorn's ``H11Protocol`` (pass as ``uvicorn.Config(http=...)``) that closes a
-    connection whose request headers are not complete ``header_timeout`` seconds after it
-    opened or after its last response, refuses connections past ``max_connections`` (503),
-    and keeps ``metrics.open_connections`` and ``metrics.connections_closed`` up to date."""
+def _answers(header_timeout: float, max_connections: int) -> tuple[bytes, bytes]:
+    """The raw 503 (past ``max_connections``) and 408 (headers late) answers."""
     refused = _raw(
         "503 Service Unavailable",
         f"this server holds its limit of {max_connections} connections (--max-connections); "
@@ -60,6 +55,17 @@ def guarded_protocol(
         "header_timeout",
         "timeout_error",
     )
+    return refused, late
+
+
+def guarded_protocol(
+    metrics: ServeMetrics, header_timeout: float, max_connections: int
+) -> type[H11Protocol]:
+    """uvicorn's ``H11Protocol`` (pass as ``uvicorn.Config(http=...)``) that closes a
+    connection whose request headers are not complete ``header_timeout`` seconds after it
+    opened or after its last response, refuses connections past ``max_connections`` (503),
+    and keeps ``metrics.open_connections`` and ``metrics.connections_closed`` up to date."""
+    refused, late = _answers(header_timeout, max_connections)
 
     class GuardedH11Protocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
