@@ -87,11 +87,14 @@ def make_folder(family: str, root: Path, layers: int = 0) -> Path:
     return folder
 
 
-def transformers_encoder(folder: Path, max_length: int) -> Callable[[list[str]], np.ndarray]:
-    """transformers' native class (sdpa), length-sorted batches of 32, mean pooling, L2."""
+def transformers_encoder(
+    folder: Path, max_length: int, attn: str = "sdpa"
+) -> Callable[[list[str]], np.ndarray]:
+    """transformers' native class (``attn``: its attention implementation, sdpa by default),
+    length-sorted batches of 32, mean pooling, L2."""
     import transformers
 
-    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation=attn).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder)
 
     def encode(texts: list[str]) -> np.ndarray:
