@@ -305,3 +305,29 @@ def test_encode_command_takes_the_task(jina, cli, tmp_path) -> None:
     assert len(lines) == 1 and "task='nope' is not one of the task adapters of" in lines[0], bad
     assert "retrieval.query, retrieval.passage, text-matching" in lines[0]
     assert not (tmp_path / "bad.npy").exists()
+
+
+@pytest.mark.slow
+def test_serve_takes_the_task(jina, cli, cli_subprocess) -> None:
+    """``bertattn serve --task`` (a real server on a free loopback port): /v1/embeddings gives
+    the hand-merged model's rows; an unknown task exits 2 in one line naming the folder's tasks;
+    --task with several models is refused before anything loads."""
+    import httpx
+    import numpy as np
+    from serve_server import running_server
+
+    task = TASKS[0]
+    merged, _ = _merged_folder(jina, task)
+    want = Bert.load(merged, threads=1).encode(TEXTS)
+    with running_server(cli_subprocess, jina["hub"], "--task", task) as server:
+        body = {"input": TEXTS, "model": Path(jina["hub"]).name}
+        got = httpx.post(server.url + "/v1/embeddings", json=body, timeout=60)
+        assert got.status_code == 200, got.text
+        rows = np.array([d["embedding"] for d in got.json()["data"]], dtype=np.float32)
+    assert np.abs(rows - want).max() < 1e-5
+    bad = cli("serve", "--model", jina["hub"], "--task", "nope", "--port", "0")
+    assert bad.code == 2, bad
+    lines = bad.err.strip().splitlines()
+    assert len(lines) == 1 and "task='nope' is not one of the task adapters of" in lines[-1], bad
+    two = cli("serve", "--model", jina["hub"], "--model", jina["native"], "--task", task)
+    assert two.code == 2 and "--task merges one task adapter into one model" in two.err, two

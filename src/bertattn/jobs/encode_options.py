@@ -17,6 +17,7 @@ from .fields import (
     ENCODER_DTYPE_HELP,
     ENCODER_DTYPES,
     MAX_LENGTH_WHY,
+    TASK_HELP,
     check_choice,
     check_device,
     check_dtype,
@@ -97,13 +98,7 @@ class EncodeOptions:
         "eagerly",
         output=False,
     )
-    task: str | None = option(
-        None,
-        "the task adapter to merge as the model loads, for a folder that has them (Jina v3's: "
-        "retrieval.query, retrieval.passage, separation, classification, text-matching; "
-        "default: the base weights)",
-        metavar="TASK",
-    )
+    task: str | None = option(None, TASK_HELP, metavar="TASK")
     onnx: str | None = option(
         None,
         "run this exported model (bertattn export-onnx) in ONNX Runtime; --model names the "

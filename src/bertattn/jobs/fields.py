@@ -59,6 +59,13 @@ ENCODER_DTYPE_HELP = DTYPE_HELP + "; int8: CPU only, checked against float32 as 
 EMBEDDING_FORMATS = (".npy", ".jsonl")
 DEFAULT_TIMEOUT = 1800.0
 
+#: ``--task``'s help (encode and serve): a folder's task adapters
+TASK_HELP = (
+    "the task adapter to merge as the model loads, for a folder that has them (Jina v3's: "
+    "retrieval.query, retrieval.passage, separation, classification, text-matching; "
+    "default: the base weights)"
+)
+
 #: argument groups of the parser: title -> description
 GROUPS = {
     "distributed / resumable": (

@@ -193,6 +193,8 @@ def run_serve(
         from ..heads.auto import load_auto  # an encoder, a reranker / classifier, SPLADE
 
         load = {"dtype": options.dtype, "device": device, "threads": options.threads}
+        if options.task is not None:  # Jina v3's task adapters (an encoder's folder only)
+            load["task"] = options.task
         models = [load_auto(m, sparse=options.sparse, **load) for m in options.models]
         bert = models if len(models) > 1 else models[0] if models else Bert.load(folder, **load)
         app = _create_app(options, bert, api_key, several=len(models) > 1)

@@ -12,6 +12,7 @@ from .fields import (
     DEVICE_HELP,
     ENCODER_DTYPE_HELP,
     ENCODER_DTYPES,
+    TASK_HELP,
     check_device,
     check_dtype,
     check_int,
@@ -81,6 +82,7 @@ class ServeOptions:
         f"compute dtype (default float32; responses are float32; {ENCODER_DTYPE_HELP})",
         choices=ENCODER_DTYPES,
     )
+    task: str | None = option(None, TASK_HELP, metavar="TASK")
     served_model_name: str | None = option(
         None,
         "the model name responses carry and requests may give (default: the hub name, e.g. "
@@ -223,7 +225,13 @@ class ServeOptions:
                 "--served-model-name names one model; with several --model each is served "
                 "under its own names (the folder's name and path, or the hub name)."
             )
+        if len(self.models) > 1 and self.task is not None:
+            raise UsageError(
+                "--task merges one task adapter into one model; serve the model with adapters "
+                "on its own (one --model) to pick its task."
+            )
         check_text(cls, self, "served_model_name")
+        check_text(cls, self, "task")
         check_unicode(cls, self, "served_model_name", "host", "api_key")
         check_device(cls, self)
         check_dtype(cls, self, int8=True)
