@@ -6,6 +6,7 @@ model)."""
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from benchmarks.corpus import stdlib_docstring_corpus
 from bertattn import Bert, BertModel
 from bertattn.encoder import int8, int8_speed
 from bertattn.encoder.int8 import CALIBRATION, Int8BertLayer, Int8Linear
+from bertattn.encoder.int8_forms import Form, candidates
+from bertattn.runtime.cpu import cpu_flags
 
 
 def _refused_here() -> str | None:
@@ -61,27 +64,29 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-#: the forms a model loaded here may get: every fast exact float32-output form, and the one
-#: check_speed keeps (a 16-bit output only where it is clearly faster)
-KEPT = (
-    []
-    if REFUSED
-    else list(
-        dict.fromkeys(
-            [s.form for s in int8_speed.time_forms() if s.passes() and s.form.out == torch.float32]
-            + [int8.check_speed().form]
-        )
-    )
-)
+#: the forms this CPU is offered (from its flags alone: the same list in every pytest-xdist
+#: worker, which collect the tests apart and must agree on their ids)
+OFFERED = candidates(cpu_flags())
+
+
+@functools.cache
+def _kept() -> tuple[Form, ...]:
+    """The forms a model loaded here may get: every fast exact float32-output form, and the
+    one check_speed keeps (a 16-bit output only where it is clearly faster). Timed when a test
+    first asks, not at collection (a timing may differ between workers)."""
+    timed = [s.form for s in int8_speed.time_forms() if s.passes() and s.form.out == torch.float32]
+    return tuple(dict.fromkeys([*timed, int8.check_speed().form]))
 #: what each output dtype's rounding may add to the quantization, of the output's largest value
 #: (float16 and bfloat16 keep 11 and 8 significant bits)
 ROUNDING = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
-@pytest.mark.parametrize("form", KEPT, ids=str)
+@pytest.mark.parametrize("form", OFFERED, ids=str)
 @pytest.mark.parametrize("smooth", [False, True])
 @pytest.mark.parametrize("rows", [1, 37, 300])
 def test_int8_linear_against_linear(rows: int, smooth: bool, form) -> None:
+    if form not in _kept():
+        pytest.skip(f"{form} is not a form a model gets on this CPU (not fast, or not exact)")
     torch.manual_seed(0)
     lin = nn.Linear(96, 160)
     x = torch.randn(rows, 96)
@@ -107,7 +112,7 @@ def test_int8_linear_large_weights_write_float32() -> None:
     lin = nn.Linear(512, 64)
     with torch.no_grad():
         lin.weight.mul_(400.0)  # 128 * sum|w| per row passes float16's range
-    q = Int8Linear.from_linear(lin, form=KEPT[0])  # a form this CPU runs exactly
+    q = Int8Linear.from_linear(lin, form=_kept()[0])  # a form this CPU runs exactly
     assert q.out_dtype == torch.float32
     x = torch.randn(20, 512)
     with torch.inference_mode():
