@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -38,10 +37,9 @@ import torch
 
 from bertattn import Bert
 from bertattn.bench import environment
-from bertattn.encoder.pipeline import default_model_dir
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
-from .modern import _speeds, transformers_encoder
+from .modern import _speeds, random_folder, transformers_encoder
 from .openvino_peer import openvino_encoders
 
 SHAPES = {
@@ -76,22 +74,7 @@ TARGET = 1.5
 def make_folder(family: str, root: Path, layers: int = 0) -> Path:
     """A random folder of ``family`` at its released shape (first ``layers`` layers when > 0)
     with MiniLM's tokenizer, seeded."""
-    import transformers
-
-    model_name, config_name, sizes = SHAPES[family]
-    sizes = dict(sizes)
-    if layers:
-        sizes["num_hidden_layers"] = layers
-        if "layer_types" in sizes:
-            sizes["layer_types"] = sizes["layer_types"][:layers]
-    config = getattr(transformers, config_name)(vocab_size=30522, **sizes)
-    torch.manual_seed(0)
-    model = getattr(transformers, model_name)(config).eval()
-    folder = root / family
-    model.save_pretrained(folder)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(default_model_dir() / name, folder / name)
-    return folder
+    return random_folder(SHAPES[family], root / family, layers)
 
 
 def _bertattn(folder: Path, max_length: int, dtype: str):

@@ -72,15 +72,23 @@ TARGETS = {
 def make_folder(family: str, root: Path, layers: int = 0) -> Path:
     """A random base-size folder of ``family`` with MiniLM's tokenizer (seeded); its first
     ``layers`` layers when > 0."""
+    return random_folder(BASE[family], root / family, layers)
+
+
+def random_folder(spec: tuple[str, str, dict], folder: Path, layers: int = 0) -> Path:
+    """``spec`` (transformers' model class name, config class name, sizes) as a seeded random
+    model saved to ``folder`` with MiniLM's tokenizer (30,522 tokens); its first ``layers``
+    layers (and ``layer_types``) when > 0."""
     import transformers
 
-    model_name, config_name, sizes = BASE[family]
+    model_name, config_name, sizes = spec
     if layers:
         sizes = dict(sizes, num_hidden_layers=layers)
+        if "layer_types" in sizes:
+            sizes["layer_types"] = sizes["layer_types"][:layers]
     config = getattr(transformers, config_name)(vocab_size=30522, **sizes)
     torch.manual_seed(0)
     model = getattr(transformers, model_name)(config).eval()
-    folder = root / family
     model.save_pretrained(folder)
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(default_model_dir() / name, folder / name)

@@ -79,3 +79,22 @@ def assert_reranker_equals_peers(
     torch.testing.assert_close(ce.logits(pairs), want, atol=1e-5, rtol=1e-5)
     st = STCrossEncoder(str(tmp_path / "rr"), device="cpu")
     np.testing.assert_allclose(ce.predict(pairs), st.predict(pairs), atol=1e-5)
+
+
+def states(folder: Path, backend: str, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """bertattn's last hidden states ``(B, L, E)`` of ``folder`` on ``backend``."""
+    from bertattn import BertModel
+
+    model = BertModel.from_pretrained(folder, backend=backend)
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def assert_states_equal(folder: Path, hf: torch.nn.Module, backend: str, ids, mask) -> None:  # type: ignore[no-untyped-def]
+    """bertattn's hidden states of ``folder`` within 1e-5 of transformers' ``hf`` on the real
+    tokens of the batch."""
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    got = states(folder, backend, ids, mask)
+    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)

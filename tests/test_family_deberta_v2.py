@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 from family_helpers import assert_encode_equals_sentence_transformers, padded_batch
+from family_helpers import assert_states_equal as _assert_equal
+from family_helpers import states as _ours
 from tiny_bert import save_random
 
 from bertattn import BertModel
@@ -69,20 +71,6 @@ def deberta(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     hf = _save(folder)
     save_tokenizer(folder)
     return folder, hf
-
-
-def _ours(folder: Path, backend: str, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    model = BertModel.from_pretrained(folder, backend=backend)
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
-
-
-def _assert_equal(folder: Path, hf: torch.nn.Module, backend: str, ids, mask) -> None:  # type: ignore[no-untyped-def]
-    with torch.no_grad():
-        want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-    keep = mask.bool()
-    got = _ours(folder, backend, ids, mask)
-    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS_TAKING_IT)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from family_helpers import assert_encode_equals_sentence_transformers, padded_batch
+from family_helpers import assert_states_equal as _assert_equal
+from family_helpers import states as _ours
 from tiny_bert import save_random
 
 from bertattn import BertModel
@@ -41,20 +43,6 @@ def eurobert(tmp_path_factory, tiny_checkpoint) -> tuple[Path, torch.nn.Module]:
     """The random EuroBERT folder, with the tiny BERT's tokenizer (99 tokens, as the model)."""
     folder = tmp_path_factory.mktemp("eurobert")
     return folder, _save(folder, tokenizer_from=tiny_checkpoint)
-
-
-def _ours(folder: Path, backend: str, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    model = BertModel.from_pretrained(folder, backend=backend)
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
-
-
-def _assert_equal(folder: Path, hf: torch.nn.Module, backend: str, ids, mask) -> None:  # type: ignore[no-untyped-def]
-    with torch.no_grad():
-        want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-    keep = mask.bool()
-    got = _ours(folder, backend, ids, mask)
-    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from family_helpers import padded_batch
+from family_helpers import states as _ours
 from tiny_bert import save_random
 
 from bertattn import BertModel
@@ -76,12 +77,6 @@ def tiny(tmp_path_factory, tiny_checkpoint) -> tuple[Path, torch.nn.Module]:
 def base(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     folder = tmp_path_factory.mktemp("gemma3_base")
     return folder, _save(folder, seed=2, **BASE)
-
-
-def _ours(folder: Path, backend: str, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    model = BertModel.from_pretrained(folder, backend=backend)
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
 
 
 def _theirs(hf: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from family_helpers import states as _ours
 from tiny_bert import save_random
 
 from bertattn import BertModel
@@ -55,12 +56,6 @@ def _batch(lengths: list[int], *, left: bool = False, seed: int = 1) -> tuple[to
         else:
             mask[i, :length] = 1
     return ids.masked_fill(mask == 0, 0), mask
-
-
-def _ours(folder: Path, backend: str, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    model = BertModel.from_pretrained(folder, backend=backend)
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
