@@ -134,3 +134,25 @@ def test_load_int8_for_a_block_family_verifies_and_explains(folder: Path) -> Non
     assert bert.precision == "int8" and products(bert.model)
     assert bert.dtype_reason == f"int8 products as {TIMED}"
     assert bert.dtype_reason.startswith("int8 products as u8 x s7 -> float32: ")
+
+
+def test_an_int8_block_model_survives_deepcopy_and_pickle(folder: Path) -> None:
+    """A copy's q/k/v product points at the copy's own attention (not the original's) and the
+    copy computes what the original does."""
+    import copy
+    import io
+
+    bert = _load(folder)
+    int8.quantize_model(bert, texts=TEXTS)
+    ids = torch.randint(5, 99, (2, 7))
+    mask = torch.ones_like(ids)
+    with torch.inference_mode():
+        want = bert.model(ids, mask).last_hidden_state
+    buf = io.BytesIO()
+    torch.save(bert.model, buf)
+    buf.seek(0)
+    for other in (copy.deepcopy(bert.model), torch.load(buf, weights_only=False)):
+        owned = {id(m) for m in other.modules()}
+        assert all(id(p._attn) in owned for p in products(other) if isinstance(p, QkvProduct))
+        with torch.inference_mode():
+            assert torch.equal(other(ids, mask).last_hidden_state, want)
