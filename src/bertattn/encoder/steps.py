@@ -20,105 +20,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..arguments import ArgumentTypeError, describe, is_int
 from ..attention.disentangled import content_scale
+from ..viz.explain import AttentionSteps
 
 __all__ = ["AttentionSteps", "attention_steps", "find_token", "find_tokens"]
-
-
-@dataclass
-class AttentionSteps:
-    """One head's attention for one query token, step by step (the article's order).
-
-    Attributes:
-        tokens: the text's tokens; ``query`` indexes them.
-        layer, head, query: where the steps were taken.
-        x: the query token's input to the layer's attention, ``(E,)``.
-        q: its query vector in this head, ``(D,)``; k, v: every token's key and value, ``(L, D)``.
-        scores: ``q · k_j`` per key ``(L,)``; scaled: ``scores / sqrt(D)`` (``scores * scale``
-            with a scale of the model's own).
-        bias: the mask as an additive bias per key (0 = attend, -inf = masked), ``(L,)``.
-        weights: ``softmax(scaled + position_bias + c2p + p2c + bias)``, ``(L,)`` (equal to
-            the head view's row; the terms a model does not have left out).
-        weighted_v: ``weights_j * v_j`` per key, ``(L, D)``; context: their sum, ``(D,)``.
-        output_share: this head's context through its columns of the output projection, ``(E,)``.
-        output: the attention output for the token (all heads merged, projected, bias added).
-        position_bias: MPNet's relative position bias per key, ``(L,)``: its table's entry for
-            this head and the bucket of ``key - query`` (:mod:`bertattn.blocks.relative`), added
-            to the scaled scores in every layer; None for a model without one (BERT).
-        q_before, k_before: a rotary model's query and keys before their rotation (``q`` and
-            ``k`` are after it); None for a model without rotary positions.
-        theta: the rotation's base (None: no rotation); window: the layer's local window
-            (query i sees key j when ``|i - j| <= window``; None: every key).
-        c2p, p2c: DeBERTa's disentangled terms per key, ``(L,)``, already scaled
-            (:mod:`bertattn.attention.disentangled`): content-to-position ``q · Pk[r(i, j)]``
-            and position-to-content ``k_j · Pq[r'(i, j)]``; None for a model without them.
-        heads, kv_heads: the layer's query heads and key/value heads (fewer than ``heads``:
-            grouped-query, query head h reads key/value head ``h // (heads / kv_heads)``);
-            None: one key/value head per query head.
-        qk_norm: q and k were RMS-normed per head before the product (``q``, ``k`` and
-            ``q_before`` / ``k_before`` are after the norm).
-        scale: the scores' factor when it is not ``1 / sqrt(D)`` (DeBERTa's
-            ``1 / sqrt(D * (1 + #terms))``, Gemma's ``query_pre_attn_scalar ** -0.5``); None:
-            the article's.
-    """
-
-    tokens: list[str]
-    layer: int
-    head: int
-    query: int
-    x: Tensor
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    scores: Tensor
-    scaled: Tensor
-    bias: Tensor
-    weights: Tensor
-    weighted_v: Tensor
-    context: Tensor
-    output_share: Tensor
-    output: Tensor
-    position_bias: Tensor | None = None
-    q_before: Tensor | None = None
-    k_before: Tensor | None = None
-    theta: float | None = None
-    window: int | None = None
-    c2p: Tensor | None = None
-    p2c: Tensor | None = None
-    heads: int | None = None
-    kv_heads: int | None = None
-    qk_norm: bool = False
-    scale: float | None = None
-
-    @property
-    def head_dim(self) -> int:
-        return int(self.q.numel())
-
-    def shares(self) -> Tensor:
-        """Each key's share of the context: ``|w_j v_j| / sum_i |w_i v_i|``, ``(L,)``."""
-        norms = self.weighted_v.norm(dim=-1)
-        total = norms.sum()
-        return norms / total if total > 0 else norms
-
-    def table(self, lang: str = "en") -> str:
-        """One line per key: token, q·k, /sqrt(d), the relative position bias (MPNet only),
-        mask, weight, share of the context; ``lang`` ``"en"`` or ``"zh"`` (the page's words)."""
-        from ..viz.explain import steps_table
-
-        return steps_table(self, lang)
-
-    def formula(self, lang: str = "en") -> str:
-        """The article's formula with this row's numbers filled in (the top key shown), each
-        step followed by the article's own PyTorch line(s); ``lang`` as :meth:`table`."""
-        from ..viz.explain import steps_formula
-
-        return steps_formula(self, lang)
 
 
 def find_tokens(tokens: list[str], text: str) -> list[int]:

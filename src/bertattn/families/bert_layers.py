@@ -13,7 +13,7 @@ mask prepared once, the packing decided once per forward, dtypes, chunks) is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +30,25 @@ from ..blocks import relative as _relative
 from ..blocks.contract import INT8, LEAN, EncoderStack, Packing, SpeedPaths, StackInfo, offers
 from ..blocks.tables import embedding
 
-if TYPE_CHECKING:
-    from ..encoder.config import BertConfig
+
+class BertConfig(Protocol):
+    """The fields of a config these layers read (:class:`bertattn.BertConfig` has them all);
+    written here so BERT's layers depend on the sizes, not on the folder reader."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    hidden_act: str
+    hidden_dropout_prob: float
+    attention_probs_dropout_prob: float
+    max_position_embeddings: int
+    type_vocab_size: int
+    layer_norm_eps: float
+    pad_token_id: int | None
+    embedding_size: int | None
+    relative_attention_num_buckets: int
 
 __all__ = [
     "HALF_DTYPES",
