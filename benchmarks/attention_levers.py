@@ -30,6 +30,12 @@ bf16 products with float32 accumulation are not timed where the CPU has no nativ
 ``avx512_bf16`` / ``amx_bf16`` flag): torch emulates them there. Every lever's output is compared
 with the ``math`` backend's (``err``: max abs difference over max abs value; the backend tests
 hold float32 to 1e-6).
+
+``--parts`` times the unfused path's three steps apart (``Q K^T``, the softmax, ``P V``, on
+``(B H, L, D)`` tensors) and fused SDPA, in nanoseconds per score, against the time the ``4 D``
+FLOPs of a score take at the product rate; ``--profile`` prints torch.profiler's table of one
+batch of ``--paragraphs`` paragraphs (cut at 256 tokens) encoded by the default model with
+``sdpa``.
 """
 
 from __future__ import annotations
@@ -197,6 +203,47 @@ def one_shape(d: int, length: int, tokens: int, rounds: int, block: int, clock) 
     return lines
 
 
+def parts(d: int, length: int, tokens: int, rounds: int, clock: Callable[[], float]) -> str:
+    """The unfused path's steps apart, and fused SDPA, in nanoseconds per score."""
+    heads, b = 12, max(1, tokens // length)
+    e = heads * d
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b * heads, length, d, generator=g) for _ in range(3))
+    s = torch.empty(b * heads, length, length)  # (B H, L, L)
+    o = torch.empty(b * heads, length, d)
+    lin, rows = torch.nn.Linear(e, 4 * e), torch.randn(b * length, e, generator=g)
+    q4, k4, v4 = (t.view(b, heads, length, d) for t in (q, k, v))
+    steps: dict[str, Lever] = {
+        "QK^T": lambda: torch.baddbmm(s, q, k.transpose(1, 2), beta=0.0, alpha=d**-0.5, out=s),
+        "softmax": lambda: torch.softmax(s, -1, out=s),
+        "PV": lambda: torch.bmm(s, v, out=o),
+        "sdpa": lambda: F.scaled_dot_product_attention(q4, k4, v4),
+        "linear": lambda: lin(rows),
+    }
+    with torch.no_grad():
+        secs = time_levers(steps, rounds, clock)
+    per_flop = secs.pop("linear") / (8 * b * length * e * e)
+    scores = b * heads * length * length
+    cells = "  ".join(f"{name} {t / scores * 1e9:.2f}" for name, t in secs.items())
+    return f"{d:>3}{length:>5}{b:>4}  {cells}  (at the product rate: {4 * d * per_flop * 1e9:.2f})"
+
+
+def profile_paragraphs(paragraphs: int) -> str:
+    """torch.profiler's table of one batch of paragraphs encoded by the default model (sdpa)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bertattn import Bert
+
+    from .corpus import stdlib_paragraph_corpus
+
+    bert = Bert.load(dtype="float32", backend="sdpa")
+    texts = stdlib_paragraph_corpus(paragraphs)
+    bert.encode(texts, max_length=256, batch_size=paragraphs)  # warm
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        bert.encode(texts, max_length=256, batch_size=paragraphs)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--heads-dims", default="32,64")
@@ -205,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--block", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--parts", action="store_true", help="the unfused path's steps apart")
+    p.add_argument("--profile", action="store_true", help="profile one batch of paragraphs")
+    p.add_argument("--paragraphs", type=int, default=16)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
@@ -212,11 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, {args.threads} thread(s), "
           f"{'CPU' if args.threads == 1 else 'wall'} time, median of {args.rounds}; native bf16: "
           f"{'yes' if bf16 else 'no (bf16 products not timed: emulated here)'}")  # fmt: skip
+    shapes = [(int(d), int(n)) for d in args.heads_dims.split(",") for n in args.lengths.split(",")]
+    if args.profile:
+        print(profile_paragraphs(args.paragraphs))
+        return 0
+    if args.parts:
+        print(f"{'D':>3}{'L':>5}{'B':>4}  ns per score")
+        for d, length in shapes:
+            print(parts(d, length, args.tokens, args.rounds, clock), flush=True)
+        return 0
     print(f"{'D':>3}{'L':>5}{'B':>4}  {'lever':<12}{'ms':>9}{'GFLOP/s':>9}{'ratio':>7}{'err':>10}")
-    for d in (int(s) for s in args.heads_dims.split(",")):
-        for length in (int(s) for s in args.lengths.split(",")):
-            for line in one_shape(d, length, args.tokens, args.rounds, args.block, clock):
-                print(line, flush=True)
+    for d, length in shapes:
+        for line in one_shape(d, length, args.tokens, args.rounds, args.block, clock):
+            print(line, flush=True)
     return 0
 
 
