@@ -26,8 +26,11 @@ projection reads it):
   sequence (today's ``varlen``) against ``bmm_views`` per sequence; their FLOPs are the real
   tokens'.
 
-bf16 products with float32 accumulation are not timed where the CPU has no native bf16 (no
-``avx512_bf16`` / ``amx_bf16`` flag): torch emulates them there. Every lever's output is compared
+``sdpa_bf16``: q, k, v cast to bfloat16 for torch's fused kernel (its scores, softmax and sums
+in float32), the context cast back to float32; timed only where the CPU has native bf16 (an
+``avx512_bf16`` or ``amx_bf16`` flag; torch emulates it elsewhere) or with ``--bf16``. torch 2.13
+has no CPU batched product of bfloat16 inputs into a float32 output (``aten::bmm.dtype`` is
+registered for CUDA only), so the unfused levers stay float32. Every lever's output is compared
 with the ``math`` backend's (``err``: max abs difference over max abs value; the backend tests
 hold float32 to 1e-6).
 
@@ -74,6 +77,12 @@ def sdpa(qkv: Tensor, heads: int, copy: bool) -> Tensor:
     if copy:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     return merge(F.scaled_dot_product_attention(q, k, v))
+
+
+def sdpa_bf16(qkv: Tensor, heads: int) -> Tensor:
+    """Fused SDPA on bfloat16 copies of q, k, v; the context back in float32 ``(B, L, E)``."""
+    q, k, v = (t.to(torch.bfloat16) for t in split(qkv, heads))
+    return merge(F.scaled_dot_product_attention(q, k, v)).float()
 
 
 def bmm_all(qkv: Tensor, heads: int) -> Tensor:
@@ -158,7 +167,9 @@ def err(got: Tensor, want: Tensor) -> float:
     return float((got - want).abs().max() / want.abs().max())
 
 
-def one_shape(d: int, length: int, tokens: int, rounds: int, block: int, clock) -> list[str]:
+def one_shape(
+    d: int, length: int, tokens: int, rounds: int, block: int, clock, bf16: bool
+) -> list[str]:
     heads = 12
     e = heads * d
     b = max(1, tokens // length)
@@ -181,6 +192,8 @@ def one_shape(d: int, length: int, tokens: int, rounds: int, block: int, clock) 
         "packed_sdpa": lambda: packed(flat, heads, offsets, True),
         "packed_bmm": lambda: packed(flat, heads, offsets, False),
     }
+    if bf16:
+        levers["sdpa_bf16"] = lambda: sdpa_bf16(qkv, heads)
     with torch.no_grad():
         want = reference(qkv, heads)
         bounds = zip(offsets[:-1], offsets[1:], strict=True)
@@ -255,13 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", action="store_true", help="the unfused path's steps apart")
     p.add_argument("--profile", action="store_true", help="profile one batch of paragraphs")
     p.add_argument("--paragraphs", type=int, default=16)
+    p.add_argument("--bf16", action="store_true", help="time sdpa_bf16 even where emulated")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
-    bf16 = {"avx512_bf16", "amx_bf16"} & set(cpu_flags())
+    bf16 = bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags()))
     print(f"torch {torch.__version__}, {args.threads} thread(s), "
           f"{'CPU' if args.threads == 1 else 'wall'} time, median of {args.rounds}; native bf16: "
-          f"{'yes' if bf16 else 'no (bf16 products not timed: emulated here)'}")  # fmt: skip
+          f"{'yes' if bf16 else 'no (sdpa_bf16 timed only with --bf16)'}")  # fmt: skip
     shapes = [(int(d), int(n)) for d in args.heads_dims.split(",") for n in args.lengths.split(",")]
     if args.profile:
         print(profile_paragraphs(args.paragraphs))
@@ -273,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'D':>3}{'L':>5}{'B':>4}  {'lever':<12}{'ms':>9}{'GFLOP/s':>9}{'ratio':>7}{'err':>10}")
     for d, length in shapes:
-        for line in one_shape(d, length, args.tokens, args.rounds, args.block, clock):
+        for line in one_shape(
+            d, length, args.tokens, args.rounds, args.block, clock, bf16 or args.bf16
+        ):
             print(line, flush=True)
     return 0
 
