@@ -1,4 +1,5 @@
-"""Helpers shared by the tests of ``bertattn.attention`` (tests/test_attention_*.py)."""
+"""Helpers shared by the tests of ``bertattn.attention`` (tests/test_attention_*.py) and of
+the blocks built on it (tests/test_blocks*.py)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,16 @@ def random_module(
         for p in m.parameters():
             p.normal_(0.0, 0.5)
     return m.to(dtype)
+
+
+def noisy(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """``module`` with seeded N(0, 0.3) noise added to every parameter (so that no weight is
+    a neutral 0 or 1), in eval mode."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    return module.eval()
 
 
 def upcast(m: bertattn.MultiHeadAttention, dtype=torch.float64) -> bertattn.MultiHeadAttention:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 START_TIMEOUT = 90.0  # seconds: torch import + model load on a busy 2-core machine
@@ -95,6 +96,27 @@ def running_server(cli_subprocess, model: Path | str, *args: object, env=None) -
     finally:
         _kill(server.proc)
         server.stderr_path.unlink(missing_ok=True)
+
+
+def assert_encode_and_serve_give(  # type: ignore[no-untyped-def]
+    cli, cli_subprocess, folder: Path, texts: list[str], want: np.ndarray, tmp_path: Path
+) -> tuple[np.ndarray, dict]:
+    """``bertattn encode`` (the command line on a corpus file of ``texts``, a .npy output) and
+    ``bertattn serve`` (a real server, the OpenAI embeddings body) on ``folder`` each give the
+    rows ``want`` ``(N, E)`` within 1e-5; returns the served rows and the server's /info."""
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    r = cli("encode", src, "-o", tmp_path / "out.npy", "--model", folder)
+    assert r.code == 0, r
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=1e-5, rtol=0)
+    with running_server(cli_subprocess, folder) as server:
+        body = {"input": texts, "model": Path(folder).name}
+        got = httpx.post(server.url + "/v1/embeddings", json=body, timeout=60)
+        assert got.status_code == 200, got.text
+        rows = np.array([d["embedding"] for d in got.json()["data"]], dtype=np.float32)
+        info = httpx.get(server.url + "/info", timeout=30).json()
+    np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
+    return rows, info
 
 
 def metrics(server, timeout: float = 10) -> dict[str, float]:  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_helpers import noisy
 from torch import nn
 
 from bertattn import MultiHeadAttention
@@ -22,17 +23,9 @@ from bertattn.errors import ModelFolderError
 from bertattn.families import registry
 
 
-def _noisy(module: nn.Module, seed: int = 0) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    return module.eval()
-
-
 @pytest.mark.parametrize("bias", [True, False])
 def test_layer_norm_with_and_without_bias(bias: bool) -> None:
-    norm = _noisy(make_norm(10, 1e-5, bias=bias))
+    norm = noisy(make_norm(10, 1e-5, bias=bias))
     x = torch.randn(4, 10)
     xd = x.double()
     mean, var = xd.mean(-1, keepdim=True), xd.var(-1, unbiased=False, keepdim=True)
@@ -45,7 +38,7 @@ def test_layer_norm_with_and_without_bias(bias: bool) -> None:
 
 
 def test_rms_norm_and_bad_kinds() -> None:
-    norm = _noisy(make_norm(6, 1e-6, bias=False, kind="rms_norm"))
+    norm = noisy(make_norm(6, 1e-6, bias=False, kind="rms_norm"))
     x = torch.randn(3, 6).double()
     want = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * norm.weight.double()
     torch.testing.assert_close(norm(x.float()).double(), want, atol=1e-5, rtol=0)
@@ -57,12 +50,12 @@ def test_rms_norm_and_bad_kinds() -> None:
 
 def test_feed_forwards_against_their_formulas() -> None:
     x = torch.randn(5, 8)
-    plain = _noisy(FeedForward(8, 11, "gelu"))
+    plain = noisy(FeedForward(8, 11, "gelu"))
     h = x.double() @ plain.fc_in.weight.double().T + plain.fc_in.bias.double()
     h = 0.5 * h * (1 + torch.erf(h / 2**0.5))  # exact GELU
     want = h @ plain.fc_out.weight.double().T + plain.fc_out.bias.double()
     torch.testing.assert_close(plain(x).double(), want, atol=1e-5, rtol=0)
-    gated = _noisy(GatedFeedForward(8, 11, "silu", bias_out=True), 1)
+    gated = noisy(GatedFeedForward(8, 11, "silu", bias_out=True), 1)
     both = x.double() @ gated.w_in.weight.double().T  # (5, 22): the activated half first
     a, g = both[:, :11], both[:, 11:]
     want = (a * torch.sigmoid(a) * g) @ gated.w_out.weight.double().T + gated.w_out.bias.double()
@@ -73,9 +66,9 @@ def test_feed_forwards_against_their_formulas() -> None:
 
 @pytest.mark.parametrize("prenorm", [True, False])
 def test_block_orders_its_norms(prenorm: bool) -> None:
-    attn = _noisy(MultiHeadAttention(8, 2, dropout=0.0))
-    mlp = _noisy(FeedForward(8, 5, "relu"), 2)
-    n1, n2 = _noisy(nn.LayerNorm(8), 3), _noisy(nn.LayerNorm(8), 4)
+    attn = noisy(MultiHeadAttention(8, 2, dropout=0.0))
+    mlp = noisy(FeedForward(8, 5, "relu"), 2)
+    n1, n2 = noisy(nn.LayerNorm(8), 3), noisy(nn.LayerNorm(8), 4)
     block = EncoderBlock(attn, mlp, n1, n2, prenorm=prenorm).eval()
     x = torch.randn(2, 7, 8)
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from torch import nn
+from attention_helpers import noisy
 
 from bertattn import MultiHeadAttention
 from bertattn.blocks import (
@@ -20,16 +20,8 @@ from bertattn.blocks import (
 )
 
 
-def _noisy(module: nn.Module, seed: int = 0) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.3)
-    return module.eval()
-
-
 def test_offset_rms_norm_scales_by_one_plus_its_weight() -> None:
-    norm = _noisy(make_norm(6, 1e-6, bias=False, kind="offset_rms_norm"))
+    norm = noisy(make_norm(6, 1e-6, bias=False, kind="offset_rms_norm"))
     assert isinstance(norm, OffsetRMSNorm)
     x = torch.randn(3, 6).double()
     rms = torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6)
@@ -60,9 +52,9 @@ def test_scaled_embeddings_multiply_the_word_rows_only() -> None:
 
 
 def test_sandwich_block_norms_each_branch_in_and_out() -> None:
-    attn = _noisy(MultiHeadAttention(8, 2, dropout=0.0))
-    mlp = _noisy(FeedForward(8, 5, "relu"), 2)
-    norms = tuple(_noisy(OffsetRMSNorm(8), 3 + i) for i in range(4))
+    attn = noisy(MultiHeadAttention(8, 2, dropout=0.0))
+    mlp = noisy(FeedForward(8, 5, "relu"), 2)
+    norms = tuple(noisy(OffsetRMSNorm(8), 3 + i) for i in range(4))
     block = SandwichBlock(attn, mlp, norms).eval()  # type: ignore[arg-type]
     x = torch.randn(2, 7, 8)
 

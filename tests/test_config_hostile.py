@@ -9,30 +9,22 @@
 from __future__ import annotations
 
 import json
-import shutil
 import tracemalloc
 from pathlib import Path
 
 import pytest
+from family_helpers import copy_with_config
 
 from bertattn import Bert
 from bertattn.encoder.config import BertConfig
 from bertattn.errors import ModelFolderError
 
 
-def _copy_with(src: Path, dst: Path, **changes: object) -> Path:
-    shutil.copytree(src, dst)
-    data = json.loads((dst / "config.json").read_text())
-    data.update(changes)
-    (dst / "config.json").write_text(json.dumps(data))
-    return dst
-
-
 # ---------------------------------------------------------------------- sizes
 def test_a_config_claiming_many_layers_is_refused_before_anything_is_built(
     tiny_checkpoint, tmp_path
 ):
-    folder = _copy_with(tiny_checkpoint, tmp_path / "deep", num_hidden_layers=20_000)
+    folder = copy_with_config(tiny_checkpoint, tmp_path / "deep", num_hidden_layers=20_000)
     tracemalloc.start()
     try:
         with pytest.raises(ModelFolderError) as err:
@@ -50,7 +42,7 @@ def test_a_config_claiming_many_layers_is_refused_before_anything_is_built(
 
 
 def test_a_width_the_embedding_table_does_not_have_is_refused_by_field(tiny_checkpoint, tmp_path):
-    folder = _copy_with(tiny_checkpoint, tmp_path / "wide", hidden_size=64)
+    folder = copy_with_config(tiny_checkpoint, tmp_path / "wide", hidden_size=64)
     with pytest.raises(ModelFolderError) as err:
         Bert.load(folder, threads=1)
     assert str(err.value) == (
@@ -63,7 +55,7 @@ def test_a_width_the_embedding_table_does_not_have_is_refused_by_field(tiny_chec
 def test_fewer_layers_claimed_is_still_the_tensor_list(tiny_checkpoint, tmp_path):
     """One layer claimed of two: the unexpected tensors are listed, as before (bounded by the
     file's own tensors)."""
-    folder = _copy_with(tiny_checkpoint, tmp_path / "shallow", num_hidden_layers=1)
+    folder = copy_with_config(tiny_checkpoint, tmp_path / "shallow", num_hidden_layers=1)
     with pytest.raises(ModelFolderError, match=r"unexpected keys: .*encoder\.layer\.1\."):
         Bert.load(folder, threads=1)
 

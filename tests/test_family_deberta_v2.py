@@ -7,14 +7,11 @@ tokenizer transformers saves; every refusal by name."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+import family_helpers as fam
 import pytest
 import torch
-from family_helpers import assert_encode_equals_sentence_transformers, padded_batch
-from family_helpers import assert_states_equal as _assert_equal
-from family_helpers import states as _ours
 from tiny_bert import save_random
 
 from bertattn import BertModel
@@ -77,8 +74,7 @@ def deberta(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
 def test_padded_hidden_states_equal_transformers(deberta, backend: str, left: bool) -> None:
     """Lengths past the 4 exact buckets (log buckets up to 64) and past the table's span."""
-    folder, hf = deberta
-    _assert_equal(folder, hf, backend, *padded_batch([37, 12, 25, 3], left=left))
+    fam.assert_states_equal(*deberta, backend, *fam.padded_batch([37, 12, 25, 3], left=left))
 
 
 @pytest.mark.parametrize("backend", BACKENDS_TAKING_IT)
@@ -87,13 +83,7 @@ def test_mixed_lengths_equal_transformers_one_text_at_a_time(deberta, backend: s
     padded by ``math`` and ``sdpa``), each text's states against transformers on that text
     alone, with no padding at all."""
     folder, hf = deberta
-    lengths = [23, 1, 40, 7]
-    ids, mask = padded_batch(lengths, seed=4)
-    got = _ours(folder, backend, ids, mask)
-    with torch.no_grad():
-        for row, n in enumerate(lengths):
-            want = hf(input_ids=ids[row : row + 1, :n]).last_hidden_state[0]
-            torch.testing.assert_close(got[row, :n], want, atol=1e-5, rtol=1e-5)
+    fam.assert_each_text_alone_equal(folder, hf, backend)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +99,7 @@ def test_mixed_lengths_equal_transformers_one_text_at_a_time(deberta, backend: s
 )  # fmt: skip
 def test_v2_variants_equal_transformers(tmp_path: Path, variant: dict) -> None:
     hf = _save(tmp_path, seed=3, **variant)
-    ids, mask = padded_batch([33, 9, 20], seed=2)
+    ids, mask = fam.padded_batch([33, 9, 20], seed=2)
     types = torch.zeros_like(ids)
     types[:, 5:] = 1 if variant.get("type_vocab_size") else 0
     with torch.no_grad():
@@ -137,7 +127,7 @@ def test_the_v3_base_shape_equals_transformers(tmp_path_factory, backend: str) -
         config = transformers.DebertaV2Config(**V3_BASE)
         save_random(transformers.DebertaV2Model, config, folder, 7)
     hf = transformers.DebertaV2Model.from_pretrained(folder).eval().double()
-    ids, mask = padded_batch([300, 140, 17], seed=5, vocab=128100)
+    ids, mask = fam.padded_batch([300, 140, 17], seed=5, vocab=128100)
     with torch.no_grad():
         want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
         model = BertModel.from_pretrained(folder, backend=backend).double()
@@ -150,7 +140,7 @@ def test_the_v3_base_shape_equals_transformers(tmp_path_factory, backend: str) -
 def test_encode_equals_sentence_transformers(deberta, tmp_path: Path) -> None:
     folder, _ = deberta
     texts = ["the attention head looks at every token", "hello", "a model and a layer, ok"]
-    assert_encode_equals_sentence_transformers(folder, SIZES["hidden_size"], texts, tmp_path)
+    fam.assert_encode_equals_sentence_transformers(folder, SIZES["hidden_size"], texts, tmp_path)
 
 
 def test_the_tokenizer_transformers_saves_gives_its_ids(deberta) -> None:
@@ -185,13 +175,9 @@ def test_a_sentencepiece_only_folder_is_refused_with_the_fix(deberta, tmp_path: 
 
 
 def test_explain_names_the_disentangled_terms(deberta) -> None:
-    from bertattn.attention import dispatch
-
     folder, _ = deberta
-    ids, mask = padded_batch([30, 4])
-    with torch.no_grad(), dispatch.explain() as ex:
-        _ours(folder, "varlen", ids, mask)
-    assert "disentangled positions: c2p + p2c relative terms added to the scores" in str(ex)
+    text = fam.explain_varlen(folder, [30, 4])
+    assert "disentangled positions: c2p + p2c relative terms added to the scores" in text
 
 
 def test_a_backend_without_relative_terms_is_refused_by_name(deberta) -> None:
@@ -202,7 +188,7 @@ def test_a_backend_without_relative_terms_is_refused_by_name(deberta) -> None:
         with pytest.raises(ValueError, match=r"backend 'plain_deberta' cannot add disentangled "
                            r"relative positions \(DeBERTa's content-to-position and "
                            r"position-to-content terms\), and this model has them"):  # fmt: skip
-            _ours(folder, "plain_deberta", *padded_batch([9, 4]))
+            fam.states(folder, "plain_deberta", *fam.padded_batch([9, 4]))
     finally:
         del BACKENDS["plain_deberta"]
 
@@ -225,10 +211,7 @@ def test_a_backend_without_relative_terms_is_refused_by_name(deberta) -> None:
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_by_name(tmp_path: Path, override: dict, message: str) -> None:
-    data = {**SIZES, "model_type": "deberta-v2", **override}
-    (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(ModelFolderError, match=message):
-        BertModel.from_pretrained(tmp_path)
+    fam.assert_config_refused(tmp_path, {**SIZES, "model_type": "deberta-v2", **override}, message)
 
 
 def test_article_steps_show_the_two_relative_terms(deberta) -> None:

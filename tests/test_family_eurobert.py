@@ -9,16 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import family_helpers as fam
 import pytest
 import torch
-from family_helpers import assert_encode_equals_sentence_transformers, padded_batch
-from family_helpers import assert_states_equal as _assert_equal
-from family_helpers import states as _ours
 from tiny_bert import save_random
-
-from bertattn import BertModel
-from bertattn.attention import dispatch
-from bertattn.errors import ModelFolderError
 
 SIZES = dict(
     vocab_size=99, hidden_size=36, num_hidden_layers=3, num_attention_heads=6,
@@ -48,8 +42,7 @@ def eurobert(tmp_path_factory, tiny_checkpoint) -> tuple[Path, torch.nn.Module]:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
 def test_padded_hidden_states_equal_transformers(eurobert, backend: str, left: bool) -> None:
-    folder, hf = eurobert
-    _assert_equal(folder, hf, backend, *padded_batch([37, 12, 25, 3], left=left))
+    fam.assert_states_equal(*eurobert, backend, *fam.padded_batch([37, 12, 25, 3], left=left))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -58,27 +51,21 @@ def test_mixed_lengths_equal_transformers_one_text_at_a_time(eurobert, backend: 
     and by ``auto`` on the CPU, padded by ``math`` and ``sdpa``), each text's states against
     transformers on that text alone, with no padding at all."""
     folder, hf = eurobert
-    lengths = [23, 1, 40, 7]
-    ids, mask = padded_batch(lengths, seed=4)
-    got = _ours(folder, backend, ids, mask)
-    with torch.no_grad():
-        for row, n in enumerate(lengths):
-            want = hf(input_ids=ids[row : row + 1, :n]).last_hidden_state[0]
-            torch.testing.assert_close(got[row, :n], want, atol=1e-5, rtol=1e-5)
+    fam.assert_each_text_alone_equal(folder, hf, backend)
 
 
 def test_encode_equals_sentence_transformers(eurobert, tmp_path: Path) -> None:
     folder, _ = eurobert
     texts = ["the attention head looks at every token", "hello", "a model and a layer, ok"]
-    assert_encode_equals_sentence_transformers(folder, SIZES["hidden_size"], texts, tmp_path)
+    fam.assert_encode_equals_sentence_transformers(folder, SIZES["hidden_size"], texts, tmp_path)
 
 
 def test_bidirectional_a_token_sees_the_tokens_after_it(eurobert) -> None:
     """Changing the last token changes the first token's state (a causal encoder could not)."""
     folder, _ = eurobert
-    ids, mask = padded_batch([12, 12])
+    ids, mask = fam.padded_batch([12, 12])
     ids[1, -1] = (ids[0, -1] + 1) % 90 + 5
-    hidden = _ours(folder, "auto", ids, mask)
+    hidden = fam.states(folder, "auto", ids, mask)
     assert (hidden[0, 0] - hidden[1, 0]).abs().max() > 1e-3
 
 
@@ -86,7 +73,7 @@ def test_biased_projections_load(tmp_path: Path) -> None:
     hf = _save(tmp_path, seed=5, attention_bias=True, mlp_bias=True)
     assert hf.layers[0].mlp.gate_proj.bias is not None
     for backend in ("math", "varlen"):
-        _assert_equal(tmp_path, hf, backend, *padded_batch([21, 9]))
+        fam.assert_states_equal(tmp_path, hf, backend, *fam.padded_batch([21, 9]))
 
 
 def test_a_masked_lm_checkpoint_loads_its_encoder(tmp_path: Path) -> None:
@@ -96,11 +83,11 @@ def test_a_masked_lm_checkpoint_loads_its_encoder(tmp_path: Path) -> None:
 
     config = transformers.EuroBertConfig(**SIZES)
     hf = save_random(transformers.EuroBertForMaskedLM, config, tmp_path, 2)
-    ids, mask = padded_batch([20, 7])
+    ids, mask = fam.padded_batch([20, 7])
     with torch.no_grad():
         want = hf.model(input_ids=ids, attention_mask=mask).last_hidden_state
     with pytest.warns(UserWarning, match=r"skipped 1 task-head tensors: lm_head.weight"):
-        got = _ours(tmp_path, "auto", ids, mask)
+        got = fam.states(tmp_path, "auto", ids, mask)
     keep = mask.bool()
     torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
 
@@ -114,21 +101,18 @@ def test_a_hub_folders_rope_theta_is_read(eurobert, tmp_path: Path) -> None:
     data["rope_scaling"] = None
     (tmp_path / "config.json").write_text(json.dumps(data))
     (tmp_path / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
-    _assert_equal(tmp_path, hf, "auto", *padded_batch([19, 6]))
+    fam.assert_states_equal(tmp_path, hf, "auto", *fam.padded_batch([19, 6]))
     data["rope_theta"] = 10000.0
     (tmp_path / "config.json").write_text(json.dumps(data))
-    ids, mask = padded_batch([19, 6])
+    ids, mask = fam.padded_batch([19, 6])
     with torch.no_grad():
         want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert (_ours(tmp_path, "auto", ids, mask) - want)[mask.bool()].abs().max() > 1e-3
+    assert (fam.states(tmp_path, "auto", ids, mask) - want)[mask.bool()].abs().max() > 1e-3
 
 
 def test_explain_names_the_shared_heads_and_no_causal_mask(eurobert) -> None:
     folder, _ = eurobert
-    ids, mask = padded_batch([30, 4])
-    with torch.no_grad(), dispatch.explain() as ex:
-        _ours(folder, "varlen", ids, mask)
-    text = str(ex)
+    text = fam.explain_varlen(folder, [30, 4])
     assert "2 key/value heads, each shared by 3 query heads" in text
     assert "causal" not in text
     assert "q/k norm" not in text
@@ -148,7 +132,4 @@ def test_explain_names_the_shared_heads_and_no_causal_mask(eurobert) -> None:
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_by_name(tmp_path: Path, override: dict, message: str) -> None:
-    data = {**SIZES, "model_type": "eurobert", **override}
-    (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(ModelFolderError, match=message):
-        BertModel.from_pretrained(tmp_path)
+    fam.assert_config_refused(tmp_path, {**SIZES, "model_type": "eurobert", **override}, message)

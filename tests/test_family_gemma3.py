@@ -19,14 +19,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_helpers import padded_batch
+from family_helpers import assert_config_refused, explain_varlen, padded_batch
 from family_helpers import states as _ours
 from tiny_bert import save_random
 
 from bertattn import BertModel
-from bertattn.attention import dispatch
 from bertattn.blocks import OffsetRMSNorm
-from bertattn.errors import ModelFolderError
 
 BACKENDS = ("auto", "math", "sdpa", "varlen")
 TINY = dict(
@@ -166,10 +164,7 @@ def test_the_norms_are_gemmas_offset_rmsnorm(tiny) -> None:
 
 def test_explain_names_the_shared_heads_the_q_k_norm_and_the_scale(tiny) -> None:
     folder, _ = tiny
-    ids, mask = padded_batch([30, 4], vocab=99)
-    with torch.no_grad(), dispatch.explain() as ex:
-        _ours(folder, "varlen", ids, mask)
-    text = str(ex)
+    text = explain_varlen(folder, [30, 4])
     assert "1 key/value heads, each shared by 3 query heads" in text
     assert "q/k norm" in text
     assert f"scores scaled by {20**-0.5:g}" in text
@@ -199,7 +194,4 @@ def test_explain_names_the_shared_heads_the_q_k_norm_and_the_scale(tiny) -> None
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_by_name(tmp_path: Path, override: dict, message: str) -> None:
-    data = {**TINY, "model_type": "gemma3_text", **override}
-    (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(ModelFolderError, match=message):
-        BertModel.from_pretrained(tmp_path)
+    assert_config_refused(tmp_path, {**TINY, "model_type": "gemma3_text", **override}, message)

@@ -7,8 +7,6 @@ modules; the ONNX export refused by the family's name."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -102,19 +100,8 @@ def test_onnx_export_is_refused_by_the_familys_name(tiny, tmp_path, cli) -> None
 def test_encode_and_serve_run_the_sentence_folder(gemma_st, tmp_path, cli, cli_subprocess) -> None:  # noqa: F811
     """encode (the command line on a corpus file) and serve (a real server on a free loopback
     port, the OpenAI embeddings body) give the Python rows: Dense modules and Normalize in."""
-    import httpx
-    from serve_server import running_server
+    from serve_server import assert_encode_and_serve_give
 
     want = Bert.load(gemma_st, threads=1).encode(TEXTS)
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    r = cli("encode", src, "-o", tmp_path / "out.npy", "--model", gemma_st)
-    assert r.code == 0, r
-    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=1e-5, rtol=0)
-    with running_server(cli_subprocess, gemma_st) as server:
-        body = {"input": TEXTS, "model": Path(gemma_st).name}
-        got = httpx.post(server.url + "/v1/embeddings", json=body, timeout=60)
-        assert got.status_code == 200, got.text
-        rows = np.array([d["embedding"] for d in got.json()["data"]], dtype=np.float32)
-    np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
+    rows, _ = assert_encode_and_serve_give(cli, cli_subprocess, gemma_st, TEXTS, want, tmp_path)
     np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)

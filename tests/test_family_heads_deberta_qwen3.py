@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
-from family_helpers import assert_reranker_equals_peers
+from family_helpers import (
+    assert_reranker_equals_peers,
+    assert_tagger_equals_pipeline,
+    save_with_seeded_head,
+)
 from test_family_deberta_v2 import SIZES as DEBERTA
 from test_family_deberta_v2 import save_tokenizer
 from test_family_qwen3 import SIZES as QWEN3
 from tiny_bert import save_random
 
-import bertattn
 from bertattn import CrossEncoder
 from bertattn.errors import ModelFolderError
 
@@ -87,23 +88,10 @@ def test_a_deberta_v3_tagger_equals_transformers_pipeline(deberta_tokenizer, tmp
     config = transformers.DebertaV2Config(**DEBERTA, num_labels=3, id2label=LABELS,
                                           label2id={v: k for k, v in LABELS.items()})  # fmt: skip
     model = save_random(transformers.DebertaV2ForTokenClassification, config, tmp_path / "t", 6)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():  # a classifier that tags something
-        for p in model.classifier.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-    model.save_pretrained(tmp_path / "t")
+    save_with_seeded_head(model, tmp_path / "t", 2)  # a classifier that tags something
     save_tokenizer(tmp_path / "t")
     texts = ["the attention head looks at every token", "hello model, a layer ok"]
-    theirs = transformers.pipeline("token-classification", model=str(tmp_path / "t"))
-    ours = bertattn.pipeline("token-classification", tmp_path / "t")
-    got, want = ours(texts), theirs(texts)
-    assert sum(map(len, got)) > 2
-    for g_row, w_row in zip(got, want, strict=True):
-        assert [(e["entity"], e["word"], e["start"], e["end"]) for e in g_row] == [
-            (e["entity"], e["word"], e["start"], e["end"]) for e in w_row
-        ]
-        np.testing.assert_allclose([e["score"] for e in g_row], [e["score"] for e in w_row],
-                                   atol=1e-5)  # fmt: skip
+    assert_tagger_equals_pipeline(tmp_path / "t", texts, keys=("entity", "word", "start", "end"))
 
 
 def _kind(folder: Path, architecture: str) -> str | None:

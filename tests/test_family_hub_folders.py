@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from family_helpers import padded_batch
 from safetensors.torch import save_file
 from tiny_bert import save_random
 
@@ -28,12 +29,8 @@ SIZES = dict(
 
 def _batch() -> dict[str, torch.Tensor]:
     """Three padded rows, ``(3, 40)`` ids and mask."""
-    g = torch.Generator().manual_seed(4)
-    ids = torch.randint(5, 99, (3, 40), generator=g)
-    mask = torch.zeros(3, 40, dtype=torch.long)
-    for i, length in enumerate([40, 7, 23]):
-        mask[i, :length] = 1
-    return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}
+    ids, mask = padded_batch([40, 7, 23], seed=4)
+    return {"input_ids": ids, "attention_mask": mask}
 
 
 def _hidden(folder: Path, backend: str = "math") -> torch.Tensor:
@@ -97,14 +94,19 @@ def _new_tensors(native: dict[str, torch.Tensor], pack_qkv: bool) -> dict[str, t
     return out
 
 
+def _native(where: Path, name: str, seed: int, **fields: object) -> tuple[Path, torch.nn.Module]:
+    """A random transformers ``{name}Model`` of :data:`SIZES` and ``fields`` saved in
+    ``where``."""
+    import transformers
+
+    config = getattr(transformers, f"{name}Config")(**SIZES, **fields)
+    return where, save_random(getattr(transformers, f"{name}Model"), config, where, seed)
+
+
 @pytest.fixture(scope="module")
 def gte_native(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     """A random ``GteModel`` folder (one token-type row, as gte-multilingual-base)."""
-    import transformers
-
-    folder = tmp_path_factory.mktemp("gte-native")
-    config = transformers.GteConfig(**SIZES, type_vocab_size=1)
-    return folder, save_random(transformers.GteModel, config, folder, 7)
+    return _native(tmp_path_factory.mktemp("gte-native"), "Gte", 7, type_vocab_size=1)
 
 
 @pytest.mark.parametrize("pack_qkv", [True, False])
@@ -253,11 +255,7 @@ def _nomic_tensors(native: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def nomic_native(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     """A random ``NomicBertModel`` folder (rotary base 1,000, as nomic-embed-text-v1.5)."""
-    import transformers
-
-    folder = tmp_path_factory.mktemp("nomic-native")
-    config = transformers.NomicBertConfig(**SIZES, rope_theta=1000.0)
-    return folder, save_random(transformers.NomicBertModel, config, folder, 8)
+    return _native(tmp_path_factory.mktemp("nomic-native"), "NomicBert", 8, rope_theta=1000.0)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from family_helpers import padded_batch
 from safetensors.torch import save_file
 from tiny_bert import save_random
 
@@ -171,12 +172,8 @@ def _merged_folder(jina: dict, task: str) -> tuple[Path, torch.nn.Module]:
 
 def _batch() -> dict[str, torch.Tensor]:
     """Three padded rows, ``(3, 40)``."""
-    g = torch.Generator().manual_seed(4)
-    ids = torch.randint(5, 99, (3, 40), generator=g)
-    mask = torch.zeros(3, 40, dtype=torch.long)
-    for i, length in enumerate([40, 7, 23]):
-        mask[i, :length] = 1
-    return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}
+    ids, mask = padded_batch([40, 7, 23], seed=4)
+    return {"input_ids": ids, "attention_mask": mask}
 
 
 def _outputs(folder: Path, task: str | None = None, backend: str = "math") -> tuple:

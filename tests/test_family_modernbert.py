@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_helpers import assert_encode_equals_sentence_transformers
+from family_helpers import assert_encode_equals_sentence_transformers, copy_with_config
 from tiny_bert import save_random
 
 from bertattn import Bert, BertModel
@@ -158,16 +158,6 @@ def test_bert_load_encodes_and_explains(modernbert) -> None:
 
 
 # ---------------------------------------------------------------------- bad folders
-def _edit_config(src: Path, dst: Path, **changes: object) -> Path:
-    import shutil
-
-    shutil.copytree(src, dst)
-    data = json.loads((dst / "config.json").read_text())
-    data.update(changes)
-    (dst / "config.json").write_text(json.dumps(data))
-    return dst
-
-
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -184,7 +174,7 @@ def _edit_config(src: Path, dst: Path, **changes: object) -> Path:
     ],
 )
 def test_bad_configs_are_refused_by_field(modernbert, tmp_path, changes, message) -> None:
-    folder = _edit_config(modernbert[0], tmp_path / "bad", **changes)
+    folder = copy_with_config(modernbert[0], tmp_path / "bad", **changes)
     with pytest.raises(ModelFolderError, match=message) as err:
         BertModel.from_pretrained(folder)
     assert "config.json" in str(err.value)
@@ -205,7 +195,7 @@ def test_a_missing_tensor_is_named(modernbert, tmp_path) -> None:
 
 
 def test_unknown_model_type_lists_the_registry(tmp_path, tiny_checkpoint) -> None:
-    folder = _edit_config(tiny_checkpoint, tmp_path / "t5", model_type="t5")
+    folder = copy_with_config(tiny_checkpoint, tmp_path / "t5", model_type="t5")
     with pytest.raises(ModelFolderError, match=r"model_type='t5' is not supported") as err:
         BertModel.from_pretrained(folder)
     assert "'modernbert'" in str(err.value) and "'bert'" in str(err.value)
@@ -280,24 +270,11 @@ def test_article_steps_show_the_rotation_and_the_window(modernbert) -> None:
 def test_every_job_runs_on_modernbert(modernbert, tmp_path, cli, cli_subprocess) -> None:
     """encode (the CLI, resumable corpus output), serve (a real server on a free loopback
     port, the OpenAI embeddings body) and the Python rows agree."""
-    import httpx
-    import numpy as np
-    from serve_server import running_server
+    from serve_server import assert_encode_and_serve_give
 
     folder, _ = modernbert
     want = Bert.load(folder, threads=1).encode(TEXTS)
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    r = cli("encode", src, "-o", tmp_path / "out.npy", "--model", folder)
-    assert r.code == 0, r
-    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=1e-5, rtol=0)
-    with running_server(cli_subprocess, folder) as server:
-        body = {"input": TEXTS, "model": folder.name}
-        got = httpx.post(server.url + "/v1/embeddings", json=body, timeout=60)
-        assert got.status_code == 200, got.text
-        rows = np.array([d["embedding"] for d in got.json()["data"]], dtype=np.float32)
-        info = httpx.get(server.url + "/info", timeout=30).json()
-    np.testing.assert_allclose(rows, want, atol=1e-5, rtol=0)
+    _, info = assert_encode_and_serve_give(cli, cli_subprocess, folder, TEXTS, want, tmp_path)
     assert "modernbert" in json.dumps(info)
 
 

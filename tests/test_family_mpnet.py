@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_helpers import assert_encode_equals_sentence_transformers, assert_reranker_equals_peers
+from family_helpers import (
+    PAIRS,
+    SENTENCES,
+    TEXTS,
+    assert_encode_equals_sentence_transformers,
+    assert_reranker_equals_peers,
+)
 from tiny_bert import save_random
 
 from bertattn import Bert, BertModel, explain
@@ -22,13 +28,9 @@ from bertattn.errors import ModelFolderError
 from bertattn.families import bert_layers as model_module
 
 CORPUS = [
-    "the attention head looks at every token in the sentence",
-    "hello world, a model and a layer",
-    "queries, keys and values: softmax over the scaled dot products",
+    *SENTENCES,
     "relative positions fall into buckets, near ones exactly and far ones on a log scale",
 ] * 20
-TEXTS = ["the attention head looks at every token", "hello", "a model and a layer, ok"]
-PAIRS = ["every token", "the sentence and a word"]
 TINY = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
     max_position_embeddings=400,

@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from family_helpers import assert_config_refused, assert_states_equal, explain_varlen, padded_batch
 from family_helpers import states as _ours
 from tiny_bert import save_random
-
-from bertattn import BertModel
-from bertattn.attention import dispatch
-from bertattn.errors import ModelFolderError
 
 SIZES = dict(
     vocab_size=99, hidden_size=36, num_hidden_layers=3, num_attention_heads=6,
@@ -45,29 +42,10 @@ def bidirectional(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     return folder, _save(folder, seed=3, use_bidirectional_attention=True)
 
 
-def _batch(lengths: list[int], *, left: bool = False, seed: int = 1) -> tuple[torch.Tensor, ...]:
-    g = torch.Generator().manual_seed(seed)
-    n = max(lengths)
-    ids = torch.randint(5, 99, (len(lengths), n), generator=g)
-    mask = torch.zeros(len(lengths), n, dtype=torch.long)
-    for i, length in enumerate(lengths):
-        if left:
-            mask[i, n - length :] = 1
-        else:
-            mask[i, :length] = 1
-    return ids.masked_fill(mask == 0, 0), mask
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
 def test_causal_hidden_states_equal_transformers(causal, backend: str, left: bool) -> None:
-    folder, hf = causal
-    ids, mask = _batch([37, 12, 25, 3], left=left)
-    with torch.no_grad():
-        want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-    got = _ours(folder, backend, ids, mask)
-    keep = mask.bool()
-    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
+    assert_states_equal(*causal, backend, *padded_batch([37, 12, 25, 3], left=left))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -78,7 +56,7 @@ def test_bidirectional_by_config_equals_transformers_with_a_full_mask(
     lets every real token see every real token it is the bidirectional reference."""
     folder, hf = bidirectional
     assert json.loads((folder / "config.json").read_text())["use_bidirectional_attention"]
-    ids, mask = _batch([30, 8, 19])
+    ids, mask = padded_batch([30, 8, 19])
     keep = mask.bool()
     full = keep[:, None, None, :].expand(3, 1, 30, 30)
     with torch.no_grad():
@@ -91,20 +69,12 @@ def test_bidirectional_by_config_equals_transformers_with_a_full_mask(
 
 def test_attention_biases_load(tmp_path: Path) -> None:
     hf = _save(tmp_path, seed=5, attention_bias=True)
-    ids, mask = _batch([21, 9])
-    with torch.no_grad():
-        want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-    keep = mask.bool()
-    torch.testing.assert_close(_ours(tmp_path, "auto", ids, mask)[keep], want[keep],
-                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    assert_states_equal(tmp_path, hf, "auto", *padded_batch([21, 9]))
 
 
 def test_explain_names_the_shared_heads_and_the_causal_mask(causal) -> None:
     folder, _ = causal
-    ids, mask = _batch([30, 4])
-    with torch.no_grad(), dispatch.explain() as ex:
-        _ours(folder, "varlen", ids, mask)
-    text = str(ex)
+    text = explain_varlen(folder, [30, 4])
     assert "2 key/value heads, each shared by 3 query heads" in text
     assert "causal: query i sees keys j <= i only" in text
     assert "q/k norm" in text
@@ -123,7 +93,4 @@ def test_explain_names_the_shared_heads_and_the_causal_mask(causal) -> None:
     ],
 )  # fmt: skip
 def test_bad_configs_are_refused_by_name(tmp_path: Path, override: dict, message: str) -> None:
-    data = {**SIZES, "model_type": "qwen3", **override}
-    (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(ModelFolderError, match=message):
-        BertModel.from_pretrained(tmp_path)
+    assert_config_refused(tmp_path, {**SIZES, "model_type": "qwen3", **override}, message)

@@ -13,19 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from family_helpers import assert_encode_equals_sentence_transformers, assert_reranker_equals_peers
+from family_helpers import (
+    PAIRS,
+    SENTENCES,
+    TEXTS,
+    assert_encode_equals_sentence_transformers,
+    assert_reranker_equals_peers,
+    save_with_seeded_head,
+)
 from tiny_bert import save_random
 
 from bertattn import Bert, BertModel
 
-CORPUS = [
-    "the attention head looks at every token in the sentence",
-    "hello world, a model and a layer",
-    "queries, keys and values: softmax over the scaled dot products",
-    "un modèle multilingue lit aussi le français",
-] * 20
-TEXTS = ["the attention head looks at every token", "hello", "a model and a layer, ok"]
-PAIRS = ["every token", "the sentence and a word"]
+CORPUS = [*SENTENCES, "un modèle multilingue lit aussi le français"] * 20
 SIZES = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
     max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
@@ -145,13 +145,7 @@ def test_a_roberta_tagger_like_transformers(strategy, tmp_path):
         folder, id2label=labels, label2id={v: k for k, v in labels.items()}
     )
     model = transformers.RobertaForTokenClassification.from_pretrained(folder, config=config)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for p in model.classifier.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-    model.save_pretrained(tmp_path / "tagger")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / "tagger" / name).write_bytes((folder / name).read_bytes())
+    save_with_seeded_head(model, tmp_path / "tagger", 2, folder)
     texts = ["the attention head looks at every token", "queries, keys and values: softmax"]
     theirs = transformers.pipeline("token-classification", model=str(tmp_path / "tagger"))
     ours = bertattn.pipeline("token-classification", tmp_path / "tagger")

@@ -5,13 +5,17 @@ sentence-transformers; the pooler of a checkpoint that has one; bad settings ref
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from family_helpers import assert_encode_equals_sentence_transformers
+from family_helpers import (
+    TOKENIZER_FILES,
+    assert_encode_equals_sentence_transformers,
+    assert_tagger_equals_pipeline,
+    copy_with_config,
+    save_with_seeded_head,
+)
 from tiny_bert import save_random
 
 from bertattn import BertModel
@@ -99,11 +103,7 @@ def test_jina_pooler_equals_transformers(tmp_path, tiny_checkpoint) -> None:
 )  # fmt: skip
 def test_bad_settings_are_refused_by_field(family, tmp_path, changes, message) -> None:
     _, folder, _ = family
-    bad = tmp_path / "bad"
-    shutil.copytree(folder, bad)
-    data = json.loads((bad / "config.json").read_text())
-    data.update(changes)
-    (bad / "config.json").write_text(json.dumps(data))
+    bad = copy_with_config(folder, tmp_path / "bad", **changes)
     with pytest.raises(ModelFolderError, match=message):
         BertModel.from_pretrained(bad)
 
@@ -124,28 +124,13 @@ def test_rerankers_equal_transformers_and_sentence_transformers(name, tmp_path, 
 
 
 def test_a_gte_tagger_equals_transformers_pipeline(tmp_path, tiny_checkpoint) -> None:
-    import numpy as np
     import transformers
-
-    import bertattn
 
     labels = {0: "O", 1: "B-X", 2: "I-X"}
     config = transformers.GteConfig(**SIZES, num_labels=3, id2label=labels,
                                     label2id={v: k for k, v in labels.items()})  # fmt: skip
     model = save_random(transformers.GteForTokenClassification, config, tmp_path / "t", 6)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():  # a classifier that tags something
-        for p in model.classifier.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-    model.save_pretrained(tmp_path / "t")
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / "t" / name).write_bytes((tiny_checkpoint / name).read_bytes())
+    names = ("vocab.txt", *TOKENIZER_FILES)
+    save_with_seeded_head(model, tmp_path / "t", 2, tiny_checkpoint, names)  # it tags something
     texts = ["the attention head looks at every token", "hello world, a model"]
-    theirs = transformers.pipeline("token-classification", model=str(tmp_path / "t"))
-    ours = bertattn.pipeline("token-classification", tmp_path / "t")
-    got, want = ours(texts), theirs(texts)
-    assert sum(map(len, got)) > 2
-    for g_row, w_row in zip(got, want, strict=True):
-        assert [e["entity"] for e in g_row] == [e["entity"] for e in w_row]
-        np.testing.assert_allclose([e["score"] for e in g_row], [e["score"] for e in w_row],
-                                   atol=1e-5)  # fmt: skip
+    assert_tagger_equals_pipeline(tmp_path / "t", texts)

@@ -42,21 +42,10 @@ sentiment = test_heads_pipelines.sentiment
 tagger = test_heads_pipelines.tagger
 
 
-def same(ours, theirs, path: str = "") -> None:  # type: ignore[no-untyped-def]
-    """Equal nested lists / dictionaries (the same keys, in the same order); floats within
-    1e-6."""
-    if isinstance(theirs, list):
-        assert isinstance(ours, list) and len(ours) == len(theirs), (path, ours, theirs)
-        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            same(a, b, f"{path}[{i}]")
-    elif isinstance(theirs, dict):
-        assert isinstance(ours, dict) and list(ours) == list(theirs), (path, ours, theirs)
-        for k in theirs:
-            same(ours[k], theirs[k], f"{path}.{k}")
-    elif isinstance(theirs, float):
-        assert isinstance(ours, float) and ours == pytest.approx(theirs, abs=1e-6), (path, ours)
-    else:
-        assert ours == theirs and type(ours) is type(theirs), (path, ours, theirs)
+def same(ours, theirs) -> None:  # type: ignore[no-untyped-def]
+    """Equal nested lists / dictionaries (the same keys, in the same order, the same types);
+    floats within 1e-6."""
+    test_heads_pipelines.same(ours, theirs, exact=True)
 
 
 def lines(text: str) -> list:

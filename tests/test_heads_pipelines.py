@@ -74,20 +74,26 @@ def hf_pipeline(task: str, folder: Path):  # type: ignore[no-untyped-def]
     return transformers.pipeline(task, model=str(folder), device="cpu")
 
 
-def same(ours, theirs, path: str = "") -> None:  # type: ignore[no-untyped-def]
-    """The same nested lists / dictionaries; floats within 1e-5."""
+def same(ours, theirs, path: str = "", *, exact: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """The same nested lists / dictionaries; floats (numpy's too) within 1e-5. ``exact`` (a
+    JSON line against the Python answer): the keys in the same order, every value of the same
+    type, floats within 1e-6."""
     if isinstance(theirs, list):
         assert isinstance(ours, list) and len(ours) == len(theirs), (path, ours, theirs)
         for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            same(a, b, f"{path}[{i}]")
+            same(a, b, f"{path}[{i}]", exact=exact)
     elif isinstance(theirs, dict):
-        assert isinstance(ours, dict) and set(ours) == set(theirs), (path, ours, theirs)
+        assert isinstance(ours, dict), (path, ours, theirs)
+        keys = (list(ours) == list(theirs)) if exact else (set(ours) == set(theirs))
+        assert keys, (path, ours, theirs)
         for k in theirs:
-            same(ours[k], theirs[k], f"{path}.{k}")
-    elif isinstance(theirs, float) or type(theirs).__name__.startswith("float"):
+            same(ours[k], theirs[k], f"{path}.{k}", exact=exact)
+    elif exact and isinstance(theirs, float):
+        assert isinstance(ours, float) and ours == pytest.approx(theirs, abs=1e-6), (path, ours)
+    elif not exact and (isinstance(theirs, float) or type(theirs).__name__.startswith("float")):
         assert ours == pytest.approx(float(theirs), abs=1e-5), (path, ours, theirs)
     else:
-        assert ours == theirs, (path, ours, theirs)
+        assert ours == theirs and (not exact or type(ours) is type(theirs)), (path, ours, theirs)
 
 
 def test_text_classification_like_transformers(sentiment):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from family_helpers import save_with_seeded_head
 from test_family_roberta import save_family
 from test_heads_cross_encoder import save_classifier
 
@@ -35,14 +35,7 @@ def _family_reranker(kind: str, tmp: Path) -> Path:
     model = getattr(transformers, f"{cls_name}ForSequenceClassification").from_pretrained(
         base, config=config
     )
-    g = torch.Generator().manual_seed(4)
-    with torch.no_grad():
-        for p in model.classifier.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-    model.save_pretrained(tmp / "rr")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp / "rr" / name).write_bytes((base / name).read_bytes())
-    return tmp / "rr"
+    return save_with_seeded_head(model, tmp / "rr", 4, base)
 
 
 @pytest.fixture(scope="module", params=["roberta", "xlm-roberta", "bert"])

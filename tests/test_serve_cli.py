@@ -21,28 +21,31 @@ def test_defaults():
 
 
 @pytest.mark.parametrize(
-    "argv, flag",
+    "argv",
     [
-        (["--port", "70000"], "--port"),
-        (["--port", "-1"], "--port"),
-        (["--max-batch-tokens", "0"], "--max-batch-tokens"),
-        (["--max-queue-tokens", "100"], "--max-queue-tokens"),
-        (["--max-request-inputs", "0"], "--max-request-inputs"),
-        (["--max-decode-ids", "0"], "--max-decode-ids"),
-        (["--max-input-tokens", "2"], "--max-input-tokens"),
-        (["--max-input-tokens", "512", "--max-batch-tokens", "256"], "--max-input-tokens"),
-        (["--drain-timeout", "-1"], "--drain-timeout"),
-        (["--drain-timeout", "nan"], "--drain-timeout"),
-        (["--max-queue-time", "-1"], "--max-queue-time"),
-        (["--max-queue-time", "inf"], "--max-queue-time"),
-        (["--max-body-size", "12Q"], "--max-body-size"),
-        (["--api-key", " "], "--api-key"),
-        (["--device", "tpu"], "--device"),
-        (["--host", "a b"], "--host"),
-        (["--threads", "0"], "--threads"),
+        ["--port", "70000"],
+        ["--port", "-1"],
+        ["--max-batch-tokens", "0"],
+        ["--max-queue-tokens", "100"],
+        ["--max-request-inputs", "0"],
+        ["--max-decode-ids", "0"],
+        ["--max-input-tokens", "2"],
+        ["--max-input-tokens", "512", "--max-batch-tokens", "256"],
+        ["--drain-timeout", "-1"],
+        ["--drain-timeout", "nan"],
+        ["--max-queue-time", "-1"],
+        ["--max-queue-time", "inf"],
+        ["--max-body-size", "12Q"],
+        ["--api-key", " "],
+        ["--device", "tpu"],
+        ["--host", "a b"],
+        ["--threads", "0"],
     ],
+    ids=" ".join,
 )
-def test_refused_before_loading(cli, argv, flag):
+def test_refused_before_loading(cli, argv):
+    """Each bad value is refused in one line naming its flag (the argv's first word)."""
+    flag = argv[0]
     r = cli("serve", "--model", "/nonexistent/model", *argv)  # never loaded
     assert r.code == 2, r
     assert flag in r.err and "Traceback" not in r.err, r.err
