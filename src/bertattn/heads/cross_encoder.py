@@ -33,6 +33,7 @@ from .card_keywords import card_keywords, check_num_labels
 from .config import ACTIVATIONS, HeadConfig
 from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
+from .registry import CROSS_ENCODER
 from .runner import head_step, run_head
 from .saving import model_files, transformer_modules
 from .sparse_folder import refuse_other_sparse_folder
@@ -203,7 +204,7 @@ class CrossEncoder(HeadSurface):
                 f"{{{self.default_prompt_name!r}: '...'}}."
             )
         load = {"dtype": options.dtype, "backend": backend, "device": device, "threads": threads}
-        bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
+        bert, head = load_encoder(folder, CROSS_ENCODER, "a CrossEncoder", **load)
         check_num_labels(options.num_labels, head.num_labels, folder.config_path)
         family = bert.model.config.family
         record = families.get(family)
