@@ -255,23 +255,12 @@ class CrossEncoder(HeadSurface):
             raise TypeError(f"prompt must be a str or None, got {describe(prompt)}.")
         if prompt_name is not None and not isinstance(prompt_name, str):
             raise TypeError(f"prompt_name must be a str or None, got {describe(prompt_name)}.")
-        if prompt is not None:
-            if prompt_name is not None:
-                logger.warning(
-                    "Provide either a `prompt`, a `prompt_name`, or neither, but not both. "
-                    "Ignoring the `prompt_name` in favor of `prompt`."
-                )
-            return prompt
-        if prompt_name is not None:
-            if prompt_name not in self.prompts:
-                raise ValueError(
-                    f"prompt_name {prompt_name!r} is not among this model's prompts "
-                    f"{list(self.prompts)}; name one of them, or give the text as prompt=."
-                )
-            return self.prompts[prompt_name]
-        if self.default_prompt_name is not None:
-            return self.prompts.get(self.default_prompt_name)
-        return None
+        return self.choose_prompt(
+            prompt,
+            prompt_name,
+            "prompt_name {name!r} is not among this model's prompts {names}; name one of them, "
+            "or give the text as prompt=.",
+        )
 
     @staticmethod
     def is_singular_input(inputs: object) -> bool:
