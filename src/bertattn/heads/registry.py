@@ -25,7 +25,7 @@ with :func:`register` first; :func:`served_kind` finds the record of a loaded mo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -344,19 +344,15 @@ CROSS_ENCODER = HeadKind(
     attend="decision",
     alias="sequence-classification",
 )
-CLASSIFIER = HeadKind(
-    "classifier",
+#: the same head and class as the reranker, with several labels: it only predicts
+CLASSIFIER = replace(
+    CROSS_ENCODER,
+    name="classifier",
     describe=_labels("a classifier"),
     detect=_sequence(lambda n: n != 1),
-    load=CROSS_ENCODER.load,
     served="classifier",
     routes=("/predict",),
     answers=_is("cross_encoder", "CrossEncoder"),
-    head="sequence-classification",
-    uses_pooler=True,
-    task="text-classification",
-    attend="decision",
-    alias="sequence-classification",
 )
 TAGGER = HeadKind(
     "tagger",
