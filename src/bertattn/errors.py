@@ -27,7 +27,6 @@ __all__ = [
     "describe_os_error",
     "disk_full",
     "exit_status",
-    "listing",
     "one_line",
 ]
 
@@ -83,13 +82,6 @@ def disk_full(exc: BaseException) -> bool:
         errno.ENOSPC,
         getattr(errno, "EDQUOT", errno.ENOSPC),
     )
-
-
-def listing(*clauses: tuple[str, str]) -> str:
-    """The clauses ``(label, text)`` whose text is not empty, each as ``label + text``, joined
-    by ``"; "``: what a mismatch message lists (``("missing ", "a, b"), ("unexpected ", "")``
-    gives ``"missing a, b"``)."""
-    return "; ".join(label + text for label, text in clauses if text)
 
 
 def one_line(exc: BaseException) -> str:

@@ -18,9 +18,10 @@ from torch import Tensor
 
 from ..arguments import check_bool, check_str
 from ..dtypes import parse_dtype
-from ..errors import ModelFolderError, listing
+from ..errors import ModelFolderError
 from ..families import registry
 from ..families.bert import BERT_HEADS
+from ..messages import listing
 from .config import BertConfig, check_against_tensors
 from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weight_file
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from torch import Tensor
 
 from ..encoder.checkpoint import HEAD_PREFIXES, _canonical, read_state_dict
-from ..errors import ModelFolderError, listing
+from ..errors import ModelFolderError
+from ..messages import listing
 
 __all__ = ["read_head"]
 
