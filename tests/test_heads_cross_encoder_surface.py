@@ -60,7 +60,7 @@ def test_activation_fn_is_a_torch_module(pair, reranker, tmp_path):
     np.testing.assert_allclose(ident.predict(PAIRS), ours.logits(PAIRS)[:, 0].numpy(), atol=1e-6)
 
 
-def test_prompts_and_the_folders_default_prompt(reranker, tmp_path):
+def test_prompts_and_the_folders_default_prompt(reranker, tmp_path, caplog):
     from sentence_transformers import CrossEncoder as STCrossEncoder
 
     prompts = {"query": "query: ", "web": "Represent this web search: "}
@@ -80,6 +80,10 @@ def test_prompts_and_the_folders_default_prompt(reranker, tmp_path):
             ours.predict(PAIRS, **kwargs), theirs.predict(PAIRS, **kwargs), atol=1e-5
         )
     np.testing.assert_allclose(ours.predict(PAIRS, prompt=""), plain, atol=1e-6)
+    with caplog.at_level("WARNING", logger="bertattn.heads"):  # prompt wins, as theirs
+        both = ours.predict(PAIRS, prompt="x: ", prompt_name="web")
+    np.testing.assert_allclose(both, theirs.predict(PAIRS, prompt="x: "), atol=1e-5)
+    assert "Ignoring the `prompt_name` in favor of `prompt`." in caplog.text
     docs = [d for _, d in PAIRS]
     got = ours.rank("the attention head", docs, prompt_name="web")
     want = theirs.rank("the attention head", docs, prompt_name="web")

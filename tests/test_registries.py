@@ -171,3 +171,26 @@ def test_a_real_server_answers_the_toy_route_with_the_toy_model(served, tiny_che
     assert "answers POST /v1/embeddings" in r.json()["error"]["message"]
     r = httpx.post(served + "/embed", json={"inputs": TEXTS}, timeout=60)  # the encoder's own
     assert r.status_code == 200 and len(r.json()) == 2, r.text
+
+
+def test_the_start_up_line_names_each_models_kind_but_the_default_kinds(toy_kind):
+    """``bertattn serve``'s first line: the toy kind is named beside its model, the embedder
+    and any other kind marked ``default`` are not."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from bertattn.jobs.serve import _serving_line
+    from bertattn.serve.served import Served
+
+    bert = SimpleNamespace(threads=None, device="cpu")
+    quiet = dataclasses.replace(toy_kind, name="quiet-counter", default=True)
+    states = [
+        SimpleNamespace(names=(name,), bert=bert, served=Served(kind, None, bert, None))
+        for name, kind in (("toy", toy_kind), ("mini", registry.EMBEDDING), ("q", quiet))
+    ]
+    sock = SimpleNamespace(getsockname=lambda: ("127.0.0.1", 8080))
+    line = _serving_line(SimpleNamespace(states=states), sock, "key")
+    assert line == (
+        "serving toy (a toy token counter), mini, q on http://127.0.0.1:8080 (cpu; API key "
+        "required); Ctrl-C or SIGTERM to stop"
+    )

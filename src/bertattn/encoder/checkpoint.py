@@ -21,6 +21,7 @@ from ..dtypes import parse_dtype
 from ..errors import ModelFolderError
 from ..families import registry
 from ..families.bert import BERT_HEADS
+from ..messages import listing
 from .config import BertConfig, check_against_tensors
 from .folder import WEIGHT_FILES, ModelFolder, locate_model, resolve_model, weight_file
 
@@ -163,14 +164,13 @@ def remap_state_dict(
     unexpected += [k for k in encoder if k not in key_map]
     missing = [k for k in key_map if k not in encoder]
     if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing tensors: {', '.join(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys: {', '.join(sorted(unexpected))}")
+        found = listing(
+            ("missing tensors: ", ", ".join(missing)),
+            ("unexpected keys: ", ", ".join(sorted(unexpected))),
+        )
         raise ModelFolderError(
             f"{source} does not match a {family.title} model with {config.num_hidden_layers} "
-            f"layers (config.json): {'; '.join(parts)}."
+            f"layers (config.json): {found}."
         )
     return {key_map[k]: v for k, v in encoder.items()}, skipped, has_pooler
 

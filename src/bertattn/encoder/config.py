@@ -88,8 +88,7 @@ class BertConfig:
             )
         from ..families import registry
 
-        model_type = data.get("model_type")
-        family = registry.lookup(model_type, source, data)  # unknown: refused, listing all
+        family = registry.config_family(data, source)  # unknown: refused, listing all
         offset = family.position_offset(data)
         data, arch = family.read_config(data, source)
         for key, harmless in _REFUSED.items():

@@ -36,6 +36,7 @@ __all__ = [
     "HeadSpec",
     "base_prefixes",
     "choose_task",
+    "config_family",
     "get",
     "head_classes",
     "head_kind",
@@ -179,6 +180,13 @@ def lookup(
 def get(name: str) -> Family:
     """The record called ``name`` (a ``BertConfig.family``)."""
     return lookup(name, "model")
+
+
+def config_family(data: dict[str, Any], source: str = "config") -> Family:
+    """The record of a checkpoint's ``config.json`` (``data``, the whole object): by its
+    ``model_type``, a record's claims first (see :func:`lookup`); an unknown one:
+    ModelFolderError starting with ``source`` and listing the registry."""
+    return lookup(data.get("model_type"), source, data)
 
 
 def require(name: str, capability: str, job: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,8 @@ from .saving import save_folder
 
 __all__ = ["HeadSurface", "check_prompts", "task_encode"]
 
+logger = logging.getLogger("bertattn.heads")
+
 
 class HeadSurface:
     """The attributes a head class (a :class:`bertattn.CrossEncoder`, ``SparseEncoder``,
@@ -30,6 +33,7 @@ class HeadSurface:
 
     bert: Any
     prompts: dict[str, Any]
+    default_prompt_name: str | None
     #: the prompt names each task looks for, in order: the first the model has is used
     TASK_PROMPTS: ClassVar[dict[str, tuple[str, ...]]] = {
         "query": ("query",),
@@ -152,6 +156,27 @@ class HeadSurface:
                 f"one of them, or pass prompts={{{name!r}: '...'}}."
             )
         return merged, name
+
+    def choose_prompt(
+        self, prompt: str | None, prompt_name: str | None, unknown: str
+    ) -> str | None:
+        """sentence-transformers' rule: ``prompt`` wins (a warning when ``prompt_name`` is given
+        too), else the prompt named ``prompt_name``, else the default prompt's, else None. A
+        name the model has no prompt by: ``ValueError`` saying ``unknown``, formatted with
+        ``name`` and ``names`` (the model's prompt names, a list). The callers check the types."""
+        if prompt is not None:
+            if prompt_name is not None:
+                logger.warning(
+                    "Provide either a `prompt`, a `prompt_name`, or neither, but not both. "
+                    "Ignoring the `prompt_name` in favor of `prompt`."
+                )
+            return prompt
+        if prompt_name is None:
+            default = self.default_prompt_name
+            return None if default is None else self.prompts.get(default)
+        if prompt_name not in self.prompts:
+            raise ValueError(unknown.format(name=prompt_name, names=list(self.prompts)))
+        return self.prompts[prompt_name]
 
     def task_prompt_name(self, task: str, prompt_name: str | None, prompt: str | None) -> Any:
         """sentence-transformers' rule for ``encode_query`` / ``encode_document``: neither

@@ -33,6 +33,7 @@ from .card_keywords import card_keywords, check_num_labels
 from .config import ACTIVATIONS, HeadConfig
 from .layers import FirstTokenHead, load_classifier
 from .loading import load_encoder
+from .registry import CROSS_ENCODER
 from .runner import head_step, run_head
 from .saving import model_files, transformer_modules
 from .sparse_folder import refuse_other_sparse_folder
@@ -203,7 +204,7 @@ class CrossEncoder(HeadSurface):
                 f"{{{self.default_prompt_name!r}: '...'}}."
             )
         load = {"dtype": options.dtype, "backend": backend, "device": device, "threads": threads}
-        bert, head = load_encoder(folder, "sequence-classification", "a CrossEncoder", **load)
+        bert, head = load_encoder(folder, CROSS_ENCODER, "a CrossEncoder", **load)
         check_num_labels(options.num_labels, head.num_labels, folder.config_path)
         family = bert.model.config.family
         record = families.get(family)
@@ -254,23 +255,12 @@ class CrossEncoder(HeadSurface):
             raise TypeError(f"prompt must be a str or None, got {describe(prompt)}.")
         if prompt_name is not None and not isinstance(prompt_name, str):
             raise TypeError(f"prompt_name must be a str or None, got {describe(prompt_name)}.")
-        if prompt is not None:
-            if prompt_name is not None:
-                logger.warning(
-                    "Provide either a `prompt`, a `prompt_name`, or neither, but not both. "
-                    "Ignoring the `prompt_name` in favor of `prompt`."
-                )
-            return prompt
-        if prompt_name is not None:
-            if prompt_name not in self.prompts:
-                raise ValueError(
-                    f"prompt_name {prompt_name!r} is not among this model's prompts "
-                    f"{list(self.prompts)}; name one of them, or give the text as prompt=."
-                )
-            return self.prompts[prompt_name]
-        if self.default_prompt_name is not None:
-            return self.prompts.get(self.default_prompt_name)
-        return None
+        return self.choose_prompt(
+            prompt,
+            prompt_name,
+            "prompt_name {name!r} is not among this model's prompts {names}; name one of them, "
+            "or give the text as prompt=.",
+        )
 
     @staticmethod
     def is_singular_input(inputs: object) -> bool:

@@ -890,22 +890,12 @@ class MultiVectorEncoder(HeadSurface):
     def _prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
         check_str(prompt, "prompt", optional=True)
         check_str(prompt_name, "prompt_name", optional=True)
-        if prompt is None:
-            if prompt_name is not None:
-                if prompt_name not in self.prompts:
-                    raise ValueError(
-                        f"Prompt name {prompt_name!r} not found in the configured prompts "
-                        f"dictionary with keys {list(self.prompts)!r}."
-                    )
-                return self.prompts[prompt_name]
-            if self.default_prompt_name is not None:
-                return self.prompts.get(self.default_prompt_name)
-        elif prompt_name is not None:
-            logger.warning(
-                "Provide either a `prompt`, a `prompt_name`, or neither, but not both. "
-                "Ignoring the `prompt_name` in favor of `prompt`."
-            )
-        return prompt
+        return self.choose_prompt(
+            prompt,
+            prompt_name,
+            "Prompt name {name!r} not found in the configured prompts dictionary with keys "
+            "{names!r}.",
+        )
 
     def _refuse(
         self,

@@ -27,6 +27,7 @@ from .cross_encoder import CrossEncoder
 from .layers import load_masked_lm_head
 from .loading import load_encoder
 from .pipeline_base import LOAD_KEYWORDS, Pipeline
+from .registry import FILL_MASK
 from .runner import run_head
 
 logger = logging.getLogger("bertattn.heads")
@@ -137,7 +138,7 @@ class FillMaskPipeline(Pipeline):
 
     def __init__(self, model: str | Path | ModelFolder | None, **load: Any) -> None:
         folder = resolve_model(model)
-        self.bert, _ = load_encoder(folder, "masked-lm", "the fill-mask pipeline", **load)
+        self.bert, _ = load_encoder(folder, FILL_MASK, "the fill-mask pipeline", **load)
         self.head = load_masked_lm_head(folder.model_dir, folder.weight_file(), self.bert)
         self.head.to(self.bert.device)
         tok = self.bert.tokenizer

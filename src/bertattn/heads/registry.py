@@ -25,7 +25,7 @@ with :func:`register` first; :func:`served_kind` finds the record of a loaded mo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -131,11 +131,15 @@ class HeadKind:
         token_rows: the server runs it through its token step (rows per input), not the
             model's own ``step()``.
         head: the ``config.json`` head it reads (:attr:`HeadConfig.kind`), if any.
+        uses_pooler: its head reads the encoder's pooled output, so the encoder loads its pooler
+            (else the encoder keeps quiet about a folder without pooler weights).
         task: the pipeline ``bertattn predict`` runs for that head (None: predict refuses).
         attend: what ``bertattn attend`` shows with the maps: ``"encoder"`` (nothing more),
             ``"decision"`` (the head's score or label), ``"maxsim"`` (each query token's match;
             needs ``--pair``).
         alias: the spelling :func:`bertattn.heads.auto.resolve_auto` returned before (kept).
+        default: the kind of any folder no other kind claims (the embedder); the server's
+            start-up line names the kind of every model but these.
     """
 
     name: str
@@ -149,9 +153,15 @@ class HeadKind:
     wraps: bool = True
     token_rows: bool = False
     head: str | None = None
+    uses_pooler: bool = False
     task: str | None = None
     attend: str = "encoder"
     alias: str | None = None
+    default: bool = False
+
+    def reads(self, head: HeadConfig) -> bool:
+        """Whether ``head`` (a checkpoint's ``config.json`` head) is the one this kind reads."""
+        return head.kind == self.head
 
 
 _KINDS: list[HeadKind] = []
@@ -209,7 +219,7 @@ def predicted(head: HeadConfig) -> HeadKind | None:
     probe = FolderProbe(None)
     probe.__dict__["head"] = head  # what detection would read of the folder
     for kind in _KINDS:
-        if kind.task and kind.head == head.kind and (kind.detect is None or kind.detect(probe)):
+        if kind.task and kind.reads(head) and (kind.detect is None or kind.detect(probe)):
             return kind
     return None
 
@@ -329,22 +339,20 @@ CROSS_ENCODER = HeadKind(
     routes=("/rerank", "/v1/rerank", "/predict"),
     answers=lambda m: _is("cross_encoder", "CrossEncoder")(m) and m.num_labels == 1,
     head="sequence-classification",
+    uses_pooler=True,
     task="text-classification",
     attend="decision",
     alias="sequence-classification",
 )
-CLASSIFIER = HeadKind(
-    "classifier",
+#: the same head and class as the reranker, with several labels: it only predicts
+CLASSIFIER = replace(
+    CROSS_ENCODER,
+    name="classifier",
     describe=_labels("a classifier"),
     detect=_sequence(lambda n: n != 1),
-    load=CROSS_ENCODER.load,
     served="classifier",
     routes=("/predict",),
     answers=_is("cross_encoder", "CrossEncoder"),
-    head="sequence-classification",
-    task="text-classification",
-    attend="decision",
-    alias="sequence-classification",
 )
 TAGGER = HeadKind(
     "tagger",
@@ -368,5 +376,6 @@ EMBEDDING = HeadKind(
     answers=lambda model: True,
     wraps=False,
     token_rows=True,
+    default=True,
 )
 _KINDS += [SPARSE, MULTI_VECTOR, M3, CROSS_ENCODER, CLASSIFIER, TAGGER, FILL_MASK, EMBEDDING]

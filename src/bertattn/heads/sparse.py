@@ -30,6 +30,7 @@ from .base import HeadSurface, check_prompts, task_encode
 from .card_keywords import card_keywords
 from .layers import MaskedLMHead, load_masked_lm_head
 from .loading import load_encoder
+from .registry import SPARSE
 from .runner import head_step, run_head
 from .saving import model_files, transformer_modules
 from .sparse_folder import SparseSettings, read_sparse_folder
@@ -80,7 +81,7 @@ class SparseEncoder(HeadSurface):
             self.similarity_fn_name = similarity_fn_name  # checked before the model loads
         folder, settings = read_sparse_folder(model, hub=options.hub)
         load = {"dtype": options.dtype, "backend": backend, "device": device, "threads": threads}
-        bert, _ = load_encoder(folder, "masked-lm", "a SparseEncoder (SPLADE)", **load)
+        bert, _ = load_encoder(folder, SPARSE, "a SparseEncoder (SPLADE)", **load)
         self.bert = bert
         self.settings: SparseSettings = settings
         self.head: MaskedLMHead = load_masked_lm_head(

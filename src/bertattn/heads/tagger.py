@@ -31,6 +31,7 @@ from ..encoder import ModelFolder, resolve_model
 from .layers import load_classifier
 from .loading import load_encoder
 from .pipeline_base import Pipeline
+from .registry import TAGGER
 from .runner import run_head
 
 __all__ = ["TokenClassificationPipeline"]
@@ -45,9 +46,8 @@ class TokenClassificationPipeline(Pipeline):
 
     def __init__(self, model: str | Path | ModelFolder | None, **load: Any) -> None:
         folder = resolve_model(model)
-        self.bert, self.head = load_encoder(
-            folder, "token-classification", "the token-classification pipeline", **load
-        )
+        who = "the token-classification pipeline"
+        self.bert, self.head = load_encoder(folder, TAGGER, who, **load)
         width = self.bert.model.config.hidden_size
         self.classifier = load_classifier(
             folder.weight_file(), width, self.head.num_labels, "token-classification"

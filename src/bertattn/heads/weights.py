@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ..encoder.checkpoint import HEAD_PREFIXES, _canonical, read_state_dict
 from ..errors import ModelFolderError
+from ..messages import listing
 
 __all__ = ["read_head"]
 
@@ -72,14 +73,10 @@ def read_head(
         if k in found and tuple(found[k].shape) != shapes[k]
     ]
     if missing or unexpected or wrong:
-        parts = []
-        if missing:
-            parts.append(f"missing {', '.join(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {', '.join(unexpected[:8])}")
-        if wrong:
-            parts.append(f"other shapes: {'; '.join(wrong)}")
-        raise ModelFolderError(
-            f"{path} does not hold the {what} config.json describes: {'; '.join(parts)}."
+        found = listing(
+            ("missing ", ", ".join(missing)),
+            ("unexpected ", ", ".join(unexpected[:8])),
+            ("other shapes: ", "; ".join(wrong)),
         )
+        raise ModelFolderError(f"{path} does not hold the {what} config.json describes: {found}.")
     return {k: found[k].float() for k in shapes if k in found}

@@ -160,22 +160,13 @@ def build_windows(tokenizer: Any, plan: WindowPlan) -> Iterator[SimpleNamespace]
 
 
 def pair_windows(
-    tokenizer: Any,
-    query: str,
-    document: str,
-    *,
-    max_length: int,
-    doc_tokens: int,
-    most_tokens: int | None = None,
+    tokenizer: Any, query: str, document: str, **sizes: int | None
 ) -> list[SimpleNamespace]:
-    """The windows of ``document`` for ``query``: at most ``doc_tokens`` document tokens each
-    (and at most what ``max_length`` leaves beside the query and the template's special
+    """The windows of ``document`` for ``query`` (``sizes``: :func:`plan_windows`'s
+    ``max_length``, ``doc_tokens`` and ``most_tokens``): at most ``doc_tokens`` document tokens
+    each (and at most what ``max_length`` leaves beside the query and the template's special
     tokens), consecutive windows overlapping by a quarter, the last one ending at the
     document's end (``most_tokens``: only the document's first that many tokens are read). A
     short document is one window. Each is an encoding-like object (``ids``, ``type_ids``,
     ``tokens``, ``overflowing``) for :meth:`bertattn.Bert.forward_encodings`."""
-    plan = plan_windows(
-        tokenizer, query, document, max_length=max_length, doc_tokens=doc_tokens,
-        most_tokens=most_tokens,
-    )  # fmt: skip
-    return list(build_windows(tokenizer, plan))
+    return list(build_windows(tokenizer, plan_windows(tokenizer, query, document, **sizes)))

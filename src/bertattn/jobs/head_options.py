@@ -58,6 +58,24 @@ _HEAD_INPUT = (
 _RUN = "running the model"
 
 
+def _input(help: str, metavar: str) -> Any:
+    """``-i/--input`` (required): the inputs, as ``help`` says, of either head job."""
+    return option(MISSING, help, flags=("-i", "--input"), required=True, metavar=metavar)
+
+
+def _model(help: str) -> Any:
+    """``--model`` (required): the checkpoint folder or hub name ``help`` describes."""
+    return option(MISSING, help, required=True, metavar="FOLDER")
+
+
+def _output(help: str) -> Any:
+    """``-o/--output``: the JSON lines ``help`` describes, to a .jsonl file or - (stdout,
+    the default)."""
+    return option(
+        "-", f"{help} (default -: stdout)", flags=("-o", "--output"), metavar="OUT.jsonl"
+    )
+
+
 @dataclass(kw_only=True)
 class _HeadRun:
     """How a head job runs its model: the options :class:`RerankOptions` and
@@ -86,26 +104,14 @@ class RerankOptions(_HeadRun):
     query: str = option(
         MISSING, "the query the documents are ranked for", positional=True, metavar="QUERY"
     )
-    input: str = option(
-        MISSING,
-        f"the documents: {_HEAD_INPUT}",
-        flags=("-i", "--input"),
-        required=True,
-        metavar="DOCS",
+    input: str = _input(f"the documents: {_HEAD_INPUT}", "DOCS")
+    model: str = _model(
+        "a BertForSequenceClassification folder with one label (a reranker), or a cached hub name"
     )
-    model: str = option(
-        MISSING,
-        "a BertForSequenceClassification folder with one label (a reranker), or a cached hub name",
-        required=True,
-        metavar="FOLDER",
-    )
-    output: str = option(
-        "-",
+    output: str = _output(
         "JSON lines, best first, as bertattn.CrossEncoder.rank returns them: "
         '{"corpus_id": the document\'s 0-based record number, "id" (with --id-field), '
-        '"score", "text" (with --return-documents)} (default -: stdout)',
-        flags=("-o", "--output"),
-        metavar="OUT.jsonl",
+        '"score", "text" (with --return-documents)}'
     )
     field: str | None = option(None, "JSON field holding each document (default text)")
     id_field: str | None = option(
@@ -142,29 +148,20 @@ class RerankOptions(_HeadRun):
 class PredictOptions(_HeadRun):
     """``bertattn predict``: what a model's head says of each input, as bertattn.pipeline."""
 
-    input: str = option(
-        MISSING,
+    input: str = _input(
         f"the inputs: {_HEAD_INPUT}; for a sequence classifier a JSON line may carry "
         f'"text_pair" too (a text pair); for a masked LM each text holds [MASK]',
-        flags=("-i", "--input"),
-        required=True,
-        metavar="TEXTS",
+        "TEXTS",
     )
-    model: str = option(
-        MISSING,
+    model: str = _model(
         "a BertForSequenceClassification (text-classification), BertForTokenClassification "
-        "(token-classification) or BertForMaskedLM (fill-mask) folder, or a cached hub name",
-        required=True,
-        metavar="FOLDER",
+        "(token-classification) or BertForMaskedLM (fill-mask) folder, or a cached hub name"
     )
-    output: str = option(
-        "-",
+    output: str = _output(
         "JSON lines, one per input, each the answer of bertattn.pipeline (transformers' "
         'dictionaries): {"label", "score"} (a list of them with --top-k), the entities '
         '[{"entity" or "entity_group", "score", "word", "start", "end", ...}], or the '
-        'fill-mask proposals [{"score", "token", "token_str", "sequence"}] (default -: stdout)',
-        flags=("-o", "--output"),
-        metavar="OUT.jsonl",
+        'fill-mask proposals [{"score", "token", "token_str", "sequence"}]'
     )
     field: str | None = option(None, "JSON field holding each text (default text)")
     top_k: int | None = option(

@@ -154,7 +154,7 @@ def _serving_line(state: object, sock: socket.socket, api_key: str | None) -> st
     encoder = each[0].bert
     threads = "" if encoder.threads is None else f", {encoder.threads.describe()}"
     what = ", ".join(
-        s.names[0] + ("" if s.served.kind == "embedding" else f" ({s.served.describe()})")
+        s.names[0] + ("" if s.served.record.default else f" ({s.served.describe()})")
         for s in each
     )
     return (

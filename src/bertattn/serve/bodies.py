@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..encoder.jsonfile import json_type
 from .errors import ApiError, clip, shown
 
 try:
@@ -56,19 +57,21 @@ def check_direction(obj: dict[str, Any]) -> None:
         )
 
 
+#: :func:`~bertattn.encoder.jsonfile.json_type`'s names as a message says them
+_KINDS = {
+    "null": "null",
+    "boolean": "a boolean",
+    "integer": "a number",
+    "number": "a number",
+    "non-finite number": "a number",
+    "string": "a string",
+    "array": "an array",
+}
+
+
 def json_kind(value: object) -> str:
-    """The JSON name of a value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
+    """The JSON name of a value's type, for messages ("a string", "an array", ...)."""
+    return _KINDS.get(json_type(value), "an object")
 
 
 def _no_constant(name: str) -> float:

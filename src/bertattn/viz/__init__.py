@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ..files import check_output, write_all, write_atomic
 from ..maps import AttentionMaps
@@ -31,19 +32,17 @@ def render_png(
     return png.render_png(maps, layer=layer, head=head, rollout=rollout, dpi=dpi)
 
 
-def save_png(
-    maps: AttentionMaps,
-    path: str | os.PathLike[str],
-    *,
-    layer: int,
-    head: int,
-    rollout=None,
-    dpi: int = 100,
-) -> Path:
-    """:func:`bertattn.viz.png.save_png` (imports matplotlib on the first call)."""
-    from . import png
+def save_png(maps: AttentionMaps, path: str | os.PathLike[str], **figure: Any) -> Path:
+    """:func:`render_png` written to ``path`` atomically (see :mod:`bertattn.files`);
+    ``figure``: its keywords (``layer``, ``head``, ``rollout``, ``dpi``).
 
-    return png.save_png(maps, path, layer=layer, head=head, rollout=rollout, dpi=dpi)
+    Raises:
+        ValueError: as :func:`render_png`; ``UsageError`` (a ``ValueError``) when ``path`` cannot
+            be an output (a folder, a missing or unwritable folder).
+        OSError: the file cannot be written (the message names the path and the reason).
+    """
+    check_output(path, what="PNG")
+    return write_atomic(path, render_png(maps, **figure))
 
 
 __all__ = [

@@ -214,56 +214,40 @@
   // The code of each step: the article's own PyTorch line(s), from the page's data
   // (bertattn/viz/words.py), and bertattn's (the file under src/bertattn/ and the function
   // they are in; tests check the lines are there verbatim).
-  var CODE = {
-    qkv: {
-      article: D.article.qkv,
-      file: "attention/module.py", fn: "project_qkv",
-      ours: ["qkv = self._project(x, weight, bias)  # (B, L, 3E)"],
+  var OURS = {
+    "attention/module.py": {
+      project_qkv: {
+        qkv: ["qkv = self._project(x, weight, bias)  # (B, L, 3E)"],
+        split: ["qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)"],
+      },
+      _merge_out: {
+        merge: [
+          "context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)",
+          "output = self.out_linear(context)  # (B, Lq, E)",
+        ],
+      },
     },
-    split: {
-      article: D.article.split,
-      file: "attention/module.py", fn: "project_qkv",
-      ours: ["qkv = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, H, L, D)"],
-    },
-    scores: {
-      article: D.article.scores,
-      file: "attention/backends.py", fn: "math_attention",
-      ours: ["raw = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype))"],
-    },
-    scaled: {
-      article: D.article.scaled,
-      file: "attention/backends.py", fn: "math_attention",
-      ours: ["scaled = raw / math.sqrt(d)"],
-    },
-    mask: {
-      article: D.article.mask,
-      file: "attention/backends.py", fn: "math_attention",
-      ours: ["scores = scaled if bias is None else scaled + bias"],
-    },
-    softmax: {
-      article: D.article.softmax,
-      file: "attention/backends.py", fn: "math_attention",
-      ours: ["weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, Lq, Lk)"],
-    },
-    dropout: {
-      article: D.article.dropout,
-      file: "attention/backends.py", fn: "math_attention",
-      ours: ["weights = F.dropout(weights, p=dropout_p, training=True)"],
-    },
-    context: {
-      article: D.article.context,
-      file: "attention/backends.py", fn: "math_attention",
-      ours: ["context = torch.matmul(weights, v)"],
-    },
-    merge: {
-      article: D.article.merge,
-      file: "attention/module.py", fn: "_merge_out",
-      ours: [
-        "context = context.transpose(1, 2).reshape(b, lq, h * d)  # merge heads: (B, Lq, E)",
-        "output = self.out_linear(context)  # (B, Lq, E)",
-      ],
+    "attention/backends.py": {
+      math_attention: {
+        scores: ["raw = torch.matmul(q, k.transpose(-2, -1)).to(score_dtype(q.dtype))"],
+        scaled: ["scaled = raw / math.sqrt(d)"],
+        mask: ["scores = scaled if bias is None else scaled + bias"],
+        softmax: ["weights = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, H, Lq, Lk)"],
+        dropout: ["weights = F.dropout(weights, p=dropout_p, training=True)"],
+        context: ["context = torch.matmul(weights, v)"],
+      },
     },
   };
+  // step name -> {article, file, fn, ours}
+  var CODE = {};
+  Object.keys(OURS).forEach(function (file) {
+    Object.keys(OURS[file]).forEach(function (fn) {
+      var steps = OURS[file][fn];
+      Object.keys(steps).forEach(function (name) {
+        CODE[name] = { article: D.article[name], file: file, fn: fn, ours: steps[name] };
+      });
+    });
+  });
 
   function pickLang() {
     var m = /(?:^#|[#&])lang=(zh|en)\b/.exec(location.hash);

@@ -35,6 +35,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -177,7 +178,7 @@ def render_html(
     maxsim: dict | None = None,
     no_steps: str | None = None,
 ) -> str:
-    """The page as a string (see ``save_html``)."""
+    """The page as a string (:func:`save_html` says what each keyword does)."""
     n = len(maps.tokens)
     if maxsim is not None:
         _check_maxsim(maxsim)
@@ -258,34 +259,25 @@ def _check_maxsim(data: dict) -> None:
             )
 
 
-def save_html(
-    maps: AttentionMaps,
-    path: str | os.PathLike[str],
-    *,
-    rollout: np.ndarray | None = None,
-    title: str | None = None,
-    top_k: int = DEFAULT_TOP_K,
-    layer: int | None = None,
-    head: int | None = None,
-    maxsim: dict | None = None,
-    no_steps: str | None = None,
-) -> Path:
+def save_html(maps: AttentionMaps, path: str | os.PathLike[str], **page: Any) -> Path:
     """Write one self-contained HTML page (no network) showing ``maps``; returns the path.
 
     Args:
         maps: the attention of one text; the layers in ``maps.qkv`` get the steps view
             (``Bert.attention_maps(..., qkv_layers=[...])`` fills it).
         path: the HTML file; written atomically (temp file in the same folder, then rename).
-        rollout: an ``(L, L)`` matrix (see ``attention_rollout``), offered as an extra layer.
-        title: the page title (default: from ``maps.model_name``).
-        top_k: keys kept per query row (see the module docstring); ``>= L`` keeps all.
-        layer: the model layer id the page opens on (default the first).
-        head: the only head selected when the page opens (default all of them).
-        maxsim: a multi-vector model's MaxSim of a query against a document
-            (:meth:`bertattn.jobs.attend_maxsim.MaxSimView.to_dict`): the page's MaxSim view.
-        no_steps: for a model that has no steps view, the step the page could not recompute
-            (e.g. "ModernBERT's rotary positions and local windows"): the page then says so
-            and points to ``bertattn attend --explain`` instead of offering ``--steps``.
+        page: the page's keywords, as :func:`render_html` takes them (another name is a
+            ``TypeError``):
+            rollout: an ``(L, L)`` matrix (see ``attention_rollout``), offered as an extra layer.
+            title: the page title (default: from ``maps.model_name``).
+            top_k: keys kept per query row (see the module docstring); ``>= L`` keeps all.
+            layer: the model layer id the page opens on (default the first).
+            head: the only head selected when the page opens (default all of them).
+            maxsim: a multi-vector model's MaxSim of a query against a document
+                (:meth:`bertattn.jobs.attend_maxsim.MaxSimView.to_dict`): the page's MaxSim view.
+            no_steps: for a model that has no steps view, the step the page could not recompute
+                (e.g. "ModernBERT's rotary positions and local windows"): the page then says so
+                and points to ``bertattn attend --explain`` instead of offering ``--steps``.
 
     Raises:
         ValueError: a rollout of the wrong shape, more than 65535 tokens, ``top_k < 1``, a
@@ -296,14 +288,4 @@ def save_html(
         OSError: the file cannot be written (the message names the path and the reason).
     """
     check_output(path, what="HTML page")
-    page = render_html(
-        maps,
-        rollout=rollout,
-        title=title,
-        top_k=top_k,
-        layer=layer,
-        head=head,
-        maxsim=maxsim,
-        no_steps=no_steps,
-    )
-    return write_atomic(path, page.encode("utf-8"))
+    return write_atomic(path, render_html(maps, **page).encode("utf-8"))

@@ -44,12 +44,11 @@ except ImportError as exc:
         raise  # matplotlib is there but broken (one of its own dependencies is missing)
     raise MissingExtraError("PNG output", "matplotlib", "png") from exc
 
-from ..files import check_output, write_atomic
 from ..maps import AttentionMaps
 from ._common import check_layer_head
 from .words import clip, display_width
 
-__all__ = ["save_png", "render_png", "figure_size", "MAX_LABELS", "CJK_FONTS", "NO_CJK_FONT"]
+__all__ = ["render_png", "figure_size", "MAX_LABELS", "CJK_FONTS", "NO_CJK_FONT"]
 
 MAX_LABELS = 60  # token labels per axis of the large heatmap, at most (evenly thinned)
 _THUMB_PIXELS = 64  # thumbnails are block-max downsampled to at most this many cells per side
@@ -266,26 +265,6 @@ def _thumbnails(fig: Figure, spec, maps: AttentionMaps, sel: tuple[int, int]) ->
                 ax.add_patch(
                     Rectangle((-0.5, -0.5), m, m, fill=False, ec="red", lw=2.5, clip_on=False)
                 )
-
-
-def save_png(
-    maps: AttentionMaps,
-    path: str | os.PathLike[str],
-    *,
-    layer: int,
-    head: int,
-    rollout: np.ndarray | None = None,
-    dpi: int = 100,
-) -> Path:
-    """:func:`render_png` written to ``path`` atomically (see :mod:`bertattn.files`).
-
-    Raises:
-        ValueError: as :func:`render_png`; ``UsageError`` (a ``ValueError``) when ``path`` cannot
-            be an output (a folder, a missing or unwritable folder).
-        OSError: the file cannot be written (the message names the path and the reason).
-    """
-    check_output(path, what="PNG")
-    return write_atomic(path, render_png(maps, layer=layer, head=head, rollout=rollout, dpi=dpi))
 
 
 def render_png(
