@@ -33,6 +33,7 @@ from ..attention import MultiHeadAttention, PreparedMask
 from ..attention.disentangled import TERMS
 from ..blocks import EncoderBlock, FeedForward, activation, make_norm
 from ..blocks.contract import LayerStack, Packing, StackInfo
+from ..blocks.embeddings import TokenEmbeddings
 from ..blocks.tables import embedding
 from ..errors import ModelFolderError
 from .config_fields import positive, refuse
@@ -158,41 +159,33 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Debe
 
 
 # ---------------------------------------------------------------------- embeddings
-class DebertaEmbeddings(nn.Module):
+class DebertaEmbeddings(TokenEmbeddings):
     """``(B, L)`` ids -> ``(B, L, E)`` (packed: ``(T,)`` -> ``(T, E)``): ``word`` (+
     ``position`` when ``position_biased_input``, + ``token_type`` when the model has token
     types), ``proj`` to the hidden size when the tables are narrower, then ``norm``."""
 
     def __init__(self, config: Any) -> None:
-        super().__init__()
         arch: DebertaArch = config.arch
-        width = arch.embedding_size
-        self.word = embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        width, hidden = arch.embedding_size, config.hidden_size
+        norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        super().__init__(config.vocab_size, width, norm, padding_idx=config.pad_token_id,
+                         token_types=arch.token_types)  # fmt: skip
         self.position = embedding(config.max_position_embeddings, width) if arch.absolute else None
-        self.token_type = embedding(arch.token_types, width) if arch.token_types else None
-        hidden = config.hidden_size
         self.proj = nn.Linear(width, hidden, bias=False) if width != hidden else None
-        self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
 
-    def forward(
-        self,
-        input_ids: Tensor | None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        inputs_embeds: Tensor | None = None,
-    ) -> Tensor:
-        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
-        x = x.to(self.word.weight.dtype)  # (..., L, W)
-        if self.position is not None:
-            if position_ids is None:
-                position_ids = torch.arange(x.shape[-2], device=x.device)
-            x = x + self.position(position_ids)
-        if self.token_type is not None:  # no ids: every token is segment 0
-            types = self.token_type.weight
-            x = x + (types[0] if token_type_ids is None else self.token_type(token_type_ids))
+    def add_positions(self, x: Tensor, position_ids: Tensor | None) -> Tensor:
+        """``x`` plus the absolute position table's rows (none without the table)."""
+        if self.position is None:
+            return x
+        if position_ids is None:
+            position_ids = torch.arange(x.shape[-2], device=x.device)
+        return x + self.position(position_ids)
+
+    def finish(self, x: Tensor) -> Tensor:
+        """``proj`` to the hidden size (when narrower), then the norm: ``(..., L, E)``."""
         if self.proj is not None:
             x = self.proj(x)
-        return self.norm(x)  # (..., L, E)
+        return self.norm(x)
 
 
 # ---------------------------------------------------------------------- encoder
