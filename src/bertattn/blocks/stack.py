@@ -66,15 +66,8 @@ class RotaryEncoder(LayerStack):
             heads, cd = self.layers[0].attn.num_heads, layer.attn.out_linear.weight.dtype
             length = hidden.shape[1]
             masks[kind.window] = WindowedMask(mask, kind.window, length, heads=heads, dtype=cd)
-        prepared = masks[kind.window]
-        rotation = rotations.get(kind.theta)
-        got: list[Tensor | None] = [None]
-
-        def attend(x: Tensor) -> Tensor:
-            out, got[0] = layer.attn.attend(x, prepared, need_weights=want, rotation=rotation)
-            return out
-
-        return layer(hidden, attend), got[0]
+        return layer.run_padded(hidden, masks[kind.window], want,
+                                rotation=rotations.get(kind.theta))  # fmt: skip
 
     def packed_state(self, hidden: Tensor, packing: Packing) -> dict:
         """The rotations per base, at each token's position in its own sequence."""
@@ -85,16 +78,5 @@ class RotaryEncoder(LayerStack):
     ) -> Tensor:
         """Layer ``i`` on ``packing.backend`` with its kind's rotation and window."""
         kind = self.kinds[i]
-
-        def attend(x: Tensor) -> Tensor:
-            return layer.attn.attend_packed(
-                x,
-                packing.batch,
-                backend=packing.backend,
-                reason=packing.reason,
-                requested=layer.attn.backend,
-                rotation=state.get(kind.theta),
-                window=kind.window,
-            )
-
-        return layer(hidden, attend)
+        return layer.run_packed(hidden, packing, rotation=state.get(kind.theta),
+                                window=kind.window)  # fmt: skip

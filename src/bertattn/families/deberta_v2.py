@@ -243,13 +243,7 @@ class DisentangledEncoder(LayerStack):
         """Layer ``i`` with its relative terms over the batch's length."""
         length = hidden.shape[1]
         terms = layer.attn.relative_terms(state, length, length)
-        got: list[Tensor | None] = [None]
-
-        def attend(x: Tensor) -> Tensor:
-            out, got[0] = layer.attn.attend(x, mask, need_weights=want, relative=terms)
-            return out
-
-        return layer(hidden, attend), got[0]
+        return layer.run_padded(hidden, mask, want, relative=terms)
 
     def packed_state(self, hidden: Tensor, packing: Packing) -> Tensor:
         """The shared relative table (each layer projects it)."""
@@ -262,14 +256,7 @@ class DisentangledEncoder(LayerStack):
         (each reads its corner)."""
         longest = packing.batch.max_seqlen
         terms = layer.attn.relative_terms(state, longest, longest)
-
-        def attend(x: Tensor) -> Tensor:
-            return layer.attn.attend_packed(
-                x, packing.batch, backend=packing.backend, reason=packing.reason,
-                requested=layer.attn.backend, relative=terms,
-            )  # fmt: skip
-
-        return layer(hidden, attend)
+        return layer.run_packed(hidden, packing, relative=terms)
 
 
 def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, None]:
