@@ -27,12 +27,13 @@ from torch import Tensor
 
 from ..arguments import ArgumentTypeError, describe, is_int
 from ..attention.disentangled import content_scale
+from ..attention.steps import PositionSteps, record_steps
 
 __all__ = ["AttentionSteps", "attention_steps", "find_token", "find_tokens"]
 
 
 @dataclass
-class AttentionSteps:
+class AttentionSteps(PositionSteps):
     """One head's attention for one query token, step by step (the article's order).
 
     Attributes:
@@ -85,12 +86,6 @@ class AttentionSteps:
     output_share: Tensor
     output: Tensor
     position_bias: Tensor | None = None
-    q_before: Tensor | None = None
-    k_before: Tensor | None = None
-    theta: float | None = None
-    window: int | None = None
-    c2p: Tensor | None = None
-    p2c: Tensor | None = None
     heads: int | None = None
     kv_heads: int | None = None
     qk_norm: bool = False
@@ -172,10 +167,12 @@ def attention_steps(
     pair: str | None = None,
     max_length: int | None = None,
 ) -> AttentionSteps:
-    """The steps of ``layer``/``head`` for the ``query`` token of ``text`` (see the class;
-    the arguments as :meth:`bertattn.Bert.attention_steps` takes them)."""
-    from ..attention.steps import record_steps
-
+    """The article's steps of ``layer`` / ``head`` for the ``query`` token of ``text`` (an
+    index or a token's text), from the ``math`` backend's own intermediate values: see
+    :class:`AttentionSteps`. This is :meth:`bertattn.Bert.attention_steps` (``bert`` its
+    ``self``). ``layer`` / ``head``: ints (NumPy integers too) in the model's range;
+    ``query``: a token index (int) or a token's text (str). Anything else raises
+    ``TypeError``, a value out of range ``ValueError``, naming the argument."""
     cfg = bert.model.config
     for name, value, count in (
         ("layer", layer, cfg.num_hidden_layers),
