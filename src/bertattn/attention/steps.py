@@ -29,12 +29,30 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["StepRecord", "StepRecorder", "record_steps", "recorder"]
+__all__ = ["PositionSteps", "StepRecord", "StepRecorder", "record_steps", "recorder"]
+
+
+@dataclass(kw_only=True)
+class PositionSteps:
+    """The position terms of a head's steps (None: the model has no such term), whole in a
+    :class:`StepRecord` or cut to one head and query row in
+    :class:`bertattn.encoder.steps.AttentionSteps`."""
+
+    #: rotary positions: q and k before their rotation, and the rotation's base (None: none)
+    q_before: Tensor | None = None
+    k_before: Tensor | None = None
+    theta: float | None = None
+    #: the local window the band bias holds (None: every key)
+    window: int | None = None
+    #: DeBERTa's relative terms, scaled, added to ``scaled`` before the mask
+    c2p: Tensor | None = None
+    p2c: Tensor | None = None
 
 
 @dataclass
-class StepRecord:
-    """One ``math`` attention call (see the module docstring for the shapes)."""
+class StepRecord(PositionSteps):
+    """One ``math`` attention call (see the module docstring for the shapes; DeBERTa's
+    ``c2p`` and ``p2c`` are ``(B, H, Lq, Lk)`` each)."""
 
     q: Tensor
     k: Tensor
@@ -47,16 +65,6 @@ class StepRecord:
     x: Tensor | None = None
     out_weight: Tensor | None = None
     out_bias: Tensor | None = None
-    #: rotary positions: q and k before their rotation, and the rotation's base (None: none)
-    q_before: Tensor | None = None
-    k_before: Tensor | None = None
-    theta: float | None = None
-    #: the local window the band bias holds (None: every key)
-    window: int | None = None
-    #: DeBERTa's relative terms, ``(B, H, Lq, Lk)`` each and scaled, added to ``scaled``
-    #: before the mask (None: the model has no such term)
-    c2p: Tensor | None = None
-    p2c: Tensor | None = None
 
 
 @dataclass

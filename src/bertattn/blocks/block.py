@@ -13,10 +13,15 @@ and the feed-forward run in their weights' dtype.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from ..attention import MultiHeadAttention
+from ..attention import MultiHeadAttention, PreparedMask
+
+if TYPE_CHECKING:
+    from ..attention.window import WindowedMask
+    from .contract import Packing
 
 __all__ = ["EncoderBlock", "SandwichBlock"]
 
@@ -57,6 +62,35 @@ class EncoderBlock(nn.Module):
         h = self.attn_norm(x + _to(self.dropout(a), x.dtype))
         m = self.mlp(_to(h, cd))
         return self.mlp_norm(h + _to(self.dropout(m), h.dtype))  # (..., E)
+
+    def run_padded(
+        self, x: Tensor, mask: PreparedMask | WindowedMask, want: bool, **position: Any
+    ) -> tuple[Tensor, Tensor | None]:
+        """The block on padded ``x`` ``(B, L, E)``, its attention over ``mask`` with the
+        ``position`` keywords of :meth:`~bertattn.MultiHeadAttention.attend` (``rotation``,
+        ``relative``): the output ``(B, L, E)`` and, when ``want``, the attention weights
+        ``(B, H, L, L)`` (None otherwise)."""
+        got: list[Tensor | None] = [None]
+
+        def attend(h: Tensor) -> Tensor:
+            out, got[0] = self.attn.attend(h, mask, need_weights=want, **position)
+            return out
+
+        return self(x, attend), got[0]
+
+    def run_packed(self, x: Tensor, packing: Packing, **position: Any) -> Tensor:
+        """The block on packed real tokens ``x`` ``(T, E)`` -> ``(T, E)``, its attention on
+        ``packing.backend`` with the ``position`` keywords of
+        :meth:`~bertattn.MultiHeadAttention.attend_packed` (``rotation``, ``window``,
+        ``relative``)."""
+
+        def attend(h: Tensor) -> Tensor:
+            return self.attn.attend_packed(
+                h, packing.batch, backend=packing.backend, reason=packing.reason,
+                requested=self.attn.backend, **position,
+            )  # fmt: skip
+
+        return self(x, attend)
 
 
 class SandwichBlock(EncoderBlock):

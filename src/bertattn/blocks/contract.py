@@ -9,6 +9,10 @@ forward, and hands the hidden states to its encoder stack, whatever family built
     packed:  forward_packed(hidden (T, E), packing, collect)        -> (T, E)
     info:    StackInfo (what it can do: a packed path, a relative position bias, a lean path)
 
+:class:`LayerStack` is the loop most stacks share: a stack inheriting it says how one layer
+runs (padded and packed) and what the layers share per forward, and the loop over the layers,
+the attention weights and ``collect`` are written once.
+
 Fast paths are keyed on what a layer class declares it offers (:class:`SpeedPaths`, asked with
 :func:`offers`), not on its class.
 
@@ -34,6 +38,7 @@ __all__ = [
     "INT8",
     "LEAN",
     "EncoderStack",
+    "LayerStack",
     "Packing",
     "SpeedPaths",
     "StackInfo",
@@ -147,6 +152,88 @@ class EncoderStack(Protocol):
         """The relative position bias of a padded batch of ``length`` tokens,
         ``(1, H, L, L)`` in ``dtype``, computed once per forward; None without one."""
         ...
+
+
+class LayerStack(nn.Module, EncoderStack):
+    """An :class:`EncoderStack` that runs its ``layers`` one after the other; a subclass says
+    what its layers share per forward (:meth:`padded_state`, :meth:`packed_state`: None by
+    default) and how one layer runs (:meth:`padded_layer`, :meth:`packed_layer`). No relative
+    position bias unless a subclass gives one; :meth:`finish` (the identity here) runs after
+    the last layer."""
+
+    layers: nn.ModuleList
+
+    def forward(
+        self,
+        hidden: Tensor,
+        mask: PreparedMask,
+        output_attentions: frozenset[int] = frozenset(),
+        collect: list[Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+        """Padded: ``(B, L, E)`` -> ``(B, L, E)`` and per layer ``(B, H, L, L)`` weights for
+        the layers in ``output_attentions`` (None for the others). ``collect``: when a list,
+        each layer's output is appended to it."""
+        state = self.padded_state(hidden, mask, output_attentions)
+        attentions: list[Tensor | None] = []
+        for i, layer in enumerate(self.layers):
+            want = i in output_attentions
+            hidden, weights = self.padded_layer(i, layer, hidden, mask, want, state)
+            attentions.append(weights)
+            if collect is not None:
+                collect.append(hidden)
+        return self.finish(hidden, collect), tuple(attentions)
+
+    def forward_packed(
+        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
+    ) -> Tensor:
+        """Packed: the real tokens ``(T, E)`` -> ``(T, E)``, every layer on
+        ``packing.backend``, no weights. ``collect``: as in :meth:`forward`, ``(T, E)`` each."""
+        state = self.packed_state(hidden, packing)
+        for i, layer in enumerate(self.layers):
+            hidden = self.packed_layer(i, layer, hidden, packing, state)
+            if collect is not None:
+                collect.append(hidden)
+        return self.finish(hidden, collect)
+
+    def padded_state(
+        self, hidden: Tensor, mask: PreparedMask, output_attentions: frozenset[int]
+    ) -> Any:
+        """What every layer of a padded forward shares, computed once (None: nothing)."""
+        return None
+
+    def packed_state(self, hidden: Tensor, packing: Packing) -> Any:
+        """What every layer of a packed forward shares, computed once (None: nothing)."""
+        return None
+
+    def padded_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, mask: PreparedMask, want: bool, state: Any
+    ) -> tuple[Tensor, Tensor | None]:
+        """Layer ``i`` on padded ``hidden`` ``(B, L, E)``: its output and, when ``want``, its
+        weights ``(B, H, L, L)`` (None otherwise)."""
+        raise NotImplementedError
+
+    def packed_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, packing: Packing, state: Any
+    ) -> Tensor:
+        """Layer ``i`` on the packed real tokens ``hidden`` ``(T, E)``: its output ``(T, E)``."""
+        raise NotImplementedError
+
+    def finish(self, hidden: Tensor, collect: list[Tensor] | None) -> Tensor:
+        """The stack's output from the last layer's (the identity here)."""
+        return hidden
+
+    def compute_dtype(self, default: torch.dtype) -> torch.dtype:
+        """The layers' compute dtype (their attention output projection's), ``default`` for a
+        stack without layers."""
+        return self.layers[0].attn.out_linear.weight.dtype if len(self.layers) else default
+
+    def position_bias(self, length: int, dtype: torch.dtype) -> Tensor | None:
+        """None: no relative position bias."""
+        return None
+
+    def relative_table(self) -> Tensor | None:
+        """None: no relative position bias table (what the steps view asks a stack)."""
+        return None
 
 
 #: what :func:`missing_members` looks for, in the order a message names them

@@ -40,11 +40,23 @@ class TokenEmbeddings(nn.Module):
         position_ids: Tensor | None = None,
         inputs_embeds: Tensor | None = None,
     ) -> Tensor:
-        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
-        x = x.to(self.word.weight.dtype)
+        x = self.words(input_ids) if inputs_embeds is None else inputs_embeds
+        x = self.add_positions(x.to(self.word.weight.dtype), position_ids)  # (..., L, W)
         if self.token_type is not None:  # no ids: every token is segment 0
             types = self.token_type.weight
             x = x + (types[0] if token_type_ids is None else self.token_type(token_type_ids))
+        return self.finish(x)
+
+    def words(self, input_ids: Tensor) -> Tensor:
+        """The word embeddings of ``input_ids``, ``(..., L)`` -> ``(..., L, W)``."""
+        return self.word(input_ids)
+
+    def add_positions(self, x: Tensor, position_ids: Tensor | None) -> Tensor:
+        """``x`` ``(..., L, W)`` with the positions' embeddings added: none here."""
+        return x
+
+    def finish(self, x: Tensor) -> Tensor:
+        """The norm, then dropout."""
         return self.dropout(self.norm(x))
 
 
@@ -58,15 +70,8 @@ class ScaledTokenEmbeddings(TokenEmbeddings):
         super().__init__(vocab, width, nn.Identity(), padding_idx=padding_idx)
         self.scale = float(scale)
 
-    def forward(
-        self,
-        input_ids: Tensor | None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        inputs_embeds: Tensor | None = None,
-    ) -> Tensor:
-        if inputs_embeds is None:
-            table = self.word.weight
-            factor = torch.tensor(self.scale, dtype=table.dtype, device=table.device)
-            inputs_embeds = self.word(input_ids) * factor  # (..., E)
-        return super().forward(None, token_type_ids, position_ids, inputs_embeds)
+    def words(self, input_ids: Tensor) -> Tensor:
+        """The word embeddings times the scale (rounded to the table's dtype)."""
+        table = self.word.weight
+        factor = torch.tensor(self.scale, dtype=table.dtype, device=table.device)
+        return self.word(input_ids) * factor  # (..., E)

@@ -6,18 +6,20 @@ tokens only, positions restarting per sequence, the window never crossing a sequ
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from ..attention import PreparedMask
 from ..attention.window import WindowedMask
 from .block import EncoderBlock
-from .contract import EncoderStack, Packing, StackInfo
+from .contract import LayerStack, Packing, StackInfo
 from .rotary import LayerKind, RotaryTables, packed_positions
 
 __all__ = ["RotaryEncoder"]
 
 
-class RotaryEncoder(nn.Module, EncoderStack):
+class RotaryEncoder(LayerStack):
     """``layers`` with their ``kinds`` (one each), then ``final_norm`` (None: none)."""
 
     def __init__(
@@ -38,78 +40,43 @@ class RotaryEncoder(nn.Module, EncoderStack):
         lean path."""
         return StackInfo(packed=True, relative_bias=False, lean=False)
 
-    def position_bias(self, length: int, dtype: object) -> Tensor | None:
-        """None: no relative position bias here."""
-        return None
-
-    def relative_table(self) -> Tensor | None:
-        """None: no relative position bias table (what the steps view asks BERT's stack)."""
-        return None
-
-    def _finish(self, hidden: Tensor, collect: list[Tensor] | None) -> Tensor:
+    def finish(self, hidden: Tensor, collect: list[Tensor] | None) -> Tensor:
+        """The final norm, when there is one (it replaces the last collected state)."""
         if self.final_norm is not None:
             hidden = self.final_norm(hidden)
             if collect is not None and collect:  # the last state is the normalized one
                 collect[-1] = hidden
         return hidden
 
-    def forward(
-        self,
-        hidden: Tensor,
-        mask: PreparedMask,
-        output_attentions: frozenset[int] = frozenset(),
-        collect: list[Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-        """Padded: ``(B, L, E)`` -> ``(B, L, E)`` and, per layer, ``(B, H, L, L)`` weights for
-        the layers in ``output_attentions`` (None for the others)."""
-        length = hidden.shape[1]
-        rotations = self.tables.padded(self.kinds, length, hidden.device)
-        masks: dict[int | None, PreparedMask | WindowedMask] = {None: mask}
-        heads = self.layers[0].attn.num_heads if len(self.layers) else 1
-        attentions: list[Tensor | None] = []
-        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
-            if kind.window is not None and kind.window not in masks:  # once per window size
-                cd = layer.attn.out_linear.weight.dtype
-                masks[kind.window] = WindowedMask(mask, kind.window, length, heads=heads, dtype=cd)
-            prepared = masks[kind.window]
-            rotation = rotations.get(kind.theta)
-            want = i in output_attentions
-            got: list[Tensor | None] = [None]
+    def padded_state(
+        self, hidden: Tensor, mask: PreparedMask, output_attentions: frozenset[int]
+    ) -> tuple[dict, dict[int | None, PreparedMask | WindowedMask]]:
+        """The rotations per base ``(L, D)`` and the mask per window (None: the full mask;
+        each window's is added by its first layer)."""
+        rotations = self.tables.padded(self.kinds, hidden.shape[1], hidden.device)
+        return rotations, {None: mask}
 
-            def attend(x: Tensor, layer=layer, prepared=prepared, rotation=rotation, want=want,
-                       kind=kind, got=got) -> Tensor:  # fmt: skip
-                out, weights = layer.attn.attend(x, prepared, need_weights=want, rotation=rotation)
-                got[0] = weights
-                return out
+    def padded_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, mask: PreparedMask, want: bool, state: Any
+    ) -> tuple[Tensor, Tensor | None]:
+        """Layer ``i`` with its kind's rotation and window mask."""
+        rotations, masks = state
+        kind = self.kinds[i]
+        if kind.window is not None and kind.window not in masks:  # once per window size
+            heads, cd = self.layers[0].attn.num_heads, layer.attn.out_linear.weight.dtype
+            length = hidden.shape[1]
+            masks[kind.window] = WindowedMask(mask, kind.window, length, heads=heads, dtype=cd)
+        return layer.run_padded(hidden, masks[kind.window], want,
+                                rotation=rotations.get(kind.theta))  # fmt: skip
 
-            hidden = layer(hidden, attend)
-            attentions.append(got[0])
-            if collect is not None:
-                collect.append(hidden)
-        return self._finish(hidden, collect), tuple(attentions)
+    def packed_state(self, hidden: Tensor, packing: Packing) -> dict:
+        """The rotations per base, at each token's position in its own sequence."""
+        return self.tables.packed(self.kinds, packed_positions(packing.batch, hidden.device))
 
-    def forward_packed(
-        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
+    def packed_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, packing: Packing, state: Any
     ) -> Tensor:
-        """Packed: ``(T, E)`` real tokens -> ``(T, E)``, every layer on ``packing.backend``,
-        no weights."""
-        packed = packing.batch
-        rotations = self.tables.packed(self.kinds, packed_positions(packed, hidden.device))
-        for layer, kind in zip(self.layers, self.kinds, strict=True):
-            rotation = rotations.get(kind.theta)
-
-            def attend(x: Tensor, layer=layer, rotation=rotation, kind=kind) -> Tensor:
-                return layer.attn.attend_packed(
-                    x,
-                    packed,
-                    backend=packing.backend,
-                    reason=packing.reason,
-                    requested=layer.attn.backend,
-                    rotation=rotation,
-                    window=kind.window,
-                )
-
-            hidden = layer(hidden, attend)
-            if collect is not None:
-                collect.append(hidden)
-        return self._finish(hidden, collect)
+        """Layer ``i`` on ``packing.backend`` with its kind's rotation and window."""
+        kind = self.kinds[i]
+        return layer.run_packed(hidden, packing, rotation=state.get(kind.theta),
+                                window=kind.window)  # fmt: skip

@@ -103,7 +103,7 @@ def warn_not_finite(state: dict[str, Tensor], source: str) -> list[str]:
             f"the training diverged: download it again or use another checkpoint."
         )
         logger.warning("%s", msg)
-        warnings.warn(msg, stacklevel=4)
+        warnings.warn(msg, stacklevel=3)
     return bad
 
 
@@ -304,7 +304,8 @@ def load_pretrained(
     task: str | None = None,
     **unsupported: object,
 ) -> BertModel:
-    """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`). ``path``: a
+    """Build ``cls`` from a model folder, strictly (see :func:`remap_state_dict`); this is
+    :meth:`bertattn.BertModel.from_pretrained` (``cls`` the class it is called on). ``path``: a
     Hugging Face BERT folder, a sentence-transformers folder (its Transformer module is
     loaded), a cached hub name, a :class:`ModelFolder`, or None for the default model; see
     :func:`bertattn.encoder.folder.resolve_model`.
@@ -348,11 +349,11 @@ def load_pretrained(
     if skipped:
         msg = f"{wfile}: skipped {len(skipped)} task-head tensors: {', '.join(sorted(skipped))}"
         logger.info("%s", msg)
-        warnings.warn(msg, stacklevel=3)
+        warnings.warn(msg, stacklevel=2)
     if not has_pooler and registry.get(config.family).pooler_expected:
         msg = f"{wfile}: no pooler weights (e.g. a BertForMaskedLM); pooler_output will be None"
         logger.info("%s", msg)
-        warnings.warn(msg, stacklevel=3)
+        warnings.warn(msg, stacklevel=2)
 
     with torch.device("meta"):
         model = cls(config, backend=backend, add_pooling_layer=has_pooler)

@@ -406,7 +406,17 @@ def encode_late_chunks(
     batch_size: int = 32,
     convert_to_tensor: bool = False,
 ) -> Any:
-    """See :meth:`bertattn.Bert.encode_late_chunks`."""
+    """Late chunking, as :meth:`bertattn.Bert.encode_late_chunks` (this function, ``bert``
+    its ``self``): ``(S, E)`` float32, one row per span of ``text``, each pooled (the folder's
+    pooling, or ``pooling="mean"`` / ``"max"``; ``"cls"`` and ``"lasttoken"`` are refused)
+    over the tokens whose first character lies in the span, from one forward of the whole
+    text, then normalized as the folder says (``normalize=`` overrides) and cut to
+    ``truncate_dim``. ``spans``: ``(start, end)`` character offsets (end exclusive) in order
+    of their start; they may overlap. A text longer than ``max_length`` (default
+    ``bert.max_length``) runs as windows sharing ``overlap`` tokens (default half a window),
+    each token's state from the window where it has the most context on both sides (see the
+    module docstring). A span out of range, out of order or holding no token raises
+    ``ValueError`` naming it. A NumPy array; ``convert_to_tensor``: a tensor."""
     check_str(text, "text")
     pooling, normalize, truncate_dim = late_options(bert, pooling, normalize, truncate_dim)
     batch_size = check_int(batch_size, "batch_size", low=1)  # type: ignore[assignment]

@@ -22,8 +22,6 @@ import functools
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -59,10 +57,8 @@ from ..families.bert_layers import (
 )
 from ..runtime import workers as _workers
 from . import chunks as _chunks
+from .checkpoint import load_pretrained
 from .config import BertConfig
-
-if TYPE_CHECKING:
-    from .folder import ModelFolder
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertEmbeddings"]
 
@@ -734,38 +730,5 @@ class BertModel(nn.Module):
             None if collect is None else tuple(collect),
         )
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        path: str | Path | ModelFolder | None,
-        *,
-        dtype: torch.dtype | str | None = None,
-        torch_dtype: torch.dtype | str | None = None,
-        backend: str = "auto",
-        attn_implementation: str | None = None,
-        revision: str | None = None,
-        local_files_only: bool | None = None,
-        task: str | None = None,
-        **unsupported: object,
-    ) -> BertModel:
-        """Load a Hugging Face BERT folder, a sentence-transformers folder, a cached hub name,
-        a resolved :class:`~bertattn.encoder.folder.ModelFolder`, or None (the default model);
-        see :func:`bertattn.encoder.checkpoint.load_pretrained`. Takes transformers' keywords
-        ``torch_dtype`` (alias of ``dtype``), ``dtype="auto"`` (the checkpoint's dtype:
-        :data:`bertattn.dtypes.AUTO_MEANINGS`), ``attn_implementation``
-        (``"sdpa"`` / ``"eager"``), ``revision`` (only the default) and ``local_files_only``;
-        ``task``: the task adapter to merge, for a folder that has them (Jina v3's)."""
-        from .checkpoint import load_pretrained
-
-        return load_pretrained(
-            cls,
-            path,
-            dtype=dtype,
-            torch_dtype=torch_dtype,
-            backend=backend,
-            attn_implementation=attn_implementation,
-            revision=revision,
-            local_files_only=local_files_only,
-            task=task,
-            **unsupported,
-        )
+    #: :func:`bertattn.encoder.checkpoint.load_pretrained`, as transformers names it
+    from_pretrained = classmethod(load_pretrained)

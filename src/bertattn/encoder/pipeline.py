@@ -44,6 +44,8 @@ from ..maps import AttentionMaps
 from ..runtime.device import resolve_device
 from ..runtime.threads import ThreadChoice, ThreadGovernor, choose_threads
 from ..runtime.threads import apply as apply_threads
+from . import late_chunks as _late_chunks
+from . import steps as _steps_view
 from .auto_dtype import DtypeChoice, choose_dtype
 from .compiled import CompileChoice
 from .dense import Projection, read_dense
@@ -80,7 +82,6 @@ from .st_compat import (
     quantize_embeddings,
 )
 from .st_surface import SentenceTransformerSurface
-from .steps import AttentionSteps, attention_steps
 from .tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertattn.encoder")
@@ -624,43 +625,8 @@ class Bert(SentenceTransformerSurface):
         )
         return out.numpy(), stats  # type: ignore[union-attr]
 
-    def encode_late_chunks(
-        self,
-        text: str,
-        spans: Sequence[tuple[int, int]],
-        *,
-        pooling: str | None = None,
-        normalize: bool | None = None,
-        truncate_dim: int | None = None,
-        max_length: int | None = None,
-        overlap: int | None = None,
-        batch_size: int = 32,
-        convert_to_tensor: bool = False,
-    ) -> Any:
-        """Late chunking: ``(S, E)`` float32, one row per span of ``text``, each pooled (the
-        folder's pooling, or ``pooling="mean"`` / ``"max"``; ``"cls"`` and ``"lasttoken"`` are
-        refused) over the tokens whose first character lies in the span, from one forward of
-        the whole text, then normalized as the folder says (``normalize=`` overrides) and cut
-        to ``truncate_dim``. ``spans``: ``(start, end)`` character offsets (end exclusive) in
-        order of their start; they may overlap. A text longer than ``max_length`` (default
-        :attr:`max_length`) runs as windows sharing ``overlap`` tokens (default half a window),
-        each token's state from the window where it has the most context on both sides (see
-        :mod:`bertattn.encoder.late_chunks`). A span out of range, out of order or holding no
-        token raises ``ValueError`` naming it. A NumPy array; ``convert_to_tensor``: a tensor."""
-        from .late_chunks import encode_late_chunks
-
-        return encode_late_chunks(
-            self,
-            text,
-            spans,
-            pooling=pooling,
-            normalize=normalize,
-            truncate_dim=truncate_dim,
-            max_length=max_length,
-            overlap=overlap,
-            batch_size=batch_size,
-            convert_to_tensor=convert_to_tensor,
-        )
+    #: late chunking (:func:`bertattn.encoder.late_chunks.encode_late_chunks`)
+    encode_late_chunks = _late_chunks.encode_late_chunks
 
     def _prompt_length(self, prompt: str, limit: int) -> int:
         """Tokens of ``prompt`` at the start of a prompted text: [CLS] and the prompt's own,
@@ -1003,24 +969,8 @@ class Bert(SentenceTransformerSurface):
             )
         return int(limit)  # type: ignore[arg-type]
 
-    def attention_steps(
-        self,
-        text: str,
-        *,
-        layer: int,
-        head: int,
-        query: int | str,
-        pair: str | None = None,
-        max_length: int | None = None,
-    ) -> AttentionSteps:
-        """The article's steps for one head and one query token (index or token text), from
-        the ``math`` backend's own intermediate values: see :class:`AttentionSteps`.
-        ``layer`` / ``head``: ints (NumPy integers too) in the model's range; ``query``: a
-        token index (int) or a token's text (str). Anything else raises ``TypeError``, a value
-        out of range ``ValueError``, naming the argument."""
-        return attention_steps(
-            self, text, layer=layer, head=head, query=query, pair=pair, max_length=max_length
-        )
+    #: one head's steps (:func:`bertattn.encoder.steps.attention_steps`)
+    attention_steps = _steps_view.attention_steps
 
 
 def _fastest_dtype(

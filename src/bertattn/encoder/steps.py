@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ..arguments import ArgumentTypeError, describe, is_int
 from ..attention.disentangled import content_scale
+from ..attention.steps import record_steps
 from ..viz.explain import AttentionSteps
 
 __all__ = ["AttentionSteps", "attention_steps", "find_token", "find_tokens"]
@@ -82,10 +83,12 @@ def attention_steps(
     pair: str | None = None,
     max_length: int | None = None,
 ) -> AttentionSteps:
-    """The steps of ``layer``/``head`` for the ``query`` token of ``text`` (see the class;
-    the arguments as :meth:`bertattn.Bert.attention_steps` takes them)."""
-    from ..attention.steps import record_steps
-
+    """The article's steps of ``layer`` / ``head`` for the ``query`` token of ``text`` (an
+    index or a token's text), from the ``math`` backend's own intermediate values: see
+    :class:`AttentionSteps`. This is :meth:`bertattn.Bert.attention_steps` (``bert`` its
+    ``self``). ``layer`` / ``head``: ints (NumPy integers too) in the model's range;
+    ``query``: a token index (int) or a token's text (str). Anything else raises
+    ``TypeError``, a value out of range ``ValueError``, naming the argument."""
     cfg = bert.model.config
     for name, value, count in (
         ("layer", layer, cfg.num_hidden_layers),

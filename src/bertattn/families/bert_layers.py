@@ -13,7 +13,7 @@ mask prepared once, the packing decided once per forward, dtypes, chunks) is
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,7 @@ from ..attention import prepack as _prepack
 from ..attention import steps as _steps
 from ..blocks import activation
 from ..blocks import relative as _relative
-from ..blocks.contract import INT8, LEAN, EncoderStack, Packing, SpeedPaths, StackInfo, offers
+from ..blocks.contract import INT8, LEAN, LayerStack, Packing, SpeedPaths, StackInfo, offers
 from ..blocks.tables import embedding
 
 
@@ -373,7 +373,7 @@ class BertLayer(nn.Module, SpeedPaths):
         return _fast.layer_norm(norm, residual_add(x, m), checked=lean)  # (..., E)
 
 
-class BertEncoder(nn.Module, EncoderStack):
+class BertEncoder(LayerStack):
     """The stack of BERT's layers, on the encoder contract (:class:`~bertattn.blocks.contract.
     EncoderStack`): padded ``forward(hidden, mask, output_attentions, collect)``, packed
     :meth:`forward_packed`, and :attr:`info` (packed: yes; relative bias: MPNet's; lean: yes)."""
@@ -407,27 +407,19 @@ class BertEncoder(nn.Module, EncoderStack):
         table = self.relative_table()
         return None if table is None else _relative.position_bias(table, length, dtype)
 
-    def forward(
-        self,
-        hidden: Tensor,
-        mask: PreparedMask,
-        output_attentions: frozenset[int] = frozenset(),
-        collect: list[Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-        """Padded: ``(B, L, E)`` -> ``(B, L, E)`` and per layer ``(B, H, L, L)`` weights for
-        the layers in ``output_attentions`` (None for the others). ``collect``: when a list,
-        each layer's output is appended to it."""
-        lean = not output_attentions and self.lean()
-        attentions: list[Tensor | None] = []
-        for i, layer in enumerate(self.layers):
-            if lean:  # no hook to run: the layer's forward itself
-                hidden, weights = layer.forward(hidden, mask, False, True)
-            else:
-                hidden, weights = layer(hidden, mask, need_weights=i in output_attentions)
-            attentions.append(weights)
-            if collect is not None:
-                collect.append(hidden)
-        return hidden, tuple(attentions)  # (B, L, E), per layer (B, H, L, L) | None
+    def padded_state(
+        self, hidden: Tensor, mask: PreparedMask, output_attentions: frozenset[int]
+    ) -> bool:
+        """Whether the layers run ``lean`` (no weights asked, :meth:`lean`)."""
+        return not output_attentions and self.lean()
+
+    def padded_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, mask: PreparedMask, want: bool, state: Any
+    ) -> tuple[Tensor, Tensor | None]:
+        """Layer ``i`` as it is called, or its forward itself when lean (no hook to run)."""
+        if state:
+            return layer.forward(hidden, mask, False, True)
+        return layer(hidden, mask, need_weights=want)
 
     def lean(self) -> bool:
         """Whether every layer may run ``lean`` (checked once per forward): every layer offers
@@ -442,24 +434,23 @@ class BertEncoder(nn.Module, EncoderStack):
             and all(offers(la, LEAN) and la.lean() for la in layers._modules.values())  # type: ignore[union-attr]
         )
 
-    def forward_packed(
-        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
-    ) -> Tensor:
-        """Every layer on packed real tokens ``(T, E)``, on ``packing.backend``; no attention
-        weights. ``collect``: when a list, each layer's (packed) output is appended to it.
-        MPNet's relative position bias is computed here once, one block per sequence, and
-        given to every layer."""
-        lean = self.lean()
+    def packed_state(self, hidden: Tensor, packing: Packing) -> tuple[bool, Tensor | None]:
+        """Whether the layers run ``lean``, and MPNet's relative position bias computed once,
+        one block per sequence, in the compute dtype (what the per-sequence kernel adds it
+        to); None for BERT."""
         table = self.relative_table()
         bias = None
-        if table is not None:  # the compute dtype: what the per-sequence kernel adds it to
-            cd = self.layers[0].attn.out_linear.weight.dtype if len(self.layers) else table.dtype
+        if table is not None:
+            cd = self.compute_dtype(table.dtype)
             bias = _relative.packed_position_bias(table, packing.batch, cd)
-        for layer in self.layers:
-            hidden = layer.forward_packed(hidden, packing, lean, bias)
-            if collect is not None:
-                collect.append(hidden)
-        return hidden  # (T, E)
+        return self.lean(), bias
+
+    def packed_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, packing: Packing, state: Any
+    ) -> Tensor:
+        """Layer ``i`` on the packed real tokens ``(T, E)``, on ``packing.backend``."""
+        lean, bias = state
+        return layer.forward_packed(hidden, packing, lean, bias)
 
 
 class BertPooler(nn.Module):

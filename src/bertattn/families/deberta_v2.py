@@ -32,7 +32,8 @@ from torch import Tensor, nn
 from ..attention import MultiHeadAttention, PreparedMask
 from ..attention.disentangled import TERMS
 from ..blocks import EncoderBlock, FeedForward, activation, make_norm
-from ..blocks.contract import EncoderStack, Packing, StackInfo
+from ..blocks.contract import LayerStack, Packing, StackInfo
+from ..blocks.embeddings import TokenEmbeddings
 from ..blocks.tables import embedding
 from ..errors import ModelFolderError
 from .config_fields import positive, refuse
@@ -158,41 +159,33 @@ def read_config(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Debe
 
 
 # ---------------------------------------------------------------------- embeddings
-class DebertaEmbeddings(nn.Module):
+class DebertaEmbeddings(TokenEmbeddings):
     """``(B, L)`` ids -> ``(B, L, E)`` (packed: ``(T,)`` -> ``(T, E)``): ``word`` (+
     ``position`` when ``position_biased_input``, + ``token_type`` when the model has token
     types), ``proj`` to the hidden size when the tables are narrower, then ``norm``."""
 
     def __init__(self, config: Any) -> None:
-        super().__init__()
         arch: DebertaArch = config.arch
-        width = arch.embedding_size
-        self.word = embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        width, hidden = arch.embedding_size, config.hidden_size
+        norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        super().__init__(config.vocab_size, width, norm, padding_idx=config.pad_token_id,
+                         token_types=arch.token_types)  # fmt: skip
         self.position = embedding(config.max_position_embeddings, width) if arch.absolute else None
-        self.token_type = embedding(arch.token_types, width) if arch.token_types else None
-        hidden = config.hidden_size
         self.proj = nn.Linear(width, hidden, bias=False) if width != hidden else None
-        self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
 
-    def forward(
-        self,
-        input_ids: Tensor | None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        inputs_embeds: Tensor | None = None,
-    ) -> Tensor:
-        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
-        x = x.to(self.word.weight.dtype)  # (..., L, W)
-        if self.position is not None:
-            if position_ids is None:
-                position_ids = torch.arange(x.shape[-2], device=x.device)
-            x = x + self.position(position_ids)
-        if self.token_type is not None:  # no ids: every token is segment 0
-            types = self.token_type.weight
-            x = x + (types[0] if token_type_ids is None else self.token_type(token_type_ids))
+    def add_positions(self, x: Tensor, position_ids: Tensor | None) -> Tensor:
+        """``x`` plus the absolute position table's rows (none without the table)."""
+        if self.position is None:
+            return x
+        if position_ids is None:
+            position_ids = torch.arange(x.shape[-2], device=x.device)
+        return x + self.position(position_ids)
+
+    def finish(self, x: Tensor) -> Tensor:
+        """``proj`` to the hidden size (when narrower), then the norm: ``(..., L, E)``."""
         if self.proj is not None:
             x = self.proj(x)
-        return self.norm(x)  # (..., L, E)
+        return self.norm(x)
 
 
 # ---------------------------------------------------------------------- encoder
@@ -214,7 +207,7 @@ def _layer(config: Any, backend: str) -> EncoderBlock:
     return EncoderBlock(attn, mlp, make_norm(e, eps), make_norm(e, eps), prenorm=False)
 
 
-class DisentangledEncoder(nn.Module, EncoderStack):
+class DisentangledEncoder(LayerStack):
     """DeBERTa's layers and the relative position table they share: ``rel_embeddings``
     ``(2S, E)``, normalized by ``rel_norm`` (None: as it is) once per forward, then projected
     by each layer (:meth:`bertattn.MultiHeadAttention.relative_terms`)."""
@@ -231,67 +224,39 @@ class DisentangledEncoder(nn.Module, EncoderStack):
         relative terms are the attention's own input, not a bias of the mask; no lean path."""
         return StackInfo(packed=True, relative_bias=False, lean=False)
 
-    def position_bias(self, length: int, dtype: object) -> Tensor | None:
-        """None: the relative terms depend on q and k, so they are no fixed bias."""
-        return None
-
-    def relative_table(self) -> Tensor | None:
-        """None: no MPNet-style bias table (what the steps view asks BERT's stack)."""
-        return None
-
     def _table(self) -> Tensor:
         """The shared relative table ``(2S, E)``, after its norm, in the compute dtype."""
         table = self.rel_embeddings.weight
         if self.rel_norm is not None:
             table = self.rel_norm(table)
-        cd = self.layers[0].attn.out_linear.weight.dtype if len(self.layers) else table.dtype
-        return table.to(cd)
+        return table.to(self.compute_dtype(table.dtype))
 
-    def forward(
-        self,
-        hidden: Tensor,
-        mask: PreparedMask,
-        output_attentions: frozenset[int] = frozenset(),
-        collect: list[Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-        """Padded: ``(B, L, E)`` -> ``(B, L, E)`` and, per layer, ``(B, H, L, L)`` weights for
-        the layers in ``output_attentions`` (None for the others)."""
-        table, length = self._table(), hidden.shape[1]
-        attentions: list[Tensor | None] = []
-        for i, layer in enumerate(self.layers):
-            terms = layer.attn.relative_terms(table, length, length)
-            got: list[Tensor | None] = [None]
-
-            def attend(x: Tensor, layer=layer, terms=terms, want=i in output_attentions,
-                       got=got) -> Tensor:  # fmt: skip
-                out, got[0] = layer.attn.attend(x, mask, need_weights=want, relative=terms)
-                return out
-
-            hidden = layer(hidden, attend)
-            attentions.append(got[0])
-            if collect is not None:
-                collect.append(hidden)
-        return hidden, tuple(attentions)
-
-    def forward_packed(
-        self, hidden: Tensor, packing: Packing, collect: list[Tensor] | None = None
+    def padded_state(
+        self, hidden: Tensor, mask: PreparedMask, output_attentions: frozenset[int]
     ) -> Tensor:
-        """Packed: ``(T, E)`` real tokens -> ``(T, E)``, every layer on ``packing.backend``
-        with the relative terms of the longest sequence (each reads its corner), no weights."""
-        table, longest = self._table(), packing.batch.max_seqlen
-        for layer in self.layers:
-            terms = layer.attn.relative_terms(table, longest, longest)
+        """The shared relative table (each layer projects it)."""
+        return self._table()
 
-            def attend(x: Tensor, layer=layer, terms=terms) -> Tensor:
-                return layer.attn.attend_packed(
-                    x, packing.batch, backend=packing.backend, reason=packing.reason,
-                    requested=layer.attn.backend, relative=terms,
-                )  # fmt: skip
+    def padded_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, mask: PreparedMask, want: bool, state: Any
+    ) -> tuple[Tensor, Tensor | None]:
+        """Layer ``i`` with its relative terms over the batch's length."""
+        length = hidden.shape[1]
+        terms = layer.attn.relative_terms(state, length, length)
+        return layer.run_padded(hidden, mask, want, relative=terms)
 
-            hidden = layer(hidden, attend)
-            if collect is not None:
-                collect.append(hidden)
-        return hidden
+    def packed_state(self, hidden: Tensor, packing: Packing) -> Tensor:
+        """The shared relative table (each layer projects it)."""
+        return self._table()
+
+    def packed_layer(
+        self, i: int, layer: nn.Module, hidden: Tensor, packing: Packing, state: Any
+    ) -> Tensor:
+        """Layer ``i`` on ``packing.backend`` with the relative terms of the longest sequence
+        (each reads its corner)."""
+        longest = packing.batch.max_seqlen
+        terms = layer.attn.relative_terms(state, longest, longest)
+        return layer.run_packed(hidden, packing, relative=terms)
 
 
 def build(config: Any, backend: str, pooler: bool) -> tuple[nn.Module, nn.Module, None]:

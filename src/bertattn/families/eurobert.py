@@ -25,8 +25,8 @@ from typing import Any
 
 from . import qwen3
 from .config_fields import decoder_sizes, known_activation, kv_heads, positive, rope_theta
-from .registry import Family, register
-from .rotary_bert import Variant, rename
+from .registry import register
+from .rotary_bert import Variant
 
 __all__ = ["EuroBertArch", "read_config"]
 
@@ -96,21 +96,14 @@ def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
 
 
 register(
-    Family(
+    qwen3.decoder_family(
         "eurobert",
         "EuroBERT",
         read_config,
-        rename,
         key_map,
         qwen3.build,
-        prefix="model.",
+        steps="EuroBERT's rotary positions and grouped-query heads",
         head_prefixes=("lm_head.", "dense.", "classifier."),
-        needs_tokenizer_json=True,
         capabilities=frozenset({"int8"}),
-        missing={
-            "steps": "EuroBERT's rotary positions and grouped-query heads",
-            "cuda_graphs": "EuroBERT's encoder",
-            "onnx": "EuroBERT's encoder (not exported yet)",
-        },
     )
 )

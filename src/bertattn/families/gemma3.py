@@ -45,9 +45,9 @@ from ..blocks import (
 from ..errors import ModelFolderError
 from . import qwen3
 from .config_fields import decoder_sizes, known_activation, kv_heads, positive, refuse
-from .registry import Family, register
+from .registry import register
 from .rope import rope_object, rope_theta
-from .rotary_bert import Variant, rename
+from .rotary_bert import Variant
 
 __all__ = ["Gemma3Arch", "read_config"]
 
@@ -244,21 +244,13 @@ def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
 
 
 register(
-    Family(
+    qwen3.decoder_family(
         "gemma3_text",
         "Gemma 3",
         read_config,
-        rename,
         key_map,
         build,
-        prefix="model.",
-        head_prefixes=("lm_head.", "score."),
-        needs_tokenizer_json=True,
-        missing={
-            "steps": "Gemma 3's grouped-query heads, q/k norms, window and rotary positions",
-            "int8": "Gemma 3's sandwich-norm layers",
-            "cuda_graphs": "Gemma 3's encoder",
-            "onnx": "Gemma 3's encoder (not exported yet)",
-        },
+        steps="Gemma 3's grouped-query heads, q/k norms, window and rotary positions",
+        missing={"int8": "Gemma 3's sandwich-norm layers"},
     )
 )

@@ -39,7 +39,7 @@ from .registry import Family, HeadSpec, register, task_classes
 from .rope import rotary_attention
 from .rotary_bert import Variant, attention_keys, rename
 
-__all__ = ["Qwen3Arch", "read_config"]
+__all__ = ["Qwen3Arch", "decoder_family", "read_config"]
 
 
 # ---------------------------------------------------------------------- config
@@ -50,10 +50,6 @@ NAMES = Variant(
     name="qwen3",
     title="Qwen3",
     prefix="model.",
-    gated=True,
-    attention_bias=False,
-    mlp_in_bias=False,
-    mlp_out_bias=False,
     default_theta=1_000_000.0,
     default_act="silu",
 )
@@ -216,24 +212,35 @@ def key_map(config: Any, pooler: bool = True) -> dict[str, str]:
     return keys
 
 
+def decoder_family(
+    name: str, title: str, read: Any, key_map: Any, build: Any, *, steps: str, **record: Any
+) -> Family:
+    """The record of a decoder-born family on Qwen3's layers (Qwen3, Gemma 3, EuroBERT): the
+    base model under ``model.``, names read by :func:`.rotary_bert.rename`, a tokenizer.json
+    required, the steps view missing for ``steps`` and the CUDA graphs and ONNX export for
+    its encoder; ``record``: the rest of :class:`~.registry.Family`'s fields (``missing``:
+    more missing capabilities)."""
+    missing = {
+        "steps": steps,
+        **record.pop("missing", {}),
+        "cuda_graphs": f"{title}'s encoder",
+        "onnx": f"{title}'s encoder (not exported yet)",
+    }
+    record.setdefault("head_prefixes", ("lm_head.", "score."))
+    return Family(name, title, read, rename, key_map, build, prefix="model.",
+                  needs_tokenizer_json=True, missing=missing, **record)  # fmt: skip
+
+
 register(
-    Family(
+    decoder_family(
         "qwen3",
         "Qwen3",
         read_config,
-        rename,
         key_map,
         build,
-        prefix="model.",
-        head_prefixes=("lm_head.", "score."),
-        needs_tokenizer_json=True,
+        steps="Qwen3's grouped-query heads, q/k norms and rotary positions",
         capabilities=frozenset({"int8"}),
         head_classes=task_classes("Qwen3", "sequence-classification"),
         heads={"sequence-classification": SEQUENCE_HEAD},
-        missing={
-            "steps": "Qwen3's grouped-query heads, q/k norms and rotary positions",
-            "cuda_graphs": "Qwen3's encoder",
-            "onnx": "Qwen3's encoder (not exported yet)",
-        },
     )
 )

@@ -48,18 +48,20 @@ __all__ = ["RotaryArch", "Variant", "embeddings", "family"]
 @dataclass(frozen=True)
 class Variant:
     """What one family changes: its name, the base model's prefix in task checkpoints, the
-    feed-forward (``gated``), the biases, the base transformers uses when the config has
-    none, and whether the base model has a pooler by default."""
+    base and activation transformers uses when the config has none, and where it is not a
+    gated feed-forward without biases, the feed-forward (``gated``) and the biases."""
 
     name: str
     title: str
     prefix: str
-    gated: bool
-    attention_bias: bool
-    mlp_in_bias: bool
-    mlp_out_bias: bool
     default_theta: float
     default_act: str
+    #: a gated feed-forward (``act(gate) * up``, then down); False: BERT's two linears
+    gated: bool = True
+    #: biases on the attention's projections, the feed-forward's first linear(s), its last
+    attention_bias: bool = False
+    mlp_in_bias: bool = False
+    mlp_out_bias: bool = False
     #: the checkpoint's layer names -> the canonical ones :func:`key_map` reads, in order
     #: (``re.sub`` patterns on a name without its prefix); the fused ``self_attn.qkv`` and
     #: ``mlp.up_gate`` (up first, as GTE stores it) are split by :func:`rename`

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..attention.steps import PositionSteps
 from .words import ARTICLE_CODE, check_lang, display_width, ljust, rjust, subword_note
 
 __all__ = ["AttentionSteps", "steps_formula", "steps_table"]
@@ -86,7 +87,7 @@ _INDENT = 14  # where a formula line's right side starts: "  scores    = " is 14
 
 
 @dataclass
-class AttentionSteps:
+class AttentionSteps(PositionSteps):
     """One head's attention for one query token, step by step (the article's order).
 
     Attributes:
@@ -139,12 +140,6 @@ class AttentionSteps:
     output_share: Tensor
     output: Tensor
     position_bias: Tensor | None = None
-    q_before: Tensor | None = None
-    k_before: Tensor | None = None
-    theta: float | None = None
-    window: int | None = None
-    c2p: Tensor | None = None
-    p2c: Tensor | None = None
     heads: int | None = None
     kv_heads: int | None = None
     qk_norm: bool = False
