@@ -760,6 +760,7 @@ def use_around(model: BertModel, around: Around) -> None:
         if isinstance(layer, Int8BertLayer):
             layer.around = around.dtype
     model.int8_around = around
+    log.info("int8 products with %s", around)
 
 
 def _quantize_blocks(bert: Bert, texts: Sequence[str], alpha: float, bits: int, form: Form) -> None:
