@@ -16,6 +16,7 @@ import warnings
 import pytest
 import torch
 from test_int8 import REFUSED, _rel
+from test_int8_blocks import folder  # noqa: F401  (a fixture: the block families' folders)
 from test_int8_speed import int8_steps  # noqa: F401  (a fixture, used by name)
 
 from benchmarks.corpus import stdlib_docstring_corpus
@@ -122,6 +123,23 @@ def test_block_families_keep_float32_and_refuse_bfloat16_by_name() -> None:
     assert auto.dtype == torch.float32
     assert auto.reason == "auto: gte's EncoderBlock layers keep float32 around their int8 products"
     assert choose_around("float32", blocks="gte's EncoderBlock") == FLOAT32_AROUND
+
+
+@pytest.mark.slow  # a random folder of each block family, saved by transformers
+def test_a_block_family_refuses_bfloat16_around_untimed(folder, monkeypatch) -> None:  # noqa: F811
+    def must_not_run() -> None:
+        raise AssertionError("timed although the mix is refused")
+
+    monkeypatch.setattr(int8, "available", lambda: None)
+    monkeypatch.setattr(int8, "check_speed", must_not_run)
+    with pytest.raises(ValueError) as info:
+        Bert.load(folder, dtype="int8", int8_around="bfloat16", threads=1)
+    family = Bert.load(folder, threads=1).model.config.family
+    assert str(info.value) == (
+        f"int8_around='bfloat16' covers BERT's int8 layer only; this model's layers are "
+        f"{family}'s EncoderBlock, whose int8 products keep float32 around them: pass "
+        f"int8_around='float32' or 'auto'."
+    )
 
 
 def test_load_checks_int8_around_before_reading_anything(tmp_path) -> None:
