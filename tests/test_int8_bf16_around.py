@@ -159,13 +159,31 @@ def test_load_checks_int8_around_before_reading_anything(tmp_path) -> None:
         Bert.load(missing, dtype="int8", int8_around=torch.bfloat16)
 
 
+def test_bench_says_what_auto_puts_around_int8_here(monkeypatch) -> None:
+    """``bertattn bench``'s line for ``--dtype int8`` (:func:`int8.verdict`): the form, then the
+    mix ``"auto"`` takes and why."""
+    from test_int8_speed import speed
+
+    kept = speed(0.001, 0.003)
+    monkeypatch.setattr(int8, "available", lambda: None)
+    monkeypatch.setattr(int8, "check_speed", lambda: kept)
+    fast = DtypeChoice(torch.bfloat16, "bf16 1.62x fp32 (timed)")
+    monkeypatch.setattr(int8_around, "choose_dtype", lambda *a, **k: fast)
+    assert int8.verdict() == (
+        f"runs as {kept}; bfloat16 around them (auto: bf16 1.62x fp32 (timed))"
+    )
+
+
 # ---------------------------------------------------------------------- the tiny model
 @pytest.mark.usefixtures("int8_steps")
-def test_tiny_model_with_bfloat16_around_its_int8_steps(tiny_checkpoint) -> None:
+def test_tiny_model_with_bfloat16_around_its_int8_steps(tiny_checkpoint, caplog) -> None:
     """The residual stream between the int8 layers is bfloat16 (the model's output is), the
     embeddings stay as close to float32 as bf16's and int8's distances together, and the mix
-    differs from float32 around the same products (the bf16 steps ran)."""
-    bert = Bert.load(tiny_checkpoint, dtype="int8", int8_around="bfloat16", threads=1)
+    differs from float32 around the same products (the bf16 steps ran). ``-v`` logs the mix."""
+    with caplog.at_level("INFO", logger="bertattn.encoder.int8"):
+        bert = Bert.load(tiny_checkpoint, dtype="int8", int8_around="bfloat16", threads=1)
+    logged = "int8 products with bfloat16 around them (int8_around='bfloat16')"
+    assert logged in caplog.messages, caplog.messages
     assert _arounds(bert) == {torch.bfloat16}
     assert bert.model.int8_around == Around(torch.bfloat16, "int8_around='bfloat16'")
     batch = bert.tokenizer(["a short text", "and another, longer text than that"])
