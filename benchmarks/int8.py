@@ -1,6 +1,7 @@
 """int8 benchmark: ``Bert.load(dtype="int8")`` against float32 on the real all-MiniLM-L6-v2.
 
     python -m benchmarks.int8 [--rounds 7] [--threads N] [--short 256] [--paragraphs 48] [--bf16]
+        [--mix]
 
 Fidelity on a holdout disjoint from the built-in calibration set (500 standard-library docstring
 sentences of 8-20 words, 100 docstring passages truncated at 256 tokens): min / mean cosine of
@@ -163,6 +164,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--paragraphs", type=int, default=48, help="paragraphs timed")
     ap.add_argument("--bf16", action="store_true", help="time bfloat16 too")
     ap.add_argument(
+        "--mix",
+        action="store_true",
+        help="time int8 with bfloat16 around its products too (int8_around='bfloat16')",
+    )
+    ap.add_argument(
         "--cpu-time",
         action="store_true",
         help="time in CPU seconds, not wall time (a shared machine; use with --threads 1)",
@@ -181,7 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     fp32 = Bert.load(threads=threads)
     loaded = time.perf_counter()
     try:
-        q8 = Bert.load(dtype="int8", threads=threads)
+        # with --mix, "int8" is float32 around the products (auto may take bfloat16)
+        around = "float32" if args.mix else "auto"
+        q8 = Bert.load(dtype="int8", threads=threads, int8_around=around)
     except ValueError as exc:  # int8 slower than float32 here: the refusal is the result
         print_refusal(exc, time.perf_counter() - loaded)
         return
@@ -192,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     peers: dict[str, Callable[[list[str]], object]] = {"float32": fp32.encode, "int8": q8.encode}
     if args.bf16:
         peers["bfloat16"] = Bert.load(dtype="bfloat16", threads=threads).encode
+    if args.mix:
+        mix = Bert.load(dtype="int8", int8_around="bfloat16", threads=threads)
+        peers["int8+bf16"] = mix.encode
 
     holdout = {"short": short_texts(500), "paragraphs": stdlib_paragraph_corpus(100)}
     print_fidelity(peers, holdout, "float32")

@@ -205,7 +205,7 @@ def test_int8_keeps_the_float32_checkpoint(bert_int8: Bert, bert_fp32: Bert) -> 
 def test_int8_refused_with_the_measured_cosine(minilm_dir, monkeypatch) -> None:
     """Too few bits for the activations: the load-time check refuses and says by how much."""
     real = int8.quantize_model
-    monkeypatch.setattr(int8, "quantize_model", lambda bert: real(bert, bits=3))
+    monkeypatch.setattr(int8, "quantize_model", lambda bert, **kw: real(bert, bits=3, **kw))
     refused = r"refused: against float32 on 66 texts: min cosine 0\.\d+"
     with pytest.raises(ValueError, match=refused):
         Bert.load(minilm_dir, dtype="int8")

@@ -132,7 +132,10 @@ def test_a_product_runs_float32_where_int8_does_not() -> None:
 def test_load_int8_for_a_block_family_verifies_and_explains(folder: Path) -> None:
     bert = Bert.load(folder, dtype="int8", threads=1)
     assert bert.precision == "int8" and products(bert.model)
-    assert bert.dtype_reason == f"int8 products as {TIMED}"
+    assert bert.dtype_reason == (
+        f"int8 products as {TIMED}; float32 around them (auto: {bert.model.config.family}'s "
+        f"EncoderBlock layers keep float32 around their int8 products)"
+    )
     assert bert.dtype_reason.startswith("int8 products as u8 x s7 -> float32: ")
 
 

@@ -3,8 +3,9 @@
 Every matrix product of the encoder layers (the fused q/k/v projection, the attention output,
 the two feed-forward linears) runs in int8 on oneDNN (``torch.ops.onednn.qlinear_pointwise``:
 AMX or VNNI kernels where the CPU has them, in the form they take:
-:mod:`bertattn.encoder.int8_forms`); the embeddings, every LayerNorm, the softmax, the
-GELU, the residual stream and the pooler stay in float32.
+:mod:`bertattn.encoder.int8_forms`); the embeddings and the pooler stay in float32, and every
+LayerNorm, the attention, the GELU and the residual stream run in float32, or in bfloat16
+where it is native and fast here (``around``: :mod:`bertattn.encoder.int8_around`).
 
 * Weights: int8, symmetric, one scale per output channel, quantized once when the model loads.
 * Activations: int8, asymmetric, one scale and zero point per token, computed on each call
@@ -39,7 +40,8 @@ embedding's cosine is below 0.99, the mean below 0.998, or a text keeps fewer th
 
 The float32 weights stay in the model (its ``state_dict`` is the checkpoint's): attention
 weights asked for, training mode, autograd through the input, a recorded steps block, a
-non-CPU or non-float32 input all run the float32 layer instead.
+non-CPU input or one neither float32 nor the dtype around the products all run the float32
+layer instead.
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ from ..attention import PreparedMask, get_backend
 from ..attention.dispatch import choose_backend
 from ..blocks.block import EncoderBlock
 from ..blocks.contract import INT8, Packing, offers
+from ..dtypes import dtype_name
 from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
+from .int8_around import FLOAT32_AROUND, Around, choose_around
 from .int8_blocks import install, int8_runs, observing, products
 from .int8_forms import U8_F32, Form
 from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
@@ -211,10 +215,13 @@ def _quantize(
     return q, s, s * z
 
 
-def _dequantize(y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor) -> Tensor:
-    """The float32 output of a product ``y = (q @ wq.T) * sw`` of per-token quantized rows:
-    ``s * y - s * z * col + bias`` (``col``: each weight row's sum, times its scale)."""
-    return y.float() * s - sz * col + bias
+def _dequantize(
+    y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor, out: torch.dtype = torch.float32
+) -> Tensor:
+    """The output of a product ``y = (q @ wq.T) * sw`` of per-token quantized rows, computed
+    in float32 and written in ``out``: ``s * y - s * z * col + bias`` (``col``: each weight
+    row's sum, times its scale)."""
+    return (y.float() * s - sz * col + bias).to(out)
 
 
 def _qkv(
@@ -236,11 +243,13 @@ def _dequant_res_ln_quant(
     inv: Tensor,
     levels: int,
     unsigned: bool = False,
+    out: torch.dtype = torch.float32,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Attention output: dequantize, add the residual, LayerNorm (:func:`_dequant_res_ln`); and
-    quantize the result for the first feed-forward linear."""
+    quantize the result for the first feed-forward linear (from its float32 value; the residual
+    is written in ``out``)."""
     h = _dequant_res_ln(y, s, sz, bias, col, x, weight, ln_bias, eps)
-    return (h, *_quantize(h, inv, levels, unsigned))
+    return (h.to(out), *_quantize(h, inv, levels, unsigned))
 
 
 def _dequant_gelu_quant(
@@ -271,9 +280,12 @@ def _dequant_res_ln(
     weight: Tensor,
     ln_bias: Tensor,
     eps: float,
+    out: torch.dtype = torch.float32,
 ) -> Tensor:
-    """Second feed-forward linear: dequantize, add the residual, LayerNorm."""
-    return F.layer_norm(x + _dequantize(y, s, sz, bias, col), (x.shape[-1],), weight, ln_bias, eps)
+    """Second feed-forward linear: dequantize, add the residual (float32 or bfloat16), LayerNorm
+    in float32, written in ``out``."""
+    h = x + _dequantize(y, s, sz, bias, col)
+    return F.layer_norm(h, (x.shape[-1],), weight, ln_bias, eps).to(out)
 
 
 @dataclass(frozen=True)
@@ -320,8 +332,10 @@ def available() -> str | None:
 
 
 def verdict() -> str:
-    """One line: the form int8 runs in on this CPU and its measured speed, or why it is
-    refused (the flags, or every form's numbers). Times the forms once per process."""
+    """One line: the form int8 runs in on this CPU and its measured speed, and what
+    ``int8_around="auto"`` puts around it for BERT's layer at MiniLM's widths
+    (:mod:`bertattn.encoder.int8_around`), or why int8 is refused (the flags, or every form's
+    numbers). Times the forms once per process."""
     why = available()
     if why is not None:
         return f"refused: {why}"
@@ -329,7 +343,7 @@ def verdict() -> str:
         speed = check_speed()
     except ValueError as exc:
         return str(exc)
-    return f"runs as {speed}"
+    return f"runs as {speed}; {choose_around('auto')}"
 
 
 def cpu_int8_isa() -> str:
@@ -463,6 +477,10 @@ class Int8BertLayer(BertLayer):
     reader of ``attn.out_linear.weight`` see the checkpoint) and adds ``int8`` (the
     :class:`Int8Linear` of ``qkv``, ``out``, ``fc_in``, ``fc_out``). ``int8_enabled`` False, or
     a call the int8 path does not cover (see the module doc), runs the float32 layer.
+
+    ``around``: the dtype between the products (:mod:`bertattn.encoder.int8_around`): float32,
+    or bfloat16 (q, k, v, the attention and its output, the layer's output); the layer takes
+    float32 or ``around`` in. Set by :func:`quantize_model` (``around=``).
     """
 
     def __init__(
@@ -493,27 +511,33 @@ class Int8BertLayer(BertLayer):
             }
         )
         self.int8_enabled = True
+        self.around = torch.float32
 
     def _int8_runs(self, x: Tensor) -> bool:
-        return int8_runs(self, x)
+        return int8_runs(self, x, self.around)
+
+    def _widened(self, x: Tensor) -> Tensor:
+        """``x`` for the float32 layer: a bfloat16 residual stream (from an int8 layer before,
+        ``around`` bfloat16) back in float32."""
+        return x.float() if x.dtype != torch.float32 and x.dtype == self.around else x
 
     def forward(
         self, x: Tensor, mask: PreparedMask, need_weights: bool = False, lean: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         if need_weights or not self._int8_runs(x):
-            return super().forward(x, mask, need_weights, lean)
+            return super().forward(self._widened(x), mask, need_weights, lean)
         attn = self.attn
         name, reason = choose_backend(
             attn.backend,
             need_weights=False,
             device_type="cpu",
-            dtype=x.dtype,
+            dtype=self.around,  # what the attention computes in
             key_len=x.size(1),
             training=False,
         )
         spec = get_backend(name)
         if spec.layout == "packed":  # asked for a packed backend on a padded call: as fp32 does
-            return super().forward(x, mask, need_weights, lean)
+            return super().forward(self._widened(x), mask, need_weights, lean)
         b, length, e = x.shape
         h, d = attn.num_heads, attn.head_dim
         rows = x.reshape(b * length, e)
@@ -537,7 +561,7 @@ class Int8BertLayer(BertLayer):
         (``packing.backend``), the four products in int8."""
         spec = get_backend(packing.backend)
         if not self._int8_runs(x) or (bias is not None and not spec.packed_bias):
-            return super().forward_packed(x, packing, lean, bias)
+            return super().forward_packed(self._widened(x), packing, lean, bias)
         t, e = x.shape
         h, d = self.attn.num_heads, self.attn.head_dim
         q, k, v = self._qkv(x).view(t, 3, h, d).unbind(1)  # (T, H, D) each
@@ -550,15 +574,15 @@ class Int8BertLayer(BertLayer):
         return self._after_attention(x, context.reshape(t, e))
 
     def _qkv(self, rows: Tensor) -> Tensor:
-        """``(M, E)`` -> the float32 ``(M, 3E)`` q/k/v projection."""
+        """``(M, E)`` -> the ``(M, 3E)`` q/k/v projection, in :attr:`around`."""
         kern = _kernels()
         lin = self.int8["qkv"]
         q, s, sz = kern.quantize(rows, lin.inv_smooth, lin.levels, lin.unsigned)  # type: ignore[operator]
-        return kern.dequantize(lin.matmul(q), s, sz, lin.bias, lin.col)  # type: ignore[operator]
+        return kern.dequantize(lin.matmul(q), s, sz, lin.bias, lin.col, self.around)  # type: ignore[operator]
 
     def _after_attention(self, rows: Tensor, context: Tensor) -> Tensor:
         """The attention output projection, residual + LayerNorm, and the feed-forward block
-        with its residual + LayerNorm, on ``(M, E)`` rows."""
+        with its residual + LayerNorm, on ``(M, E)`` rows; the output in :attr:`around`."""
         kern = _kernels()
         lins = self.int8
         out, fc_in, fc_out = lins["out"], lins["fc_in"], lins["fc_out"]
@@ -566,14 +590,15 @@ class Int8BertLayer(BertLayer):
         q, s, sz = kern.quantize(context, out.inv_smooth, out.levels, out.unsigned)  # type: ignore[operator]
         x1, q, s, sz = kern.dequant_res_ln_quant(  # type: ignore[operator]
             out.matmul(q), s, sz, out.bias, out.col, rows, n1.weight, n1.bias, n1.eps,
-            fc_in.inv_smooth, fc_in.levels, fc_in.unsigned,
+            fc_in.inv_smooth, fc_in.levels, fc_in.unsigned, self.around,
         )  # fmt: skip
         q, s, sz = kern.dequant_gelu_quant(  # type: ignore[operator]
             fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels, fc_out.unsigned
         )
         return kern.dequant_res_ln(  # type: ignore[operator]
-            fc_out.matmul(q), s, sz, fc_out.bias, fc_out.col, x1, n2.weight, n2.bias, n2.eps
-        )
+            fc_out.matmul(q), s, sz, fc_out.bias, fc_out.col, x1, n2.weight, n2.bias, n2.eps,
+            self.around,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- quantize
@@ -662,13 +687,18 @@ def quantize_model(
     texts: Sequence[str] = CALIBRATION,
     alpha: float = ALPHA,
     bits: int = 8,
+    around: str = "auto",
 ) -> Bert:
     """Make ``bert``'s encoder layers :class:`Int8BertLayer` (in place; returns ``bert``).
 
     ``texts``: what SmoothQuant's factors are measured on; ``alpha``: its strength (0: no
-    smoothing); ``bits``: the activations' bits (8; fewer only to test :func:`verify`).
+    smoothing); ``bits``: the activations' bits (8; fewer only to test :func:`verify`);
+    ``around``: the dtype between the products, ``"float32"``, ``"bfloat16"`` or ``"auto"``
+    (bfloat16 where ``dtype="auto"`` takes it here; :mod:`bertattn.encoder.int8_around`), kept
+    in ``model.int8_around``.
     Refuses (``ValueError``) where int8 cannot run (:func:`available`) or is not faster
-    (:func:`check_speed`), after the arguments are checked and before anything is quantized.
+    (:func:`check_speed`), or bfloat16 around a family's blocks, after the arguments are
+    checked and before anything is quantized.
     Does not verify: call :func:`verify` (``Bert.load(dtype="int8")`` does both). Sets
     ``model.chunk_workers = 1`` unless it was set: the int8 kernels measured slower on chunk
     workers.
@@ -695,6 +725,14 @@ def quantize_model(
                 f"declares 'int8' in its speed_paths; a family's EncoderBlock gets int8 "
                 f"products): build the family from bertattn.blocks to quantize it."
             )
+    cfg = model.config
+    blocks = sorted({type(la).__name__ for la in layers if isinstance(la, EncoderBlock)})
+    mix = choose_around(
+        around,
+        blocks=f"{cfg.family}'s {', '.join(blocks)}" if blocks else None,
+        widths=(cfg.hidden_size, cfg.intermediate_size),
+        threads=torch.get_num_threads(),
+    )
     chosen = check_speed()
     if any(isinstance(la, EncoderBlock) for la in layers):
         _quantize_blocks(bert, texts, alpha, bits, chosen.form)
@@ -706,12 +744,23 @@ def quantize_model(
             layers[i] = Int8BertLayer(layer, smooth, bits, chosen.form)  # type: ignore[arg-type]
     #: what explain() and /info say of the int8 product: the form kept and its measurement
     model.int8_speed = chosen
+    use_around(model, mix)
     if model.chunk_workers is None:
         # its chunks one after another: on chunk workers (bertattn.runtime.workers) the compiled
         # kernels ran slower (2-core AMX Xeon, MiniLM, texts/s, workers / serial: paragraphs
         # 90.8 / 104.3, short texts 1116 / 1334; float32 and bfloat16 are level or faster)
         model.chunk_workers = 1
     return bert
+
+
+def use_around(model: BertModel, around: Around) -> None:
+    """Run ``model``'s int8 layers with ``around`` between their products, and keep it in
+    ``model.int8_around`` (what explain() and /info name)."""
+    for layer in model.encoder.layers:
+        if isinstance(layer, Int8BertLayer):
+            layer.around = around.dtype
+    model.int8_around = around
+    log.info("int8 products with %s", around)
 
 
 def _quantize_blocks(bert: Bert, texts: Sequence[str], alpha: float, bits: int, form: Form) -> None:
@@ -805,18 +854,46 @@ def verify(bert: Bert, texts: Sequence[str] = CALIBRATION) -> Fidelity:
     if not _int8_layers(model):
         raise ValueError("this model has no int8 layer to verify; call quantize_model first.")
     texts = list(texts)
-    with torch.inference_mode():
-        with float32_path(model):
-            reference = bert.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
-        try:
-            got = bert.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
-        except Exception as exc:  # the first int8 call compiles the fused kernels
-            raise RuntimeError(failure_message(exc)) from exc
-    fidelity = compare(reference, got)
+    with torch.inference_mode(), float32_path(model):
+        reference = bert.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
+    fidelity = compare(reference, _encode_int8(bert, texts))
+    around = getattr(model, "int8_around", FLOAT32_AROUND)
+    if not fidelity.passes() and around.auto and around.dtype != torch.float32:
+        fidelity = _float32_around(bert, texts, reference, fidelity)
+        around = model.int8_around
     if not fidelity.passes():
+        if around.dtype == torch.float32:
+            what, instead = "", "Load it in float32 (or bfloat16) instead."
+        else:
+            what = f" with {dtype_name(around.dtype)} around its products"
+            instead = "Load it with int8_around='float32', or in float32 (or bfloat16), instead."
         raise ValueError(
-            f"int8 quantization of {bert.name or 'this model'} is refused: against float32 "
-            f"{fidelity}. Load it in float32 (or bfloat16) instead."
+            f"int8 quantization of {bert.name or 'this model'}{what} is refused: against "
+            f"float32 {fidelity}. {instead}"
         )
     log.info("int8 %s verified against float32 %s", bert.name, fidelity)
     return fidelity
+
+
+def _encode_int8(bert: Bert, texts: list[str]) -> Tensor:
+    """``texts``' normalized sentence embeddings ``(N, E)`` through the int8 layers."""
+    try:
+        with torch.inference_mode():
+            return bert.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
+    except Exception as exc:  # the first int8 call compiles the fused kernels
+        raise RuntimeError(failure_message(exc)) from exc
+
+
+def _float32_around(bert: Bert, texts: list[str], reference: Tensor, short: Fidelity) -> Fidelity:
+    """``int8_around="auto"`` took bfloat16 and it fell ``short`` of the bars: float32 around
+    the products instead, measured again against the same ``reference``."""
+    log.info("int8 %s with bfloat16 around its products fell short %s; float32 around instead",
+             bert.name, short)  # fmt: skip
+    use_around(bert.model, Around(
+        torch.float32,
+        f"auto: bfloat16 around fell short of the fidelity bars (min cosine "
+        f"{short.min_cosine:.4f}, mean {short.mean_cosine:.4f}, neighbours kept "
+        f"{short.min_kept:.0%})",
+        auto=True,
+    ))  # fmt: skip
+    return compare(reference, _encode_int8(bert, texts))

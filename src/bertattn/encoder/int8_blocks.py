@@ -46,14 +46,15 @@ __all__ = [
 MakeInt8 = Callable[[Tensor, Tensor | None, Tensor | None], nn.Module]
 
 
-def int8_runs(module: nn.Module, x: Tensor) -> bool:
+def int8_runs(module: nn.Module, x: Tensor, around: torch.dtype = torch.float32) -> bool:
     """Whether ``module`` (with ``int8_enabled``) runs its int8 path on ``x``: eval mode, a CPU
-    float32 input without autograd, outside a recorded steps block."""
+    input without autograd, float32 or ``around`` (the dtype of the residual stream between
+    int8 layers: :mod:`bertattn.encoder.int8_around`), outside a recorded steps block."""
     return (
         getattr(module, "int8_enabled", False)
         and not module.training
         and x.device.type == "cpu"
-        and x.dtype == torch.float32
+        and (x.dtype == torch.float32 or x.dtype == around)
         and not (torch.is_grad_enabled() and x.requires_grad)
         and not _steps._open_blocks
     )

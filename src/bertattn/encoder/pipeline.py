@@ -152,6 +152,18 @@ def _load_target(device: object, int8: bool) -> torch.device | None:
     return target
 
 
+def _check_int8_around(value: object, int8: bool) -> None:
+    """``int8_around`` of :meth:`Bert.load`: one of ``"auto"``, ``"float32"``, ``"bfloat16"``,
+    and other than ``"auto"`` only with ``dtype="int8"``."""
+    from .int8_around import check_around
+
+    if check_around(value) != "auto" and not int8:
+        raise ValueError(
+            f"int8_around={value!r} applies to dtype='int8' only; pass dtype='int8' with it, "
+            f"or leave int8_around out."
+        )
+
+
 def _cpu_or_auto(device: object) -> bool:
     """Whether ``device`` (unchecked) may stand for the CPU: None, ``"auto"``, ``"cpu"``."""
     if device is None or device == "auto":
@@ -246,6 +258,7 @@ class Bert(SentenceTransformerSurface):
         threads: int | None = None,
         compile: bool = False,
         task: str | None = None,
+        int8_around: str = "auto",
     ) -> Bert:
         """Load a model folder (default: all-MiniLM-L6-v2), a cached hub name, or a resolved
         :class:`ModelFolder` (see :func:`bertattn.encoder.folder.resolve_model`); the tokenizer
@@ -266,7 +279,11 @@ class Bert(SentenceTransformerSurface):
         transformers does, this looks at the machine, not the file. Or
         ``"int8"`` (CPU only, opt-in): the encoder's matrix products in int8, verified against
         float32 as it loads and refused (``ValueError`` naming the measured cosines) when it
-        falls short; see :mod:`bertattn.encoder.int8`. ``compile=True`` (opt-in, never a
+        falls short; see :mod:`bertattn.encoder.int8`. ``int8_around`` (with ``"int8"`` only):
+        what runs between the int8 products (residual stream, LayerNorms, GELU, attention):
+        ``"float32"``, ``"bfloat16"``, or ``"auto"`` (bfloat16 where ``dtype="auto"`` would
+        take it on this CPU, else float32; float32 for the families built from blocks); see
+        :mod:`bertattn.encoder.int8_around`. ``compile=True`` (opt-in, never a
         default): the encoder's forward through ``torch.compile`` (inductor, frozen weights,
         dynamic shapes), compiled and checked against the eager forward as it loads; where it
         cannot run, a warning says why and the model stays eager (:attr:`compile_choice`, see
@@ -278,6 +295,7 @@ class Bert(SentenceTransformerSurface):
         int8 = dtype == "int8"
         if int8:
             dtype = None  # loaded in float32, then quantized ("int8" stays in the errors)
+        _check_int8_around(int8_around, int8)
         check_str(backend, "backend")
         target = _load_target(device, int8)
         threads = check_int(threads, "threads", low=1, optional=True)
@@ -303,7 +321,7 @@ class Bert(SentenceTransformerSurface):
         )
         bert.dtype_choice = auto
         bert = bert if target is None else bert.to(target)
-        bert._speed_paths(choice, int8=int8, compile=compile)
+        bert._speed_paths(choice, int8=int8_around if int8 else None, compile=compile)
         cfg = model.config
         logger.info(
             "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
@@ -314,18 +332,19 @@ class Bert(SentenceTransformerSurface):
         )  # fmt: skip
         return bert
 
-    def _speed_paths(self, choice: ThreadChoice, *, int8: bool, compile: bool) -> None:
+    def _speed_paths(self, choice: ThreadChoice, *, int8: str | None, compile: bool) -> None:
         """After :meth:`load` placed the model: its threads on the CPU (and their governor),
-        then int8 (quantized and verified) and the compiled forward, where asked."""
+        then int8 (quantized and verified; ``int8``: what runs around its products, None: no
+        int8) and the compiled forward, where asked."""
         if self.device.type == "cpu":
             apply_threads(choice)
             self.threads = choice
             self.governor = ThreadGovernor(choice.threads) if choice.adaptive else None
-        if int8:
+        if int8 is not None:
             from . import int8 as _int8
 
             families.require(self.model.config.family, "int8", "dtype='int8'")
-            _int8.verify(_int8.quantize_model(self))
+            _int8.verify(_int8.quantize_model(self, around=int8))
         if compile:
             from .compiled import compile_bert
 
@@ -370,11 +389,12 @@ class Bert(SentenceTransformerSurface):
     @property
     def dtype_reason(self) -> str | None:
         """Why :meth:`load` ``(dtype="auto")`` chose the model's dtype, or for
-        ``dtype="int8"`` the form its products run in with their measured speed (None:
-        neither)."""
+        ``dtype="int8"`` the form its products run in with their measured speed, and the
+        dtype around them and why (None: neither)."""
         int8_speed = getattr(self.model, "int8_speed", None)
         if int8_speed is not None:
-            return f"int8 products as {int8_speed}"
+            around = getattr(self.model, "int8_around", None)
+            return f"int8 products as {int8_speed}" + ("" if around is None else f"; {around}")
         return None if self.dtype_choice is None else self.dtype_choice.reason
 
     @property
