@@ -142,12 +142,8 @@ def _check_mask_tensor(name: str, t: object) -> None:
     _check_mask_dtype(name, t)
 
 
-def _keep_from_mask(
-    mask: Tensor | None, target: tuple[int, int, int, int], device: torch.device
-) -> Tensor | None:
+def _keep_from_mask(mask: Tensor, target: tuple[int, int, int, int]) -> Tensor:
     """The article's ``mask`` (nonzero = attend) as a bool tensor, shape-checked."""
-    if mask is None:
-        return None
     _check_mask_tensor("mask", mask)
     b, _, lq, lk = target
     if mask.dim() == 2 and b > 1 and tuple(mask.shape) == (b, lk) and b != lq:
@@ -157,15 +153,11 @@ def _keep_from_mask(
             f"Pass it as key_padding_mask= (1 = real token), or as mask[:, None, None, :]."
         )
     _check_broadcast("mask", mask, target)
-    return (mask != 0).to(device)
+    return mask != 0
 
 
-def _keep_from_padding(
-    key_padding_mask: Tensor | None, target: tuple[int, int, int, int], device: torch.device
-) -> Tensor | None:
+def _keep_from_padding(key_padding_mask: Tensor, target: tuple[int, int, int, int]) -> Tensor:
     """``key_padding_mask`` (B, Lk), nonzero = real token, as bool ``(B, 1, 1, Lk)``."""
-    if key_padding_mask is None:
-        return None
     _check_mask_tensor("key_padding_mask", key_padding_mask)
     b, _, _, lk = target
     if tuple(key_padding_mask.shape) != (b, lk):
@@ -173,7 +165,7 @@ def _keep_from_padding(
             f"key_padding_mask has shape {_shape(key_padding_mask)}; expected (batch, key_len) = "
             f"({b}, {lk}) with 1 / True for a real token and 0 / False for padding."
         )
-    return (key_padding_mask != 0).to(device)[:, None, None, :]  # (B, 1, 1, Lk)
+    return (key_padding_mask != 0)[:, None, None, :]  # (B, 1, 1, Lk)
 
 
 def self_attention_mask(
@@ -224,9 +216,9 @@ def prepare_mask(
             if fast is not None:
                 return fast
     target = (batch, heads, query_len, key_len)
-    keep = _keep_from_mask(mask, target, device)
-    pad_keep = _keep_from_padding(key_padding_mask, target, device)
-    if pad_keep is not None:
+    keep = None if mask is None else _keep_from_mask(mask, target).to(device)
+    if key_padding_mask is not None:
+        pad_keep = _keep_from_padding(key_padding_mask, target).to(device)
         keep = pad_keep if keep is None else keep & pad_keep
 
     bias_dtype = score_dtype(dtype)

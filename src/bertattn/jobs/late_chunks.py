@@ -126,17 +126,9 @@ def run_late_chunks(
     bert = load()
     start = time.perf_counter()
     parts, record, flat = [], [], []
+    each = {k: getattr(options, k) for k in ("pooling", "normalize", "max_length", "batch_size")}
     for i, (text, these) in enumerate(zip(texts, spans, strict=True)):
-        parts.append(
-            bert.encode_late_chunks(  # type: ignore[attr-defined]
-                text,
-                these,
-                pooling=options.pooling,
-                normalize=options.normalize,
-                max_length=options.max_length,
-                batch_size=options.batch_size,
-            )
-        )
+        parts.append(bert.encode_late_chunks(text, these, **each))  # type: ignore[attr-defined]
         record += [i] * len(these)
         flat += these
     width = int(bert.get_embedding_dimension())  # type: ignore[attr-defined]
