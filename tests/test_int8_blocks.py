@@ -190,7 +190,10 @@ def test_load_int8_on_a_packed_backend_is_the_padded_int8_model(
     own = (got_padded - want).norm(dim=1)  # int8's own distance from float32, per text
     apart = (got - got_padded).norm(dim=1)
     assert float(own.min()) > 0.0  # the padded model ran in int8 too
-    assert float(apart.max()) <= 0.05 * float(own.min()), (apart, own)
+    # the two run different attention kernels, so an activation may round the other way now
+    # and then; a calibration that missed a product's input puts them further apart than int8
+    # is from float32 (the BERT model smoothed without its q/k/v range: 1.2 times; here 2e-5)
+    assert float(apart.max()) <= 0.25 * float(own.min()), (apart, own)
 
 
 def test_bert_layers_get_their_own_modules_back_after_calibration(tiny_checkpoint) -> None:
