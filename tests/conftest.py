@@ -53,6 +53,25 @@ os.environ["BERTATTN_ADAPTIVE_THREADS"] = "0"
 # rule. The probe's own tests turn it on, each with a cache folder of its own.
 os.environ["BERTATTN_DTYPE_PROBE"] = "0"
 
+
+def _worker_threads() -> int | None:
+    """Under pytest-xdist, each worker's share of the CPUs this run may use (>= 1); None
+    outside xdist. Workers that each ran torch at every CPU would split every small operation
+    across threads that wait at a barrier for one another's CPU: a tiny model's op then waits
+    for the kernel's time slice (~24 ms instead of microseconds; ten times the time of a test
+    of the tiny model's encode on 2 cores with 2 workers)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not workers.isdigit() or int(workers) < 1:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cpus or 1) // int(workers))
+
+
+# each xdist worker, and every process it starts, computes at its share of the CPUs, as
+# torchrun gives its ranks theirs; a test of the thread policy's other sources unsets it
+if "OMP_NUM_THREADS" not in os.environ and _worker_threads() is not None:
+    os.environ["OMP_NUM_THREADS"] = str(_worker_threads())
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 if str(ROOT) not in sys.path:  # so tests can import the benchmarks package

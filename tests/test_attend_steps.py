@@ -162,11 +162,19 @@ def test_explain_shows_the_articles_own_lines(cli):
     assert "    scores = scores.masked_fill(mask == 0, -1e9)" in r.out  # under its `if`
 
 
-def test_text_from_stdin_and_file_and_max_length(cli, tmp_path):
+def test_text_from_stdin_and_file_and_max_length(cli, tmp_path, tiny_checkpoint_factory):
+    # --file and --max-length on a tiny random BERT that takes 512 tokens as the default model
+    # does: its JSON holds one map of 512 x 512 weights (one layer, one head) where the default
+    # model's holds 6 x 12 (a 400 MB file, about 30 s to write and read back)
+    tiny512 = tiny_checkpoint_factory(
+        max_position_embeddings=512, num_hidden_layers=1, num_attention_heads=1
+    )
     long = " ".join(["word"] * 600)
     (tmp_path / "t.txt").write_text(long + "\n", encoding="utf-8")
     r = cli(
         "attend",
+        "--model",
+        str(tiny512),
         "--file",
         str(tmp_path / "t.txt"),
         "--max-length",

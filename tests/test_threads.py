@@ -388,6 +388,7 @@ def test_bert_load_threads_explicit_and_policy(
     from bertattn import Bert
 
     monkeypatch.delenv("BERTATTN_ADAPTIVE_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the policy's own count, not a fixed one
     monkeypatch.setattr(threads, "_ours", threads._ours)  # each load sets it: restored after
 
     before = torch.get_num_threads()
@@ -451,7 +452,7 @@ def test_encode_verbose_reports_the_thread_choice(cli, tiny_checkpoint: Path, tm
     r = encode("p.npy", env={"OMP_NUM_THREADS": "1"})
     assert r.code == 0, r
     assert "OMP_NUM_THREADS=1" in r.err
-    r = encode("q.npy", env={"BERTATTN_ADAPTIVE_THREADS": None})
+    r = encode("q.npy", env={"BERTATTN_ADAPTIVE_THREADS": None, "OMP_NUM_THREADS": None})
     assert r.code == 0, r
     assert "in affinity" in r.err and "adaptive under load" in r.err
 
