@@ -40,11 +40,13 @@ def short_texts(n: int) -> list[str]:
 def timed_sets(peers, holdout, args, tokenizer):  # type: ignore[no-untyped-def]
     """For the first ``args.short`` short texts and ``args.paragraphs`` paragraphs of
     ``holdout``: ``(name, texts, tokens, timer, medians)``, the peers timed over
-    ``args.rounds`` interleaved rounds (:func:`timed`); tokens at ``max_length`` 256."""
+    ``args.rounds`` interleaved rounds (:func:`timed`); tokens at ``max_length`` 256. Timed in
+    this process's CPU seconds where ``args.cpu_time`` is set (and true), else wall time."""
+    clock = time.process_time if getattr(args, "cpu_time", False) else time.perf_counter
     for name, count in (("short", args.short), ("paragraphs", args.paragraphs)):
         texts = holdout[name][:count]
         tokens = sum(len(e.ids) for e in tokenizer.encode_batch(texts, max_length=256))
-        timer, med = timed(peers, texts, args.rounds)
+        timer, med = timed(peers, texts, args.rounds, clock)
         yield name, texts, tokens, timer, med
 
 
@@ -66,12 +68,16 @@ def print_fidelity(
 
 
 def timed(
-    peers: dict[str, Callable[[list[str]], object]], texts: list[str], rounds: int
+    peers: dict[str, Callable[[list[str]], object]],
+    texts: list[str],
+    rounds: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[Timer, dict[str, float]]:
-    """The peers' encode of ``texts`` interleaved for ``rounds``: the timer and its medians."""
+    """The peers' encode of ``texts`` interleaved for ``rounds``: the timer and its medians
+    (seconds of ``clock``: wall time, or ``time.process_time`` on a shared machine)."""
     fns = {peer: (lambda fn=fn: fn(texts)) for peer, fn in peers.items()}
     with torch.inference_mode():
-        timer = interleaved_medians(fns, repeats=rounds)
+        timer = interleaved_medians(fns, repeats=rounds, clock=clock)
     return timer, {peer: statistics.median(s) for peer, s in timer.samples.items()}
 
 

@@ -1,7 +1,7 @@
 """OpenVINO int8 (NNCF post-training quantization) as a peer of ``Bert.load(dtype="int8")``.
 
     python -m benchmarks.int8_openvino [--ir DIR] [--preset mixed] [--calibration 300]
-        [--rounds 7] [--threads N] [--short 256] [--paragraphs 48]
+        [--rounds 7] [--threads N] [--cpu-time] [--bf16-emulated] [--short 256] [--paragraphs 48]
 
 Needs ``openvino`` and, to make the int8 model, ``nncf`` (``pip install nncf openvino``: not in
 requirements-bench.txt, nncf pulls in a long list of packages). The model is exported to ONNX
@@ -24,7 +24,12 @@ run as in ``openvino_peer.py``: ``INFERENCE_NUM_THREADS`` = the threads given, `
 length-sorted batches of 32, bertattn's tokenizer, ``max_length`` 256. ``openvino int8`` keeps
 the layers that are not int8 in f32 (``INFERENCE_PRECISION_HINT`` f32, like bertattn int8);
 where bf16 is native (AMX / avx512_bf16) ``openvino int8+bf16`` is OpenVINO's default there, the
-rest of the graph in bf16.
+rest of the graph in bf16. ``--bf16-emulated`` adds that peer on a CPU without native bf16
+too, labelled ``(emulated)`` with the number of runtime nodes OpenVINO runs in bf16 there (it
+converts to and from bf16 around f32 arithmetic: not what a bf16 CPU gets). ``--cpu-time`` times
+each call in this process's CPU seconds instead of wall time (a shared machine; use it with
+``--threads 1``: OpenVINO and torch both run in this process). Where bertattn int8 is refused,
+the refusal is printed and the other peers are still measured to the end.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from bertattn.encoder import int8
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 from .int8 import per_round, print_fidelity, short_texts, timed_sets
-from .openvino_peer import _encoder
+from .openvino_peer import _bf16_node_count, _encoder
 
 PRESETS = ("mixed", "performance")
 
@@ -125,6 +130,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--short", type=int, default=256, help="short texts timed")
     ap.add_argument("--paragraphs", type=int, default=48, help="paragraphs timed")
     ap.add_argument("--no-f32", action="store_true", help="leave OpenVINO f32 out")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time in CPU seconds, not wall time (a shared machine; use with --threads 1)",
+    )
+    ap.add_argument(
+        "--bf16-emulated",
+        action="store_true",
+        help="time OpenVINO int8+bf16 on a CPU without native bf16 too (labelled emulated)",
+    )
     args = ap.parse_args(argv)
     try:
         import openvino as ov
@@ -171,10 +186,12 @@ def main(argv: list[str] | None = None) -> None:
             q_model, "CPU", {**props, "INFERENCE_PRECISION_HINT": "f32"}
         )
     }
-    if native_bf16:
-        compiled["openvino int8+bf16"] = core.compile_model(
+    if native_bf16 or args.bf16_emulated:
+        label = "openvino int8+bf16" + ("" if native_bf16 else " (emulated)")
+        compiled[label] = core.compile_model(
             q_model, "CPU", {**props, "INFERENCE_PRECISION_HINT": "bf16"}
         )
+        print(f"{label}: {_bf16_node_count(compiled[label])} runtime nodes in bf16")
     if not args.no_f32:
         from bertattn.deploy.onnx_export import export_onnx
 
@@ -192,15 +209,16 @@ def main(argv: list[str] | None = None) -> None:
 
     print_fidelity(peers, holdout, "bertattn fp32")
 
+    unit = "texts/CPU-s" if args.cpu_time else "texts/s"
     for name, texts, tokens, timer, med in timed_sets(peers, holdout, args, fp32.tokenizer):
         print(
             f"{name} ({len(texts)} texts, {tokens / len(texts):.0f} tokens/text), medians of "
-            f"{args.rounds} rounds:"
+            f"{args.rounds} rounds ({'CPU' if args.cpu_time else 'wall'} time):"
         )
         for peer in peers:
             ratios = per_round(timer, peer, than)
             print(
-                f"  {peer:20s} {len(texts) / med[peer]:8.1f} texts/s  "
+                f"  {peer:31s} {len(texts) / med[peer]:8.1f} {unit}  "
                 f"{med['bertattn fp32'] / med[peer]:.2f}x bertattn fp32  "
                 f"{med[than] / med[peer]:.2f}x {than} (per-round "
                 f"{statistics.median(ratios):.2f}x, {min(ratios):.2f}-"

@@ -5,7 +5,8 @@ long inputs layer kind by layer kind.
 
     python -m benchmarks.modern [--family modernbert,gte,nomic_bert] [--short 128]
                                 [--passages 16] [--long 8192] [--lengths 1024,2048,4096,8192]
-                                [--repeats 3] [--no-openvino]
+                                [--repeats 3] [--long-repeats 1] [--threads N] [--cpu-time]
+                                [--no-openvino]
 
 No base-size checkpoint of these architectures is installable here, so each is random weights
 (seeded) at its released base size, saved by transformers (ModernBERT-base: 22 layers, 768 wide,
@@ -22,6 +23,11 @@ The long-input table: one sequence of L tokens through bertattn's encoder (packe
 layers skip the keys out of their window) with each layer timed on its own, summed per layer
 kind (global / local), and the process's peak resident memory for that L (each L in a fresh
 child process).
+
+``--threads N`` runs every peer (and the long-input children) at N threads (default: torch's
+count); ``--cpu-time`` times each call, and each layer, in this process's CPU seconds instead
+of wall time (a shared machine; use it with ``--threads 1``). The one long document is timed
+``--long-repeats`` times (default 1: it is the slow scenario).
 """
 
 from __future__ import annotations
@@ -123,8 +129,11 @@ def transformers_encoder(
     return encode
 
 
-def bertattn_encoder(folder: Path, max_length: int) -> Callable[[list[str]], np.ndarray]:
-    bert = Bert.load(folder)
+def bertattn_encoder(
+    folder: Path, max_length: int, threads: int | None = None
+) -> Callable[[list[str]], np.ndarray]:
+    """``Bert.load(folder)`` (at ``threads`` when given) encoding with mean pooling, L2."""
+    bert = Bert.load(folder, threads=threads)
     return lambda texts: bert.encode(
         texts, batch_size=32, pooling="mean", normalize=True, max_length=max_length
     )
@@ -158,7 +167,7 @@ def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
             print(f"openvino peer missing: cannot export ONNX: {exc}")
     for name, texts, length in scenarios:
         encoders = {
-            "bertattn": bertattn_encoder(folder, length),
+            "bertattn": bertattn_encoder(folder, length, args.threads),
             "transformers sdpa": transformers_encoder(folder, length),
         }
         if args.openvino:
@@ -169,7 +178,8 @@ def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
                 print(why)
         want = encoders["transformers sdpa"](texts)
         cos = {k: float((f(texts) * want).sum(1).min()) for k, f in encoders.items()}
-        speed = _speeds(encoders, texts, args.repeats if len(texts) > 1 else 1)
+        repeats = args.repeats if len(texts) > 1 else args.long_repeats
+        speed = _speeds(encoders, texts, repeats, _clock(args.cpu_time))
         rows.append({"family": family, "scenario": name, "speed": speed, "min_cosine": cos})
     return rows
 
@@ -183,22 +193,28 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def layer_kinds(folder: Path, length: int) -> dict[str, object]:
+def _clock(cpu_time: bool) -> Callable[[], float]:
+    """This process's CPU seconds when ``cpu_time``, else wall seconds."""
+    return time.process_time if cpu_time else time.perf_counter
+
+
+def layer_kinds(
+    folder: Path, length: int, threads: int | None = None, cpu_time: bool = False
+) -> dict[str, object]:
     """One sequence of ``length`` tokens: seconds per layer kind (each layer timed on its own,
-    packed) and this process's peak RSS."""
-    model = Bert.load(folder).model
+    packed; CPU seconds when ``cpu_time``) and this process's peak RSS."""
+    clock = _clock(cpu_time)
+    model = Bert.load(folder, threads=threads).model
     kinds = model.encoder.kinds
     spent = {"global": 0.0, "local": 0.0}
     started: dict[int, float] = {}
 
     def before(i: int) -> Callable[..., None]:
-        return lambda mod, inp: started.__setitem__(i, time.perf_counter())
+        return lambda mod, inp: started.__setitem__(i, clock())
 
     def after(i: int) -> Callable[..., None]:
         kind = "local" if kinds[i].window is not None else "global"
-        return lambda mod, inp, out: spent.__setitem__(
-            kind, spent[kind] + time.perf_counter() - started[i]
-        )
+        return lambda mod, inp, out: spent.__setitem__(kind, spent[kind] + clock() - started[i])
 
     for i, layer in enumerate(model.encoder.layers):
         layer.register_forward_pre_hook(before(i))
@@ -208,9 +224,9 @@ def layer_kinds(folder: Path, length: int) -> dict[str, object]:
     with torch.inference_mode():
         model(ids, mask)  # warm
         spent["global"] = spent["local"] = 0.0
-        t0 = time.perf_counter()
+        t0 = clock()
         model(ids, mask)
-        total = time.perf_counter() - t0
+        total = clock() - t0
     peak = _peak_mib()
     n_local = sum(1 for k in kinds if k.window is not None)
     return {
@@ -241,12 +257,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long", type=int, default=8192)
     p.add_argument("--lengths", default="1024,2048,4096,8192")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--long-repeats", type=int, default=1, help="rounds for the long document")
+    p.add_argument("--threads", type=int, default=None, help="default: torch's count")
+    p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time in CPU seconds, not wall time (a shared machine; use with --threads 1)",
+    )
     p.add_argument("--no-openvino", dest="openvino", action="store_false")
     p.add_argument("--layer-kinds", type=int, default=0, help=argparse.SUPPRESS)  # child mode
     p.add_argument("--folder", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)  # transformers' and OpenVINO's threads
     if args.layer_kinds:  # a child: one length, its own peak memory
-        print(json.dumps(layer_kinds(Path(args.folder), args.layer_kinds)))
+        kinds = layer_kinds(Path(args.folder), args.layer_kinds, args.threads, args.cpu_time)
+        print(json.dumps(kinds))
         return 0
     print(json.dumps(environment(), indent=1))
     with tempfile.TemporaryDirectory(prefix="bertattn-modern-") as tmp:
@@ -260,11 +286,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'L':>6}{'total s':>9}{'global s':>10}{'local s':>9}{'global %':>10}"
                       f"{'peak MiB':>10}")  # fmt: skip
                 for length in [int(x) for x in args.lengths.split(",")]:
-                    out = subprocess.run(
-                        [sys.executable, "-m", "benchmarks.modern", "--layer-kinds",
-                         str(length), "--folder", str(folder)],
-                        capture_output=True, text=True, check=True,
-                    )  # fmt: skip
+                    child = [sys.executable, "-m", "benchmarks.modern", "--layer-kinds",
+                             str(length), "--folder", str(folder)]  # fmt: skip
+                    if args.threads:
+                        child += ["--threads", str(args.threads)]
+                    if args.cpu_time:
+                        child.append("--cpu-time")
+                    out = subprocess.run(child, capture_output=True, text=True, check=True)
                     r = json.loads(out.stdout.strip().splitlines()[-1])
                     share = r["global_s"] / max(r["global_s"] + r["local_s"], 1e-9)
                     layers = f"({r['global_layers']} global, {r['local_layers']} local layers)"

@@ -15,9 +15,11 @@ one run, peers interleaved round by round (medians), CPU fp32, the same threads:
   here).
 
     python -m benchmarks.multi_vector [--short 512] [--long 128] [--m3-texts 32] [--layers 24]
-        [--repeats 3] [--threads N] [--json FILE]
+        [--repeats 3] [--threads N] [--cpu-time] [--json FILE]
 
 Prints the CPU, the threads, each peer's texts/s and the ratio (the issue's target: >= 2x).
+``--cpu-time`` times each call in this process's CPU seconds instead of wall time (a shared
+machine; use it with ``--threads 1``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import json
 import shutil
 import string
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -133,8 +137,12 @@ class TransformersM3:
         return {"dense_vecs": np.stack(dense), "lexical_weights": lexical, "colbert_vecs": colbert}  # type: ignore[arg-type]
 
 
-def _race(ours, theirs, n: int, repeats: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    timer = interleaved_medians({"bertattn": ours, "reference": theirs}, repeats=repeats)
+def _race(  # type: ignore[no-untyped-def]
+    ours, theirs, n: int, repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
+    timer = interleaved_medians(
+        {"bertattn": ours, "reference": theirs}, repeats=repeats, clock=clock
+    )
     mine, base = timer.median("bertattn"), timer.median("reference")
     return {
         "texts": n, "bertattn_s": mine, "reference_s": base, "bertattn_per_s": n / mine,
@@ -142,12 +150,21 @@ def _race(ours, theirs, n: int, repeats: int) -> dict[str, float]:  # type: igno
     }  # fmt: skip
 
 
-def run(short: int, long: int, m3_texts: int, layers: int, repeats: int, threads: int) -> dict:
+def run(
+    short: int,
+    long: int,
+    m3_texts: int,
+    layers: int,
+    repeats: int,
+    threads: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
     from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
 
     from bertattn import M3Encoder, MultiVectorEncoder
 
     out: dict[str, object] = {"environment": environment(), "layers": layers}
+    out["clock"] = "CPU" if clock is time.process_time else "wall"
     shorts = stdlib_docstring_corpus(short)
     longs = stdlib_paragraph_corpus(long)
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,7 +180,7 @@ def run(short: int, long: int, m3_texts: int, layers: int, repeats: int, threads
             out[f"colbert {name}"] = _race(
                 lambda t=texts: ours.encode_document(t, batch_size=32),
                 lambda t=texts: theirs.encode_document(t, batch_size=32),
-                len(texts), repeats,
+                len(texts), repeats, clock,
             )  # fmt: skip
         m3_folder = build_m3(Path(tmp) / "m3", layers)
         m3 = M3Encoder(m3_folder, threads=threads, batch_size=32)
@@ -173,7 +190,7 @@ def run(short: int, long: int, m3_texts: int, layers: int, repeats: int, threads
         got, want = m3.encode(texts, **flags), ref.encode(texts)
         out["m3_max_abs_diff"] = float(np.abs(got["dense_vecs"] - want["dense_vecs"]).max())
         out["m3 256-token"] = _race(
-            lambda: m3.encode(texts, **flags), lambda: ref.encode(texts), len(texts), repeats
+            lambda: m3.encode(texts, **flags), lambda: ref.encode(texts), len(texts), repeats, clock
         )
     return out
 
@@ -182,7 +199,8 @@ def table(result: dict) -> str:
     env = result["environment"]
     lines = [
         f"{env['processor']} ({env['cpu_capability']}), {env['threads']} threads, torch "
-        f"{env['torch']}, fp32; max |diff| ColBERT rows {result['colbert_max_abs_diff']:.1e}, "
+        f"{env['torch']}, fp32, {result.get('clock', 'wall')} time; max |diff| ColBERT rows "
+        f"{result['colbert_max_abs_diff']:.1e}, "
         f"bge-m3 dense {result['m3_max_abs_diff']:.1e}; 256-token passages: median "
         f"{result['long_tokens_median']:.0f} scored tokens",
         "| texts/s (median) | n | bertattn | reference | ratio (>= 2x) |",
@@ -213,10 +231,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time in CPU seconds, not wall time (a shared machine; use with --threads 1)",
+    )
     args = parser.parse_args()
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)  # sentence-transformers' and transformers' threads
-    result = run(args.short, args.long, args.m3_texts, args.layers, args.repeats, threads)
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    result = run(args.short, args.long, args.m3_texts, args.layers, args.repeats, threads, clock)
     print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
