@@ -102,13 +102,19 @@ def random_folder(spec: tuple[str, str, dict], folder: Path, layers: int = 0) ->
 
 
 def transformers_encoder(
-    folder: Path, max_length: int, attn: str = "sdpa"
+    folder: Path,
+    max_length: int,
+    attn: str = "sdpa",
+    prepare: Callable[[torch.nn.Module], None] | None = None,
 ) -> Callable[[list[str]], np.ndarray]:
     """transformers' native class (``attn``: its attention implementation, sdpa by default),
-    length-sorted batches of 32, mean pooling, L2."""
+    length-sorted batches of 32, mean pooling, L2. ``prepare``: called on the loaded model
+    before any encode (a quantizer, in place)."""
     import transformers
 
     model = transformers.AutoModel.from_pretrained(folder, attn_implementation=attn).eval()
+    if prepare is not None:
+        prepare(model)
     tok = transformers.AutoTokenizer.from_pretrained(folder)
 
     def encode(texts: list[str]) -> np.ndarray:

@@ -104,6 +104,17 @@ def test_an_int8_refusal_is_judged_by_how_long_it_took(capsys, seconds, verdict)
     assert "int8 >= 1.8x float32: not measurable (int8 refused on this CPU)" in out
 
 
+def test_the_torchao_benchmark_says_torchao_is_missing_and_goes_on(capsys, monkeypatch) -> None:
+    import sys
+
+    from benchmarks.int8_torchao import load_torchao
+
+    monkeypatch.setitem(sys.modules, "torchao", None)  # an import of it raises ImportError
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)
+    assert load_torchao() is None
+    assert capsys.readouterr().out == "torchao: not installed (pip install torchao), not measured\n"
+
+
 def _quiet(rates: dict[str, dict[str, float]], cosines: dict[str, float]) -> dict:
     corpora: dict[str, dict] = {corpus: {"texts_per_s": r} for corpus, r in rates.items()}
     for corpus, cos in cosines.items():
