@@ -173,6 +173,18 @@ def _cpu_or_auto(device: object) -> bool:
     return isinstance(device, str) and device.strip().split(":")[0] == "cpu"
 
 
+def _log_loaded(bert: Bert, folder: ModelFolder, int8: bool) -> None:
+    """One INFO line: what :meth:`Bert.load` loaded, from where, in which dtype, on which device."""
+    cfg = bert.model.config
+    logger.info(
+        "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
+        "normalize %s, max_length %s",
+        folder.name, folder.model_dir, cfg.num_hidden_layers, cfg.hidden_size,
+        cfg.num_attention_heads, "int8" if int8 else dtype_name(bert.model.dtype), bert.device,
+        folder.pooling, folder.normalize, bert.max_length,
+    )  # fmt: skip
+
+
 class Bert(SentenceTransformerSurface):
     """A BERT model with its tokenizer and sentence settings.
 
@@ -322,14 +334,7 @@ class Bert(SentenceTransformerSurface):
         bert.dtype_choice = auto
         bert = bert if target is None else bert.to(target)
         bert._speed_paths(choice, int8=int8_around if int8 else None, compile=compile)
-        cfg = model.config
-        logger.info(
-            "model %s from %s: %d layers, hidden %d, %d heads, %s on %s; pooling %s, "
-            "normalize %s, max_length %s",
-            folder.name, folder.model_dir, cfg.num_hidden_layers, cfg.hidden_size,
-            cfg.num_attention_heads, "int8" if int8 else dtype_name(model.dtype), bert.device,
-            folder.pooling, folder.normalize, bert.max_length,
-        )  # fmt: skip
+        _log_loaded(bert, folder, int8)
         return bert
 
     def _speed_paths(self, choice: ThreadChoice, *, int8: str | None, compile: bool) -> None:
