@@ -194,7 +194,7 @@ def test_varlen_says_why_the_flash_kernel_is_left(tiny, monkeypatch):
     def kernel(*args, **kwargs):  # noqa: ANN002, ANN003
         raise AssertionError("the flash varlen kernel takes no bias; it must not run")
 
-    monkeypatch.setattr(backends, "_cuda_varlen", lambda q: kernel)
+    monkeypatch.setattr(backends, "cuda_varlen", lambda q: kernel)
     ids, mask = _long_batch(120, [40, 9], seed=2)
     model = BertModel.from_pretrained(tiny, backend="varlen")
     ref = BertModel.from_pretrained(tiny, backend="math")

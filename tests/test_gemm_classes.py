@@ -150,7 +150,7 @@ def test_the_wait_share_is_measured(monkeypatch):
     from bertattn.runtime import threads
 
     readings = iter([0, 100 * 10**9])
-    monkeypatch.setattr(threads._RunDelay, "total", lambda self: next(readings))
+    monkeypatch.setattr(threads.RunDelay, "total", lambda self: next(readings))
     monkeypatch.setattr(gemm, "CLASS_SHAPES", {c: (2, 4, 4) for c in gemm.CLASSES})
     if gemm._onednn_op() is None:
         pytest.skip("no oneDNN linear")

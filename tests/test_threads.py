@@ -486,12 +486,12 @@ def test_balanced_batches_run_at_the_top_count_unjudged(scripted) -> None:  # ty
 def test_run_delay_leaves_out_the_processs_other_python_threads(tmp_path: Path) -> None:
     """A server's event loop waiting for a core while the OpenMP threads compute is the
     process's own work: only the caller's and OpenMP's threads count."""
-    from bertattn.runtime.threads import _RunDelay
+    from bertattn.runtime.threads import RunDelay
 
     for tid, wait in ((100, 5), (101, 7), (102, 1000)):  # caller, an OpenMP thread, the loop
         _write(tmp_path / "self" / "task" / str(tid) / "schedstat", f"123 {wait} 4\n")
-    assert _RunDelay(tmp_path, others=lambda: {102}).total() == 12
-    assert _RunDelay(tmp_path, others=set).total() == 1012
+    assert RunDelay(tmp_path, others=lambda: {102}).total() == 12
+    assert RunDelay(tmp_path, others=set).total() == 1012
 
 
 def test_other_python_threads_are_the_live_ones_but_the_caller() -> None:

@@ -220,7 +220,7 @@ def _needs_fp32_backward(q: Tensor, k: Tensor, v: Tensor) -> bool:
     )
 
 
-def _cuda_varlen(q: Tensor) -> Callable[..., Tensor] | None:
+def cuda_varlen(q: Tensor) -> Callable[..., Tensor] | None:
     """torch's flash varlen kernel, where it can run (CUDA, half precision)."""
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
         return None
@@ -276,7 +276,7 @@ def varlen_attention(
         )
     plain = dropout_p == 0.0 and bias is None and window is None and not causal
     plain = plain and relative is None
-    kernel = _cuda_varlen(q) if plain else None
+    kernel = cuda_varlen(q) if plain else None
     kwargs = None if kernel is None else _kernel_kwargs(kernel, q, k, scale)
     if kernel is not None and kwargs is not None:
         cu = packed.cu_seqlens

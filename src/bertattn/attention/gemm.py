@@ -387,9 +387,9 @@ def _time_classes() -> dict:
     :data:`MAX_WAIT_SHARE` of the time (the kernel's run-queue delay, where it can be read)."""
     import datetime
 
-    from ..runtime.threads import _RunDelay
+    from ..runtime.threads import RunDelay
 
-    delay = _RunDelay()
+    delay = RunDelay()
     waited0, wall0 = delay.total(), time.perf_counter()
     g = torch.Generator().manual_seed(0)
     ratios: dict[str, float] = {}

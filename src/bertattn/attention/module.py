@@ -45,9 +45,9 @@ __all__ = ["MultiHeadAttention"]
 def _varlen_bias_note(q: Tensor, dropout_p: float) -> str:
     """How ``varlen`` carries a bias for ``q`` ``(T, H, D)``: where the flash varlen kernel
     would have run without one, the fallback and why (:data:`~.backends.VARLEN_BIAS_WHY`)."""
-    from .backends import VARLEN_BIAS_WHY, _cuda_varlen
+    from .backends import VARLEN_BIAS_WHY, cuda_varlen
 
-    if dropout_p == 0.0 and _cuda_varlen(q) is not None:
+    if dropout_p == 0.0 and cuda_varlen(q) is not None:
         return VARLEN_BIAS_WHY
     return "relative position bias added per sequence (one fused SDPA call each, bias as attn_mask)"
 

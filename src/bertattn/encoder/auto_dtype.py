@@ -89,7 +89,7 @@ _seen: dict[str, dict] = {}
 #: keys whose timing was disturbed in this process -> why: the flag rule answers for them here
 _disturbed: dict[str, str] = {}
 #: the run-queue delay reader of the busy check (a class whose ``total()`` gives ns, or None);
-#: None: :class:`bertattn.runtime.threads._RunDelay`, and no check of a ``timer=`` given (tests
+#: None: :class:`bertattn.runtime.threads.RunDelay`, and no check of a ``timer=`` given (tests
 #: set it)
 RunDelay: Callable[[], Any] | None = None
 
@@ -252,9 +252,9 @@ def _measure_quietly(run: Timer, threads: int) -> dict:
     the wall time (another process held the cores). Where the delay cannot be read (not Linux),
     the timing is kept."""
     from ..attention.gemm import MAX_WAIT_SHARE
-    from ..runtime.threads import _RunDelay
+    from ..runtime.threads import RunDelay
 
-    delay = (RunDelay or _RunDelay)()
+    delay = (RunDelay or RunDelay)()
     waited0, start = delay.total(), time.perf_counter()
     entry = _measure(run)
     waited1, wall = delay.total(), time.perf_counter() - start

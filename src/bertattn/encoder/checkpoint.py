@@ -121,7 +121,7 @@ def _load_failure(exc: Exception) -> str:
 
 
 # ---------------------------------------------------------------------- remapping
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
     """Legacy TF-era names: ``LayerNorm.gamma/beta`` -> ``LayerNorm.weight/bias``."""
     return re.sub(
         r"LayerNorm\.gamma$",
@@ -146,7 +146,7 @@ def remap_state_dict(
     skipped: list[str] = []
     unexpected: list[str] = []
     for key, tensor in state.items():
-        name = _canonical(key)
+        name = canonical_name(key)
         if prefixed:
             if not name.startswith(top):
                 (skipped if name.startswith(heads) else unexpected).append(key)
@@ -244,14 +244,14 @@ def _transformers_keywords(
             f"revision=...)) and pass its folder."
         )
     if local_files_only is not None and _is_hub_name(path):
-        from .folder import _offline
+        from .folder import hub_offline
 
-        if local_files_only and not _offline():
+        if local_files_only and not hub_offline():
             raise ValueError(
                 f"local_files_only=True for hub name {str(path)!r}: bertattn reads hub names "
                 f"from the cache only when HF_HUB_OFFLINE=1 is set; set it, or pass the folder."
             )
-        if not local_files_only and _offline():
+        if not local_files_only and hub_offline():
             raise ValueError(
                 f"local_files_only=False for hub name {str(path)!r}, but HF_HUB_OFFLINE is set, "
                 f"so bertattn reads hub names from the local cache only; unset HF_HUB_OFFLINE "

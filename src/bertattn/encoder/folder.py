@@ -288,7 +288,7 @@ _HUB_FILES = [
 ]
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
@@ -345,7 +345,7 @@ def locate_model(path: str | Path, *, hub: HubOptions | None = None) -> Path:
             f'install bertattn\'s hub extra: pip install "bertattn[hub]" (huggingface-hub).'
         ) from None
     hub = hub or HubOptions()
-    offline = _offline() or hub.local_files_only
+    offline = hub_offline() or hub.local_files_only
     cache = _hub_cache_dir() if hub.cache_folder is None else str(hub.cache_folder)
     try:
         folder = snapshot_download(
@@ -383,9 +383,10 @@ def _not_found(
         name = f"{name}@{revision}"
         looked = f"no revision {revision!r} of it there; {looked}"
     if exc is None:
+        why = "HF_HUB_OFFLINE=1" if hub_offline() else "local_files_only=True"
         return ModelPathNotFoundError(
             f"model {name!r} is not a local folder and is not in the Hugging Face cache "
-            f"({where}; {looked}); {'HF_HUB_OFFLINE=1' if _offline() else 'local_files_only=True'}"
+            f"({where}; {looked}); {why}"
             f" forbids downloading it. Pass a model folder's path, or download it once with "
             f"network access."
         )
@@ -470,10 +471,10 @@ def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
     name = str(root) if name is None else name
     modules_path = root / "modules.json"
     if not modules_path.is_file():
-        config = _read_config(root)  # pooled as sentence-transformers pools it: mean
+        config = read_config_json(root)  # pooled as sentence-transformers pools it: mean
         return ModelFolder(name, root, root, config, pooling="mean", pooling_given=False)
     st = _read_modules(root, modules_path)
-    config = _read_config(st.model_dir)
+    config = read_config_json(st.model_dir)
     if st.dimension is not None and st.dimension != config.hidden_size:
         raise ModelFolderError(
             f"{st.pooling_path}: word_embedding_dimension={st.dimension} but "
@@ -496,7 +497,7 @@ def read_model_folder(root: Path, *, name: str | None = None) -> ModelFolder:
     )
 
 
-def _read_config(model_dir: Path) -> BertConfig:
+def read_config_json(model_dir: Path) -> BertConfig:
     path = model_dir / "config.json"
     if not path.is_file():
         raise ModelFolderNotFoundError(
@@ -596,7 +597,7 @@ def _read_modules(root: Path, modules_path: Path) -> _SentenceSettings:
             _add_dense(settings, folder)
         elif kind == _TRANSFORMER:
             settings = _SentenceSettings(folder, files=[modules_path])
-            settings.max_length, settings.do_lower_case = _read_sbert_config(folder, settings.files)
+            settings.max_length, settings.do_lower_case = read_sbert_config(folder, settings.files)
         else:
             assert settings is not None
             settings.pooling_path = folder / "config.json"
@@ -711,7 +712,7 @@ def _read_pooling_mode(path: Path, cfg: dict) -> tuple[str, int | None]:
     return mode, dimension
 
 
-def _read_sbert_config(model_dir: Path, files: list[Path]) -> tuple[int | None, bool]:
+def read_sbert_config(model_dir: Path, files: list[Path]) -> tuple[int | None, bool]:
     """``max_seq_length`` (None if absent) and ``do_lower_case`` of the Transformer's
     ``sentence_bert_config.json``."""
     path = model_dir / "sentence_bert_config.json"

@@ -73,13 +73,13 @@ from .st_compat import (
     ST_CONFIG_FILE,
     SentenceTransformerConfig,
     UnsupportedArgumentError,
-    _input_aliases,
-    _similarity,
-    _similarity_pairwise,
-    _text_inputs,
-    _text_list,
+    input_aliases,
+    pairwise_similarity,
     processing_max_length,
     quantize_embeddings,
+    similarity_matrix,
+    text_inputs,
+    text_list,
 )
 from .st_surface import SentenceTransformerSurface
 from .tokenizer import BertTokenizer
@@ -445,14 +445,14 @@ class Bert(SentenceTransformerSurface):
         distance, as sentence-transformers computes them. Both must have one width (one model's
         embeddings); float64 with float32 computes in float64."""
         x, y = check_embedding_pair(embeddings1, embeddings2, rows=False)
-        return _similarity(self.similarity_fn_name, x, y)
+        return similarity_matrix(self.similarity_fn_name, x, y)
 
     def similarity_pairwise(self, embeddings1: object, embeddings2: object) -> Tensor:
         """``(N,)`` scores of ``embeddings1[i]`` with ``embeddings2[i]``, by
         :attr:`similarity_fn_name` (see :meth:`similarity`); both hold the same number of rows
         (or one of them is one vector)."""
         x, y = check_embedding_pair(embeddings1, embeddings2, rows=True)
-        return _similarity_pairwise(self.similarity_fn_name, x, y)
+        return pairwise_similarity(self.similarity_fn_name, x, y)
 
     def get_embedding_dimension(self) -> int:
         """The width of :meth:`encode`'s sentence embeddings (``hidden_size``, or the last Dense
@@ -472,7 +472,7 @@ class Bert(SentenceTransformerSurface):
         return self.get_embedding_dimension()
 
     # ------------------------------------------------------------------ embeddings
-    @_input_aliases
+    @input_aliases
     @takes(ENCODE)
     def encode(self, *args: Any, **kwargs: Any) -> Any:
         """Sentence embeddings, as ``SentenceTransformer.encode`` gives them (same parameters,
@@ -532,7 +532,7 @@ class Bert(SentenceTransformerSurface):
             output,
             prompt,
         )  # fmt: skip
-        texts, pairs, single = _text_inputs(given["inputs"], "inputs")
+        texts, pairs, single = text_inputs(given["inputs"], "inputs")
         if pairs is not None:
             self._check_pairs()
         if given["device"] is not None:
@@ -637,7 +637,7 @@ class Bert(SentenceTransformerSurface):
             raise ArgumentTypeError(
                 "texts must be a sequence of strings; wrap a single text in a list."
             )
-        items, _ = _text_list(texts, "texts")
+        items, _ = text_list(texts, "texts")
         out, stats = self._encode(
             items,
             pooling=pooling,

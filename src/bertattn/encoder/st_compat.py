@@ -151,7 +151,7 @@ def _as_batch(a: object, *, batch: bool) -> Tensor:
     return t
 
 
-def _similarity(name: str, a: object, b: object) -> Tensor:
+def similarity_matrix(name: str, a: object, b: object) -> Tensor:
     x, y = _as_batch(a, batch=True), _as_batch(b, batch=True)
     if name == "cosine":
         x, y = torch.nn.functional.normalize(x, p=2, dim=1), torch.nn.functional.normalize(y, dim=1)
@@ -161,7 +161,7 @@ def _similarity(name: str, a: object, b: object) -> Tensor:
     return -torch.cdist(x, y, p=2.0 if name == "euclidean" else 1.0)
 
 
-def _similarity_pairwise(name: str, a: object, b: object) -> Tensor:
+def pairwise_similarity(name: str, a: object, b: object) -> Tensor:
     x, y = _as_batch(a, batch=False), _as_batch(b, batch=False)
     if name == "cosine":
         x, y = torch.nn.functional.normalize(x, dim=-1), torch.nn.functional.normalize(y, dim=-1)
@@ -239,7 +239,7 @@ class SentenceTransformerConfig:
         return out
 
 
-def _text_list(inputs: object, what: str) -> tuple[list[str], bool]:
+def text_list(inputs: object, what: str) -> tuple[list[str], bool]:
     """``(texts, single)``: a str is one text (``single``); any other iterable of str (list,
     tuple, 1-D numpy array, pandas Series, generator) is a batch."""
     if isinstance(inputs, str):
@@ -278,7 +278,7 @@ def _text_list(inputs: object, what: str) -> tuple[list[str], bool]:
     return texts, False
 
 
-def _input_aliases(fn: Callable) -> Callable:
+def input_aliases(fn: Callable) -> Callable:
     """``encode(sentences=...)`` (sentence-transformers < 6's name) and ``encode(texts=...)``
     (bertattn's earlier name) mean ``encode(inputs=...)``, as sentence-transformers'
     deprecated-keyword shim does."""
@@ -295,8 +295,8 @@ def _input_aliases(fn: Callable) -> Callable:
     return wrapper
 
 
-def _text_inputs(inputs: object, what: str) -> tuple[list[str], list[str] | None, bool]:
-    """``(texts, pairs, single)``: :func:`_text_list`, plus text pairs as sentence-transformers
+def text_inputs(inputs: object, what: str) -> tuple[list[str], list[str] | None, bool]:
+    """``(texts, pairs, single)``: :func:`text_list`, plus text pairs as sentence-transformers
     takes them (a list of ``(a, b)`` tuples or 2-item lists, or an ``(N, 2)`` numpy array of
     str): ``texts`` the first texts, ``pairs`` the second ones (None for single texts), each
     pair cross-encoded as ``[CLS] a [SEP] b [SEP]``."""
@@ -320,7 +320,7 @@ def _text_inputs(inputs: object, what: str) -> tuple[list[str], list[str] | None
             firsts.append(item[0])
             seconds.append(item[1])
         return firsts, seconds, False
-    texts, single = _text_list(inputs, what)
+    texts, single = text_list(inputs, what)
     return texts, None, single
 
 

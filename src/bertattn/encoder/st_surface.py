@@ -23,7 +23,7 @@ import torch
 
 from ..errors import ModelFolderError
 from .encode_call import ST_ENCODE, arguments, takes
-from .st_compat import _input_aliases
+from .st_compat import input_aliases
 
 if TYPE_CHECKING:
     from .folder import ModelFolder
@@ -135,7 +135,7 @@ class SentenceTransformerSurface:
     _sentences: Callable[..., torch.Tensor]
 
     # ------------------------------------------------------------------ encode variants
-    @_input_aliases
+    @input_aliases
     @takes(ST_ENCODE)
     def encode_query(self, *args: Any, **kwargs: Any) -> Any:
         """``encode`` with the ``"query"`` prompt unless ``prompt`` / ``prompt_name`` is given
@@ -147,7 +147,7 @@ class SentenceTransformerSurface:
             given["prompt_name"] = "query"
         return self._encode_task("query", given)
 
-    @_input_aliases
+    @input_aliases
     @takes(ST_ENCODE)
     def encode_document(self, *args: Any, **kwargs: Any) -> Any:
         """``encode`` with the first of the ``"document"`` / ``"passage"`` / ``"corpus"``

@@ -42,7 +42,7 @@ from ..arguments import (
 from ..encoder import Bert
 from ..encoder.folder import resolve_model
 from ..encoder.jsonfile import ModelFolderNotFoundError
-from ..encoder.st_compat import _text_list
+from ..encoder.st_compat import text_list
 from ..encoder.tokenizer import read_tokenizer_config
 from ..errors import ModelFolderError
 from .runner import token_batches
@@ -206,7 +206,7 @@ class M3Encoder:
                 "return_dense, return_sparse and return_colbert_vecs are all False: ask for at "
                 "least one output."
             )
-        texts, single = _text_list(sentences, "sentences")
+        texts, single = text_list(sentences, "sentences")
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise ArgumentTypeError(f"sentences[{i}] must be a str, got {describe(t)}.")

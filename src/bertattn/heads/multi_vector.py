@@ -38,9 +38,9 @@ from torch import Tensor
 from ..arguments import ArgumentTypeError, check_bool, check_int, check_str, describe
 from ..encoder import Bert
 from ..encoder.dense import DENSE_TYPES, Projection, read_dense
-from ..encoder.folder import HubOptions, ModelFolder, _read_config, locate_model
+from ..encoder.folder import HubOptions, ModelFolder, locate_model, read_config_json
 from ..encoder.jsonfile import read_json, read_json_object, show
-from ..encoder.st_compat import UnsupportedArgumentError, _text_list
+from ..encoder.st_compat import UnsupportedArgumentError, text_list
 from ..errors import ModelFolderError
 from .base import HeadSurface, task_encode
 from .card_keywords import card_keywords
@@ -370,7 +370,7 @@ def _apply_legacy(out: MultiVectorSettings, legacy: LegacySettings, given: set[s
 
 
 def _check_widths(root: Path, model_dir: Path, steps: list[Projection | str]) -> None:
-    width = _read_config(model_dir).hidden_size
+    width = read_config_json(model_dir).hidden_size
     for step in steps:
         if isinstance(step, Projection):
             if step.weight.shape[1] != width:
@@ -469,7 +469,7 @@ def _folder(
         str(path),
         root,
         model_dir,
-        _read_config(model_dir),
+        read_config_json(model_dir),
         pooling="mean",
         max_length=max_length,
         settings_files=tuple(out.files),
@@ -747,7 +747,7 @@ class MultiVectorEncoder(HeadSurface):
         if device is not None:
             self.bert.to(device)  # type: ignore[arg-type]
             self._to(self.bert.device)
-        texts, single = _text_list(inputs, "inputs")
+        texts, single = text_list(inputs, "inputs")
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise ArgumentTypeError(f"inputs[{i}] must be a str, got {describe(t)}.")

@@ -11,10 +11,10 @@ from pathlib import Path
 from ..encoder.folder import (
     HubOptions,
     ModelFolder,
-    _read_config,
-    _read_sbert_config,
     locate_model,
+    read_config_json,
     read_model_folder,
+    read_sbert_config,
 )
 from ..encoder.jsonfile import read_json, read_json_object
 from ..errors import ModelFolderError
@@ -184,7 +184,7 @@ def read_sparse_folder(
     kind = first.get("type")
     model_dir = root / str(first.get("path", ""))
     files: list[Path] = [modules]
-    max_length, lower = _read_sbert_config(model_dir, files)
+    max_length, lower = read_sbert_config(model_dir, files)
     if kind in _TRANSFORMER_TYPES:  # sentence-transformers >= 6: its task says fill-mask
         task = read_json_object(model_dir / "sentence_bert_config.json").get("transformer_task")
         if task != "fill-mask":
@@ -201,7 +201,7 @@ def read_sparse_folder(
         str(path),
         root,
         model_dir,
-        _read_config(model_dir),
+        read_config_json(model_dir),
         max_length=max_length,
         settings_files=tuple(files),
         do_lower_case=lower,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from ..encoder.checkpoint import HEAD_PREFIXES, _canonical, read_state_dict
+from ..encoder.checkpoint import HEAD_PREFIXES, canonical_name, read_state_dict
 from ..errors import ModelFolderError
 from ..messages import listing
 
@@ -35,7 +35,7 @@ def _read(path: Path, pooler: bool = False) -> dict[str, Tensor]:
     it)."""
     from ..families.bert import roberta_head_name
 
-    found = {roberta_head_name(_canonical(k), False): v for k, v in _read_raw(path).items()}
+    found = {roberta_head_name(canonical_name(k), False): v for k, v in _read_raw(path).items()}
     return {k: v for k, v in found.items() if pooler or not k.startswith("pooler.")}
 
 

@@ -327,7 +327,7 @@ def _rungs(top: int) -> list[int]:
     return sorted((c for c in counts if c >= 1), reverse=True)
 
 
-class _RunDelay:
+class RunDelay:
     """Cumulative run-queue delay (ns) of the threads that compute for the calling thread's
     loop, from the kernel's schedstat; ``None`` where it cannot be read (not Linux, no
     schedstat). The process's other Python threads are left out (``others``: their native
@@ -431,7 +431,7 @@ class ThreadGovernor:
         max_look_s: float = 12.8,
         margin: float = 0.1,
         contention: float = 0.1,
-        run_delay: _RunDelay | None = None,
+        run_delay: RunDelay | None = None,
     ) -> None:
         if isinstance(top, bool) or not isinstance(top, int) or top < 1:
             raise ValueError(f"top must be a positive int, got {top!r}.")
@@ -445,7 +445,7 @@ class ThreadGovernor:
         self.contention = contention
         self.stats = GovernorStats()
         self._busy = threading.Lock()
-        self._delay = _RunDelay() if run_delay is None else run_delay
+        self._delay = RunDelay() if run_delay is None else run_delay
         self._interval = min_interval
         self._countdown = min_interval
         self._look_s = look_s
