@@ -637,44 +637,50 @@ def _calibrate(bert: Bert, texts: Sequence[str]) -> None:
             model(input_ids=torch.tensor([enc.ids], device=model.device))
 
 
+@contextmanager
+def _observed(layers: Sequence[BertLayer]) -> Iterator[None]:
+    """Inside the block, ``layers`` compute their products through observing
+    :class:`~bertattn.encoder.int8_blocks.Product` modules (:func:`install`, on the same
+    parameters), so each product keeps the range of its own input on whatever path the model
+    runs: padded or packed (a packed backend calls each layer's ``forward_packed``, never its
+    ``__call__``), lean or not. Then every layer gets its own modules back."""
+    saved = [(la.attn.out_linear, dict(la.mlp.named_children())) for la in layers]
+    try:
+        found = [p for la in layers for p in install(la)]
+        with observing(found):
+            yield
+    finally:
+        for la, (out, mlp) in zip(layers, saved, strict=True):
+            la.attn._modules.pop("qkv_product", None)
+            la.attn.out_linear = out
+            for name, child in mlp.items():
+                setattr(la.mlp, name, child)
+
+
 def _smoothing(bert: Bert, texts: Sequence[str], alpha: float) -> list[dict[str, Tensor]]:
     """SmoothQuant's per-channel factors for each layer's q/k/v, attention-output and first
     feed-forward inputs: ``amax(|x_j|) ** alpha / amax(|w_j|) ** (1 - alpha)`` over ``texts``,
-    each text run alone (no padding row counts)."""
-    model = bert.model
-    layers = list(model.encoder.layers)
-    seen: list[dict[str, Tensor]] = [{} for _ in layers]
-
-    def keep(i: int, name: str, x: Tensor) -> None:
-        top = x.detach().reshape(-1, x.shape[-1]).abs().amax(0).float()
-        old = seen[i].get(name)
-        seen[i][name] = top if old is None else torch.maximum(old, top)
-
-    handles = []
-    for i, layer in enumerate(layers):
-        handles.append(layer.register_forward_pre_hook(lambda m, a, i=i: keep(i, "qkv", a[0])))
-        handles.append(
-            layer.attn.out_linear.register_forward_pre_hook(lambda m, a, i=i: keep(i, "out", a[0]))
-        )
-        handles.append(
-            layer.mlp.fc_in.register_forward_pre_hook(lambda m, a, i=i: keep(i, "fc_in", a[0]))
-        )
-    try:
+    each text run alone (no padding row counts), seen by the products themselves
+    (:func:`_observed`) on the layout the model runs."""
+    layers = list(bert.model.encoder.layers)
+    with _observed(layers):
+        watched = [
+            {"qkv": la.attn.qkv_product, "out": la.attn.out_linear, "fc_in": la.mlp.fc_in}
+            for la in layers
+        ]
         _calibrate(bert, texts)
-    finally:
-        for h in handles:
-            h.remove()
     factors = []
-    for i, layer in enumerate(layers):
-        w_qkv, _ = layer.attn.qkv_weight()
-        weights = {
-            "qkv": w_qkv,
-            "out": layer.attn.out_linear.weight,
-            "fc_in": layer.mlp.fc_in.weight,
-        }
+    for i, watch in enumerate(watched):
         f = {}
-        for name, w in weights.items():
-            act = seen[i][name].clamp(min=1e-5)
+        for name, p in watch.items():
+            if p.seen is None:
+                raise ValueError(
+                    f"SmoothQuant's calibration saw no input of layer {i}'s {name} product "
+                    f"({len(texts)} texts); expected texts that run through the model: pass "
+                    f"texts with at least one text, or alpha=0 for no smoothing."
+                )
+            w, _ = p.float_weights()
+            act = p.seen.clamp(min=1e-5)
             wmax = w.detach().float().abs().amax(0).clamp(min=1e-5)
             f[name] = (act**alpha / wmax ** (1.0 - alpha)).clamp(min=1e-5)
         factors.append(f)
