@@ -15,7 +15,8 @@ where it is native and fast here (``around``: :mod:`bertattn.encoder.int8_around
   the weights (divided out of the activations as they are quantized).
 * The second feed-forward linear reads GELU outputs, which lie in ``[GELU_MIN, gelu(max u)]``:
   each token's range comes from the row maximum of the pre-activation ``u``, so the GELU runs
-  once per element.
+  once per element. Where the products take 7-bit weights (u8 x s7, AVX2 without VNNI), this
+  one takes 8-bit weights and 7-bit activations instead (:func:`~.int8_forms.gelu_form`).
 
 The quantize and dequantize steps around each product are fused with the bias, the residual
 add, the LayerNorm and the GELU into five small kernels compiled once by ``torch.compile``
@@ -66,7 +67,7 @@ from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
 from .int8_around import FLOAT32_AROUND, Around, choose_around
 from .int8_blocks import install, int8_runs, observing, products
-from .int8_forms import U8_F32, Form
+from .int8_forms import U8_F32, Form, gelu_form
 from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
 from .model import BertLayer, BertModel
 
@@ -202,10 +203,11 @@ def _codes(q: Tensor, unsigned: bool) -> Tensor:
 
 
 def _quantize(
-    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
+    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False, qmin: int | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted)."""
-    qmin = -(levels + 1) // 2
+    """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted),
+    its values in ``[qmin, qmin + levels]`` (``qmin`` None: centred on 0)."""
+    qmin = -(levels + 1) // 2 if qmin is None else qmin
     xs = x * inv
     lo = xs.amin(-1, keepdim=True).clamp(max=0.0)
     hi = xs.amax(-1, keepdim=True).clamp(min=0.0)
@@ -225,9 +227,9 @@ def _dequantize(
 
 
 def _qkv(
-    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
+    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False, qmin: int | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return _quantize(x, inv, levels, unsigned)
+    return _quantize(x, inv, levels, unsigned, qmin)
 
 
 def _dequant_res_ln_quant(
@@ -253,14 +255,21 @@ def _dequant_res_ln_quant(
 
 
 def _dequant_gelu_quant(
-    y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor, levels: int, unsigned: bool = False
+    y: Tensor,
+    s: Tensor,
+    sz: Tensor,
+    bias: Tensor,
+    col: Tensor,
+    levels: int,
+    unsigned: bool = False,
+    qmin: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """First feed-forward linear: dequantize, GELU, quantize per token for the second. The
     exact GELU rises for u > -0.75 and never goes below ``GELU_MIN``, so a row's outputs lie in
     ``[GELU_MIN, gelu(max u)]``: the row max of ``u`` (written apart so that the compiler
     recomputes ``u`` instead of storing it) gives the scale, and the GELU runs once per
-    element."""
-    qmin = -(levels + 1) // 2
+    element. ``qmin``: as :func:`_quantize`."""
+    qmin = -(levels + 1) // 2 if qmin is None else qmin
     top = (y.float() * s + (bias - sz * col)).amax(-1, keepdim=True)
     hi = F.gelu(top).clamp(min=0.0)
     scale = ((hi - GELU_MIN) / levels).clamp(min=1e-12)
@@ -408,7 +417,9 @@ class Int8Linear(nn.Module):
             # |q| <= 128, so |(q @ wq.T) * scale| <= 128 * sum|wq| * scale
             bound = float((wq.abs().sum(1, dtype=torch.int64).float() * scale).max()) * 128.0
         self.in_features, self.out_features = k, n
-        self.levels = 2**bits - 1
+        self.levels = 2 ** min(bits, form.activation_bits) - 1
+        #: the lowest int8 value: -128 for 7-bit u8 activations (codes 0-127), else centred
+        self.qmin = -128 if form.activation_bits == 7 else -(self.levels + 1) // 2
         self.form = form
         #: the activations go to the product as uint8 (plus 128, zero point 128)
         self.unsigned = form.unsigned
@@ -464,7 +475,7 @@ class Int8Linear(nn.Module):
         k = _kernels()
         shape = x.shape
         rows = x.reshape(-1, shape[-1])
-        q, s, sz = k.quantize(rows, self.inv_smooth, self.levels, self.unsigned)  # type: ignore[operator]
+        q, s, sz = k.quantize(rows, self.inv_smooth, self.levels, self.unsigned, self.qmin)  # type: ignore[operator]
         y = k.dequantize(self.matmul(q), s, sz, self.bias, self.col)  # type: ignore[operator]
         return y.view(*shape[:-1], self.out_features)
 
@@ -507,7 +518,7 @@ class Int8BertLayer(BertLayer):
                 "qkv": Int8Linear(w, b, smooth.get("qkv"), bits, form),
                 "out": Int8Linear.from_linear(attn.out_linear, smooth.get("out"), bits, form),
                 "fc_in": Int8Linear.from_linear(mlp.fc_in, smooth.get("fc_in"), bits, form),
-                "fc_out": Int8Linear.from_linear(mlp.fc_out, None, bits, form),
+                "fc_out": Int8Linear.from_linear(mlp.fc_out, None, bits, gelu_form(form)),
             }
         )
         self.int8_enabled = True
@@ -593,8 +604,9 @@ class Int8BertLayer(BertLayer):
             fc_in.inv_smooth, fc_in.levels, fc_in.unsigned, self.around,
         )  # fmt: skip
         q, s, sz = kern.dequant_gelu_quant(  # type: ignore[operator]
-            fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels, fc_out.unsigned
-        )
+            fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels, fc_out.unsigned,
+            fc_out.qmin,
+        )  # fmt: skip
         return kern.dequant_res_ln(  # type: ignore[operator]
             fc_out.matmul(q), s, sz, fc_out.bias, fc_out.col, x1, n2.weight, n2.bias, n2.eps,
             self.around,
