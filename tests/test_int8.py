@@ -57,7 +57,7 @@ def emulated(x: torch.Tensor, lin: Int8Linear) -> torch.Tensor:
     lo = xs.amin(-1, keepdim=True).clamp(max=0)
     hi = xs.amax(-1, keepdim=True).clamp(min=0)
     s = ((hi - lo) / lin.levels).clamp(min=1e-12)
-    qmin = lin.qmin
+    qmin = int8.QMIN
     z = torch.round(-lo / s) + qmin
     xq = (torch.round(xs / s + z).clamp(qmin, qmin + lin.levels) - z) * s
     w = lin.weight_int8.double() * lin.weight_scale.double()[:, None]

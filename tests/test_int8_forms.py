@@ -62,7 +62,7 @@ def test_the_gelu_product_takes_7_bit_activations_where_weights_are_7_bit() -> N
         U8_F32, S8_F32, U8_BF16, U8_F16,
     ]  # fmt: skip
     lin = int8.Int8Linear(torch.randn(16, 32), None, form=form)
-    assert lin.levels == 127 and lin.qmin == -128
+    assert lin.levels == 127 and int8.QMIN == -128
     assert int(lin.weight_int8.abs().max()) == 127  # 8-bit weights
     with pytest.raises(ValueError, match="activation_bits must be 8, or 7 with u8 activations; "
                        "got 7 with s8"):  # fmt: skip
@@ -78,7 +78,7 @@ def test_7_bit_gelu_codes_stay_within_0_127() -> None:
     u[0] = -5.0  # a row of GELU outputs near GELU_MIN only
     one = torch.ones(1)
     zero = torch.zeros(1)
-    q, s, sz = int8._dequant_gelu_quant(u, one, zero, torch.zeros(64), zero, 127, True, -128)
+    q, s, sz = int8._dequant_gelu_quant(u, one, zero, torch.zeros(64), zero, 127, True)
     assert q.dtype == torch.uint8 and int(q.max()) <= 127
     assert int(q.max(1).values.max()) == 127  # the range is used to its top
     back = s * (q.float() - 128.0) - sz

@@ -191,9 +191,12 @@ CALIBRATION: tuple[str, ...] = (
 
 # ---------------------------------------------------------------------------- fused kernels
 # Plain torch code, compiled once (dynamic shapes) by :func:`_kernels`. ``levels``: 255 for 8
-# bits; a token's int8 values are ``round(x / s) + z`` in ``[-(levels + 1) / 2, levels / 2]``,
+# bits; a token's int8 values are ``round(x / s) + z`` in ``[QMIN, QMIN + levels]``,
 # ``s * (q - z)`` its dequantized value; ``sz`` is ``s * z``, what the zero-point correction
-# needs after the product.
+# needs after the product. With fewer than 8 bits the values start at -128 too: as u8 bytes
+# they are ``0..levels``, what 7-bit activations need to keep a pair's sum exact
+# (:func:`~bertattn.encoder.int8_forms.gelu_form`).
+QMIN = -128
 
 
 def _codes(q: Tensor, unsigned: bool) -> Tensor:
@@ -203,11 +206,11 @@ def _codes(q: Tensor, unsigned: bool) -> Tensor:
 
 
 def _quantize(
-    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False, qmin: int | None = None
+    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted),
-    its values in ``[qmin, qmin + levels]`` (``qmin`` None: centred on 0)."""
-    qmin = -(levels + 1) // 2 if qmin is None else qmin
+    its values in ``[QMIN, QMIN + levels]``."""
+    qmin = QMIN
     xs = x * inv
     lo = xs.amin(-1, keepdim=True).clamp(max=0.0)
     hi = xs.amax(-1, keepdim=True).clamp(min=0.0)
@@ -227,9 +230,9 @@ def _dequantize(
 
 
 def _qkv(
-    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False, qmin: int | None = None
+    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return _quantize(x, inv, levels, unsigned, qmin)
+    return _quantize(x, inv, levels, unsigned)
 
 
 def _dequant_res_ln_quant(
@@ -255,21 +258,14 @@ def _dequant_res_ln_quant(
 
 
 def _dequant_gelu_quant(
-    y: Tensor,
-    s: Tensor,
-    sz: Tensor,
-    bias: Tensor,
-    col: Tensor,
-    levels: int,
-    unsigned: bool = False,
-    qmin: int | None = None,
+    y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor, levels: int, unsigned: bool = False
 ) -> tuple[Tensor, Tensor, Tensor]:
     """First feed-forward linear: dequantize, GELU, quantize per token for the second. The
     exact GELU rises for u > -0.75 and never goes below ``GELU_MIN``, so a row's outputs lie in
     ``[GELU_MIN, gelu(max u)]``: the row max of ``u`` (written apart so that the compiler
     recomputes ``u`` instead of storing it) gives the scale, and the GELU runs once per
-    element. ``qmin``: as :func:`_quantize`."""
-    qmin = -(levels + 1) // 2 if qmin is None else qmin
+    element."""
+    qmin = QMIN
     top = (y.float() * s + (bias - sz * col)).amax(-1, keepdim=True)
     hi = F.gelu(top).clamp(min=0.0)
     scale = ((hi - GELU_MIN) / levels).clamp(min=1e-12)
@@ -418,8 +414,6 @@ class Int8Linear(nn.Module):
             bound = float((wq.abs().sum(1, dtype=torch.int64).float() * scale).max()) * 128.0
         self.in_features, self.out_features = k, n
         self.levels = 2 ** min(bits, form.activation_bits) - 1
-        #: the lowest int8 value: -128 for 7-bit u8 activations (codes 0-127), else centred
-        self.qmin = -128 if form.activation_bits == 7 else -(self.levels + 1) // 2
         self.form = form
         #: the activations go to the product as uint8 (plus 128, zero point 128)
         self.unsigned = form.unsigned
@@ -475,7 +469,7 @@ class Int8Linear(nn.Module):
         k = _kernels()
         shape = x.shape
         rows = x.reshape(-1, shape[-1])
-        q, s, sz = k.quantize(rows, self.inv_smooth, self.levels, self.unsigned, self.qmin)  # type: ignore[operator]
+        q, s, sz = k.quantize(rows, self.inv_smooth, self.levels, self.unsigned)  # type: ignore[operator]
         y = k.dequantize(self.matmul(q), s, sz, self.bias, self.col)  # type: ignore[operator]
         return y.view(*shape[:-1], self.out_features)
 
@@ -604,9 +598,8 @@ class Int8BertLayer(BertLayer):
             fc_in.inv_smooth, fc_in.levels, fc_in.unsigned, self.around,
         )  # fmt: skip
         q, s, sz = kern.dequant_gelu_quant(  # type: ignore[operator]
-            fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels, fc_out.unsigned,
-            fc_out.qmin,
-        )  # fmt: skip
+            fc_in.matmul(q), s, sz, fc_in.bias, fc_in.col, fc_out.levels, fc_out.unsigned
+        )
         return kern.dequant_res_ln(  # type: ignore[operator]
             fc_out.matmul(q), s, sz, fc_out.bias, fc_out.col, x1, n2.weight, n2.bias, n2.eps,
             self.around,
