@@ -19,7 +19,7 @@ from benchmarks.corpus import stdlib_docstring_corpus
 from bertattn import Bert, BertModel
 from bertattn.encoder import int8, int8_speed
 from bertattn.encoder.int8 import CALIBRATION, Int8BertLayer, Int8Linear
-from bertattn.encoder.int8_forms import Form, candidates
+from bertattn.encoder.int8_forms import U8_S7_F32, Form, candidates, gelu_form
 from bertattn.runtime.cpu import cpu_flags
 
 
@@ -57,7 +57,7 @@ def emulated(x: torch.Tensor, lin: Int8Linear) -> torch.Tensor:
     lo = xs.amin(-1, keepdim=True).clamp(max=0)
     hi = xs.amax(-1, keepdim=True).clamp(min=0)
     s = ((hi - lo) / lin.levels).clamp(min=1e-12)
-    qmin = -(lin.levels + 1) // 2
+    qmin = int8.QMIN
     z = torch.round(-lo / s) + qmin
     xq = (torch.round(xs / s + z).clamp(qmin, qmin + lin.levels) - z) * s
     w = lin.weight_int8.double() * lin.weight_scale.double()[:, None]
@@ -110,6 +110,23 @@ def test_int8_linear_against_linear(rows: int, smooth: bool, form) -> None:
     assert _rel(got, exact) <= 1.05 * _rel(want, exact) + 1e-4
     assert _rel(got, exact) < 0.02
     assert got.dtype == torch.float32 and got.shape == (rows, 160)
+
+
+def test_the_u7_x_s8_product_is_exact_here() -> None:
+    """The form of the product reading GELU outputs where weights are 7-bit (u7 x s8) runs the
+    u8 kernel exactly on this CPU: codes 0-127 by 8-bit weights add no saturation."""
+    torch.manual_seed(2)
+    lin = nn.Linear(1536, 384)
+    with torch.no_grad():  # the first 64 weights of each row its largest: 127 each
+        lin.weight.mul_(0.01)[:, :64] = 1.0
+    x = F.gelu(torch.randn(64, 1536) * 2.0)
+    x[:, :64] = 20.0  # each row's largest GELU outputs by them: a saturating pair sum shows
+    q = Int8Linear.from_linear(lin, form=gelu_form(U8_S7_F32))
+    assert bool((q.weight_int8[:, :64] == 127).all())
+    with torch.inference_mode():
+        got = q(x).double()
+    want = emulated(x, q)
+    assert float((got - want).abs().max()) <= ROUNDING[torch.float32] * float(want.abs().max())
 
 
 def test_int8_linear_large_weights_write_float32() -> None:
@@ -168,6 +185,8 @@ def test_load_int8_meets_the_bars_on_a_holdout(bert_int8: Bert, bert_fp32: Bert)
     assert fid.mean_kept >= int8.NEIGHBOURS_KEPT
     # the int8 path ran (not the float32 fallback): embeddings differ from float32 a little
     assert fid.min_cosine < 0.99999
+    form = bert_int8.model.int8_speed.form
+    assert all(la.int8["fc_out"].form == gelu_form(form) for la in layers)
 
 
 def test_int8_embeddings_do_not_depend_on_the_batch(bert_int8: Bert) -> None:

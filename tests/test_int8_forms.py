@@ -16,9 +16,11 @@ from bertattn.encoder.int8_forms import (
     U8_F16,
     U8_F32,
     U8_S7_F32,
+    Form,
     candidates,
     error,
     exact,
+    gelu_form,
 )
 from bertattn.encoder.int8_speed import Speed
 
@@ -47,6 +49,41 @@ def test_a_form_is_checked() -> None:
         type(U8_F32)("u4", torch.float32)
     with pytest.raises(ValueError, match="writes float32, bfloat16 or float16"):
         type(U8_F32)("u8", torch.float64)
+
+
+def test_the_gelu_product_takes_7_bit_activations_where_weights_are_7_bit() -> None:
+    """Without VNNI a u8 x s8 pair's 16-bit sum saturates: the product reading GELU outputs
+    keeps its 8-bit weights and gives up an activation bit instead (u7 x s8: the same kernel,
+    a pair's sum as bounded); every other form is its own."""
+    form = gelu_form(U8_S7_F32)
+    assert str(form) == "u7 x s8 -> float32" and form.weight_limit == 127 and form.unsigned
+    assert 2 * 127 * 127 <= 2**15 - 1 and 2 * 255 * 63 <= 2**15 - 1 < 2 * 255 * 127
+    assert [gelu_form(f) for f in (U8_F32, S8_F32, U8_BF16, U8_F16)] == [
+        U8_F32, S8_F32, U8_BF16, U8_F16,
+    ]  # fmt: skip
+    lin = int8.Int8Linear(torch.randn(16, 32), None, form=form)
+    assert lin.levels == 127 and int8.QMIN == -128
+    assert int(lin.weight_int8.abs().max()) == 127  # 8-bit weights
+    with pytest.raises(ValueError, match="activation_bits must be 8, or 7 with u8 activations; "
+                       "got 7 with s8"):  # fmt: skip
+        Form("s8", torch.float32, activation_bits=7)
+
+
+def test_7_bit_gelu_codes_stay_within_0_127() -> None:
+    """The fused GELU step quantizes to the u7 codes the form allows (the kernel's
+    unsigned bytes 0-127: a byte of 128 or more would saturate the pair sum) and back within
+    half a step of the exact GELU."""
+    gen = torch.Generator().manual_seed(3)
+    u = torch.randn(40, 64, generator=gen) * 3.0
+    u[0] = -5.0  # a row of GELU outputs near GELU_MIN only
+    one = torch.ones(1)
+    zero = torch.zeros(1)
+    q, s, sz = int8._dequant_gelu_quant(u, one, zero, torch.zeros(64), zero, 127, True)
+    assert q.dtype == torch.uint8 and int(q.max()) <= 127
+    assert int(q.max(1).values.max()) == 127  # the range is used to its top
+    back = s * (q.float() - 128.0) - sz
+    err = (back - torch.nn.functional.gelu(u)).abs()
+    assert bool((err <= s / 2 + 1e-6).all()), float((err - s / 2).max())
 
 
 def _operands(rows: int = 16, k: int = 64, n: int = 48):

@@ -15,7 +15,8 @@ where it is native and fast here (``around``: :mod:`bertattn.encoder.int8_around
   the weights (divided out of the activations as they are quantized).
 * The second feed-forward linear reads GELU outputs, which lie in ``[GELU_MIN, gelu(max u)]``:
   each token's range comes from the row maximum of the pre-activation ``u``, so the GELU runs
-  once per element.
+  once per element. Where the products take 7-bit weights (u8 x s7, AVX2 without VNNI), this
+  one takes 8-bit weights and 7-bit activations instead (:func:`~.int8_forms.gelu_form`).
 
 The quantize and dequantize steps around each product are fused with the bias, the residual
 add, the LayerNorm and the GELU into five small kernels compiled once by ``torch.compile``
@@ -66,7 +67,7 @@ from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
 from .int8_around import FLOAT32_AROUND, Around, choose_around
 from .int8_blocks import install, int8_runs, observing, products
-from .int8_forms import U8_F32, Form
+from .int8_forms import U8_F32, Form, gelu_form
 from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
 from .model import BertLayer, BertModel
 
@@ -190,9 +191,12 @@ CALIBRATION: tuple[str, ...] = (
 
 # ---------------------------------------------------------------------------- fused kernels
 # Plain torch code, compiled once (dynamic shapes) by :func:`_kernels`. ``levels``: 255 for 8
-# bits; a token's int8 values are ``round(x / s) + z`` in ``[-(levels + 1) / 2, levels / 2]``,
+# bits; a token's int8 values are ``round(x / s) + z`` in ``[QMIN, QMIN + levels]``,
 # ``s * (q - z)`` its dequantized value; ``sz`` is ``s * z``, what the zero-point correction
-# needs after the product.
+# needs after the product. With fewer than 8 bits the values start at -128 too: as u8 bytes
+# they are ``0..levels``, what 7-bit activations need to keep a pair's sum exact
+# (:func:`~bertattn.encoder.int8_forms.gelu_form`).
+QMIN = -128
 
 
 def _codes(q: Tensor, unsigned: bool) -> Tensor:
@@ -204,8 +208,9 @@ def _codes(q: Tensor, unsigned: bool) -> Tensor:
 def _quantize(
     x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted)."""
-    qmin = -(levels + 1) // 2
+    """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted),
+    its values in ``[QMIN, QMIN + levels]``."""
+    qmin = QMIN
     xs = x * inv
     lo = xs.amin(-1, keepdim=True).clamp(max=0.0)
     hi = xs.amax(-1, keepdim=True).clamp(min=0.0)
@@ -260,7 +265,7 @@ def _dequant_gelu_quant(
     ``[GELU_MIN, gelu(max u)]``: the row max of ``u`` (written apart so that the compiler
     recomputes ``u`` instead of storing it) gives the scale, and the GELU runs once per
     element."""
-    qmin = -(levels + 1) // 2
+    qmin = QMIN
     top = (y.float() * s + (bias - sz * col)).amax(-1, keepdim=True)
     hi = F.gelu(top).clamp(min=0.0)
     scale = ((hi - GELU_MIN) / levels).clamp(min=1e-12)
@@ -408,7 +413,7 @@ class Int8Linear(nn.Module):
             # |q| <= 128, so |(q @ wq.T) * scale| <= 128 * sum|wq| * scale
             bound = float((wq.abs().sum(1, dtype=torch.int64).float() * scale).max()) * 128.0
         self.in_features, self.out_features = k, n
-        self.levels = 2**bits - 1
+        self.levels = 2 ** min(bits, form.activation_bits) - 1
         self.form = form
         #: the activations go to the product as uint8 (plus 128, zero point 128)
         self.unsigned = form.unsigned
@@ -507,7 +512,7 @@ class Int8BertLayer(BertLayer):
                 "qkv": Int8Linear(w, b, smooth.get("qkv"), bits, form),
                 "out": Int8Linear.from_linear(attn.out_linear, smooth.get("out"), bits, form),
                 "fc_in": Int8Linear.from_linear(mlp.fc_in, smooth.get("fc_in"), bits, form),
-                "fc_out": Int8Linear.from_linear(mlp.fc_out, None, bits, form),
+                "fc_out": Int8Linear.from_linear(mlp.fc_out, None, bits, gelu_form(form)),
             }
         )
         self.int8_enabled = True
