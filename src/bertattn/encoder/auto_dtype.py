@@ -252,9 +252,9 @@ def _measure_quietly(run: Timer, threads: int) -> dict:
     the wall time (another process held the cores). Where the delay cannot be read (not Linux),
     the timing is kept."""
     from ..attention.gemm import MAX_WAIT_SHARE
-    from ..runtime.threads import RunDelay
+    from ..runtime import threads as machine_threads
 
-    delay = (RunDelay or RunDelay)()
+    delay = (RunDelay or machine_threads.RunDelay)()
     waited0, start = delay.total(), time.perf_counter()
     entry = _measure(run)
     waited1, wall = delay.total(), time.perf_counter() - start
