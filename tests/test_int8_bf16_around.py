@@ -199,6 +199,30 @@ def test_tiny_model_with_bfloat16_around_its_int8_steps(tiny_checkpoint, caplog)
 
 
 @pytest.mark.usefixtures("int8_steps")
+def test_a_bfloat16_mix_survives_deepcopy_and_pickle(tiny_checkpoint) -> None:
+    """A copy keeps the mix (each layer's dtype around its products and the model's record of
+    it) and computes what the original does."""
+    import copy
+    import io
+
+    bert = Bert.load(tiny_checkpoint, dtype="int8", int8_around="bfloat16", threads=1)
+    batch = bert.tokenizer(["a short text", "and another, longer text than that"])
+    with torch.inference_mode():
+        want = bert.model(batch.input_ids, batch.attention_mask).last_hidden_state
+    buf = io.BytesIO()
+    torch.save(bert.model, buf)
+    buf.seek(0)
+    for other in (copy.deepcopy(bert.model), torch.load(buf, weights_only=False)):
+        assert other.int8_around == bert.model.int8_around
+        assert {la.around for la in other.encoder.layers if isinstance(la, Int8BertLayer)} == {
+            torch.bfloat16
+        }
+        with torch.inference_mode():
+            got = other(batch.input_ids, batch.attention_mask).last_hidden_state
+        assert torch.equal(got, want)
+
+
+@pytest.mark.usefixtures("int8_steps")
 def test_attention_weights_asked_of_a_later_layer_read_the_bfloat16_stream(tiny_checkpoint) -> None:
     """Layer 0 runs int8 with bfloat16 out; layer 1, asked for its weights, runs its float32
     layer on that stream widened back to float32."""
