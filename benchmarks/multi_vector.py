@@ -15,9 +15,13 @@ one run, peers interleaved round by round (medians), CPU fp32, the same threads:
   here).
 
     python -m benchmarks.multi_vector [--short 512] [--long 128] [--m3-texts 32] [--layers 24]
-        [--repeats 3] [--threads N] [--cpu-time] [--json FILE]
+        [--repeats 3] [--threads N] [--cpu-time] [--dtype int8] [--json FILE]
 
 Prints the CPU, the threads, each peer's texts/s and the ratio (the issue's target: >= 2x).
+``--dtype int8`` loads bertattn's two encoders with ``dtype="int8"`` against the same float32
+peers, and prints what int8 keeps of bertattn's own float32 path on the benchmark's texts
+(:func:`colbert_fidelity`: every token row's cosine, each short passage's 10 best 256-token
+passages by MaxSim; :func:`m3_fidelity`: dense, lexical and ColBERT outputs).
 ``--cpu-time`` times each call in this process's CPU seconds instead of wall time (a shared
 machine; use it with ``--threads 1``).
 """
@@ -30,14 +34,18 @@ import shutil
 import string
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from bertattn.bench import environment, interleaved_medians
 from bertattn.encoder.folder import default_model_dir
+from bertattn.encoder.int8 import NEIGHBOURS, compare, float32_path
+from bertattn.heads.multi_vector import maxsim
 
 from .corpus import stdlib_docstring_corpus, stdlib_paragraph_corpus
 
@@ -79,13 +87,19 @@ def build_m3(out: Path, layers: int) -> Path:
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (base / name).exists():
             shutil.copy(base / name, out / name)
+    return add_m3_linears(out, 1024)
+
+
+def add_m3_linears(out: Path, width: int) -> Path:
+    """Seeded ``colbert_linear.pt`` (``width`` -> ``width``, as bge-m3's) and
+    ``sparse_linear.pt`` (``width`` -> 1) beside the encoder in ``out``: a bge-m3 folder."""
     g = torch.Generator().manual_seed(1)
     torch.save(
-        {"weight": torch.randn(1024, 1024, generator=g) * 0.03, "bias": torch.zeros(1024)},
+        {"weight": torch.randn(width, width, generator=g) * 0.03, "bias": torch.zeros(width)},
         out / "colbert_linear.pt",
     )
     torch.save(
-        {"weight": torch.randn(1, 1024, generator=g) * 0.03, "bias": torch.zeros(1)},
+        {"weight": torch.randn(1, width, generator=g) * 0.03, "bias": torch.zeros(1)},
         out / "sparse_linear.pt",
     )
     return out
@@ -137,6 +151,94 @@ class TransformersM3:
         return {"dense_vecs": np.stack(dense), "lexical_weights": lexical, "colbert_vecs": colbert}  # type: ignore[arg-type]
 
 
+# ------------------------------------------------------------------ int8 against float32
+#: each query's best documents (each text's heaviest tokens) that must stay its best: the int8
+#: check's nearest neighbours (bertattn.encoder.int8.NEIGHBOURS)
+TOP_K = NEIGHBOURS
+
+
+def token_cosines(reference: Sequence[object], rows: Sequence[object]) -> Tensor:
+    """``(T,)`` float64: the cosine of each token row in ``rows`` with the same row of
+    ``reference`` (per text an ``(n_i, d)`` array or tensor, the same ``n_i`` on both sides), the
+    texts' rows one after another."""
+    out = []
+    for i, (a, b) in enumerate(zip(reference, rows, strict=True)):
+        a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
+        if a.shape != b.shape:
+            raise ValueError(
+                f"text {i}: reference rows {tuple(a.shape)} and rows {tuple(b.shape)}: both "
+                f"must be the rows of the same tokens; encode the same texts the same way."
+            )
+        out.append(torch.nn.functional.cosine_similarity(a, b, dim=-1))
+    return torch.cat(out)
+
+
+def top_kept(reference: Tensor, scores: Tensor, k: int = TOP_K, skip_self: bool = False) -> Tensor:
+    """``(Q,)`` float64: for each row of ``reference`` ``(Q, D)`` (a query's scores over the
+    documents), the share of its ``k`` highest columns that are among the ``k`` highest of the
+    same row of ``scores``; ``skip_self``: the diagonal left out (texts scored against
+    themselves)."""
+    a, b = reference.double().clone(), scores.double().clone()
+    if skip_self:
+        a.fill_diagonal_(-float("inf"))
+        b.fill_diagonal_(-float("inf"))
+    k = min(k, a.shape[1] - int(skip_self))
+    top_a, top_b = a.topk(k, dim=1).indices, b.topk(k, dim=1).indices
+    return (top_a.unsqueeze(2) == top_b.unsqueeze(1)).any(2).double().mean(1)
+
+
+def lexical_kept(
+    reference: Sequence[dict[str, float]], weights: Sequence[dict[str, float]], k: int = TOP_K
+) -> Tensor:
+    """``(N,)`` float64: for each text the share of its ``k`` heaviest token ids in
+    ``reference`` (all of them when it has fewer) that are among its ``k`` heaviest in
+    ``weights`` (bge-m3's lexical weights, ``{str(token_id): weight}``); 1 for a text with none."""
+    out = []
+    for ref, got in zip(reference, weights, strict=True):
+        want = sorted(ref, key=ref.__getitem__, reverse=True)[:k]
+        have = set(sorted(got, key=got.__getitem__, reverse=True)[: len(want)])
+        out.append(sum(t in have for t in want) / len(want) if want else 1.0)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def _summary(name: str, values: Tensor) -> dict[str, float]:
+    return {f"{name}_min": float(values.min()), f"{name}_mean": float(values.mean())}
+
+
+def colbert_fidelity(
+    encoder: Any, queries: list[str], documents: list[str], skip_self: bool = False
+) -> dict[str, float]:
+    """An int8 ``MultiVectorEncoder`` against its own float32 path on the same texts: the
+    cosine of each token row (queries' and documents'), and the share of each query's
+    ``TOP_K`` best documents by MaxSim kept (``skip_self``: ``queries`` are ``documents`` and a
+    text's own score is left out): ``{token_cosine,kept}_{min,mean}``."""
+    with torch.inference_mode(), float32_path(encoder.bert.model):
+        ref_q, ref_d = encoder.encode_query(queries), encoder.encode_document(documents)
+    got_q, got_d = encoder.encode_query(queries), encoder.encode_document(documents)
+    cos = token_cosines(ref_q + ref_d, got_q + got_d)
+    kept = top_kept(maxsim(ref_q, ref_d), maxsim(got_q, got_d), skip_self=skip_self)
+    return {**_summary("token_cosine", cos), **_summary("kept", kept)}
+
+
+def m3_fidelity(m3: Any, texts: list[str]) -> dict[str, float]:
+    """An int8 ``M3Encoder`` against its own float32 path on ``texts``: the dense vectors by
+    the int8 check's measure (``dense_{min,mean}_cosine``, ``dense_{min,mean}_kept``: each
+    text's nearest neighbours), the share of each text's ``TOP_K`` heaviest lexical tokens kept
+    (``lexical_kept_{min,mean}``) and the cosine of each ColBERT row
+    (``colbert_cosine_{min,mean}``)."""
+    flags = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+    with torch.inference_mode(), float32_path(m3.bert.model):
+        ref = m3.encode(texts, **flags)
+    got = m3.encode(texts, **flags)
+    dense = compare(torch.from_numpy(ref["dense_vecs"]), torch.from_numpy(got["dense_vecs"]))
+    return {
+        "dense_min_cosine": dense.min_cosine, "dense_mean_cosine": dense.mean_cosine,
+        "dense_min_kept": dense.min_kept, "dense_mean_kept": dense.mean_kept,
+        **_summary("lexical_kept", lexical_kept(ref["lexical_weights"], got["lexical_weights"])),
+        **_summary("colbert_cosine", token_cosines(ref["colbert_vecs"], got["colbert_vecs"])),
+    }  # fmt: skip
+
+
 def _race(  # type: ignore[no-untyped-def]
     ours, theirs, n: int, repeats: int, clock: Callable[[], float] = time.perf_counter
 ) -> dict[str, float]:
@@ -158,18 +260,19 @@ def run(
     repeats: int,
     threads: int,
     clock: Callable[[], float] = time.perf_counter,
+    dtype: str = "float32",
 ) -> dict:
     from sentence_transformers import MultiVectorEncoder as STMultiVectorEncoder
 
     from bertattn import M3Encoder, MultiVectorEncoder
 
-    out: dict[str, object] = {"environment": environment(), "layers": layers}
+    out: dict[str, object] = {"environment": environment(), "layers": layers, "dtype": dtype}
     out["clock"] = "CPU" if clock is time.process_time else "wall"
     shorts = stdlib_docstring_corpus(short)
     longs = stdlib_paragraph_corpus(long)
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_colbert(Path(tmp) / "colbert")
-        ours = MultiVectorEncoder(folder, threads=threads)
+        ours = MultiVectorEncoder(folder, threads=threads, dtype=dtype)
         theirs = STMultiVectorEncoder(str(folder), device="cpu")
         a, b = ours.encode_document(shorts[:64]), theirs.encode_document(shorts[:64])
         diffs = [float((x - y).abs().max()) for x, y in zip(a, b, strict=True)]
@@ -183,12 +286,15 @@ def run(
                 len(texts), repeats, clock,
             )  # fmt: skip
         m3_folder = build_m3(Path(tmp) / "m3", layers)
-        m3 = M3Encoder(m3_folder, threads=threads, batch_size=32)
+        m3 = M3Encoder(m3_folder, threads=threads, batch_size=32, dtype=dtype)
         ref = TransformersM3(m3_folder)
         texts = longs[:m3_texts]
         flags = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
         got, want = m3.encode(texts, **flags), ref.encode(texts)
         out["m3_max_abs_diff"] = float(np.abs(got["dense_vecs"] - want["dense_vecs"]).max())
+        if dtype == "int8":
+            out["colbert_fidelity"] = colbert_fidelity(ours, shorts[:32], longs)
+            out["m3_fidelity"] = m3_fidelity(m3, texts)
         out["m3 256-token"] = _race(
             lambda: m3.encode(texts, **flags), lambda: ref.encode(texts), len(texts), repeats, clock
         )
@@ -199,7 +305,8 @@ def table(result: dict) -> str:
     env = result["environment"]
     lines = [
         f"{env['processor']} ({env['cpu_capability']}), {env['threads']} threads, torch "
-        f"{env['torch']}, fp32, {result.get('clock', 'wall')} time; max |diff| ColBERT rows "
+        f"{env['torch']}, bertattn {result.get('dtype', 'float32')} (peers float32), "
+        f"{result.get('clock', 'wall')} time; max |diff| ColBERT rows "
         f"{result['colbert_max_abs_diff']:.1e}, "
         f"bge-m3 dense {result['m3_max_abs_diff']:.1e}; 256-token passages: median "
         f"{result['long_tokens_median']:.0f} scored tokens",
@@ -219,6 +326,10 @@ def table(result: dict) -> str:
             f"| {label} | {r['texts']} | {r['bertattn_per_s']:.3g} | {r['reference_per_s']:.3g} "
             f"| {r['ratio']:.2f}x: {verdict} |"
         )
+    for key in ("colbert_fidelity", "m3_fidelity"):
+        if key in result:
+            numbers = ", ".join(f"{k} {v:.4f}" for k, v in result[key].items())
+            lines.append(f"int8 against float32, {key.split('_')[0]}: {numbers}")
     return "\n".join(lines)
 
 
@@ -230,6 +341,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--dtype", choices=("float32", "int8"), default="float32",
+        help="bertattn's dtype (the peers stay float32)",
+    )  # fmt: skip
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     parser.add_argument(
         "--cpu-time",
@@ -240,7 +355,9 @@ def main() -> None:
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)  # sentence-transformers' and transformers' threads
     clock = time.process_time if args.cpu_time else time.perf_counter
-    result = run(args.short, args.long, args.m3_texts, args.layers, args.repeats, threads, clock)
+    result = run(
+        args.short, args.long, args.m3_texts, args.layers, args.repeats, threads, clock, args.dtype
+    )
     print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
