@@ -23,6 +23,7 @@ rows of padding too, which wins where every real row of the passage scores below
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,8 @@ class M3Encoder:
     ``pooling_method`` (``"cls"`` or ``"mean"``) as FlagEmbedding's; ``batch_size``,
     ``query_max_length``, ``passage_max_length``, ``return_*`` and ``truncate_dim``: the
     defaults of :meth:`encode`; ``device``, ``dtype``, ``threads``, ``backend``: as
-    :meth:`bertattn.Bert.load`.
+    :meth:`bertattn.Bert.load` (``dtype="int8"``: the encoder's products in int8, checked
+    against float32 as it loads; the two linear layers stay float32).
 
     Attributes: ``bert`` (the encoder), ``colbert_dim``, ``unused_token_ids`` (the ids left out
     of the lexical weights).
@@ -136,7 +138,11 @@ class M3Encoder:
         width = folder.config.hidden_size
         colbert = read_linear(folder.model_dir / "colbert_linear.pt", width, None)
         sparse = read_linear(folder.model_dir / "sparse_linear.pt", width, 1)
-        self.bert = Bert.load(folder, dtype=dtype, device=device, threads=threads, backend=backend)
+        with warnings.catch_warnings():  # int8's check encodes; this class pools on its own
+            warnings.filterwarnings("ignore", message=r".*no modules\.json \(a plain Hugging Face")
+            self.bert = Bert.load(
+                folder, dtype=dtype, device=device, threads=threads, backend=backend
+            )
         where = self.bert.device
         self._colbert = (colbert[0].to(where), colbert[1].to(where))
         self._sparse = (sparse[0].to(where), sparse[1].to(where))
