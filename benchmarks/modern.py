@@ -145,12 +145,20 @@ def bertattn_encoder(
     )
 
 
+def _timed(
+    encoders: dict, texts: list[str], repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, list[float]]:
+    """Seconds of each peer's call per round (interleaved, one warm-up each)."""
+    timer = interleaved_medians({k: (lambda f=f: f(texts)) for k, f in encoders.items()},
+                                repeats=repeats, warmup=1, clock=clock)  # fmt: skip
+    return timer.samples
+
+
 def _speeds(
     encoders: dict, texts: list[str], repeats: int, clock: Callable[[], float] = time.perf_counter
 ) -> dict[str, float]:
-    timer = interleaved_medians({k: (lambda f=f: f(texts)) for k, f in encoders.items()},
-                                repeats=repeats, warmup=1, clock=clock)  # fmt: skip
-    return {k: len(texts) / timer.median(k) for k in encoders}
+    samples = _timed(encoders, texts, repeats, clock)
+    return {k: len(texts) / float(np.median(samples[k])) for k in encoders}
 
 
 def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
@@ -185,8 +193,12 @@ def compare(family: str, folder: Path, args: argparse.Namespace) -> list[dict]:
         want = encoders["transformers sdpa"](texts)
         cos = {k: float((f(texts) * want).sum(1).min()) for k, f in encoders.items()}
         repeats = args.repeats if len(texts) > 1 else args.long_repeats
-        speed = _speeds(encoders, texts, repeats, _clock(args.cpu_time))
-        rows.append({"family": family, "scenario": name, "speed": speed, "min_cosine": cos})
+        samples = _timed(encoders, texts, repeats, _clock(args.cpu_time))
+        speed = {k: len(texts) / float(np.median(samples[k])) for k in encoders}
+        rounds = {k: [t / o for t, o in zip(samples[k], samples["bertattn"], strict=True)]
+                  for k in encoders if k != "bertattn"}  # fmt: skip
+        rows.append({"family": family, "scenario": name, "speed": speed, "min_cosine": cos,
+                     "rounds": rounds})  # fmt: skip
     return rows
 
 
@@ -253,6 +265,9 @@ def _print_rows(rows: list[dict]) -> None:
             if target is not None:
                 verdict = f"  target {target}x: {'met' if ours / speed >= target else 'NOT met'}"
             print(f"  {peer:<20}{speed:>9.2f}  cos {row['min_cosine'][peer]:.6f}{ratio}{verdict}")
+            if peer != "bertattn" and len(row["rounds"][peer]) > 1:
+                each = " ".join(f"{r:.2f}x" for r in row["rounds"][peer])
+                print(f"  {'':<20}bertattn per round (its time / ours): {each}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 its torch reference on the same inputs (the "measured bound" of a speed target not met).
 
     python -m benchmarks.profile_top {minilm-paragraphs,modernbert-long,colbert-256,m3}
-        [--threads 1] [--rows 10] [--length 2048] [--layers 6] [--texts 48]
+        [--threads 1] [--rows 10] [--length 2048] [--layers 6] [--texts 48] [--shapes]
 
 Scenarios (the same folders and texts as the benchmark that times them):
 
@@ -17,7 +17,9 @@ Scenarios (the same folders and texts as the benchmark that times them):
   ``benchmarks.multi_vector`` cut to ``--layers`` layers, against transformers + 2 linear.
 
 Each peer is called once to warm up, then once under the profiler (CPU activities); the table
-is sorted by self CPU time. The total printed is the profiled call's CPU seconds.
+is sorted by self CPU time. The total printed is the profiled call's CPU seconds. ``--shapes``
+adds a second table with each operator split by its input shapes (which product, which
+attention call).
 """
 
 from __future__ import annotations
@@ -80,19 +82,24 @@ def peers(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, Call]
     }
 
 
-def profile(name: str, call: Call, rows: int) -> None:
-    """Warm ``call`` once, profile one call, print its top ``rows`` operators by self CPU time."""
+def profile(name: str, call: Call, rows: int, shapes: bool = False) -> None:
+    """Warm ``call`` once, profile one call, print its top ``rows`` operators by self CPU time
+    (and, with ``shapes``, by operator and input shapes)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     with torch.inference_mode():
         call()
         start = time.process_time()
-        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
             call()
         spent = time.process_time() - start
     print(f"\n{name}: one call, {spent:.2f} CPU s (profiled)")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+    if shapes:
+        by_shape = prof.key_averages(group_by_input_shape=True)
+        print(by_shape.table(sort_by="self_cpu_time_total", row_limit=rows,
+                             max_name_column_width=40, max_shapes_column_width=100))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,12 +110,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--length", type=int, default=2048, help="modernbert-long: tokens")
     ap.add_argument("--layers", type=int, default=6, help="m3: layers of the bge-m3 shape")
     ap.add_argument("--texts", type=int, default=48, help="texts per call (not modernbert-long)")
+    ap.add_argument("--shapes", action="store_true", help="also split operators by input shape")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"{args.scenario}, {args.threads} threads, torch {torch.__version__}")
     with tempfile.TemporaryDirectory(prefix="bertattn-profile-") as tmp:
         for name, call in peers(args.scenario, args, Path(tmp)).items():
-            profile(name, call, args.rows)
+            profile(name, call, args.rows, args.shapes)
 
 
 if __name__ == "__main__":

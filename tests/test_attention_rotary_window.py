@@ -17,7 +17,7 @@ from bertattn.attention.rotary import (
     rotation_for_packed,
     rotation_for_positions,
 )
-from bertattn.attention.window import band_bias, local_attention
+from bertattn.attention.window import band_bias, local_attention, tile_bias
 
 BACKENDS = ("math", "sdpa", "varlen")
 
@@ -181,3 +181,24 @@ def test_a_long_padded_window_matches_the_reference(backend: str) -> None:
     assert not torch.isnan(out).any()
     how = "exploited" if backend == "sdpa" else "masked"
     assert f"window 4: {how}" in str(ex)
+
+
+def test_local_tiles_share_one_band_per_geometry() -> None:
+    """Every inner tile of a long sequence has the same band: it is made once and kept, and
+    the kept band is the band itself."""
+    a = tile_bias(64, 192, 64, 64, torch.float32, torch.device("cpu"))
+    assert tile_bias(64, 192, 64, 64, torch.float32, torch.device("cpu")) is a
+    torch.testing.assert_close(a, band_bias(64, 192, 64, q_start=64), rtol=0, atol=0)
+    assert tile_bias(64, 192, 64, 0, torch.float32, torch.device("cpu")) is not a
+
+
+def test_a_band_kept_in_inference_serves_training() -> None:
+    """A band first made under inference_mode is a plain tensor: a later training call of the
+    same geometry backpropagates through it (an inference tensor would be refused)."""
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 300, 8) for _ in range(3))
+    with torch.inference_mode():
+        local_attention(q, k, v, 3)
+    q.requires_grad_(True)
+    local_attention(q, k, v, 3).sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
