@@ -65,7 +65,7 @@ test-fast: $(STAMP) browser fonts
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
-# the server's soak for ten minutes (`make test` runs it for 45 s, the test's default): mixed
+# the server's soak for ten minutes (`make test` runs it for 20 s, the test's default): mixed
 # traffic, floods, deadlines and clients that leave, then the queue, the counters and the
 # memory are checked
 soak: $(STAMP)

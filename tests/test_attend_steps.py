@@ -133,8 +133,14 @@ def test_find_token_and_errors(bert):
         bert.attention_steps(TEXT, layer=0, head=12, query=0)
 
 
-def test_explain_in_the_terminal(cli, bert):
-    r = cli("attend", TEXT, "--explain", "2:0:it", "--lang", "en")  # whatever the locale
+@pytest.fixture(scope="module")
+def explained(cli):  # type: ignore[no-untyped-def]
+    """``bertattn attend TEXT --explain 2:0:it`` run once for the tests that read its output."""
+    return cli("attend", TEXT, "--explain", "2:0:it", "--lang", "en")  # whatever the locale
+
+
+def test_explain_in_the_terminal(explained, bert):
+    r = explained
     assert r.code == 0, r
     steps = bert.attention_steps(TEXT, layer=2, head=0, query="it")
     rows = [line.split() for line in r.out.splitlines() if re.match(r"\s+\d+\s", line)]
@@ -147,9 +153,9 @@ def test_explain_in_the_terminal(cli, bert):
     assert "scores / √32" in r.out and "layer 2, head 0, query 10 'it'" in r.out
 
 
-def test_explain_shows_the_articles_own_lines(cli):
+def test_explain_shows_the_articles_own_lines(explained):
     """Under the formula, each step's lines as the article writes them, labelled, in order."""
-    r = cli("attend", TEXT, "--explain", "2:0:it", "--lang", "en")  # whatever the locale
+    r = explained
     assert r.code == 0, r
     shown = [
         line.split("article (PyTorch): ", 1)[1] if "article (PyTorch): " in line else line.strip()

@@ -147,15 +147,19 @@ def test_cli_compile_with_onnx_is_a_usage_error(cli, tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_encode_compile_writes_the_eager_embeddings(cli, tiny_checkpoint, tmp_path):
+def test_cli_encode_compile_writes_the_eager_embeddings(cli, tiny_checkpoint_factory, tmp_path):
+    """The model of ``folder``'s head32 (the same folder): the graph the module's tests
+    compiled, which inductor's caches (its kernels' C++ builds) give back instead of a build
+    of a third model's."""
     import numpy as np
 
+    model = tiny_checkpoint_factory(hidden_size=2 * 32, num_attention_heads=2)
     src = tmp_path / "t.txt"
     src.write_text("\n".join(TEXTS) + "\n")
     paths = {}
     for name, extra in (("eager", ()), ("compiled", ("--compile", "-v"))):
         paths[name] = tmp_path / f"{name}.npy"
-        r = cli("encode", src, "-o", paths[name], "--model", tiny_checkpoint, *extra)
+        r = cli("encode", src, "-o", paths[name], "--model", model, *extra)
         assert r.code == 0, r
     assert "compiled with torch.compile" in r.err  # -v names the compiled forward
     got, want = np.load(paths["compiled"]), np.load(paths["eager"])

@@ -137,7 +137,9 @@ def _run_on_a_terminal(argv, env):
 
 
 @pytest.mark.slow
-def test_progress_bar_only_on_a_terminal(tmp_path):
+def test_progress_bar_only_on_a_terminal(tmp_path, cli):
+    """On a pseudo-terminal (a real process) the bar shows unless TQDM_DISABLE; on a stream
+    that is not a terminal (in process: ``cli``'s stderr, as a pipe's) only with --progress."""
     src = tmp_path / "in.txt"
     src.write_text("\n".join(f"line {i}" for i in range(40)) + "\n")
     # 40 texts of 4 tokens ([CLS] line N [SEP]): the bar counts the 160 tokens
@@ -148,17 +150,10 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     assert code == 0 and "encode:" in shown and "160/160" in shown and "token" in shown, shown
     code, shown = _run_on_a_terminal(args, {**env, "TQDM_DISABLE": "1"})
     assert code == 0 and "160/160" not in shown, shown
-    piped = subprocess.run(
-        [sys.executable, "-m", "bertattn", *args], capture_output=True, text=True, env=env
-    )
-    assert piped.returncode == 0 and "160/160" not in piped.stderr, piped.stderr
-    forced = subprocess.run(
-        [sys.executable, "-m", "bertattn", *args, "--progress"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert forced.returncode == 0 and "160/160" in forced.stderr, forced.stderr
+    piped = cli(*args, env={"TQDM_DISABLE": None})
+    assert piped.code == 0 and "160/160" not in piped.err, piped
+    forced = cli(*args, "--progress", env={"TQDM_DISABLE": None})
+    assert forced.code == 0 and "160/160" in forced.err, forced
 
 
 def test_verbose_logs_dispatch(cli):

@@ -1,5 +1,6 @@
 """ONNX export -> ONNX Runtime parity: tiny random BERT, the real all-MiniLM-L6-v2, bare attention,
-and `bertattn encode --onnx` / `bertattn export-onnx` as subprocesses."""
+`bertattn encode --onnx` (in process: its rows are the claim) and `bertattn export-onnx` (a
+subprocess: no exporter noise on the real stderr)."""
 
 from __future__ import annotations
 
@@ -184,13 +185,13 @@ def test_minilm_onnx_matches_pytorch(minilm_export):
     _check_parity(bert.model, sess, _padded([rows[4]], 128, tok.pad_token_id))
 
 
-def test_encode_cli_onnx_equals_pytorch(minilm_export, tmp_path, cli_subprocess):
+def test_encode_cli_onnx_equals_pytorch(minilm_export, tmp_path, cli):
     bert, path = minilm_export
     texts = [*SENTENCES, "", "Padding-only batches must not make NaN."] * 3
     src = tmp_path / "in.txt"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    proc = cli_subprocess("encode", src, "-o", out, "--onnx", path, "--batch-size", "4")
+    proc = cli("encode", src, "-o", out, "--onnx", path, "--batch-size", "4")
     assert proc.code == 0, proc
     got = np.load(out)
     assert got.shape == (len(texts), 384) and not np.isnan(got).any()
@@ -199,7 +200,7 @@ def test_encode_cli_onnx_equals_pytorch(minilm_export, tmp_path, cli_subprocess)
     np.testing.assert_allclose(load_onnx_bert(path, threads=2).encode(texts), got, atol=TOL)
 
 
-def test_export_onnx_cli(tiny_checkpoint, tiny_export, tmp_path, cli_subprocess):
+def test_export_onnx_cli(tiny_checkpoint, tiny_export, tmp_path, cli, cli_subprocess):
     out = tmp_path / "cli.onnx"
     proc = cli_subprocess("export-onnx", "--model", tiny_checkpoint, "-o", out)
     err = proc.err
@@ -207,7 +208,7 @@ def test_export_onnx_cli(tiny_checkpoint, tiny_export, tmp_path, cli_subprocess)
     assert proc.out == ""
     assert "wrote" in err and "opset 18, backend math" in err and "Warning" not in err
     _check_parity(tiny_export[0], _session(out), _padded(_random_rows([7, 0, 3], 4), 7))
-    bad = cli_subprocess("export-onnx", "--model", tmp_path / "no", "-o", out, timeout=120)
+    bad = cli("export-onnx", "--model", tmp_path / "no", "-o", out)  # in process: a message
     assert bad.code == 2 and "does not exist" in bad.err, bad  # a mistyped path: usage
 
 

@@ -75,13 +75,14 @@ def test_family_onnx_matches_pytorch(folder, tmp_path):
     np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
 
 
-def test_encode_onnx_equals_pytorch_on_roberta(tiny_checkpoint, tmp_path, cli_subprocess):
+def test_encode_onnx_equals_pytorch_on_roberta(tiny_checkpoint, tmp_path, cli):
+    """In process (``cli``): the rows are the claim, not the process."""
     folder = save_family("roberta", tmp_path / "roberta")
     bert = Bert.load(folder, threads=1, backend="math")
     onnx = export_onnx(bert.model, tmp_path / "roberta.onnx")
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    r = cli_subprocess("encode", tmp_path / "in.txt", "-o", out, "--onnx", onnx, "--model", folder)
+    r = cli("encode", tmp_path / "in.txt", "-o", out, "--onnx", onnx, "--model", folder)
     assert r.code == 0, r.err
     got = np.load(out)
     want = bert.encode(TEXTS)

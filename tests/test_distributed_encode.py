@@ -129,13 +129,14 @@ def test_stdin_is_refused(tmp_path):
 
 # ---------------------------------------------------------------------- real runs
 @pytest.mark.slow
-def test_two_ranks_equal_one_rank_and_balanced(tmp_path, minilm_dir, cli_subprocess):
+def test_two_ranks_equal_one_rank_and_balanced(tmp_path, minilm_dir, cli, cli_subprocess):
     """torchrun, 2 ranks on gloo, MiniLM, a skewed file (long truncated lines + short ones
-    + an empty one): same rows, same order as one process, ≤ 1e-6; both ranks took chunks."""
+    + an empty one): same rows, same order as one process, ≤ 1e-6; both ranks took chunks.
+    The one process is this one (``cli``): the reference needs no process of its own."""
     lines = _skewed_lines(200, 6)
     src = _write(tmp_path / "in.txt", lines)
     one, two = tmp_path / "one.npy", tmp_path / "two.npy"
-    proc = cli_subprocess("encode", src, "-o", one, "--model", minilm_dir, env=ENV)
+    proc = cli("encode", src, "-o", one, "--model", minilm_dir, env=ENV)
     assert proc.code == 0, proc
     proc = cli_subprocess.torchrun(
         2, "encode", src, "-o", two, "--model", minilm_dir, "--chunk-size", "2K", env=ENV
@@ -166,13 +167,13 @@ def _descendants_with_rank(pid: int, rank: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_killed_rank_then_resume(tmp_path, tiny_checkpoint, cli_subprocess):
+def test_killed_rank_then_resume(tmp_path, tiny_checkpoint, cli, cli_subprocess):
     """SIGKILL rank 1 once some parts exist: the run fails (no output, parts kept); the rerun
     finishes, reuses exactly the parts that existed, and equals an uninterrupted run."""
     src = _write(tmp_path / "in.txt", _skewed_lines(300, 4))
     common = ["--model", tiny_checkpoint, "--chunk-size", "1K"]
-    ref = tmp_path / "ref.npy"  # uninterrupted, one process: the same chunks, the same bytes
-    proc = cli_subprocess("encode", src, "-o", ref, *common, "--resumable", env=ENV)
+    ref = tmp_path / "ref.npy"  # uninterrupted, in this process: the same chunks, the same bytes
+    proc = cli("encode", src, "-o", ref, *common, "--resumable", env=ENV)
     assert proc.code == 0, proc
     computed, reused = _summary(proc.err)
     assert reused == 0 and computed > 12
