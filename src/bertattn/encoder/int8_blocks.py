@@ -2,11 +2,11 @@
 ModernBERT, GTE, NomicBERT, Jina v3, EuroBERT, Qwen3, ...): each matrix product of a block
 becomes a :class:`Product` that runs in int8 once :meth:`Product.quantize` gave it its int8 weights.
 
-BERT's own layer has a faster int8 layer of its own (:class:`bertattn.encoder.int8.Int8BertLayer`,
-the quantize steps fused with its LayerNorms and GELU); a block's norms, activations, rotation and
-attention differ from family to family, so here each product quantizes its input, multiplies in
-int8 and dequantizes on its own, and everything between the products stays as the family wrote
-it, in float32. The products of a block:
+BERT's own layer has an int8 layer of its own (:class:`bertattn.encoder.int8.Int8BertLayer`,
+the quantize steps fused with its LayerNorms and GELU); a block's rotation and attention differ
+from family to family, so there each product quantizes its input, multiplies in int8 and
+dequantizes on its own, in float32, while the feed-forward half is fused whatever the family
+(below). The products of a block:
 
 * ``attn.qkv_product``: the attention's fused q/k/v projection (``((H + 2 Hkv) D, E)``), through
   the attention's one seam for it (:meth:`bertattn.MultiHeadAttention.project_qkv` and the
