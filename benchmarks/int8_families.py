@@ -4,6 +4,7 @@ transformers' native class (sdpa, float32), on short texts and 256-token passage
 
     python -m benchmarks.int8_families [--family gte,modernbert] [--layers 4] [--short 64]
                                        [--passages 16] [--rounds 3] [--threads 1] [--cpu-time]
+                                       [--breakdown]
 
 Random weights (seeded) at each family's released base size (benchmarks.modern,
 benchmarks.embedders), cut to ``--layers`` layers (0: all; the ratio is per layer). The int8
@@ -11,7 +12,9 @@ form is the one the product timing keeps on this CPU (a refusal is printed with 
 and then ``--form u8s7`` times the 7-bit form anyway, exact on every CPU). Random weights say
 nothing of fidelity on real text: the cosine printed is only a check that the model ran.
 ``--cpu-time`` times each call in this process's CPU seconds (on a shared machine a call
-is not charged for time spent waiting for a core); otherwise wall time. Target (issue 55):
+is not charged for time spent waiting for a core); otherwise wall time. ``--breakdown``: where
+an int8 passage call's CPU seconds go (the int8 products, the attention kernels, the rest of
+the layers, outside the layers), the median call of ``--rounds``. Target (issue 55):
 int8 ModernBERT-base and GTE-base >= 2x transformers float32 on passages.
 """
 
@@ -21,13 +24,16 @@ import argparse
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from bertattn import Bert
+from bertattn.attention import backends
 from bertattn.bench import environment, interleaved_medians
+from bertattn.blocks.contract import LayerStack
 from bertattn.encoder import int8
 from bertattn.encoder.int8_forms import U8_S7_F32
 
@@ -62,6 +68,54 @@ def quantized(folder: Path, form: str) -> tuple[Bert, str]:
     return bert, str(bert.model.int8_speed.form)
 
 
+def _timed_into(acc: dict[str, float], key: str, fn: Callable) -> Callable:
+    def call(*args: object, **kwargs: object) -> object:
+        start = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[key] += time.process_time() - start
+
+    return call
+
+
+@contextmanager
+def accounted(acc: dict[str, float]) -> Iterator[None]:
+    """Inside the block, CPU seconds are added to ``acc``: ``products`` (int8 matmuls),
+    ``attention`` (every attention backend's kernel), ``layers`` (the encoder stack)."""
+    saved = [(int8.Int8Linear, "matmul", int8.Int8Linear.matmul)]
+    saved += [(LayerStack, n, getattr(LayerStack, n)) for n in ("forward", "forward_packed")]
+    specs = [(spec, spec.fn) for spec in backends.BACKENDS.values()]
+    int8.Int8Linear.matmul = _timed_into(acc, "products", int8.Int8Linear.matmul)
+    for n in ("forward", "forward_packed"):
+        setattr(LayerStack, n, _timed_into(acc, "layers", getattr(LayerStack, n)))
+    for spec, fn in specs:
+        object.__setattr__(spec, "fn", _timed_into(acc, "attention", fn))
+    try:
+        yield
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+        for spec, fn in specs:
+            object.__setattr__(spec, "fn", fn)
+
+
+def print_breakdown(call: Callable[[], object], rounds: int) -> None:
+    """Where ``call``'s CPU seconds go, the call of median total of ``rounds``."""
+    runs = []
+    for _ in range(rounds):
+        acc = dict.fromkeys(("products", "attention", "layers"), 0.0)
+        with accounted(acc):
+            start = time.process_time()
+            call()
+            runs.append((time.process_time() - start, acc))
+    total, acc = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    inside = acc["layers"] - acc["products"] - acc["attention"]
+    print(f"  int8 call {total:.3f} CPU s: products {acc['products']:.3f}, attention "
+          f"{acc['attention']:.3f}, the rest of the layers {inside:.3f}, outside the layers "
+          f"{total - acc['layers']:.3f}")  # fmt: skip
+
+
 def run_family(family: str, root: Path, args: argparse.Namespace) -> None:
     folder = make_folder(family, root, args.layers)
     try:
@@ -90,6 +144,8 @@ def run_family(family: str, root: Path, args: argparse.Namespace) -> None:
         for peer, s in secs.items():
             ratio = "" if peer == "int8" else f"  int8 {s / secs['int8']:.2f}x"
             print(f"  {peer:<20}{s:>9.3f}{ratio}")
+        if args.breakdown:
+            print_breakdown(peers["int8"], args.rounds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="default: torch's count")
     p.add_argument("--cpu-time", action="store_true")
     p.add_argument("--form", choices=("timed", "u8s7"), default="timed")
+    p.add_argument("--breakdown", action="store_true", help="where int8's CPU seconds go")
     args = p.parse_args(argv)
     known = set(modern.BASE) | set(embedders.SHAPES)
     unknown = [f for f in args.family.split(",") if f not in known]

@@ -1,7 +1,8 @@
 """Where one call's time goes: torch.profiler's top operators of one encode call, bertattn and
 its torch reference on the same inputs (the "measured bound" of a speed target not met).
 
-    python -m benchmarks.profile_top {minilm-paragraphs,modernbert-long,colbert-256,m3}
+    python -m benchmarks.profile_top {minilm-paragraphs,modernbert-long,colbert-256,m3,
+                                      int8-gte,int8-modernbert}
         [--threads 1] [--rows 10] [--length 2048] [--layers 6] [--texts 48] [--shapes]
 
 Scenarios (the same folders and texts as the benchmark that times them):
@@ -34,7 +35,14 @@ import torch
 
 from .corpus import stdlib_paragraph_corpus
 
-SCENARIOS = ("minilm-paragraphs", "modernbert-long", "colbert-256", "m3")
+SCENARIOS = (
+    "minilm-paragraphs",
+    "modernbert-long",
+    "colbert-256",
+    "m3",
+    "int8-gte",
+    "int8-modernbert",
+)
 Call = Callable[[], object]
 
 
@@ -55,6 +63,8 @@ def peers(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, Call]
         ours = bertattn_encoder(folder, args.length, threads)
         theirs = transformers_encoder(folder, args.length)
         return {"bertattn": lambda: ours(doc), "transformers sdpa": lambda: theirs(doc)}
+    if scenario.startswith("int8-"):
+        return int8_peers(scenario.removeprefix("int8-"), args, tmp)
     from .multi_vector import TransformersM3, build_colbert, build_m3
 
     texts = stdlib_paragraph_corpus(128)[: args.texts]
@@ -80,6 +90,27 @@ def peers(scenario: str, args: argparse.Namespace, tmp: Path) -> dict[str, Call]
         "bertattn": lambda: m3.encode(texts, **flags),
         "transformers": lambda: ref.encode(texts),
     }
+
+
+def int8_peers(family: str, args: argparse.Namespace, tmp: Path) -> dict[str, Call]:
+    """int8 (u8 x s7, forced), float32 and transformers float32 on ``--texts`` passages."""
+    from bertattn import Bert
+
+    from .int8_families import make_folder, quantized
+    from .modern import transformers_encoder
+
+    folder = make_folder(family, tmp, args.layers)
+    q, _ = quantized(folder, "u8s7")
+    f32 = Bert.load(folder, dtype="float32")
+    hf = transformers_encoder(folder, 256)
+    texts = stdlib_paragraph_corpus(max(args.texts, 8))[: args.texts]
+
+    def enc(b: Bert) -> Call:
+        return lambda: b.encode(texts, batch_size=32, pooling="mean", normalize=True,
+                                max_length=256, convert_to_tensor=True)  # fmt: skip
+
+    return {"bertattn int8": enc(q), "bertattn fp32": enc(f32),
+            "transformers fp32": lambda: hf(texts)}  # fmt: skip
 
 
 def profile(name: str, call: Call, rows: int, shapes: bool = False) -> None:

@@ -13,8 +13,16 @@ import torch
 from tiny_bert import save_random
 
 from bertattn import Bert
-from bertattn.encoder import int8
-from bertattn.encoder.int8_blocks import LinearProduct, Product, QkvProduct, products
+from bertattn.encoder import int8, int8_blocks
+from bertattn.encoder.int8_blocks import (
+    LinearProduct,
+    Product,
+    QkvProduct,
+    install,
+    products,
+    run_fused,
+    why_not_fused,
+)
 from bertattn.encoder.int8_forms import U8_S7_F32
 from bertattn.encoder.int8_speed import Speed
 
@@ -75,7 +83,9 @@ def _rows(bert: Bert) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("backend", ["sdpa", "varlen"])
-def test_every_product_runs_in_int8_close_to_float32(folder: Path, backend: str) -> None:
+def test_every_product_runs_in_int8_close_to_float32(
+    folder: Path, backend: str, monkeypatch
+) -> None:
     bert = _load(folder, backend)
     want = _rows(bert)
     int8.quantize_model(bert, texts=TEXTS)
@@ -84,15 +94,76 @@ def test_every_product_runs_in_int8_close_to_float32(folder: Path, backend: str)
     # q/k/v and the attention output, and the feed-forward's two linears, in every layer
     assert sum(isinstance(p, QkvProduct) for p in found) == layers
     assert sum(isinstance(p, LinearProduct) for p in found) == 3 * layers
+    # every block runs its feed-forward half fused, calling its products' int8 matmul itself
+    assert all(la.fast_path is run_fused for la in bert.model.encoder.layers)
     ran: set[int] = set()
-    for i, p in enumerate(found):
-        p.int8.register_forward_hook(lambda m, a, o, i=i: ran.add(i))
+    real_matmul, real_fused = int8.Int8Linear.matmul, int8_blocks.run_fused
+    fused: list[int] = []
+    monkeypatch.setattr(int8.Int8Linear, "matmul", lambda m, q: ran.add(id(m)) or real_matmul(m, q))
+    monkeypatch.setattr(int8_blocks, "run_fused", lambda *a: fused.append(1) or real_fused(*a))
+    for la in bert.model.encoder.layers:
+        la.fast_path = int8_blocks.run_fused
     got = _rows(bert)
-    assert ran == set(range(len(found)))  # padded (sdpa) and packed (varlen) alike
+    assert ran == {id(p.int8) for p in found}  # padded (sdpa) and packed (varlen) alike
+    assert len(fused) >= layers
     assert bert.precision == "int8"
     fidelity = int8.compare(want, got)
     assert fidelity.min_cosine >= int8.MIN_COSINE, fidelity
     assert not torch.equal(got, want)  # the int8 products ran, rounding and all
+
+
+def test_the_fused_feed_forward_half_is_the_products_one_by_one(folder: Path) -> None:
+    """The fused steps compute what the block's products compute one by one (same codes, same
+    products): the two int8 models are apart by a small share of int8's own distance from
+    float32 (a value on a rounding edge may take the other code)."""
+    bert = _load(folder)
+    want = _rows(bert)
+    int8.quantize_model(bert, texts=TEXTS)
+    got = _rows(bert)
+    layers = bert.model.encoder.layers
+    for la in layers:
+        la.fast_path = None  # each product on its own, as before the fusion
+    apart = (got - _rows(bert)).norm(dim=1)
+    own = (got - want).norm(dim=1)
+    assert float(own.min()) > 0.0
+    assert float(apart.max()) <= 0.05 * float(own.min()), (apart, own)
+
+
+def test_the_fused_half_steps_aside_where_it_would_skip_a_call(folder: Path) -> None:
+    """A hook on a module the fused steps stand in for, or int8 switched off: the block runs
+    as written (the hook fires; float32 is float32)."""
+    bert = _load(folder)
+    want = _rows(bert)
+    int8.quantize_model(bert, texts=TEXTS)
+    block = bert.model.encoder.layers[-1]
+    seen: list[int] = []
+    handle = block.mlp.register_forward_hook(lambda m, a, o: seen.append(1))
+    _rows(bert)
+    handle.remove()
+    assert seen  # the feed-forward module was called
+    with int8.float32_path(bert.model):
+        assert torch.equal(_rows(bert), want)
+
+
+def test_a_block_the_steps_do_not_cover_says_why() -> None:
+    from bertattn import MultiHeadAttention
+    from bertattn.blocks import EncoderBlock, FeedForward, SandwichBlock
+
+    def parts() -> tuple[MultiHeadAttention, FeedForward, torch.nn.Module]:
+        return MultiHeadAttention(8, 2), FeedForward(8, 16, "gelu"), torch.nn.LayerNorm(8)
+
+    attn, mlp, norm = parts()
+    sandwich = SandwichBlock(attn, mlp, (norm, norm, norm, norm))
+    assert why_not_fused(sandwich) == "a SandwichBlock, not an EncoderBlock"
+    attn, mlp, norm = parts()
+    plain = EncoderBlock(attn, mlp, norm, torch.nn.LayerNorm(8), prenorm=False)
+    assert why_not_fused(plain) == "feed-forward linears that are not int8 products"
+    install(plain)
+    assert why_not_fused(plain) is None
+    attn, mlp, norm = parts()
+    odd = EncoderBlock(attn, mlp, torch.nn.Identity(), norm, prenorm=False)
+    install(odd)
+    assert why_not_fused(odd) == "a Identity norm"
 
 
 def test_float32_path_is_the_float32_model_and_the_checkpoint_stays(folder: Path) -> None:

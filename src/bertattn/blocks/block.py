@@ -8,6 +8,10 @@ GTE, NomicBERT, Jina v3)::
 
 The residual stream stays in the norms' dtype (float32 under mixed precision); the attention
 and the feed-forward run in their weights' dtype.
+
+A quantizer may give a block a faster way to run itself (``fast_path``: int8 fuses the steps
+around its products, :mod:`bertattn.encoder.int8_blocks`); it says per call whether it runs,
+and where it does not the block runs as written here.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ __all__ = ["EncoderBlock", "SandwichBlock"]
 class EncoderBlock(nn.Module):
     """``attn`` (a :class:`~bertattn.MultiHeadAttention`), ``mlp`` and their two norms
     (``attn_norm`` may be ``nn.Identity``: ModernBERT's first layer has none); ``prenorm``
-    picks the order above; ``dropout``: on the attention and feed-forward outputs (training)."""
+    picks the order above; ``dropout``: on the attention and feed-forward outputs (training).
+
+    ``fast_path`` (None unless a quantizer set one): ``fast_path(block, x, attend)`` returns
+    the block's output computed its own way, or None where it does not run (then the block
+    runs as written)."""
+
+    fast_path: Callable[[EncoderBlock, Tensor, Callable[[Tensor], Tensor]], Tensor | None] | None
+    fast_path = None
 
     def __init__(
         self,
@@ -52,6 +63,11 @@ class EncoderBlock(nn.Module):
     def forward(self, x: Tensor, attend: Callable[[Tensor], Tensor]) -> Tensor:
         """``x`` ``(..., E)`` -> ``(..., E)``; ``attend`` maps the attention's input (in the
         compute dtype) to its output (the caller holds the mask, rotation and window)."""
+        fast = self.fast_path
+        if fast is not None:
+            out = fast(self, x, attend)
+            if out is not None:
+                return out
         cd = self.attn.out_linear.weight.dtype  # compute dtype; x (the residual) may be wider
         if self.prenorm:
             a = attend(_to(self.attn_norm(x), cd))

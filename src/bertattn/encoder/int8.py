@@ -66,9 +66,13 @@ from ..dtypes import dtype_name
 from ..runtime.cpu import cpu_flags
 from .compile_errors import explain_failure
 from .int8_around import FLOAT32_AROUND, Around, choose_around
-from .int8_blocks import install, int8_runs, observing, products
+from .int8_blocks import fuse, install, int8_runs, observing, products
 from .int8_forms import U8_F32, Form, gelu_form
 from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
+from .int8_steps import QMIN
+from .int8_steps import codes as _codes
+from .int8_steps import dequantize as _dequantize
+from .int8_steps import quantize as _quantize
 from .model import BertLayer, BertModel
 
 if TYPE_CHECKING:
@@ -190,43 +194,9 @@ CALIBRATION: tuple[str, ...] = (
 
 
 # ---------------------------------------------------------------------------- fused kernels
-# Plain torch code, compiled once (dynamic shapes) by :func:`_kernels`. ``levels``: 255 for 8
-# bits; a token's int8 values are ``round(x / s) + z`` in ``[QMIN, QMIN + levels]``,
-# ``s * (q - z)`` its dequantized value; ``sz`` is ``s * z``, what the zero-point correction
-# needs after the product. With fewer than 8 bits the values start at -128 too: as u8 bytes
-# they are ``0..levels``, what 7-bit activations need to keep a pair's sum exact
-# (:func:`~bertattn.encoder.int8_forms.gelu_form`).
-QMIN = -128
-
-
-def _codes(q: Tensor, unsigned: bool) -> Tensor:
-    """The rounded, clamped values ``q`` (in ``[-128, 127]``) as the product takes them: int8,
-    or uint8 plus 128 (:mod:`bertattn.encoder.int8_forms`: called with a zero point of 128)."""
-    return (q + 128.0).to(torch.uint8) if unsigned else q.to(torch.int8)
-
-
-def _quantize(
-    x: Tensor, inv: Tensor, levels: int, unsigned: bool = False
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-token asymmetric int8 of ``x * inv`` (``inv``: the smoothing divisors, inverted),
-    its values in ``[QMIN, QMIN + levels]``."""
-    qmin = QMIN
-    xs = x * inv
-    lo = xs.amin(-1, keepdim=True).clamp(max=0.0)
-    hi = xs.amax(-1, keepdim=True).clamp(min=0.0)
-    s = ((hi - lo) / levels).clamp(min=1e-12)
-    z = torch.round(-lo / s) + qmin
-    q = _codes(torch.round(xs / s + z).clamp(qmin, qmin + levels), unsigned)
-    return q, s, s * z
-
-
-def _dequantize(
-    y: Tensor, s: Tensor, sz: Tensor, bias: Tensor, col: Tensor, out: torch.dtype = torch.float32
-) -> Tensor:
-    """The output of a product ``y = (q @ wq.T) * sw`` of per-token quantized rows, computed
-    in float32 and written in ``out``: ``s * y - s * z * col + bias`` (``col``: each weight
-    row's sum, times its scale)."""
-    return (y.float() * s - sz * col + bias).to(out)
+# Plain torch code, compiled once (dynamic shapes) by :func:`_kernels`, on the per-token
+# quantize and dequantize steps of :mod:`bertattn.encoder.int8_steps` (``levels``, the codes
+# from ``QMIN`` and ``sz`` are described there).
 
 
 def _qkv(
@@ -776,9 +746,11 @@ def use_around(model: BertModel, around: Around) -> None:
 
 def _quantize_blocks(bert: Bert, texts: Sequence[str], alpha: float, bits: int, form: Form) -> None:
     """Give every :class:`~bertattn.blocks.EncoderBlock` of ``bert`` int8 products
-    (:mod:`bertattn.encoder.int8_blocks`), SmoothQuant's factors from ``texts``."""
-    found = [p for la in bert.model.encoder.layers if isinstance(la, EncoderBlock)
-             for p in install(la)]  # fmt: skip
+    (:mod:`bertattn.encoder.int8_blocks`), SmoothQuant's factors from ``texts``, and the
+    fused steps around its feed-forward products where the block's kinds allow
+    (:func:`~bertattn.encoder.int8_blocks.fuse`)."""
+    blocks = [la for la in bert.model.encoder.layers if isinstance(la, EncoderBlock)]
+    found = [p for la in blocks for p in install(la)]
     if alpha > 0:
         with observing(found):
             _calibrate(bert, texts)
@@ -788,6 +760,8 @@ def _quantize_blocks(bert: Bert, texts: Sequence[str], alpha: float, bits: int, 
 
     for p in found:
         p.quantize(make, alpha)
+    for la in blocks:
+        fuse(la)
 
 
 # ---------------------------------------------------------------------------- verify
