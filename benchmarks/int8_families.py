@@ -4,7 +4,7 @@ transformers' native class (sdpa, float32), on short texts and 256-token passage
 
     python -m benchmarks.int8_families [--family gte,modernbert] [--layers 4] [--short 64]
                                        [--passages 16] [--rounds 3] [--threads 1] [--cpu-time]
-                                       [--breakdown]
+                                       [--breakdown] [--unfused]
 
 Random weights (seeded) at each family's released base size (benchmarks.modern,
 benchmarks.embedders), cut to ``--layers`` layers (0: all; the ratio is per layer). The int8
@@ -116,6 +116,25 @@ def print_breakdown(call: Callable[[], object], rounds: int) -> None:
           f"{total - acc['layers']:.3f}")  # fmt: skip
 
 
+def unfused(call: Callable[[], object], bert: Bert) -> Callable[[], object]:
+    """``call`` with the fused steps of ``bert``'s int8 blocks switched off (each block's
+    ``fast_path`` unset for the call, then given back): the products one by one, as before the
+    fusion, on the same model and weights."""
+    blocks = [m for m in bert.model.modules() if "fast_path" in vars(m)]
+
+    def run() -> object:
+        saved = [vars(b)["fast_path"] for b in blocks]
+        for b in blocks:
+            b.fast_path = None
+        try:
+            return call()
+        finally:
+            for b, fast in zip(blocks, saved, strict=True):
+                b.fast_path = fast
+
+    return run
+
+
 def run_family(family: str, root: Path, args: argparse.Namespace) -> None:
     folder = make_folder(family, root, args.layers)
     try:
@@ -136,6 +155,8 @@ def run_family(family: str, root: Path, args: argparse.Namespace) -> None:
 
         peers = {"int8": enc(q), "float32": enc(f32),
                  "transformers fp32": lambda hf=hf, texts=texts: hf(texts)}  # fmt: skip
+        if args.unfused:
+            peers["int8 unfused"] = unfused(peers["int8"], q)
         secs = timed(peers, args.rounds, args.cpu_time)
         cos = float((enc(q)() * enc(f32)()).sum(1).min())
         clock = "CPU" if args.cpu_time else "wall"
@@ -159,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-time", action="store_true")
     p.add_argument("--form", choices=("timed", "u8s7"), default="timed")
     p.add_argument("--breakdown", action="store_true", help="where int8's CPU seconds go")
+    p.add_argument("--unfused", action="store_true",
+                   help="also the same int8 model with the blocks' fused steps off")  # fmt: skip
     args = p.parse_args(argv)
     known = set(modern.BASE) | set(embedders.SHAPES)
     unknown = [f for f in args.family.split(",") if f not in known]
