@@ -112,24 +112,32 @@ def test_v2_variants_equal_transformers(tmp_path: Path, variant: dict) -> None:
         torch.testing.assert_close(got.last_hidden_state[keep], want[keep], atol=1e-5, rtol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def v3_base(tmp_path_factory) -> tuple[Path, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DeBERTa-v3-base's shape (2 layers), random, saved; a padded batch of 300, 140 and 17
+    tokens ``(3, 300)`` ids and mask, and transformers' float64 states ``(3, 300, 768)`` on
+    it: computed once for the backends that are compared with them."""
+    import transformers
+
+    folder = tmp_path_factory.mktemp("v3-base")
+    config = transformers.DebertaV2Config(**V3_BASE)
+    hf = save_random(transformers.DebertaV2Model, config, folder, 7).double()
+    ids, mask = fam.padded_batch([300, 140, 17], seed=5, vocab=128100)
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+    return folder, ids, mask, want
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS_TAKING_IT)
-def test_the_v3_base_shape_equals_transformers(tmp_path_factory, backend: str) -> None:
+def test_the_v3_base_shape_equals_transformers(v3_base, backend: str) -> None:
     """DeBERTa-v3-base's shape (2 layers): 256 buckets, so texts of 300 and 140 tokens reach
     the log buckets (past 128); padded and packed. Compared in float64 on both sides: at this
     width transformers' own float32 states are about 2.5e-5 from its float64 ones (measured on
     this shape), so 1e-5 in float32 would test the order of the roundings, not the formula (the
     float32 parity at 1e-5 is the tiny size's, above)."""
-    import transformers
-
-    folder = tmp_path_factory.getbasetemp() / "v3-base"
-    if not (folder / "config.json").is_file():
-        config = transformers.DebertaV2Config(**V3_BASE)
-        save_random(transformers.DebertaV2Model, config, folder, 7)
-    hf = transformers.DebertaV2Model.from_pretrained(folder).eval().double()
-    ids, mask = fam.padded_batch([300, 140, 17], seed=5, vocab=128100)
+    folder, ids, mask, want = v3_base
     with torch.no_grad():
-        want = hf(input_ids=ids, attention_mask=mask).last_hidden_state
         model = BertModel.from_pretrained(folder, backend=backend).double()
         got = model(input_ids=ids, attention_mask=mask).last_hidden_state
     keep = mask.bool()

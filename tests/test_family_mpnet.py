@@ -69,12 +69,18 @@ def _wordpiece(folder: Path) -> int:
 
 def save_mpnet(folder: Path, sizes: dict, seed: int = 0, cls: str = "MPNetModel") -> Path:
     """A random ``cls`` (MPNet, ``sizes``) and its tokenizer, saved as transformers saves it."""
+    return _save_mpnet_model(folder, sizes, seed, cls)[0]
+
+
+def _save_mpnet_model(folder: Path, sizes: dict, seed: int = 0, cls: str = "MPNetModel"):  # type: ignore[no-untyped-def]
+    """:func:`save_mpnet`, and the transformers model it saved (in eval mode): a test that
+    compares with it need not read its weights back."""
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = _wordpiece(folder)
     config = transformers.AutoConfig.for_model("mpnet", vocab_size=vocab, **sizes)
-    save_random(getattr(transformers, cls), config, folder, seed)
+    model = save_random(getattr(transformers, cls), config, folder, seed)
     (folder / "tokenizer_config.json").write_text(
         json.dumps(
             {
@@ -85,7 +91,7 @@ def save_mpnet(folder: Path, sizes: dict, seed: int = 0, cls: str = "MPNetModel"
             }
         )  # fmt: skip
     )
-    return folder
+    return folder, model
 
 
 @pytest.fixture(scope="module")
@@ -252,10 +258,8 @@ def test_base_size_equals_transformers(tmp_path, mkl_products, monkeypatch):
     math itself; the padded bias is one tensor for math and sdpa, so math and the packed path),
     and every backend no further from transformers' float64 output than twice transformers' own
     float32 error (the baseline)."""
-    import transformers
 
-    folder = save_mpnet(tmp_path / "base", BASE, seed=3)
-    theirs = transformers.AutoModel.from_pretrained(folder).eval()
+    folder, theirs = _save_mpnet_model(tmp_path / "base", BASE, seed=3)  # the saved weights
     ids, mask = _long_batch(theirs.config.vocab_size, [136, 12], seed=3)
     real = mask.bool()
     with torch.no_grad():

@@ -41,6 +41,9 @@ def _run(tmp_path: Path, substitute: bool) -> dict[str, dict[str, str]]:
         "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(SRC)]),
         "BERTATTN_ST_SUBSTITUTE": "1" if substitute else "0",
         "BERTATTN_ST_REPORT": str(report),
+        # the toy needs no installed plugin (hypothesis, xdist, anyio...): loading them took
+        # ~3 s of CPU of each run's ~12; the plugin under test is named with -p below
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
             "upstream_st_plugin", "--rootdir", str(tmp_path), "-o", "addopts=",
