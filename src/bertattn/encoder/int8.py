@@ -69,7 +69,7 @@ from .int8_around import FLOAT32_AROUND, Around, choose_around
 from .int8_blocks import fuse, install, int8_runs, observing, products
 from .int8_forms import U8_F32, Form, gelu_form
 from .int8_speed import MIN_SPEEDUP, Speed, check_speed, time_speed
-from .int8_steps import QMIN
+from .int8_steps import QMIN, compiled
 from .int8_steps import codes as _codes
 from .int8_steps import dequantize as _dequantize
 from .int8_steps import quantize as _quantize
@@ -194,7 +194,7 @@ CALIBRATION: tuple[str, ...] = (
 
 
 # ---------------------------------------------------------------------------- fused kernels
-# Plain torch code, compiled once (dynamic shapes) by :func:`_kernels`, on the per-token
+# Plain torch code, compiled once (dynamic in the rows) by :func:`_kernels`, on the per-token
 # quantize and dequantize steps of :mod:`bertattn.encoder.int8_steps` (``levels``, the codes
 # from ``QMIN`` and ``sz`` are described there).
 
@@ -274,17 +274,16 @@ class _Kernels:
 
 @functools.cache
 def _kernels() -> _Kernels:
-    """The five fused steps, compiled on first use (one graph each for every batch shape)."""
-
-    def compile_(fn):  # type: ignore[no-untyped-def]
-        return torch.compile(fn, dynamic=True, fullgraph=True)
-
+    """The five fused steps, compiled on first use, dynamic in the rows only
+    (:func:`~bertattn.encoder.int8_steps.compiled`): every tensor they take is ``(M, width)``
+    rows (a padded batch flattened to ``B * L`` rows) or a 1-D vector of a width, so one graph
+    each serves every batch shape."""
     return _Kernels(
-        compile_(_qkv),
-        compile_(_dequantize),
-        compile_(_dequant_res_ln_quant),
-        compile_(_dequant_gelu_quant),
-        compile_(_dequant_res_ln),
+        compiled(_qkv),
+        compiled(_dequantize),
+        compiled(_dequant_res_ln_quant),
+        compiled(_dequant_gelu_quant),
+        compiled(_dequant_res_ln),
     )
 
 
