@@ -20,8 +20,9 @@ where it is native and fast here (``around``: :mod:`bertattn.encoder.int8_around
 
 The quantize and dequantize steps around each product are fused with the bias, the residual
 add, the LayerNorm and the GELU into five small kernels compiled once by ``torch.compile``
-(inductor's C++ backend, so a C++ compiler must be present; shapes are dynamic, no recompile
-per batch; the first load compiles for ~5-20 s, later processes reuse inductor's cache). Done
+(inductor's C++ backend, so a C++ compiler must be present; dynamic in the number of rows
+only, the widths static: no recompile per batch, the loops compiled for the model's widths; the
+first load compiles for ~5-20 s, later processes reuse inductor's cache). Done
 eagerly those steps cost more than the int8 products save (measured: paragraphs slower than
 float32). The products write the output dtype of the form the CPU runs fastest and exactly
 (float32; bfloat16 or float16 only on CPUs with those types native, and float16 only where a
