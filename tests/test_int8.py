@@ -200,6 +200,33 @@ def test_int8_embeddings_do_not_depend_on_the_batch(bert_int8: Bert) -> None:
     assert float(cos.min()) > 0.9999
 
 
+def test_int8_steps_compile_nothing_for_a_new_batch_shape(bert_int8: Bert, monkeypatch) -> None:
+    """The five fused steps are dynamic in the rows only (their widths static): padded batches
+    and packed ones of shapes not seen before run the graphs compiled as the model loaded."""
+    import torch._dynamo.utils as dynamo_utils
+
+    ran = {"forward": 0, "forward_packed": 0}
+
+    def spy(name: str):  # type: ignore[no-untyped-def]
+        fn = getattr(Int8BertLayer, name)
+
+        def call(self, x, *args, **kwargs):  # type: ignore[no-untyped-def]
+            ran[name] += self._int8_runs(x)
+            return fn(self, x, *args, **kwargs)
+
+        return call
+
+    for name in ran:
+        monkeypatch.setattr(Int8BertLayer, name, spy(name))
+    words = " ".join(CALIBRATION).split()
+    before = dynamo_utils.counters["stats"]["unique_graphs"]
+    with torch.inference_mode():
+        for lengths in ([3], [41], [7, 7, 7], [2, 60], [9, 30, 5, 17]):  # padded, then packed
+            bert_int8.encode([" ".join(words[:n]) for n in lengths])
+    assert dynamo_utils.counters["stats"]["unique_graphs"] == before
+    assert ran["forward"] > 0 and ran["forward_packed"] > 0
+
+
 def test_int8_falls_back_to_float32_for_attention_weights(bert_int8: Bert, bert_fp32: Bert) -> None:
     batch = bert_fp32.tokenizer(["Attention maps come from the float32 path."])
     with torch.inference_mode():
