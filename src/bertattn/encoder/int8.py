@@ -21,12 +21,12 @@ where it is native and fast here (``around``: :mod:`bertattn.encoder.int8_around
 The quantize and dequantize steps around each product are fused with the bias, the residual
 add, the LayerNorm and the GELU into five small kernels compiled once by ``torch.compile``
 (inductor's C++ backend, so a C++ compiler must be present; dynamic in the number of rows
-only, the widths static: no recompile per batch, the loops compiled for the model's widths; the
-first load compiles for ~5-20 s, later processes reuse inductor's cache). Done
-eagerly those steps cost more than the int8 products save (measured: paragraphs slower than
-float32). The products write the output dtype of the form the CPU runs fastest and exactly
-(float32; bfloat16 or float16 only on CPUs with those types native, and float16 only where a
-bound on the product's magnitude fits it).
+only for BERT's three fused steps, the widths static: no recompile per batch, their loops
+compiled for the model's widths; the first load compiles for ~5-20 s, later processes reuse
+inductor's cache). Done eagerly those steps cost more than the int8 products save (measured:
+paragraphs slower than float32). The products write the output dtype of the form the CPU runs
+fastest and exactly (float32; bfloat16 or float16 only on CPUs with those types native, and
+float16 only where a bound on the product's magnitude fits it).
 
 When the model loads, int8 must first be worth it: one int8 product is timed against the same
 float32 product in each form the CPU offers (:func:`check_speed`, bounded: a fraction
@@ -195,7 +195,7 @@ CALIBRATION: tuple[str, ...] = (
 
 
 # ---------------------------------------------------------------------------- fused kernels
-# Plain torch code, compiled once (dynamic in the rows) by :func:`_kernels`, on the per-token
+# Plain torch code, compiled once by :func:`_kernels`, on the per-token
 # quantize and dequantize steps of :mod:`bertattn.encoder.int8_steps` (``levels``, the codes
 # from ``QMIN`` and ``sz`` are described there).
 
@@ -275,13 +275,20 @@ class _Kernels:
 
 @functools.cache
 def _kernels() -> _Kernels:
-    """The five fused steps, compiled on first use, dynamic in the rows only
-    (:func:`~bertattn.encoder.int8_steps.compiled`): every tensor they take is ``(M, width)``
-    rows (a padded batch flattened to ``B * L`` rows) or a 1-D vector of a width, so one graph
-    each serves every batch shape."""
+    """The five fused steps, compiled on first use, one graph each for every batch shape.
+    BERT's three fused steps are dynamic in the rows only
+    (:func:`~bertattn.encoder.int8_steps.compiled`; every tensor they take is ``(M, width)``
+    rows, a padded batch flattened to ``B * L`` rows, or a 1-D vector of a width). The quantize
+    and dequantize of every :class:`Int8Linear`, whatever its widths (those of every family's
+    products), keep every size dynamic: static widths there recompiled per product shape and
+    reached dynamo's recompile limit in one process."""
+
+    def dynamic(fn):  # type: ignore[no-untyped-def]
+        return torch.compile(fn, dynamic=True, fullgraph=True)
+
     return _Kernels(
-        compiled(_qkv),
-        compiled(_dequantize),
+        dynamic(_qkv),
+        dynamic(_dequantize),
         compiled(_dequant_res_ln_quant),
         compiled(_dequant_gelu_quant),
         compiled(_dequant_res_ln),
