@@ -201,8 +201,8 @@ def test_int8_embeddings_do_not_depend_on_the_batch(bert_int8: Bert) -> None:
 
 
 def test_int8_steps_compile_nothing_for_a_new_batch_shape(bert_int8: Bert, monkeypatch) -> None:
-    """The five fused steps are dynamic in the rows only (their widths static): padded batches
-    and packed ones of shapes not seen before run the graphs compiled as the model loaded."""
+    """BERT's fused steps (three of them static in the widths, dynamic in the rows): padded
+    batches and packed ones of shapes not seen before run the graphs compiled as it loaded."""
     import torch._dynamo.utils as dynamo_utils
 
     ran = {"forward": 0, "forward_packed": 0}
