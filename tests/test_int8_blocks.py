@@ -216,8 +216,8 @@ def test_load_int8_for_a_block_family_verifies_and_explains(folder: Path) -> Non
 
 
 def test_an_int8_block_model_survives_deepcopy_and_pickle(folder: Path) -> None:
-    """A copy's q/k/v product points at the copy's own attention (not the original's) and the
-    copy computes what the original does."""
+    """A copy's q/k/v product points at the copy's own attention (not the original's), its
+    blocks keep their fused feed-forward half, and the copy computes what the original does."""
     import copy
     import io
 
@@ -233,6 +233,7 @@ def test_an_int8_block_model_survives_deepcopy_and_pickle(folder: Path) -> None:
     for other in (copy.deepcopy(bert.model), torch.load(buf, weights_only=False)):
         owned = {id(m) for m in other.modules()}
         assert all(id(p._attn) in owned for p in products(other) if isinstance(p, QkvProduct))
+        assert all(la.fast_path is run_fused for la in other.encoder.layers)  # still fused
         with torch.inference_mode():
             assert torch.equal(other(ids, mask).last_hidden_state, want)
 
